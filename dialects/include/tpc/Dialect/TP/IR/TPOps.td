@@ -1,0 +1,309 @@
+//===- TPOps.td - tp dialect operations --------------------*- tablegen -*-===//
+
+#ifndef TPC_DIALECT_TP_IR_TPOPS_TD
+#define TPC_DIALECT_TP_IR_TPOPS_TD
+
+include "tpc/Dialect/TP/IR/TPBase.td"
+include "tpc/Dialect/TP/IR/TPAttrs.td"
+include "tpc/Dialect/TP/IR/TPInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def TP_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
+def TP_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+def TP_F32Scalar : 0DTensorOf<[F32]>;
+def TP_StepScalar : 0DTensorOf<[I64]>;
+def TP_AnyTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
+
+//===----------------------------------------------------------------------===//
+// Base classes
+//===----------------------------------------------------------------------===//
+
+class TP_Op<string mnemonic, list<Trait> traits = []>
+    : Op<TP_Dialect, mnemonic, traits>;
+
+// A tensor op of the training step: pure, shape-checked, with a sharding rule,
+// and with every #tp.dist layout of its types checked against its grid.
+class TP_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : TP_Op<mnemonic, !listconcat(traits, [
+        Pure, DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  let hasVerifier = 1;
+  let assemblyFormat = [{
+    operands attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verifySymbolUses(
+        ::mlir::SymbolTableCollection &symbolTables) {
+      return ::mlir::tp::verifyDistLayouts(getOperation(), symbolTables);
+    }
+  }];
+}
+
+class TP_UnaryOp<string mnemonic, string desc>
+    : TP_ComputeOp<mnemonic, [AllTypesMatch<["input", "result"]>]> {
+  let summary = desc;
+  let arguments = (ins TP_FloatTensor:$input);
+  let results = (outs TP_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 0;
+}
+
+class TP_UnaryGradOp<string mnemonic, string desc>
+    : TP_ComputeOp<mnemonic> {
+  let summary = desc;
+  let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input);
+  let results = (outs TP_FloatTensor:$input_grad);
+}
+
+class TP_BinaryOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
+  let summary = desc;
+  let description = [{
+    Elementwise with NumPy-style broadcasting: operands are aligned on their
+    trailing dimensions, and a dimension of size 1 (or a missing leading one)
+    is broadcast to the result's size.
+  }];
+  let arguments = (ins TP_FloatTensor:$lhs, TP_FloatTensor:$rhs);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Grid
+//===----------------------------------------------------------------------===//
+
+def TP_GridOp : TP_Op<"grid", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "A named device grid";
+  let description = [{
+    Declares the grid that `#tp.dist` layouts refer to. Ranks map to grid
+    coordinates in row-major order.
+
+    ```mlir
+    tp.grid @g [2, 2, 2]
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, DenseI64ArrayAttr:$shape);
+  let assemblyFormat = "$sym_name $shape attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumRanks() const;
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+def TP_EmbeddingOp : TP_ComputeOp<"embedding"> {
+  let summary = "Embedding lookup: result[t..., :] = table[ids[t...], :]";
+  let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+def TP_EmbeddingGradOp : TP_ComputeOp<"embedding_grad"> {
+  let summary = "Embedding gradient: scatter-add of result_grad rows by ids";
+  let description = [{
+    `table_grad[v, :] = sum over t with ids[t] == v of result_grad[t, :]`.
+    The vocabulary size comes from the result type.
+  }];
+  let arguments = (ins TP_FloatTensor:$result_grad, TP_IndexTensor:$ids);
+  let results = (outs TP_FloatTensor:$table_grad);
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def TP_MatmulOp : TP_ComputeOp<"matmul"> {
+  let summary = "(Batched) matrix product with optional transposes";
+  let description = [{
+    `lhs` is `[b..., M, K]` (`[b..., K, M]` with `transpose_lhs`), `rhs` is
+    `[b..., K, N]` (`[b..., N, K]` with `transpose_rhs`), the result is
+    `[b..., M, N]`. Batch dimensions are equal on both sides, or one side has
+    none and is broadcast (a weight shared by every batch).
+  }];
+  let arguments = (ins TP_FloatTensor:$lhs, TP_FloatTensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+def TP_AddOp : TP_BinaryOp<"add", "Elementwise sum">;
+def TP_SubOp : TP_BinaryOp<"sub", "Elementwise difference">;
+def TP_MulOp : TP_BinaryOp<"mul", "Elementwise product">;
+def TP_DivOp : TP_BinaryOp<"div", "Elementwise quotient">;
+
+def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Multiplication by a compile-time constant";
+  let arguments = (ins TP_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs TP_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $factor attr-dict `:` type($input)";
+  let hasVerifier = 0;
+}
+
+def TP_GeluOp : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)">;
+def TP_SiluOp : TP_UnaryOp<"silu", "SiLU: x * sigmoid(x)">;
+def TP_GeluGradOp : TP_UnaryGradOp<"gelu_grad", "Gradient of tp.gelu">;
+def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu">;
+
+//===----------------------------------------------------------------------===//
+// Normalisation and attention pieces
+//===----------------------------------------------------------------------===//
+
+def TP_LayerNormOp : TP_ComputeOp<"layer_norm"> {
+  let summary = "Layer normalisation over the last dimension";
+  let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
+                       TP_FloatTensor:$beta,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+def TP_LayerNormGradOp : TP_ComputeOp<"layer_norm_grad"> {
+  let summary = "Gradients of tp.layer_norm w.r.t. input, gamma and beta";
+  let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
+                       TP_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs TP_FloatTensor:$input_grad, TP_FloatTensor:$gamma_grad,
+                      TP_FloatTensor:$beta_grad);
+}
+
+def TP_RmsNormOp : TP_ComputeOp<"rms_norm"> {
+  let summary = "RMS normalisation over the last dimension (LLaMA)";
+  let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-6">:$epsilon);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
+  let summary = "Gradients of tp.rms_norm w.r.t. input and gamma";
+  let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
+                       TP_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-6">:$epsilon);
+  let results = (outs TP_FloatTensor:$input_grad, TP_FloatTensor:$gamma_grad);
+}
+
+def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Softmax over the last dimension, optionally causally masked";
+  let description = [{
+    With `causal`, the last two dimensions are `[queries, keys]` (equal
+    sizes) and key j is masked out for query i when j > i.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, UnitAttr:$causal);
+  let results = (outs TP_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad"> {
+  let summary = "Gradient of tp.softmax from its result: y * (dy - sum(dy * y))";
+  let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$result);
+  let results = (outs TP_FloatTensor:$input_grad);
+}
+
+def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Rotary position embedding (rotate-half form, as in LLaMA)";
+  let description = [{
+    `input` is `[..., S, D]` with D even; position p = index along S rotates
+    the pair (x[i], x[i + D/2]) by p * theta^(-2i/D). `inverse` rotates by the
+    opposite angle, which is the gradient of the forward rotation.
+  }];
+  let arguments = (ins TP_FloatTensor:$input,
+                       DefaultValuedAttr<F64Attr, "10000.0">:$theta,
+                       UnitAttr:$inverse);
+  let results = (outs TP_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation and reductions
+//===----------------------------------------------------------------------===//
+
+def TP_ReshapeOp : TP_ComputeOp<"reshape"> {
+  let summary = "Reshape to a static shape with the same number of elements";
+  let arguments = (ins TP_FloatTensor:$input);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+def TP_TransposeOp : TP_ComputeOp<"transpose"> {
+  let summary = "Permute dimensions: result dim i is input dim permutation[i]";
+  let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+def TP_ReduceSumOp : TP_ComputeOp<"reduce_sum"> {
+  let summary = "Sum over the listed dimensions (which are removed)";
+  let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+def TP_ReduceMeanOp : TP_ComputeOp<"reduce_mean"> {
+  let summary = "Mean over the listed dimensions (which are removed)";
+  let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def TP_CrossEntropyOp : TP_ComputeOp<"cross_entropy"> {
+  let summary = "Mean softmax cross-entropy over tokens with integer targets";
+  let arguments = (ins TP_FloatTensor:$logits, TP_IndexTensor:$targets);
+  let results = (outs TP_F32Scalar:$loss);
+}
+
+def TP_CrossEntropyGradOp : TP_ComputeOp<"cross_entropy_grad"> {
+  let summary = "Gradient of tp.cross_entropy w.r.t. logits";
+  let description = [{
+    `(softmax(logits) - onehot(targets)) * loss_grad / num_tokens`.
+  }];
+  let arguments = (ins TP_FloatTensor:$logits, TP_IndexTensor:$targets,
+                       TP_F32Scalar:$loss_grad);
+  let results = (outs TP_FloatTensor:$logits_grad);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimiser
+//===----------------------------------------------------------------------===//
+
+def TP_AdamWOp : TP_ComputeOp<"adamw"> {
+  let summary = "One AdamW update of a parameter and its moments";
+  let description = [{
+    With t = step (1-based), m' = b1 m + (1 - b1) g, v' = b2 v + (1 - b2) g^2,
+    param' = param - lr * (m' / (1 - b1^t) / (sqrt(v' / (1 - b2^t)) + eps)
+                           + weight_decay * param).
+  }];
+  let arguments = (ins TP_FloatTensor:$param, TP_FloatTensor:$grad,
+                       TP_FloatTensor:$exp_avg, TP_FloatTensor:$exp_avg_sq,
+                       TP_F32Scalar:$lr, TP_StepScalar:$step,
+                       DefaultValuedAttr<F64Attr, "0.9">:$beta1,
+                       DefaultValuedAttr<F64Attr, "0.999">:$beta2,
+                       DefaultValuedAttr<F64Attr, "1.0e-8">:$epsilon,
+                       DefaultValuedAttr<F64Attr, "0.01">:$weight_decay);
+  let results = (outs TP_FloatTensor:$new_param, TP_FloatTensor:$new_exp_avg,
+                      TP_FloatTensor:$new_exp_avg_sq);
+}
+
+//===----------------------------------------------------------------------===//
+// Layout change
+//===----------------------------------------------------------------------===//
+
+def TP_RedistributeOp : TP_ComputeOp<"redistribute"> {
+  let summary = "Change a value's distribution layout";
+  let description = [{
+    Same global shape and element type; only the `#tp.dist` encoding
+    differs. A separate pass lowers it to the cheapest collectives.
+  }];
+  let arguments = (ins TP_AnyTensor:$input);
+  let results = (outs TP_AnyTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+#endif // TPC_DIALECT_TP_IR_TPOPS_TD

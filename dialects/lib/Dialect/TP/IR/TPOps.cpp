@@ -1,0 +1,798 @@
+//===- TPOps.cpp - tp dialect operations ----------------------------------===//
+//
+// Verifiers name the offending operand and print the shapes involved; every
+// compute op builds its sharding rule from its types with ShardingRuleBuilder.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tpc/Dialect/TP/IR/TPOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace mlir::tp;
+
+#include "tpc/Dialect/TP/IR/TPInterfaces.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Shared helpers
+//===----------------------------------------------------------------------===//
+
+static RankedTensorType tensorTypeOf(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+static ArrayRef<int64_t> shapeOf(Value value) {
+  return tensorTypeOf(value).getShape();
+}
+
+namespace {
+/// A named operand or result, for diagnostics.
+struct Named {
+  StringRef name;
+  Value value;
+};
+} // namespace
+
+/// All `values` have the element type of the first.
+static LogicalResult verifySameElementType(Operation *op,
+                                           ArrayRef<Named> values) {
+  Type expected = tensorTypeOf(values.front().value).getElementType();
+  for (const Named &named : values.drop_front()) {
+    Type actual = tensorTypeOf(named.value).getElementType();
+    if (actual != expected)
+      return op->emitOpError()
+             << named.name << " has element type " << actual << " but "
+             << values.front().name << " has " << expected;
+  }
+  return success();
+}
+
+/// `named` has exactly `expected` as its shape.
+static LogicalResult verifyShape(Operation *op, const Named &named,
+                                 ArrayRef<int64_t> expected,
+                                 StringRef because) {
+  if (shapeOf(named.value) == expected)
+    return success();
+  auto diag = op->emitOpError()
+              << named.name << " " << named.value.getType()
+              << " should have shape [";
+  llvm::interleaveComma(expected, diag);
+  return diag << "] " << because;
+}
+
+static LogicalResult verifyRankAtLeast(Operation *op, const Named &named,
+                                       int64_t rank, StringRef because) {
+  if (tensorTypeOf(named.value).getRank() >= rank)
+    return success();
+  return op->emitOpError() << named.name << " " << named.value.getType()
+                           << " must have rank >= " << rank << " " << because;
+}
+
+static LogicalResult verifyPositive(Operation *op, StringRef name,
+                                    FloatAttr value) {
+  if (value.getValueAsDouble() > 0.0)
+    return success();
+  return op->emitOpError() << name << " must be positive, got "
+                           << value.getValueAsDouble();
+}
+
+static SmallVector<int64_t> concat(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  SmallVector<int64_t> result(a);
+  llvm::append_range(result, b);
+  return result;
+}
+
+/// Rule of an op whose operands and results all have `shape` and are
+/// indexed the same way, except scalars (rank 0), which take no factor.
+/// The last dimension gets `lastKind`.
+static ShardingRule
+sameShapeRule(Operation *op, ArrayRef<int64_t> shape,
+              FactorKind lastKind = FactorKind::Parallel) {
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> factors;
+  if (!shape.empty()) {
+    factors = builder.addFactors(shape.drop_back());
+    factors.push_back(builder.addFactor(shape.back(), lastKind));
+  }
+  auto forValue = [&](Value value) -> SmallVector<int64_t> {
+    if (tensorTypeOf(value).getRank() == 0)
+      return {};
+    return factors;
+  };
+  for (Value operand : op->getOperands())
+    builder.addOperand(forValue(operand));
+  for (Value result : op->getResults())
+    builder.addResult(forValue(result));
+  return builder.build();
+}
+
+//===----------------------------------------------------------------------===//
+// GridOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GridOp::verify() {
+  if (getShape().empty())
+    return emitOpError() << "grid @" << getSymName() << " needs at least one axis";
+  for (auto [axis, size] : llvm::enumerate(getShape()))
+    if (size < 1)
+      return emitOpError() << "grid @" << getSymName() << " axis " << axis
+                           << " has size " << size << "; sizes must be >= 1";
+  return success();
+}
+
+int64_t GridOp::getNumRanks() const {
+  int64_t ranks = 1;
+  for (int64_t size : const_cast<GridOp *>(this)->getShape())
+    ranks *= size;
+  return ranks;
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  Named table{"table", getTable()},
+      result{"result", getResult()};
+  if (tensorTypeOf(getTable()).getRank() != 2)
+    return emitOpError() << "table " << getTable().getType()
+                         << " must be [vocab, hidden]";
+  if (failed(verifySameElementType(*this, {table, result})))
+    return failure();
+  return verifyShape(*this, result,
+                     concat(shapeOf(getIds()), shapeOf(getTable()).back()),
+                     "(ids shape followed by the table's hidden size)");
+}
+
+ShardingRule EmbeddingOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  ArrayRef<int64_t> tableShape = shapeOf(getTable());
+  SmallVector<int64_t> tokens = builder.addFactors(shapeOf(getIds()));
+  int64_t vocab = builder.addFactor(tableShape[0]);
+  int64_t hidden = builder.addFactor(tableShape[1]);
+  builder.addOperand({vocab, hidden});
+  builder.addOperand(tokens);
+  builder.addResult(concat(tokens, hidden));
+  return builder.build();
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  Named resultGrad{"result_grad", getResultGrad()},
+      tableGrad{"table_grad", getTableGrad()};
+  if (tensorTypeOf(getTableGrad()).getRank() != 2)
+    return emitOpError() << "table_grad " << getTableGrad().getType()
+                         << " must be [vocab, hidden]";
+  if (failed(verifySameElementType(*this, {resultGrad, tableGrad})))
+    return failure();
+  return verifyShape(*this, resultGrad,
+                     concat(shapeOf(getIds()), shapeOf(getTableGrad()).back()),
+                     "(ids shape followed by table_grad's hidden size)");
+}
+
+ShardingRule EmbeddingGradOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  ArrayRef<int64_t> tableShape = shapeOf(getTableGrad());
+  SmallVector<int64_t> tokens = builder.addFactors(shapeOf(getIds()));
+  int64_t vocab = builder.addFactor(tableShape[0]);
+  int64_t hidden = builder.addFactor(tableShape[1]);
+  builder.addOperand(concat(tokens, hidden));
+  builder.addOperand(tokens);
+  builder.addResult({vocab, hidden});
+  return builder.build();
+}
+
+//===----------------------------------------------------------------------===//
+// MatmulOp
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The matmul's dimensions as [batch..., M, K] x [batch..., K, N].
+struct MatmulDims {
+  ArrayRef<int64_t> lhsBatch, rhsBatch;
+  int64_t m, k, lhsK, n;
+};
+} // namespace
+
+static MatmulDims getMatmulDims(MatmulOp op) {
+  ArrayRef<int64_t> lhs = shapeOf(op.getLhs()), rhs = shapeOf(op.getRhs());
+  MatmulDims dims;
+  dims.lhsBatch = lhs.drop_back(2);
+  dims.rhsBatch = rhs.drop_back(2);
+  int64_t lhsRows = lhs[lhs.size() - 2], lhsCols = lhs.back();
+  int64_t rhsRows = rhs[rhs.size() - 2], rhsCols = rhs.back();
+  dims.m = op.getTransposeLhs() ? lhsCols : lhsRows;
+  dims.lhsK = op.getTransposeLhs() ? lhsRows : lhsCols;
+  dims.k = op.getTransposeRhs() ? rhsCols : rhsRows;
+  dims.n = op.getTransposeRhs() ? rhsRows : rhsCols;
+  return dims;
+}
+
+LogicalResult MatmulOp::verify() {
+  Named lhs{"lhs", getLhs()}, rhs{"rhs", getRhs()},
+      result{"result", getResult()};
+  if (failed(verifyRankAtLeast(*this, lhs, 2, "(a matrix or batch of them)")) ||
+      failed(verifyRankAtLeast(*this, rhs, 2, "(a matrix or batch of them)")) ||
+      failed(verifySameElementType(*this, {lhs, rhs, result})))
+    return failure();
+  MatmulDims dims = getMatmulDims(*this);
+  if (dims.lhsK != dims.k)
+    return emitOpError() << "contraction sizes differ: lhs " << getLhs().getType()
+                         << " has K = " << dims.lhsK << " but rhs "
+                         << getRhs().getType() << " has K = " << dims.k;
+  if (!dims.lhsBatch.empty() && !dims.rhsBatch.empty() &&
+      dims.lhsBatch != dims.rhsBatch)
+    return emitOpError() << "batch dimensions differ: lhs " << getLhs().getType()
+                         << " vs rhs " << getRhs().getType();
+  ArrayRef<int64_t> batch =
+      dims.lhsBatch.empty() ? dims.rhsBatch : dims.lhsBatch;
+  return verifyShape(*this, result, concat(batch, {dims.m, dims.n}),
+                     "(batch..., M, N)");
+}
+
+ShardingRule MatmulOp::getShardingRule() {
+  MatmulDims dims = getMatmulDims(*this);
+  ShardingRuleBuilder builder;
+  ArrayRef<int64_t> batchShape =
+      dims.lhsBatch.empty() ? dims.rhsBatch : dims.lhsBatch;
+  SmallVector<int64_t> batch = builder.addFactors(batchShape);
+  int64_t m = builder.addFactor(dims.m);
+  int64_t n = builder.addFactor(dims.n);
+  int64_t k = builder.addFactor(dims.k);
+  auto side = [&](ArrayRef<int64_t> sideBatch, int64_t rows, int64_t cols,
+                  bool transposed) {
+    SmallVector<int64_t> factors = sideBatch.empty() ? SmallVector<int64_t>()
+                                                     : SmallVector<int64_t>(batch);
+    if (transposed)
+      std::swap(rows, cols);
+    factors.push_back(rows);
+    factors.push_back(cols);
+    return factors;
+  };
+  builder.addOperand(side(dims.lhsBatch, m, k, getTransposeLhs()));
+  builder.addOperand(side(dims.rhsBatch, k, n, getTransposeRhs()));
+  builder.addResult(concat(batch, {m, n}));
+  return builder.build();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise binary ops with broadcasting
+//===----------------------------------------------------------------------===//
+
+/// NumPy broadcast of two shapes, or nothing if they are incompatible.
+static std::optional<SmallVector<int64_t>>
+broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  SmallVector<int64_t> result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      return std::nullopt;
+    result[rank - 1 - i] = std::max(da, db);
+  }
+  return result;
+}
+
+static LogicalResult verifyBroadcastBinary(Operation *op) {
+  Value lhs = op->getOperand(0), rhs = op->getOperand(1),
+        result = op->getResult(0);
+  if (failed(verifySameElementType(
+          op, {{"lhs", lhs}, {"rhs", rhs}, {"result", result}})))
+    return failure();
+  std::optional<SmallVector<int64_t>> expected =
+      broadcastShapes(shapeOf(lhs), shapeOf(rhs));
+  if (!expected)
+    return op->emitOpError() << "lhs " << lhs.getType() << " and rhs "
+                             << rhs.getType() << " do not broadcast";
+  return verifyShape(op, {"result", result}, *expected,
+                     "(the broadcast of lhs and rhs)");
+}
+
+static ShardingRule broadcastRule(Operation *op) {
+  ArrayRef<int64_t> resultShape = shapeOf(op->getResult(0));
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> factors = builder.addFactors(resultShape);
+  for (Value operand : op->getOperands()) {
+    ArrayRef<int64_t> shape = shapeOf(operand);
+    size_t offset = resultShape.size() - shape.size();
+    SmallVector<int64_t> perDim;
+    for (auto [dim, size] : llvm::enumerate(shape))
+      perDim.push_back(size == resultShape[offset + dim] ? factors[offset + dim]
+                                                          : -1);
+    builder.addOperand(perDim);
+  }
+  builder.addResult(factors);
+  return builder.build();
+}
+
+#define TP_BROADCAST_BINARY_OP(OpT)                                           \
+  LogicalResult OpT::verify() { return verifyBroadcastBinary(*this); }       \
+  ShardingRule OpT::getShardingRule() { return broadcastRule(*this); }
+TP_BROADCAST_BINARY_OP(AddOp)
+TP_BROADCAST_BINARY_OP(SubOp)
+TP_BROADCAST_BINARY_OP(MulOp)
+TP_BROADCAST_BINARY_OP(DivOp)
+#undef TP_BROADCAST_BINARY_OP
+
+//===----------------------------------------------------------------------===//
+// Elementwise unary ops and their gradients
+//===----------------------------------------------------------------------===//
+
+ShardingRule ScaleOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule GeluOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule SiluOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+
+/// result_grad, input and input_grad of an elementwise op's gradient.
+static LogicalResult verifyUnaryGrad(Operation *op) {
+  Named resultGrad{"result_grad", op->getOperand(0)},
+      input{"input", op->getOperand(1)}, inputGrad{"input_grad", op->getResult(0)};
+  if (failed(verifySameElementType(op, {input, resultGrad, inputGrad})))
+    return failure();
+  if (failed(verifyShape(op, resultGrad, shapeOf(input.value),
+                         "(the shape of input)")))
+    return failure();
+  return verifyShape(op, inputGrad, shapeOf(input.value),
+                     "(the shape of input)");
+}
+
+LogicalResult GeluGradOp::verify() { return verifyUnaryGrad(*this); }
+LogicalResult SiluGradOp::verify() { return verifyUnaryGrad(*this); }
+ShardingRule GeluGradOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule SiluGradOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation
+//===----------------------------------------------------------------------===//
+
+/// Checks a normalisation over the last dimension: `input` [..., H],
+/// `sameShape` values shaped like input, `perFeature` values shaped [H].
+static LogicalResult verifyNormalization(Operation *op, Named input,
+                                         ArrayRef<Named> sameShape,
+                                         ArrayRef<Named> perFeature,
+                                         FloatAttr epsilon) {
+  if (failed(verifyRankAtLeast(op, input, 1, "(normalised over its last dim)")))
+    return failure();
+  SmallVector<Named> all{input};
+  llvm::append_range(all, sameShape);
+  llvm::append_range(all, perFeature);
+  if (failed(verifySameElementType(op, all)))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(input.value);
+  for (const Named &named : sameShape)
+    if (failed(verifyShape(op, named, shape, "(the shape of input)")))
+      return failure();
+  for (const Named &named : perFeature)
+    if (failed(verifyShape(op, named, shape.back(),
+                           "(input's last dimension)")))
+      return failure();
+  return verifyPositive(op, "epsilon", epsilon);
+}
+
+/// Rule of a normalisation over the last dimension: token factors index
+/// every input-shaped value, the feature factor (Stats) indexes all values.
+static ShardingRule normalizationRule(Operation *op, ArrayRef<int64_t> shape) {
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> tokens = builder.addFactors(shape.drop_back());
+  int64_t features = builder.addFactor(shape.back(), FactorKind::Stats);
+  SmallVector<int64_t> full = concat(tokens, features);
+  auto forValue = [&](Value value) -> SmallVector<int64_t> {
+    if (tensorTypeOf(value).getRank() == 1 && shape.size() != 1)
+      return {features};
+    return full;
+  };
+  for (Value operand : op->getOperands())
+    builder.addOperand(forValue(operand));
+  for (Value result : op->getResults())
+    builder.addResult(forValue(result));
+  return builder.build();
+}
+
+LogicalResult LayerNormOp::verify() {
+  return verifyNormalization(*this, {"input", getInput()},
+                             {{"result", getResult()}},
+                             {{"gamma", getGamma()}, {"beta", getBeta()}},
+                             getEpsilonAttr());
+}
+ShardingRule LayerNormOp::getShardingRule() {
+  return normalizationRule(*this, shapeOf(getInput()));
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  return verifyNormalization(
+      *this, {"input", getInput()},
+      {{"result_grad", getResultGrad()}, {"input_grad", getInputGrad()}},
+      {{"gamma", getGamma()},
+       {"gamma_grad", getGammaGrad()},
+       {"beta_grad", getBetaGrad()}},
+      getEpsilonAttr());
+}
+ShardingRule LayerNormGradOp::getShardingRule() {
+  return normalizationRule(*this, shapeOf(getInput()));
+}
+
+LogicalResult RmsNormOp::verify() {
+  return verifyNormalization(*this, {"input", getInput()},
+                             {{"result", getResult()}}, {{"gamma", getGamma()}},
+                             getEpsilonAttr());
+}
+ShardingRule RmsNormOp::getShardingRule() {
+  return normalizationRule(*this, shapeOf(getInput()));
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  return verifyNormalization(
+      *this, {"input", getInput()},
+      {{"result_grad", getResultGrad()}, {"input_grad", getInputGrad()}},
+      {{"gamma", getGamma()}, {"gamma_grad", getGammaGrad()}},
+      getEpsilonAttr());
+}
+ShardingRule RmsNormGradOp::getShardingRule() {
+  return normalizationRule(*this, shapeOf(getInput()));
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax and rotary embedding
+//===----------------------------------------------------------------------===//
+
+LogicalResult SoftmaxOp::verify() {
+  Named input{"input", getInput()};
+  if (failed(verifyRankAtLeast(*this, input, 1, "(softmax over its last dim)")))
+    return failure();
+  if (!getCausal())
+    return success();
+  if (failed(verifyRankAtLeast(*this, input, 2,
+                               "with causal (its last two dims are [queries, "
+                               "keys])")))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  if (shape[shape.size() - 2] != shape.back())
+    return emitOpError() << "causal softmax needs as many queries as keys, but "
+                         << "input " << getInput().getType() << " has "
+                         << shape[shape.size() - 2] << " queries and "
+                         << shape.back() << " keys";
+  return success();
+}
+ShardingRule SoftmaxOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()), FactorKind::Stats);
+}
+
+LogicalResult SoftmaxGradOp::verify() {
+  Named resultGrad{"result_grad", getResultGrad()}, result{"result", getResult()},
+      inputGrad{"input_grad", getInputGrad()};
+  if (failed(verifyRankAtLeast(*this, result, 1, "(softmax over its last dim)")) ||
+      failed(verifySameElementType(*this, {result, resultGrad, inputGrad})) ||
+      failed(verifyShape(*this, resultGrad, shapeOf(getResult()),
+                         "(the shape of result)")))
+    return failure();
+  return verifyShape(*this, inputGrad, shapeOf(getResult()),
+                     "(the shape of result)");
+}
+ShardingRule SoftmaxGradOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getResult()), FactorKind::Stats);
+}
+
+LogicalResult RotaryOp::verify() {
+  if (failed(verifyRankAtLeast(*this, {"input", getInput()}, 2,
+                               "(its last two dims are [seq, head_dim])")))
+    return failure();
+  if (shapeOf(getInput()).back() % 2 != 0)
+    return emitOpError() << "input " << getInput().getType()
+                         << " needs an even head dimension to rotate pairs";
+  return verifyPositive(*this, "theta", getThetaAttr());
+}
+ShardingRule RotaryOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()), FactorKind::Replicated);
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType input = tensorTypeOf(getInput()),
+                   result = tensorTypeOf(getResult());
+  if (failed(verifySameElementType(
+          *this, {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  if (input.getNumElements() != result.getNumElements())
+    return emitOpError() << "input " << input << " has " << input.getNumElements()
+                         << " elements but result " << result << " has "
+                         << result.getNumElements();
+  return success();
+}
+
+/// Factors shared by a reshape's input and result. Dimensions are grouped
+/// into the smallest runs with equal products; a run refines into common
+/// factors when its prefix products on both sides form a divisor chain
+/// ([B, S, H] -> [B*S, H] gives factors b, s, h with b and s compound in the
+/// result); otherwise its dimensions cannot be split.
+ShardingRule ReshapeOp::getShardingRule() {
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  ShardingRuleBuilder builder;
+  TensorFactors inDims(in.size()), outDims(out.size());
+  size_t i = 0, j = 0;
+  while (i < in.size() || j < out.size()) {
+    // Size-1 dimensions carry no factor.
+    if (i < in.size() && in[i] == 1) {
+      ++i;
+      continue;
+    }
+    if (j < out.size() && out[j] == 1) {
+      ++j;
+      continue;
+    }
+    // Grow the shorter side until both runs have the same product.
+    size_t iEnd = i + 1, jEnd = j + 1;
+    int64_t inProd = in[i], outProd = out[j];
+    while (inProd != outProd) {
+      if (inProd < outProd)
+        inProd *= in[iEnd++];
+      else
+        outProd *= out[jEnd++];
+    }
+    // Prefix products of both runs, merged: consecutive ratios are the
+    // candidate factors.
+    SmallVector<int64_t> cuts;
+    for (int64_t p = 1, d = i; d < static_cast<int64_t>(iEnd); ++d)
+      cuts.push_back(p *= in[d]);
+    for (int64_t p = 1, d = j; d < static_cast<int64_t>(jEnd); ++d)
+      cuts.push_back(p *= out[d]);
+    llvm::sort(cuts);
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    bool chain = llvm::all_of(llvm::seq<size_t>(1, cuts.size()), [&](size_t c) {
+      return cuts[c] % cuts[c - 1] == 0;
+    });
+    if (chain) {
+      SmallVector<int64_t> factorAtCut;
+      for (auto [c, cut] : llvm::enumerate(cuts))
+        factorAtCut.push_back(builder.addFactor(c == 0 ? cut : cut / cuts[c - 1]));
+      auto assign = [&](ArrayRef<int64_t> shape, size_t begin, size_t end,
+                        TensorFactors &dims) {
+        int64_t prefix = 1;
+        for (size_t d = begin; d < end; ++d) {
+          int64_t lo = prefix;
+          prefix *= shape[d];
+          for (auto [c, cut] : llvm::enumerate(cuts))
+            if (cut > lo && cut <= prefix)
+              dims[d].push_back(factorAtCut[c]);
+        }
+      };
+      assign(in, i, iEnd, inDims);
+      assign(out, j, jEnd, outDims);
+    }
+    i = iEnd;
+    j = jEnd;
+  }
+  builder.addOperand(std::move(inDims));
+  builder.addResult(std::move(outDims));
+  return builder.build();
+}
+
+LogicalResult TransposeOp::verify() {
+  ArrayRef<int64_t> perm = getPermutation(), shape = shapeOf(getInput());
+  if (failed(verifySameElementType(
+          *this, {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  if (perm.size() != shape.size())
+    return emitOpError() << "permutation has " << perm.size()
+                         << " entries but input " << getInput().getType()
+                         << " has rank " << shape.size();
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> expected;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[p])
+      return emitOpError() << "permutation is not a permutation of [0, "
+                           << perm.size() << ")";
+    seen[p] = true;
+    expected.push_back(shape[p]);
+  }
+  return verifyShape(*this, {"result", getResult()}, expected,
+                     "(input dims in permutation order)");
+}
+
+ShardingRule TransposeOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> factors = builder.addFactors(shapeOf(getInput()));
+  builder.addOperand(factors);
+  builder.addResult(llvm::map_to_vector(getPermutation(),
+                                        [&](int64_t p) { return factors[p]; }));
+  return builder.build();
+}
+
+/// Reductions remove `dims` (strictly increasing) from the input's shape.
+static LogicalResult verifyReduction(Operation *op, Value input, Value result,
+                                     ArrayRef<int64_t> dims) {
+  ArrayRef<int64_t> shape = shapeOf(input);
+  if (failed(verifySameElementType(op, {{"input", input}, {"result", result}})))
+    return failure();
+  for (auto [idx, dim] : llvm::enumerate(dims)) {
+    if (dim < 0 || dim >= static_cast<int64_t>(shape.size()))
+      return op->emitOpError() << "reduced dimension " << dim
+                               << " is out of range for input "
+                               << input.getType();
+    if (idx > 0 && dim <= dims[idx - 1])
+      return op->emitOpError() << "reduced dimensions must be strictly "
+                               << "increasing";
+  }
+  SmallVector<int64_t> expected;
+  for (auto [dim, size] : llvm::enumerate(shape))
+    if (!llvm::is_contained(dims, static_cast<int64_t>(dim)))
+      expected.push_back(size);
+  return verifyShape(op, {"result", result}, expected,
+                     "(input without the reduced dims)");
+}
+
+static ShardingRule reductionRule(Value input, ArrayRef<int64_t> dims) {
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> factors = builder.addFactors(shapeOf(input));
+  builder.addOperand(factors);
+  SmallVector<int64_t> kept;
+  for (auto [dim, factor] : llvm::enumerate(factors))
+    if (!llvm::is_contained(dims, static_cast<int64_t>(dim)))
+      kept.push_back(factor);
+  builder.addResult(kept);
+  return builder.build();
+}
+
+LogicalResult ReduceSumOp::verify() {
+  return verifyReduction(*this, getInput(), getResult(), getDims());
+}
+ShardingRule ReduceSumOp::getShardingRule() {
+  return reductionRule(getInput(), getDims());
+}
+LogicalResult ReduceMeanOp::verify() {
+  return verifyReduction(*this, getInput(), getResult(), getDims());
+}
+ShardingRule ReduceMeanOp::getShardingRule() {
+  return reductionRule(getInput(), getDims());
+}
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyLogitsAndTargets(Operation *op, Value logits,
+                                            Value targets) {
+  if (failed(verifyRankAtLeast(op, {"logits", logits}, 1,
+                               "(its last dim is the vocabulary)")))
+    return failure();
+  return verifyShape(op, {"targets", targets}, shapeOf(logits).drop_back(),
+                     "(logits without the vocabulary dim)");
+}
+
+/// Token factors index logits and targets; the vocabulary factor (Stats)
+/// indexes logits only.
+static ShardingRule crossEntropyRule(Operation *op, Value logits) {
+  ArrayRef<int64_t> shape = shapeOf(logits);
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> tokens = builder.addFactors(shape.drop_back());
+  int64_t vocab = builder.addFactor(shape.back(), FactorKind::Stats);
+  SmallVector<int64_t> full = concat(tokens, vocab);
+  builder.addOperand(full);
+  builder.addOperand(tokens);
+  if (op->getNumOperands() == 3)
+    builder.addOperand(ArrayRef<int64_t>{});
+  builder.addResult(op->getNumOperands() == 3 ? full : SmallVector<int64_t>());
+  return builder.build();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  return verifyLogitsAndTargets(*this, getLogits(), getTargets());
+}
+ShardingRule CrossEntropyOp::getShardingRule() {
+  return crossEntropyRule(*this, getLogits());
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  if (failed(verifyLogitsAndTargets(*this, getLogits(), getTargets())))
+    return failure();
+  if (getLogitsGrad().getType() != getLogits().getType())
+    return emitOpError() << "logits_grad " << getLogitsGrad().getType()
+                         << " must have the type of logits "
+                         << getLogits().getType();
+  return success();
+}
+ShardingRule CrossEntropyGradOp::getShardingRule() {
+  return crossEntropyRule(*this, getLogits());
+}
+
+//===----------------------------------------------------------------------===//
+// AdamW
+//===----------------------------------------------------------------------===//
+
+LogicalResult AdamWOp::verify() {
+  Named param{"param", getParam()};
+  ArrayRef<int64_t> shape = shapeOf(getParam());
+  for (Named named : {Named{"grad", getGrad()}, Named{"exp_avg", getExpAvg()},
+                      Named{"exp_avg_sq", getExpAvgSq()}})
+    if (failed(verifyShape(*this, named, shape, "(the shape of param)")))
+      return failure();
+  if (failed(verifySameElementType(*this, {param, {"grad", getGrad()}})))
+    return failure();
+  for (auto [name, in, out] :
+       {std::tuple<StringRef, Value, Value>{"new_param", getParam(),
+                                            getNewParam()},
+        {"new_exp_avg", getExpAvg(), getNewExpAvg()},
+        {"new_exp_avg_sq", getExpAvgSq(), getNewExpAvgSq()}})
+    if (in.getType() != out.getType())
+      return emitOpError() << name << " " << out.getType()
+                           << " must have the type of its input " << in.getType();
+  for (auto [name, attr] : {std::pair<StringRef, FloatAttr>{"beta1", getBeta1Attr()},
+                            {"beta2", getBeta2Attr()}}) {
+    double beta = attr.getValueAsDouble();
+    if (beta < 0.0 || beta >= 1.0)
+      return emitOpError() << name << " must be in [0, 1), got " << beta;
+  }
+  if (getWeightDecayAttr().getValueAsDouble() < 0.0)
+    return emitOpError() << "weight_decay must be >= 0, got "
+                         << getWeightDecayAttr().getValueAsDouble();
+  return verifyPositive(*this, "epsilon", getEpsilonAttr());
+}
+
+ShardingRule AdamWOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getParam()));
+}
+
+//===----------------------------------------------------------------------===//
+// RedistributeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RedistributeOp::verify() {
+  RankedTensorType input = tensorTypeOf(getInput()),
+                   result = tensorTypeOf(getResult());
+  if (input.getShape() != result.getShape() ||
+      input.getElementType() != result.getElementType())
+    return emitOpError() << "changes only the layout: input " << input
+                         << " and result " << result
+                         << " must have the same shape and element type";
+  return success();
+}
+
+ShardingRule RedistributeOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+
+OpFoldResult RedistributeOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getResult().getType())
+    return getInput();
+  return {};
+}
+
+namespace {
+/// redistribute(redistribute(x)) -> redistribute(x): only the final layout
+/// matters.
+struct ComposeRedistributes : public OpRewritePattern<RedistributeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(RedistributeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto producer = op.getInput().getDefiningOp<RedistributeOp>();
+    if (!producer)
+      return failure();
+    rewriter.modifyOpInPlace(
+        op, [&] { op.getInputMutable().assign(producer.getInput()); });
+    return success();
+  }
+};
+} // namespace
+
+void RedistributeOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                                 MLIRContext *context) {
+  results.add<ComposeRedistributes>(context);
+}
+
+#define GET_OP_CLASSES
+#include "tpc/Dialect/TP/IR/TPOps.cpp.inc"

@@ -1,0 +1,23 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "TPC"
+# RUN lines go through /bin/sh so that tests can check exact exit codes.
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".mlir"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "runtime"]
+
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.tpc_obj_root, "test")
+
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope --allow-unused-prefixes=false"
+config.substitutions.append(("%tpc_src_root", config.tpc_src_root))
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+tool_dirs = [config.tpc_tools_dir, config.llvm_tools_dir]
+llvm_config.add_tool_substitutions(["tpc-opt"], tool_dirs)

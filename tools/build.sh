@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the dependencies (if missing), configures the build directory (once)
+# and builds everything. BUILD_DIR overrides the default ./build.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+
+"$root/tools/install-deps.sh"
+
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -G Ninja -S "$root" -B "$build" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+    -DLLVM_USE_LINKER=lld \
+    -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit \
+    -DTPC_WERROR=ON >/dev/null
+fi
+cmake --build "$build" -j "$(nproc)"

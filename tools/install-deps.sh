@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building and testing tpc need. Idempotent: packages already present
+# are skipped, and `apt-get update` runs at most once, only when something is missing.
+set -euo pipefail
+
+packages=(
+  # Compiler side: LLVM/MLIR 22 (static libs, tblgen, lit, FileCheck), fast compiler and linker.
+  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22 lld-22 libzstd-dev
+  # Build system and unit tests.
+  cmake ninja-build libgtest-dev googletest
+  # Runtime: MPI, plan files, BLAS.
+  libopenmpi-dev openmpi-bin flatbuffers-compiler libflatbuffers-dev libopenblas-dev
+  # Numerical references for tests.
+  python3-torch python3-numpy python3-venv
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
