@@ -8,7 +8,7 @@ config.name = "TPC"
 # RUN lines go through /bin/sh so that tests can check exact exit codes.
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".mlir"]
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "runtime"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "runtime", "Inputs"]
 
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.tpc_obj_root, "test")

@@ -7,7 +7,7 @@ packages=(
   # Compiler side: LLVM/MLIR 22 (static libs, tblgen, lit, FileCheck), fast compiler and linker.
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22 lld-22 libzstd-dev
   # Build system and unit tests.
-  cmake ninja-build libgtest-dev googletest
+  cmake ninja-build libgtest-dev googletest clang-format
   # Runtime: MPI, plan files, BLAS.
   libopenmpi-dev openmpi-bin flatbuffers-compiler libflatbuffers-dev libopenblas-dev
   # Numerical references for tests.

@@ -63,8 +63,9 @@ void fillNormal(std::span<float> out, std::span<const int64_t> globalShape,
                 Block block, uint64_t key, float stddev) {
   size_t rank = globalShape.size();
   if (block.offset.size() != rank || block.shape.size() != rank)
-    throw std::invalid_argument("fillNormal: block rank differs from tensor rank " +
-                                std::to_string(rank));
+    throw std::invalid_argument(
+        "fillNormal: block rank differs from tensor rank " +
+        std::to_string(rank));
   int64_t count = 1;
   for (size_t d = 0; d < rank; ++d) {
     if (block.offset[d] < 0 || block.shape[d] < 0 ||
@@ -75,9 +76,9 @@ void fillNormal(std::span<float> out, std::span<const int64_t> globalShape,
     count *= block.shape[d];
   }
   if (static_cast<int64_t>(out.size()) != count)
-    throw std::invalid_argument("fillNormal: output holds " +
-                                std::to_string(out.size()) + " elements, block has " +
-                                std::to_string(count));
+    throw std::invalid_argument(
+        "fillNormal: output holds " + std::to_string(out.size()) +
+        " elements, block has " + std::to_string(count));
   // Walk the block in row-major order, tracking the global linear index.
   std::vector<int64_t> local(rank, 0);
   for (int64_t i = 0; i < count; ++i) {

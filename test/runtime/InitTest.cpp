@@ -69,7 +69,8 @@ TEST(NormalInit, ShardsAgreeWithTheWholeTensor) {
 }
 
 TEST(NormalInit, RejectsBlocksOutsideTheTensor) {
-  const std::vector<int64_t> shape = {4, 4}, offset = {2, 0}, blockShape = {3, 4};
+  const std::vector<int64_t> shape = {4, 4}, offset = {2, 0},
+                             blockShape = {3, 4};
   std::vector<float> out(12);
   EXPECT_THROW(fillNormal(out, shape, {offset, blockShape}, 1, 1.0f),
                std::invalid_argument);

@@ -38,8 +38,8 @@ static LogicalResult verifyTensorFactors(Operation *op, StringRef what,
                              << " is not a ranked tensor";
   if (tensorType.getRank() != static_cast<int64_t>(dims.size()))
     return op->emitOpError()
-           << "sharding rule: " << what << " #" << idx << " has "
-           << dims.size() << " dimension entries for " << tensorType;
+           << "sharding rule: " << what << " #" << idx << " has " << dims.size()
+           << " dimension entries for " << tensorType;
   for (auto [dim, dimFactors] : llvm::enumerate(dims)) {
     if (dimFactors.empty())
       continue;
@@ -53,9 +53,8 @@ static LogicalResult verifyTensorFactors(Operation *op, StringRef what,
     if (product != tensorType.getDimSize(dim))
       return op->emitOpError()
              << "sharding rule: factors of " << what << " #" << idx
-             << " dimension " << dim << " multiply to " << product
-             << ", but " << tensorType << " has size "
-             << tensorType.getDimSize(dim);
+             << " dimension " << dim << " multiply to " << product << ", but "
+             << tensorType << " has size " << tensorType.getDimSize(dim);
   }
   return success();
 }
@@ -63,9 +62,9 @@ static LogicalResult verifyTensorFactors(Operation *op, StringRef what,
 LogicalResult ShardingRule::verify(Operation *op) const {
   if (operands.size() != op->getNumOperands() ||
       results.size() != op->getNumResults())
-    return op->emitOpError() << "sharding rule describes " << operands.size()
-                             << " operands and " << results.size()
-                             << " results";
+    return op->emitOpError()
+           << "sharding rule describes " << operands.size() << " operands and "
+           << results.size() << " results";
   for (auto [idx, type] : llvm::enumerate(op->getOperandTypes()))
     if (failed(verifyTensorFactors(op, "operand", idx, type, operands[idx],
                                    factors)))
@@ -100,19 +99,16 @@ static void printTensorFactors(raw_ostream &os, const TensorFactors &dims) {
 
 void ShardingRule::print(raw_ostream &os) const {
   os << '(';
-  llvm::interleaveComma(operands, os, [&](const TensorFactors &t) {
-    printTensorFactors(os, t);
-  });
+  llvm::interleaveComma(
+      operands, os, [&](const TensorFactors &t) { printTensorFactors(os, t); });
   os << ") -> (";
-  llvm::interleaveComma(results, os, [&](const TensorFactors &t) {
-    printTensorFactors(os, t);
-  });
+  llvm::interleaveComma(
+      results, os, [&](const TensorFactors &t) { printTensorFactors(os, t); });
   os << ") {";
-  llvm::interleaveComma(llvm::seq<int64_t>(0, factors.size()), os,
-                        [&](int64_t factor) {
-                          os << factorName(factor) << '='
-                             << factors[factor].size;
-                        });
+  llvm::interleaveComma(
+      llvm::seq<int64_t>(0, factors.size()), os, [&](int64_t factor) {
+        os << factorName(factor) << '=' << factors[factor].size;
+      });
   os << '}';
   for (FactorKind kind :
        {FactorKind::Reduction, FactorKind::Stats, FactorKind::Replicated}) {
@@ -143,8 +139,8 @@ int64_t ShardingRuleBuilder::addFactor(int64_t size, FactorKind kind) {
 
 SmallVector<int64_t> ShardingRuleBuilder::addFactors(ArrayRef<int64_t> shape,
                                                      FactorKind kind) {
-  return llvm::map_to_vector(shape,
-                             [&](int64_t size) { return addFactor(size, kind); });
+  return llvm::map_to_vector(
+      shape, [&](int64_t size) { return addFactor(size, kind); });
 }
 
 TensorFactors ShardingRuleBuilder::oneFactorPerDim(ArrayRef<int64_t> perDim) {
@@ -167,12 +163,10 @@ ShardingRule ShardingRuleBuilder::build() {
     ShardingFactor &factor = rule.factors[idx];
     if (factor.kind != FactorKind::Parallel)
       continue;
-    bool inOperand = llvm::any_of(rule.operands, [&](const TensorFactors &t) {
-      return indexes(t, idx);
-    });
-    bool inAllResults = llvm::all_of(rule.results, [&](const TensorFactors &t) {
-      return indexes(t, idx);
-    });
+    bool inOperand = llvm::any_of(
+        rule.operands, [&](const TensorFactors &t) { return indexes(t, idx); });
+    bool inAllResults = llvm::all_of(
+        rule.results, [&](const TensorFactors &t) { return indexes(t, idx); });
     if (inOperand && !inAllResults)
       factor.kind = FactorKind::Reduction;
   }

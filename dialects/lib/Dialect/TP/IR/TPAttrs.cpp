@@ -30,16 +30,16 @@ DistAttr mlir::tp::getDistLayout(Type type) {
 
 bool DistAttr::isReplicated() const {
   return getPartial().empty() &&
-         llvm::all_of(getSplit(), [](DenseI64ArrayAttr axes) {
-           return axes.empty();
-         });
+         llvm::all_of(getSplit(),
+                      [](DenseI64ArrayAttr axes) { return axes.empty(); });
 }
 
 //===----------------------------------------------------------------------===//
 // Syntax: #tp.dist<@g, [[0], []] (, partial = [1])? (, sizes = [[3, 5], []])?>
 //===----------------------------------------------------------------------===//
 
-static ParseResult parseIntList(AsmParser &parser, SmallVectorImpl<int64_t> &out) {
+static ParseResult parseIntList(AsmParser &parser,
+                                SmallVectorImpl<int64_t> &out) {
   return parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() {
     int64_t value;
     if (parser.parseInteger(value))
@@ -64,8 +64,8 @@ Attribute DistAttr::parse(AsmParser &parser, Type) {
   FlatSymbolRefAttr grid;
   SmallVector<DenseI64ArrayAttr> split, sizes;
   SmallVector<int64_t> partial;
-  if (parser.parseLess() || parser.parseAttribute(grid) || parser.parseComma() ||
-      parseNestedIntList(parser, split))
+  if (parser.parseLess() || parser.parseAttribute(grid) ||
+      parser.parseComma() || parseNestedIntList(parser, split))
     return {};
   while (succeeded(parser.parseOptionalComma())) {
     StringRef keyword;
@@ -79,8 +79,9 @@ Attribute DistAttr::parse(AsmParser &parser, Type) {
       if (parseNestedIntList(parser, sizes))
         return {};
     } else {
-      parser.emitError(loc) << "expected 'partial' or 'sizes' (once each), got '"
-                            << keyword << "'";
+      parser.emitError(loc)
+          << "expected 'partial' or 'sizes' (once each), got '" << keyword
+          << "'";
       return {};
     }
   }
@@ -163,8 +164,7 @@ LogicalResult DistAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       return emitError() << "#tp.dist gives sizes for dimension " << dim
                          << ", which no grid axis splits";
     if (llvm::any_of(dimSizes.asArrayRef(), [](int64_t s) { return s < 0; }))
-      return emitError() << "#tp.dist has a negative size in dimension "
-                         << dim;
+      return emitError() << "#tp.dist has a negative size in dimension " << dim;
   }
   return success();
 }
@@ -224,8 +224,9 @@ mlir::tp::verifyDistLayout(RankedTensorType type, GridOp grid,
     int64_t size = type.getDimSize(dim);
     if (!ShapedType::isDynamic(size) && size % shards != 0)
       return emitError() << what << " " << type << ": dimension " << dim
-                         << " of size " << size << " cannot be split evenly into "
-                         << shards << " shards (give sizes for an uneven split)";
+                         << " of size " << size
+                         << " cannot be split evenly into " << shards
+                         << " shards (give sizes for an uneven split)";
   }
   return success();
 }
@@ -237,14 +238,16 @@ static LogicalResult verifyDistLayoutsOf(Operation *op, TypeRange types,
     DistAttr dist = getDistLayout(type);
     if (!dist)
       continue;
-    auto grid = symbolTables.lookupNearestSymbolFrom<GridOp>(op, dist.getGrid());
+    auto grid =
+        symbolTables.lookupNearestSymbolFrom<GridOp>(op, dist.getGrid());
     if (!grid)
-      return op->emitOpError() << kind << " #" << idx << " " << type
-                               << " refers to " << dist.getGrid()
-                               << ", which is not a tp.grid";
+      return op->emitOpError()
+             << kind << " #" << idx << " " << type << " refers to "
+             << dist.getGrid() << ", which is not a tp.grid";
     std::string what = (kind + " #" + Twine(idx)).str();
-    if (failed(verifyDistLayout(cast<RankedTensorType>(type), grid,
-                                [&]() { return op->emitOpError(); }, what)))
+    if (failed(verifyDistLayout(
+            cast<RankedTensorType>(type), grid,
+            [&]() { return op->emitOpError(); }, what)))
       return failure();
   }
   return success();
@@ -253,11 +256,10 @@ static LogicalResult verifyDistLayoutsOf(Operation *op, TypeRange types,
 LogicalResult mlir::tp::verifyDistLayouts(Operation *op,
                                           SymbolTableCollection &symbolTables) {
   if (auto func = dyn_cast<FunctionOpInterface>(op))
-    return failure(
-        failed(verifyDistLayoutsOf(op, func.getArgumentTypes(), "argument",
-                                   symbolTables)) ||
-        failed(verifyDistLayoutsOf(op, func.getResultTypes(), "result",
-                                   symbolTables)));
+    return failure(failed(verifyDistLayoutsOf(op, func.getArgumentTypes(),
+                                              "argument", symbolTables)) ||
+                   failed(verifyDistLayoutsOf(op, func.getResultTypes(),
+                                              "result", symbolTables)));
   return failure(failed(verifyDistLayoutsOf(op, op->getOperandTypes(),
                                             "operand", symbolTables)) ||
                  failed(verifyDistLayoutsOf(op, op->getResultTypes(), "result",

@@ -57,9 +57,8 @@ static LogicalResult verifyShape(Operation *op, const Named &named,
                                  StringRef because) {
   if (shapeOf(named.value) == expected)
     return success();
-  auto diag = op->emitOpError()
-              << named.name << " " << named.value.getType()
-              << " should have shape [";
+  auto diag = op->emitOpError() << named.name << " " << named.value.getType()
+                                << " should have shape [";
   llvm::interleaveComma(expected, diag);
   return diag << "] " << because;
 }
@@ -89,9 +88,8 @@ static SmallVector<int64_t> concat(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
 /// Rule of an op whose operands and results all have `shape` and are
 /// indexed the same way, except scalars (rank 0), which take no factor.
 /// The last dimension gets `lastKind`.
-static ShardingRule
-sameShapeRule(Operation *op, ArrayRef<int64_t> shape,
-              FactorKind lastKind = FactorKind::Parallel) {
+static ShardingRule sameShapeRule(Operation *op, ArrayRef<int64_t> shape,
+                                  FactorKind lastKind = FactorKind::Parallel) {
   ShardingRuleBuilder builder;
   SmallVector<int64_t> factors;
   if (!shape.empty()) {
@@ -116,7 +114,8 @@ sameShapeRule(Operation *op, ArrayRef<int64_t> shape,
 
 LogicalResult GridOp::verify() {
   if (getShape().empty())
-    return emitOpError() << "grid @" << getSymName() << " needs at least one axis";
+    return emitOpError() << "grid @" << getSymName()
+                         << " needs at least one axis";
   for (auto [axis, size] : llvm::enumerate(getShape()))
     if (size < 1)
       return emitOpError() << "grid @" << getSymName() << " axis " << axis
@@ -136,8 +135,7 @@ int64_t GridOp::getNumRanks() const {
 //===----------------------------------------------------------------------===//
 
 LogicalResult EmbeddingOp::verify() {
-  Named table{"table", getTable()},
-      result{"result", getResult()};
+  Named table{"table", getTable()}, result{"result", getResult()};
   if (tensorTypeOf(getTable()).getRank() != 2)
     return emitOpError() << "table " << getTable().getType()
                          << " must be [vocab, hidden]";
@@ -220,13 +218,15 @@ LogicalResult MatmulOp::verify() {
     return failure();
   MatmulDims dims = getMatmulDims(*this);
   if (dims.lhsK != dims.k)
-    return emitOpError() << "contraction sizes differ: lhs " << getLhs().getType()
-                         << " has K = " << dims.lhsK << " but rhs "
-                         << getRhs().getType() << " has K = " << dims.k;
+    return emitOpError() << "contraction sizes differ: lhs "
+                         << getLhs().getType() << " has K = " << dims.lhsK
+                         << " but rhs " << getRhs().getType()
+                         << " has K = " << dims.k;
   if (!dims.lhsBatch.empty() && !dims.rhsBatch.empty() &&
       dims.lhsBatch != dims.rhsBatch)
-    return emitOpError() << "batch dimensions differ: lhs " << getLhs().getType()
-                         << " vs rhs " << getRhs().getType();
+    return emitOpError() << "batch dimensions differ: lhs "
+                         << getLhs().getType() << " vs rhs "
+                         << getRhs().getType();
   ArrayRef<int64_t> batch =
       dims.lhsBatch.empty() ? dims.rhsBatch : dims.lhsBatch;
   return verifyShape(*this, result, concat(batch, {dims.m, dims.n}),
@@ -244,8 +244,9 @@ ShardingRule MatmulOp::getShardingRule() {
   int64_t k = builder.addFactor(dims.k);
   auto side = [&](ArrayRef<int64_t> sideBatch, int64_t rows, int64_t cols,
                   bool transposed) {
-    SmallVector<int64_t> factors = sideBatch.empty() ? SmallVector<int64_t>()
-                                                     : SmallVector<int64_t>(batch);
+    SmallVector<int64_t> factors = sideBatch.empty()
+                                       ? SmallVector<int64_t>()
+                                       : SmallVector<int64_t>(batch);
     if (transposed)
       std::swap(rows, cols);
     factors.push_back(rows);
@@ -302,15 +303,15 @@ static ShardingRule broadcastRule(Operation *op) {
     SmallVector<int64_t> perDim;
     for (auto [dim, size] : llvm::enumerate(shape))
       perDim.push_back(size == resultShape[offset + dim] ? factors[offset + dim]
-                                                          : -1);
+                                                         : -1);
     builder.addOperand(perDim);
   }
   builder.addResult(factors);
   return builder.build();
 }
 
-#define TP_BROADCAST_BINARY_OP(OpT)                                           \
-  LogicalResult OpT::verify() { return verifyBroadcastBinary(*this); }       \
+#define TP_BROADCAST_BINARY_OP(OpT)                                            \
+  LogicalResult OpT::verify() { return verifyBroadcastBinary(*this); }         \
   ShardingRule OpT::getShardingRule() { return broadcastRule(*this); }
 TP_BROADCAST_BINARY_OP(AddOp)
 TP_BROADCAST_BINARY_OP(SubOp)
@@ -335,7 +336,8 @@ ShardingRule SiluOp::getShardingRule() {
 /// result_grad, input and input_grad of an elementwise op's gradient.
 static LogicalResult verifyUnaryGrad(Operation *op) {
   Named resultGrad{"result_grad", op->getOperand(0)},
-      input{"input", op->getOperand(1)}, inputGrad{"input_grad", op->getResult(0)};
+      input{"input", op->getOperand(1)},
+      inputGrad{"input_grad", op->getResult(0)};
   if (failed(verifySameElementType(op, {input, resultGrad, inputGrad})))
     return failure();
   if (failed(verifyShape(op, resultGrad, shapeOf(input.value),
@@ -376,8 +378,8 @@ static LogicalResult verifyNormalization(Operation *op, Named input,
     if (failed(verifyShape(op, named, shape, "(the shape of input)")))
       return failure();
   for (const Named &named : perFeature)
-    if (failed(verifyShape(op, named, shape.back(),
-                           "(input's last dimension)")))
+    if (failed(
+            verifyShape(op, named, shape.back(), "(input's last dimension)")))
       return failure();
   return verifyPositive(op, "epsilon", epsilon);
 }
@@ -402,10 +404,9 @@ static ShardingRule normalizationRule(Operation *op, ArrayRef<int64_t> shape) {
 }
 
 LogicalResult LayerNormOp::verify() {
-  return verifyNormalization(*this, {"input", getInput()},
-                             {{"result", getResult()}},
-                             {{"gamma", getGamma()}, {"beta", getBeta()}},
-                             getEpsilonAttr());
+  return verifyNormalization(
+      *this, {"input", getInput()}, {{"result", getResult()}},
+      {{"gamma", getGamma()}, {"beta", getBeta()}}, getEpsilonAttr());
 }
 ShardingRule LayerNormOp::getShardingRule() {
   return normalizationRule(*this, shapeOf(getInput()));
@@ -471,9 +472,10 @@ ShardingRule SoftmaxOp::getShardingRule() {
 }
 
 LogicalResult SoftmaxGradOp::verify() {
-  Named resultGrad{"result_grad", getResultGrad()}, result{"result", getResult()},
-      inputGrad{"input_grad", getInputGrad()};
-  if (failed(verifyRankAtLeast(*this, result, 1, "(softmax over its last dim)")) ||
+  Named resultGrad{"result_grad", getResultGrad()},
+      result{"result", getResult()}, inputGrad{"input_grad", getInputGrad()};
+  if (failed(
+          verifyRankAtLeast(*this, result, 1, "(softmax over its last dim)")) ||
       failed(verifySameElementType(*this, {result, resultGrad, inputGrad})) ||
       failed(verifyShape(*this, resultGrad, shapeOf(getResult()),
                          "(the shape of result)")))
@@ -509,9 +511,9 @@ LogicalResult ReshapeOp::verify() {
           *this, {{"input", getInput()}, {"result", getResult()}})))
     return failure();
   if (input.getNumElements() != result.getNumElements())
-    return emitOpError() << "input " << input << " has " << input.getNumElements()
-                         << " elements but result " << result << " has "
-                         << result.getNumElements();
+    return emitOpError() << "input " << input << " has "
+                         << input.getNumElements() << " elements but result "
+                         << result << " has " << result.getNumElements();
   return success();
 }
 
@@ -559,7 +561,8 @@ ShardingRule ReshapeOp::getShardingRule() {
     if (chain) {
       SmallVector<int64_t> factorAtCut;
       for (auto [c, cut] : llvm::enumerate(cuts))
-        factorAtCut.push_back(builder.addFactor(c == 0 ? cut : cut / cuts[c - 1]));
+        factorAtCut.push_back(
+            builder.addFactor(c == 0 ? cut : cut / cuts[c - 1]));
       auto assign = [&](ArrayRef<int64_t> shape, size_t begin, size_t end,
                         TensorFactors &dims) {
         int64_t prefix = 1;
@@ -621,9 +624,9 @@ static LogicalResult verifyReduction(Operation *op, Value input, Value result,
     return failure();
   for (auto [idx, dim] : llvm::enumerate(dims)) {
     if (dim < 0 || dim >= static_cast<int64_t>(shape.size()))
-      return op->emitOpError() << "reduced dimension " << dim
-                               << " is out of range for input "
-                               << input.getType();
+      return op->emitOpError()
+             << "reduced dimension " << dim << " is out of range for input "
+             << input.getType();
     if (idx > 0 && dim <= dims[idx - 1])
       return op->emitOpError() << "reduced dimensions must be strictly "
                                << "increasing";
@@ -730,9 +733,11 @@ LogicalResult AdamWOp::verify() {
         {"new_exp_avg_sq", getExpAvgSq(), getNewExpAvgSq()}})
     if (in.getType() != out.getType())
       return emitOpError() << name << " " << out.getType()
-                           << " must have the type of its input " << in.getType();
-  for (auto [name, attr] : {std::pair<StringRef, FloatAttr>{"beta1", getBeta1Attr()},
-                            {"beta2", getBeta2Attr()}}) {
+                           << " must have the type of its input "
+                           << in.getType();
+  for (auto [name, attr] :
+       {std::pair<StringRef, FloatAttr>{"beta1", getBeta1Attr()},
+        {"beta2", getBeta2Attr()}}) {
     double beta = attr.getValueAsDouble();
     if (beta < 0.0 || beta >= 1.0)
       return emitOpError() << name << " must be in [0, 1), got " << beta;

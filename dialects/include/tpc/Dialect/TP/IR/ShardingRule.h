@@ -92,12 +92,20 @@ public:
   SmallVector<int64_t> addFactors(ArrayRef<int64_t> shape,
                                   FactorKind kind = FactorKind::Parallel);
 
-  void addOperand(TensorFactors dims) { rule.operands.push_back(std::move(dims)); }
-  void addResult(TensorFactors dims) { rule.results.push_back(std::move(dims)); }
+  void addOperand(TensorFactors dims) {
+    rule.operands.push_back(std::move(dims));
+  }
+  void addResult(TensorFactors dims) {
+    rule.results.push_back(std::move(dims));
+  }
   /// Operand or result whose dimension i is indexed by factor `perDim[i]`
   /// alone (a negative entry: the dimension cannot be split).
-  void addOperand(ArrayRef<int64_t> perDim) { addOperand(oneFactorPerDim(perDim)); }
-  void addResult(ArrayRef<int64_t> perDim) { addResult(oneFactorPerDim(perDim)); }
+  void addOperand(ArrayRef<int64_t> perDim) {
+    addOperand(oneFactorPerDim(perDim));
+  }
+  void addResult(ArrayRef<int64_t> perDim) {
+    addResult(oneFactorPerDim(perDim));
+  }
 
   ShardingRule build();
 

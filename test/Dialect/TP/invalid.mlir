@@ -1,0 +1,567 @@
+// RUN: tpc-opt %s -split-input-file -verify-diagnostics
+
+//===----------------------------------------------------------------------===//
+// #tp.dist layouts
+//===----------------------------------------------------------------------===//
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{#tp.dist grid axis -1 is negative}}
+func.func @negative_axis(%a: tensor<8x16xf32, #tp.dist<@g, [[-1], []]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{#tp.dist uses grid axis 0 twice}}
+func.func @axis_twice(%a: tensor<8x16xf32, #tp.dist<@g, [[0], [0]]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{#tp.dist uses grid axis 1 twice}}
+func.func @axis_split_and_partial(%a: tensor<8x16xf32, #tp.dist<@g, [[1], []], partial = [1]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{#tp.dist has sizes for 1 dimensions but splits 2}}
+func.func @sizes_rank(%a: tensor<8x16xf32, #tp.dist<@g, [[0], []], sizes = [[3, 5]]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{#tp.dist gives sizes for dimension 1, which no grid axis splits}}
+func.func @sizes_unsplit(%a: tensor<8x16xf32, #tp.dist<@g, [[0], []], sizes = [[], [8, 8]]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{#tp.dist has a negative size in dimension 0}}
+func.func @negative_size(%a: tensor<8x16xf32, #tp.dist<@g, [[0], []], sizes = [[9, -1], []]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{#tp.dist describes 1 dimensions but the tensor has rank 2}}
+func.func @layout_rank(%a: tensor<8x16xf32, #tp.dist<@g, [[0]]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{#tp.dist sizes of dimension 0 add up to 7, not 8}}
+func.func @sizes_sum(%a: tensor<8x16xf32, #tp.dist<@g, [[0], []], sizes = [[3, 4], []]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{expected 'partial' or 'sizes' (once each), got 'halo'}}
+func.func @unknown_keyword(%a: tensor<8x16xf32, #tp.dist<@g, [[0], []], halo = [1]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{'func.func' op argument #0 'tensor<8x16xf32, #tp.dist<@g, [[2], []]>>' names grid axis 2, but grid @g has 2 axes}}
+func.func private @axis_out_of_range(%a: tensor<8x16xf32, #tp.dist<@g, [[2], []]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+func.func @partial_axis_out_of_range(%a: tensor<8x16xf32>) {
+  // expected-error @+1 {{'tp.redistribute' op result #0 'tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [3]>>' names grid axis 3, but grid @g has 2 axes}}
+  %0 = tp.redistribute %a : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [3]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{'func.func' op result #0 'tensor<8x6xf32, #tp.dist<@g, [[], [1]]>>': dimension 1 of size 6 cannot be split evenly into 4 shards (give sizes for an uneven split)}}
+func.func private @not_divisible() -> tensor<8x6xf32, #tp.dist<@g, [[], [1]]>>
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{dimension 0 of size 12 cannot be split evenly into 8 shards}}
+func.func private @not_divisible_two_axes(%a: tensor<12x16xf32, #tp.dist<@g, [[0, 1], []]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{gives 2 sizes for dimension 1, which is split into 4 shards}}
+func.func private @sizes_count(%a: tensor<8x16xf32, #tp.dist<@g, [[], [1]], sizes = [[], [8, 8]]>>)
+
+// -----
+
+tp.grid @g [2, 4]
+// expected-error @+1 {{argument #0 'tensor<8x16xf32, #tp.dist<@nope, [[0], []]>>' refers to @nope, which is not a tp.grid}}
+func.func private @unknown_grid(%a: tensor<8x16xf32, #tp.dist<@nope, [[0], []]>>)
+
+// -----
+
+func.func @not_a_grid(%a: tensor<8x16xf32>) {
+  // expected-error @+1 {{'tp.redistribute' op result #0 'tensor<8x16xf32, #tp.dist<@not_a_grid, [[0], []]>>' refers to @not_a_grid, which is not a tp.grid}}
+  %0 = tp.redistribute %a : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@not_a_grid, [[0], []]>>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// tp.grid
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// expected-error @+1 {{grid @g needs at least one axis}}
+tp.grid @g []
+
+// -----
+
+// expected-error @+1 {{grid @g axis 1 has size 0; sizes must be >= 1}}
+tp.grid @g [2, 0]
+
+// -----
+
+func.func @grid_not_in_module() {
+  // expected-error @+1 {{expects parent op 'builtin.module'}}
+  tp.grid @g [2]
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Types accepted by every op
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @dynamic_shape(%x: tensor<?x16xf32>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of}}
+  %0 = tp.gelu %x : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @integer_operand(%x: tensor<8xi32>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 32-bit float or 16-bit float or bfloat16 type values}}
+  %0 = tp.silu %x : tensor<8xi32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @embedding_table_rank(%t: tensor<50x16x2xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{table 'tensor<50x16x2xf32>' must be [vocab, hidden]}}
+  %0 = tp.embedding %t, %ids : (tensor<50x16x2xf32>, tensor<2x8xi32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_element_type(%t: tensor<50x16xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{result has element type 'bf16' but table has 'f32'}}
+  %0 = tp.embedding %t, %ids : (tensor<50x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xbf16>
+  return
+}
+
+// -----
+
+func.func @embedding_result_shape(%t: tensor<50x16xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{result 'tensor<2x8x32xf32>' should have shape [2, 8, 16] (ids shape followed by the table's hidden size)}}
+  %0 = tp.embedding %t, %ids : (tensor<50x16xf32>, tensor<2x8xi32>) -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_table_rank(%dy: tensor<2x8x16xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{table_grad 'tensor<800xf32>' must be [vocab, hidden]}}
+  %0 = tp.embedding_grad %dy, %ids : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<800xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_shape(%dy: tensor<2x4x16xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{result_grad 'tensor<2x4x16xf32>' should have shape [2, 8, 16] (ids shape followed by table_grad's hidden size)}}
+  %0 = tp.embedding_grad %dy, %ids : (tensor<2x4x16xf32>, tensor<2x8xi32>) -> tensor<50x16xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Matmul
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @matmul_rank(%a: tensor<16xf32>, %b: tensor<16x32xf32>) {
+  // expected-error @+1 {{lhs 'tensor<16xf32>' must have rank >= 2 (a matrix or batch of them)}}
+  %0 = tp.matmul %a, %b : (tensor<16xf32>, tensor<16x32xf32>) -> tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_contraction(%a: tensor<8x16xf32>, %b: tensor<32x16xf32>) {
+  // expected-error @+1 {{contraction sizes differ: lhs 'tensor<8x16xf32>' has K = 16 but rhs 'tensor<32x16xf32>' has K = 32}}
+  %0 = tp.matmul %a, %b : (tensor<8x16xf32>, tensor<32x16xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_transposed_contraction(%a: tensor<8x16xf32>, %b: tensor<16x32xf32>) {
+  // expected-error @+1 {{contraction sizes differ: lhs 'tensor<8x16xf32>' has K = 8 but rhs 'tensor<16x32xf32>' has K = 16}}
+  %0 = tp.matmul %a, %b {transpose_lhs} : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<16x32xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_batch(%a: tensor<2x8x16xf32>, %b: tensor<3x16x32xf32>) {
+  // expected-error @+1 {{batch dimensions differ: lhs 'tensor<2x8x16xf32>' vs rhs 'tensor<3x16x32xf32>'}}
+  %0 = tp.matmul %a, %b : (tensor<2x8x16xf32>, tensor<3x16x32xf32>) -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_result(%a: tensor<2x8x16xf32>, %b: tensor<16x32xf32>) {
+  // expected-error @+1 {{result 'tensor<8x32xf32>' should have shape [2, 8, 32] (batch..., M, N)}}
+  %0 = tp.matmul %a, %b : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_element_type(%a: tensor<8x16xf32>, %b: tensor<16x32xf16>) {
+  // expected-error @+1 {{rhs has element type 'f16' but lhs has 'f32'}}
+  %0 = tp.matmul %a, %b : (tensor<8x16xf32>, tensor<16x32xf16>) -> tensor<8x32xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @add_no_broadcast(%a: tensor<8x16xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{lhs 'tensor<8x16xf32>' and rhs 'tensor<8xf32>' do not broadcast}}
+  %0 = tp.add %a, %b : (tensor<8x16xf32>, tensor<8xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @mul_result(%a: tensor<8x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{result 'tensor<16xf32>' should have shape [8, 16] (the broadcast of lhs and rhs)}}
+  %0 = tp.mul %a, %b : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @scale_types(%a: tensor<8x16xf32>) {
+  // expected-error @+1 {{all of {input, result} have same type}}
+  %0 = "tp.scale"(%a) {factor = 2.0 : f64} : (tensor<8x16xf32>) -> tensor<8x16xf16>
+  return
+}
+
+// -----
+
+func.func @gelu_grad_shape(%dy: tensor<8x8xf32>, %x: tensor<8x16xf32>) {
+  // expected-error @+1 {{result_grad 'tensor<8x8xf32>' should have shape [8, 16] (the shape of input)}}
+  %0 = tp.gelu_grad %dy, %x : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @silu_grad_result(%dy: tensor<8x16xf32>, %x: tensor<8x16xf32>) {
+  // expected-error @+1 {{input_grad 'tensor<16x8xf32>' should have shape [8, 16] (the shape of input)}}
+  %0 = tp.silu_grad %dy, %x : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<16x8xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @layer_norm_gamma(%x: tensor<2x8x16xf32>, %g: tensor<8xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{gamma 'tensor<8xf32>' should have shape [16] (input's last dimension)}}
+  %0 = tp.layer_norm %x, %g, %b : (tensor<2x8x16xf32>, tensor<8xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_epsilon(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{epsilon must be positive, got 0.000000e+00}}
+  %0 = tp.layer_norm %x, %g, %b {epsilon = 0.0 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_rank(%x: tensor<f32>, %g: tensor<16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{input 'tensor<f32>' must have rank >= 1 (normalised over its last dim)}}
+  %0 = tp.layer_norm %x, %g, %b : (tensor<f32>, tensor<16xf32>, tensor<16xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_beta(%dy: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %g: tensor<16xf32>) {
+  // expected-error @+1 {{beta_grad 'tensor<2x16xf32>' should have shape [16] (input's last dimension)}}
+  %0:3 = tp.layer_norm_grad %dy, %x, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x16xf32>)
+  return
+}
+
+// -----
+
+func.func @rms_norm_result(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>) {
+  // expected-error @+1 {{result 'tensor<2x16xf32>' should have shape [2, 8, 16] (the shape of input)}}
+  %0 = tp.rms_norm %x, %g : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x16xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_grad_element_type(%dy: tensor<2x8x16xbf16>, %x: tensor<2x8x16xf32>, %g: tensor<16xf32>) {
+  // expected-error @+1 {{result_grad has element type 'bf16' but input has 'f32'}}
+  %0:2 = tp.rms_norm_grad %dy, %x, %g : (tensor<2x8x16xbf16>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax and rotary
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @causal_rank(%x: tensor<8xf32>) {
+  // expected-error @+1 {{input 'tensor<8xf32>' must have rank >= 2 with causal (its last two dims are [queries, keys])}}
+  %0 = tp.softmax %x {causal} : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @causal_square(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{causal softmax needs as many queries as keys, but input 'tensor<2x4x8xf32>' has 4 queries and 8 keys}}
+  %0 = tp.softmax %x {causal} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_rank(%x: tensor<f32>) {
+  // expected-error @+1 {{input 'tensor<f32>' must have rank >= 1 (softmax over its last dim)}}
+  %0 = tp.softmax %x : tensor<f32>
+  return
+}
+
+// -----
+
+func.func @softmax_grad_shape(%dy: tensor<4x8xf32>, %y: tensor<4x4xf32>) {
+  // expected-error @+1 {{result_grad 'tensor<4x8xf32>' should have shape [4, 4] (the shape of result)}}
+  %0 = tp.softmax_grad %dy, %y : (tensor<4x8xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_odd(%x: tensor<2x8x15xf32>) {
+  // expected-error @+1 {{input 'tensor<2x8x15xf32>' needs an even head dimension to rotate pairs}}
+  %0 = tp.rotary %x : tensor<2x8x15xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_rank(%x: tensor<16xf32>) {
+  // expected-error @+1 {{input 'tensor<16xf32>' must have rank >= 2 (its last two dims are [seq, head_dim])}}
+  %0 = tp.rotary %x : tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_theta(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{theta must be positive, got -1.000000e+00}}
+  %0 = tp.rotary %x {theta = -1.0 : f64} : tensor<2x8x16xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Shapes and reductions
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @reshape_elements(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{input 'tensor<2x8x16xf32>' has 256 elements but result 'tensor<16x15xf32>' has 240}}
+  %0 = tp.reshape %x : (tensor<2x8x16xf32>) -> tensor<16x15xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_length(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{permutation has 2 entries but input 'tensor<2x8x16xf32>' has rank 3}}
+  %0 = tp.transpose %x {permutation = array<i64: 1, 0>} : (tensor<2x8x16xf32>) -> tensor<8x2x16xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_not_permutation(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{permutation is not a permutation of [0, 3)}}
+  %0 = tp.transpose %x {permutation = array<i64: 0, 0, 2>} : (tensor<2x8x16xf32>) -> tensor<2x2x16xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_result(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{result 'tensor<2x8x16xf32>' should have shape [8, 2, 16] (input dims in permutation order)}}
+  %0 = tp.transpose %x {permutation = array<i64: 1, 0, 2>} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_range(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{reduced dimension 3 is out of range for input 'tensor<2x8x16xf32>'}}
+  %0 = tp.reduce_sum %x {dims = array<i64: 3>} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_order(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{reduced dimensions must be strictly increasing}}
+  %0 = tp.reduce_mean %x {dims = array<i64: 1, 0>} : (tensor<2x8x16xf32>) -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_result(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{result 'tensor<2x16xf32>' should have shape [2, 8] (input without the reduced dims)}}
+  %0 = tp.reduce_sum %x {dims = array<i64: 2>} : (tensor<2x8x16xf32>) -> tensor<2x16xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @cross_entropy_targets(%l: tensor<2x8x50xf32>, %t: tensor<2x50xi32>) {
+  // expected-error @+1 {{targets 'tensor<2x50xi32>' should have shape [2, 8] (logits without the vocabulary dim)}}
+  %0 = tp.cross_entropy %l, %t : (tensor<2x8x50xf32>, tensor<2x50xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_rank(%l: tensor<f32>, %t: tensor<i32>) {
+  // expected-error @+1 {{logits 'tensor<f32>' must have rank >= 1 (its last dim is the vocabulary)}}
+  %0 = tp.cross_entropy %l, %t : (tensor<f32>, tensor<i32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_loss_type(%l: tensor<8x50xf32>, %t: tensor<8xi32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %0 = tp.cross_entropy %l, %t : (tensor<8x50xf32>, tensor<8xi32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_grad_type(%l: tensor<8x50xf32>, %t: tensor<8xi32>, %d: tensor<f32>) {
+  // expected-error @+1 {{logits_grad 'tensor<8x50xbf16>' must have the type of logits 'tensor<8x50xf32>'}}
+  %0 = tp.cross_entropy_grad %l, %t, %d : (tensor<8x50xf32>, tensor<8xi32>, tensor<f32>) -> tensor<8x50xbf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// AdamW
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @adamw_grad_shape(%p: tensor<16xf32>, %g: tensor<8xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
+  // expected-error @+1 {{grad 'tensor<8xf32>' should have shape [16] (the shape of param)}}
+  %0:3 = tp.adamw %p, %g, %p, %p, %lr, %s : (tensor<16xf32>, tensor<8xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @adamw_grad_element_type(%p: tensor<16xf32>, %g: tensor<16xbf16>, %lr: tensor<f32>, %s: tensor<i64>) {
+  // expected-error @+1 {{grad has element type 'bf16' but param has 'f32'}}
+  %0:3 = tp.adamw %p, %g, %p, %p, %lr, %s : (tensor<16xf32>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @adamw_result_type(%p: tensor<16xbf16>, %m: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
+  // expected-error @+1 {{new_exp_avg 'tensor<16xbf16>' must have the type of its input 'tensor<16xf32>'}}
+  %0:3 = tp.adamw %p, %p, %m, %m, %lr, %s : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @adamw_beta(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
+  // expected-error @+1 {{beta2 must be in [0, 1), got 1.000000e+00}}
+  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s {beta2 = 1.0 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @adamw_weight_decay(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
+  // expected-error @+1 {{weight_decay must be >= 0, got -5.000000e-01}}
+  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s {weight_decay = -0.5 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @adamw_epsilon(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
+  // expected-error @+1 {{epsilon must be positive, got -1.000000e+00}}
+  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s {epsilon = -1.0 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @adamw_step_type(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<f32>) {
+  // expected-error @+1 {{operand #5 must be 0D tensor of 64-bit signless integer values}}
+  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Redistribute
+//===----------------------------------------------------------------------===//
+
+// -----
+
+tp.grid @g [2]
+func.func @redistribute_shape(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{changes only the layout: input 'tensor<8x16xf32>' and result 'tensor<16x8xf32, #tp.dist<@g, [[0], []]>>' must have the same shape and element type}}
+  %0 = tp.redistribute %x : tensor<8x16xf32> -> tensor<16x8xf32, #tp.dist<@g, [[0], []]>>
+  return
+}

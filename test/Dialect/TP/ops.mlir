@@ -1,0 +1,171 @@
+// RUN: tpc-opt %s -split-input-file | tpc-opt -split-input-file | FileCheck %s
+// RUN: tpc-opt %s -split-input-file -mlir-print-op-generic | tpc-opt -split-input-file | FileCheck %s
+// RUN: tpc-opt %s -split-input-file --verify-roundtrip > /dev/null
+
+// CHECK: tp.grid @g [2, 4]
+// CHECK: tp.grid @cube [2, 2, 2]
+tp.grid @g [2, 4]
+tp.grid @cube [2, 2, 2]
+
+// CHECK-LABEL: func.func @layouts
+// CHECK-SAME{LITERAL}: tensor<8x16xf32, #tp.dist<@g, [[0], [1]]>>
+// CHECK-SAME{LITERAL}: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0, 1]>>
+// CHECK-SAME{LITERAL}: tensor<8x16xf32, #tp.dist<@g, [[1, 0], []]>>
+// CHECK-SAME{LITERAL}: tensor<7x16xf32, #tp.dist<@g, [[0], []], sizes = [[3, 4], []]>>
+// CHECK-SAME{LITERAL}: tensor<8x16xf32, #tp.dist<@cube, [[0], [2]], partial = [1]>>
+func.func @layouts(
+    %a: tensor<8x16xf32, #tp.dist<@g, [[0], [1]]>>,
+    %b: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0, 1]>>,
+    %c: tensor<8x16xf32, #tp.dist<@g, [[1, 0], []]>>,
+    %d: tensor<7x16xf32, #tp.dist<@g, [[0], []], sizes = [[3, 4], []]>>,
+    %e: tensor<8x16xf32, #tp.dist<@cube, [[0], [2]], partial = [1]>>) {
+  return
+}
+
+// An all-even sizes list is dropped: the layout equals the one without it.
+// CHECK-LABEL: func.func @even_sizes_dropped
+// CHECK-SAME{LITERAL}: tensor<8x16xf32, #tp.dist<@g, [[0], []]>>
+func.func @even_sizes_dropped(%a: tensor<8x16xf32, #tp.dist<@g, [[0], []], sizes = [[], []]>>) {
+  return
+}
+
+// CHECK-LABEL: func.func @redistribute
+// CHECK: tp.redistribute %{{.*}} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}0], [1]]>>
+// CHECK: tp.redistribute %{{.*}} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []]>>
+// CHECK: tp.redistribute %{{.*}} : tensor<4xi32> -> tensor<4xi32, #tp.dist<@g, {{\[\[}}0]]>>
+func.func @redistribute(%x: tensor<8x16xf32>, %p: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>>, %ids: tensor<4xi32>) {
+  %0 = tp.redistribute %x : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[0], [1]]>>
+  %1 = tp.redistribute %p : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
+  %2 = tp.redistribute %ids : tensor<4xi32> -> tensor<4xi32, #tp.dist<@g, [[0]]>>
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @embedding
+// CHECK: tp.embedding %{{.*}}, %{{.*}} : (tensor<50x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xf32>
+// CHECK: tp.embedding_grad %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<50x16xf32>
+// CHECK: tp.embedding %{{.*}}, %{{.*}} : (tensor<50x16xbf16>, tensor<8xi64>) -> tensor<8x16xbf16>
+func.func @embedding(%table: tensor<50x16xf32>, %ids: tensor<2x8xi32>, %dy: tensor<2x8x16xf32>,
+                     %table16: tensor<50x16xbf16>, %ids64: tensor<8xi64>) {
+  %0 = tp.embedding %table, %ids : (tensor<50x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xf32>
+  %1 = tp.embedding_grad %dy, %ids : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<50x16xf32>
+  %2 = tp.embedding %table16, %ids64 : (tensor<50x16xbf16>, tensor<8xi64>) -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @matmul
+// CHECK: tp.matmul %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+// CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_rhs} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_lhs} : (tensor<16x8xf16>, tensor<16x32xf16>) -> tensor<8x32xf16>
+// CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_lhs, transpose_rhs} : (tensor<4x16x8xf32>, tensor<4x32x16xf32>) -> tensor<4x8x32xf32>
+func.func @matmul(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>, %y: tensor<2x8x32xf32>,
+                  %a: tensor<16x8xf16>, %b: tensor<16x32xf16>,
+                  %q: tensor<4x16x8xf32>, %k: tensor<4x32x16xf32>) {
+  %0 = tp.matmul %x, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+  %1 = tp.matmul %y, %w {transpose_rhs} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
+  %2 = tp.matmul %a, %b {transpose_lhs} : (tensor<16x8xf16>, tensor<16x32xf16>) -> tensor<8x32xf16>
+  %3 = tp.matmul %q, %k {transpose_lhs, transpose_rhs} : (tensor<4x16x8xf32>, tensor<4x32x16xf32>) -> tensor<4x8x32xf32>
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @elementwise
+// CHECK: tp.add %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.sub %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.mul %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<2x8x1xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.div %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<f32>) -> tensor<2x8x16xf32>
+// CHECK: tp.scale %{{.*}}, 1.250000e-01 : tensor<2x8x16xf32>
+// CHECK: tp.gelu %{{.*}} : tensor<2x8x16xf32>
+// CHECK: tp.silu %{{.*}} : tensor<2x8x16xbf16>
+// CHECK: tp.gelu_grad %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.silu_grad %{{.*}}, %{{.*}} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> tensor<2x8x16xbf16>
+func.func @elementwise(%x: tensor<2x8x16xf32>, %b: tensor<16xf32>, %r: tensor<2x8x1xf32>,
+                       %s: tensor<f32>, %h: tensor<2x8x16xbf16>) {
+  %0 = tp.add %x, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %1 = tp.sub %x, %0 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %2 = tp.mul %1, %r : (tensor<2x8x16xf32>, tensor<2x8x1xf32>) -> tensor<2x8x16xf32>
+  %3 = tp.div %2, %s : (tensor<2x8x16xf32>, tensor<f32>) -> tensor<2x8x16xf32>
+  %4 = tp.scale %3, 0.125 : tensor<2x8x16xf32>
+  %5 = tp.gelu %4 : tensor<2x8x16xf32>
+  %6 = tp.silu %h : tensor<2x8x16xbf16>
+  %7 = tp.gelu_grad %5, %4 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %8 = tp.silu_grad %6, %h : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> tensor<2x8x16xbf16>
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @norms
+// CHECK: tp.layer_norm %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.layer_norm %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 1.000000e-03 : f64}
+// CHECK: tp.layer_norm_grad %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
+// CHECK: tp.rms_norm %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 1.000000e-05 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
+func.func @norms(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>, %dy: tensor<2x8x16xf32>) {
+  %0 = tp.layer_norm %x, %g, %b : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %1 = tp.layer_norm %x, %g, %b {epsilon = 1.0e-3 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %2:3 = tp.layer_norm_grad %dy, %x, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %3 = tp.rms_norm %x, %g : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %4:2 = tp.rms_norm_grad %dy, %x, %g {epsilon = 1.0e-5 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @attention
+// CHECK: tp.softmax %{{.*}} {causal} : tensor<2x4x8x8xf32>
+// CHECK: tp.softmax %{{.*}} : tensor<2x8x50xf32>
+// CHECK: tp.softmax_grad %{{.*}}, %{{.*}} : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+// CHECK: tp.rotary %{{.*}} : tensor<2x4x8x16xf32>
+// CHECK: tp.rotary %{{.*}} {inverse, theta = 5.000000e+05 : f64} : tensor<2x4x8x16xf32>
+func.func @attention(%s: tensor<2x4x8x8xf32>, %l: tensor<2x8x50xf32>, %q: tensor<2x4x8x16xf32>) {
+  %0 = tp.softmax %s {causal} : tensor<2x4x8x8xf32>
+  %1 = tp.softmax %l : tensor<2x8x50xf32>
+  %2 = tp.softmax_grad %s, %0 : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %3 = tp.rotary %q : tensor<2x4x8x16xf32>
+  %4 = tp.rotary %q {theta = 500000.0 : f64, inverse} : tensor<2x4x8x16xf32>
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @shapes
+// CHECK: tp.reshape %{{.*}} : (tensor<2x8x16xf32>) -> tensor<2x8x4x4xf32>
+// CHECK: tp.transpose %{{.*}} {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x4xf32>) -> tensor<2x4x8x4xf32>
+// CHECK: tp.reduce_sum %{{.*}} {dims = array<i64: 0, 1>} : (tensor<2x8x16xf32>) -> tensor<16xf32>
+// CHECK: tp.reduce_mean %{{.*}} {dims = array<i64: 2>} : (tensor<2x8x16xf32>) -> tensor<2x8xf32>
+func.func @shapes(%x: tensor<2x8x16xf32>) {
+  %0 = tp.reshape %x : (tensor<2x8x16xf32>) -> tensor<2x8x4x4xf32>
+  %1 = tp.transpose %0 {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x4xf32>) -> tensor<2x4x8x4xf32>
+  %2 = tp.reduce_sum %x {dims = array<i64: 0, 1>} : (tensor<2x8x16xf32>) -> tensor<16xf32>
+  %3 = tp.reduce_mean %x {dims = array<i64: 2>} : (tensor<2x8x16xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @loss
+// CHECK: tp.cross_entropy %{{.*}}, %{{.*}} : (tensor<2x8x50xf32>, tensor<2x8xi32>) -> tensor<f32>
+// CHECK: tp.cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x50xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x50xf32>
+func.func @loss(%logits: tensor<2x8x50xf32>, %t: tensor<2x8xi32>, %dl: tensor<f32>) {
+  %0 = tp.cross_entropy %logits, %t : (tensor<2x8x50xf32>, tensor<2x8xi32>) -> tensor<f32>
+  %1 = tp.cross_entropy_grad %logits, %t, %dl : (tensor<2x8x50xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x50xf32>
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @adamw
+// CHECK: tp.adamw %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<f32>, tensor<i64>) -> (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>)
+// CHECK: tp.adamw {{.*}} {beta1 = 8.000000e-01 : f64, beta2 = 5.000000e-01 : f64, epsilon = 9.9999999999999995E-7 : f64, weight_decay = 1.250000e-01 : f64} : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>)
+func.func @adamw(%p: tensor<16x32xf32>, %g: tensor<16x32xf32>, %m: tensor<16x32xf32>, %v: tensor<16x32xf32>,
+                 %lr: tensor<f32>, %step: tensor<i64>, %p16: tensor<16xbf16>, %g16: tensor<16xbf16>,
+                 %m32: tensor<16xf32>, %v32: tensor<16xf32>) {
+  %0:3 = tp.adamw %p, %g, %m, %v, %lr, %step : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<f32>, tensor<i64>) -> (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>)
+  %1:3 = tp.adamw %p16, %g16, %m32, %v32, %lr, %step {beta1 = 0.8 : f64, beta2 = 0.5 : f64, epsilon = 1.0e-6 : f64, weight_decay = 0.125 : f64} : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>)
+  return
+}

@@ -1,0 +1,8 @@
+// RUN: tpc-opt %s --tp-print-sharding-rules --mlir-print-op-on-diagnostic=false -o /dev/null 2>&1 | FileCheck %s
+
+tp.grid @g [2, 2]
+func.func @redistribute(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>) {
+  // CHECK: :[[@LINE+1]]:{{.*}} remark: sharding rule: ([i, j]) -> ([i, j]) {i=8, j=16}
+  %0 = tp.redistribute %x : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32, #tp.dist<@g, [[0], [1]]>>
+  return
+}

@@ -1,0 +1,9 @@
+// RUN: tpc-opt %s --tp-print-sharding-rules --mlir-print-op-on-diagnostic=false -o /dev/null 2>&1 | FileCheck %s
+
+// Rotate-half pairs element i with i + D/2, so the head dim must stay whole;
+// batch, heads and sequence split freely.
+func.func @rotary(%q: tensor<2x4x8x16xf32>) {
+  // CHECK: :[[@LINE+1]]:{{.*}} remark: sharding rule: ([i, j, k, l]) -> ([i, j, k, l]) {i=2, j=4, k=8, l=16} replicated={l}
+  %0 = tp.rotary %q : tensor<2x4x8x16xf32>
+  return
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds everything (installing dependencies first if needed) and runs every
+# test: lit + FileCheck for the compiler, GoogleTest for the runtime.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+
+"$root/tools/build.sh"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
