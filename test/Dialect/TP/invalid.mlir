@@ -227,6 +227,14 @@ func.func @matmul_batch(%a: tensor<2x8x16xf32>, %b: tensor<3x16x32xf32>) {
 
 // -----
 
+func.func @matmul_batch_rank(%a: tensor<2x3x8x16xf32>, %b: tensor<3x16x32xf32>) {
+  // expected-error @+1 {{batch dimensions differ: lhs 'tensor<2x3x8x16xf32>' vs rhs 'tensor<3x16x32xf32>' (need equal sizes or 1, or no batch on one side)}}
+  %0 = tp.matmul %a, %b : (tensor<2x3x8x16xf32>, tensor<3x16x32xf32>) -> tensor<2x3x8x32xf32>
+  return
+}
+
+// -----
+
 func.func @matmul_result(%a: tensor<2x8x16xf32>, %b: tensor<16x32xf32>) {
   // expected-error @+1 {{result 'tensor<8x32xf32>' should have shape [2, 8, 32] (batch..., M, N)}}
   %0 = tp.matmul %a, %b : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
@@ -430,6 +438,22 @@ func.func @transpose_not_permutation(%x: tensor<2x8x16xf32>) {
 func.func @transpose_result(%x: tensor<2x8x16xf32>) {
   // expected-error @+1 {{result 'tensor<2x8x16xf32>' should have shape [8, 2, 16] (input dims in permutation order)}}
   %0 = tp.transpose %x {permutation = array<i64: 1, 0, 2>} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @slice_rank(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{input 'tensor<2x8x16xf32>', result 'tensor<2x8xf32>' and 2 offsets must have the same rank}}
+  %0 = tp.slice %x {offsets = array<i64: 0, 0>} : (tensor<2x8x16xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @slice_bounds(%x: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{slice [6, 10) of dimension 1 is outside input 'tensor<2x8x16xf32>'}}
+  %0 = tp.slice %x {offsets = array<i64: 0, 6, 0>} : (tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
   return
 }
 

@@ -61,13 +61,16 @@ func.func @embedding(%table: tensor<50x16xf32>, %ids: tensor<2x8xi32>, %dy: tens
 // CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_rhs} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
 // CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_lhs} : (tensor<16x8xf16>, tensor<16x32xf16>) -> tensor<8x32xf16>
 // CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_lhs, transpose_rhs} : (tensor<4x16x8xf32>, tensor<4x32x16xf32>) -> tensor<4x8x32xf32>
+// CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_rhs} : (tensor<2x2x3x8x4xf32>, tensor<2x2x1x8x4xf32>) -> tensor<2x2x3x8x8xf32>
 func.func @matmul(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>, %y: tensor<2x8x32xf32>,
                   %a: tensor<16x8xf16>, %b: tensor<16x32xf16>,
-                  %q: tensor<4x16x8xf32>, %k: tensor<4x32x16xf32>) {
+                  %q: tensor<4x16x8xf32>, %k: tensor<4x32x16xf32>,
+                  %gq: tensor<2x2x3x8x4xf32>, %gk: tensor<2x2x1x8x4xf32>) {
   %0 = tp.matmul %x, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
   %1 = tp.matmul %y, %w {transpose_rhs} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
   %2 = tp.matmul %a, %b {transpose_lhs} : (tensor<16x8xf16>, tensor<16x32xf16>) -> tensor<8x32xf16>
   %3 = tp.matmul %q, %k {transpose_lhs, transpose_rhs} : (tensor<4x16x8xf32>, tensor<4x32x16xf32>) -> tensor<4x8x32xf32>
+  %4 = tp.matmul %gq, %gk {transpose_rhs} : (tensor<2x2x3x8x4xf32>, tensor<2x2x1x8x4xf32>) -> tensor<2x2x3x8x8xf32>
   return
 }
 
@@ -136,11 +139,13 @@ func.func @attention(%s: tensor<2x4x8x8xf32>, %l: tensor<2x8x50xf32>, %q: tensor
 // CHECK-LABEL: func.func @shapes
 // CHECK: tp.reshape %{{.*}} : (tensor<2x8x16xf32>) -> tensor<2x8x4x4xf32>
 // CHECK: tp.transpose %{{.*}} {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x4xf32>) -> tensor<2x4x8x4xf32>
+// CHECK: tp.slice %{{.*}} {offsets = array<i64: 0, 4, 0>} : (tensor<2x8x16xf32>) -> tensor<2x2x16xf32>
 // CHECK: tp.reduce_sum %{{.*}} {dims = array<i64: 0, 1>} : (tensor<2x8x16xf32>) -> tensor<16xf32>
 // CHECK: tp.reduce_mean %{{.*}} {dims = array<i64: 2>} : (tensor<2x8x16xf32>) -> tensor<2x8xf32>
 func.func @shapes(%x: tensor<2x8x16xf32>) {
   %0 = tp.reshape %x : (tensor<2x8x16xf32>) -> tensor<2x8x4x4xf32>
   %1 = tp.transpose %0 {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x4xf32>) -> tensor<2x4x8x4xf32>
+  %4 = tp.slice %x {offsets = array<i64: 0, 4, 0>} : (tensor<2x8x16xf32>) -> tensor<2x2x16xf32>
   %2 = tp.reduce_sum %x {dims = array<i64: 0, 1>} : (tensor<2x8x16xf32>) -> tensor<16xf32>
   %3 = tp.reduce_mean %x {dims = array<i64: 2>} : (tensor<2x8x16xf32>) -> tensor<2x8xf32>
   return

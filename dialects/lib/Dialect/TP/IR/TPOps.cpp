@@ -85,6 +85,21 @@ static SmallVector<int64_t> concat(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   return result;
 }
 
+/// NumPy broadcast of two shapes, or nothing if they are incompatible.
+static std::optional<SmallVector<int64_t>>
+broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  SmallVector<int64_t> result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      return std::nullopt;
+    result[rank - 1 - i] = std::max(da, db);
+  }
+  return result;
+}
+
 /// Rule of an op whose operands and results all have `shape` and are
 /// indexed the same way, except scalars (rank 0), which take no factor.
 /// The last dimension gets `lastKind`.
@@ -209,6 +224,19 @@ static MatmulDims getMatmulDims(MatmulOp op) {
   return dims;
 }
 
+/// The result's batch dims: the batched side's, or the NumPy broadcast of
+/// both; nothing if the batch dims are incompatible.
+static std::optional<SmallVector<int64_t>>
+matmulBatchShape(const MatmulDims &dims) {
+  if (dims.lhsBatch.empty())
+    return SmallVector<int64_t>(dims.rhsBatch);
+  if (dims.rhsBatch.empty())
+    return SmallVector<int64_t>(dims.lhsBatch);
+  if (dims.lhsBatch.size() != dims.rhsBatch.size())
+    return std::nullopt;
+  return broadcastShapes(dims.lhsBatch, dims.rhsBatch);
+}
+
 LogicalResult MatmulOp::verify() {
   Named lhs{"lhs", getLhs()}, rhs{"rhs", getRhs()},
       result{"result", getResult()};
@@ -222,31 +250,31 @@ LogicalResult MatmulOp::verify() {
                          << getLhs().getType() << " has K = " << dims.lhsK
                          << " but rhs " << getRhs().getType()
                          << " has K = " << dims.k;
-  if (!dims.lhsBatch.empty() && !dims.rhsBatch.empty() &&
-      dims.lhsBatch != dims.rhsBatch)
+  std::optional<SmallVector<int64_t>> batch = matmulBatchShape(dims);
+  if (!batch)
     return emitOpError() << "batch dimensions differ: lhs "
                          << getLhs().getType() << " vs rhs "
-                         << getRhs().getType();
-  ArrayRef<int64_t> batch =
-      dims.lhsBatch.empty() ? dims.rhsBatch : dims.lhsBatch;
-  return verifyShape(*this, result, concat(batch, {dims.m, dims.n}),
+                         << getRhs().getType()
+                         << " (need equal sizes or 1, or no batch on one side)";
+  return verifyShape(*this, result, concat(*batch, {dims.m, dims.n}),
                      "(batch..., M, N)");
 }
 
 ShardingRule MatmulOp::getShardingRule() {
   MatmulDims dims = getMatmulDims(*this);
   ShardingRuleBuilder builder;
-  ArrayRef<int64_t> batchShape =
-      dims.lhsBatch.empty() ? dims.rhsBatch : dims.lhsBatch;
+  SmallVector<int64_t> batchShape = *matmulBatchShape(dims);
   SmallVector<int64_t> batch = builder.addFactors(batchShape);
   int64_t m = builder.addFactor(dims.m);
   int64_t n = builder.addFactor(dims.n);
   int64_t k = builder.addFactor(dims.k);
+  // A side's batch dim of size 1 under a larger result dim is broadcast and
+  // takes no factor.
   auto side = [&](ArrayRef<int64_t> sideBatch, int64_t rows, int64_t cols,
                   bool transposed) {
-    SmallVector<int64_t> factors = sideBatch.empty()
-                                       ? SmallVector<int64_t>()
-                                       : SmallVector<int64_t>(batch);
+    SmallVector<int64_t> factors;
+    for (auto [idx, size] : llvm::enumerate(sideBatch))
+      factors.push_back(size == batchShape[idx] ? batch[idx] : -1);
     if (transposed)
       std::swap(rows, cols);
     factors.push_back(rows);
@@ -262,21 +290,6 @@ ShardingRule MatmulOp::getShardingRule() {
 //===----------------------------------------------------------------------===//
 // Elementwise binary ops with broadcasting
 //===----------------------------------------------------------------------===//
-
-/// NumPy broadcast of two shapes, or nothing if they are incompatible.
-static std::optional<SmallVector<int64_t>>
-broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
-  size_t rank = std::max(a.size(), b.size());
-  SmallVector<int64_t> result(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
-    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
-    if (da != db && da != 1 && db != 1)
-      return std::nullopt;
-    result[rank - 1 - i] = std::max(da, db);
-  }
-  return result;
-}
 
 static LogicalResult verifyBroadcastBinary(Operation *op) {
   Value lhs = op->getOperand(0), rhs = op->getOperand(1),
@@ -582,6 +595,44 @@ ShardingRule ReshapeOp::getShardingRule() {
   }
   builder.addOperand(std::move(inDims));
   builder.addResult(std::move(outDims));
+  return builder.build();
+}
+
+LogicalResult SliceOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  ArrayRef<int64_t> offsets = getOffsets();
+  if (failed(verifySameElementType(
+          *this, {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  if (in.size() != out.size() || offsets.size() != in.size())
+    return emitOpError() << "input " << getInput().getType() << ", result "
+                         << getResult().getType() << " and " << offsets.size()
+                         << " offsets must have the same rank";
+  for (auto [dim, offset] : llvm::enumerate(offsets))
+    if (offset < 0 || offset + out[dim] > in[dim])
+      return emitOpError() << "slice [" << offset << ", " << offset + out[dim]
+                           << ") of dimension " << dim << " is outside input "
+                           << getInput().getType();
+  return success();
+}
+
+/// Whole dimensions share a factor; a sliced dimension cannot be split
+/// (shards would hold different parts of input and result).
+ShardingRule SliceOp::getShardingRule() {
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> inFactors, outFactors;
+  for (auto [inSize, outSize] : llvm::zip_equal(in, out)) {
+    if (inSize == outSize) {
+      inFactors.push_back(builder.addFactor(inSize));
+      outFactors.push_back(inFactors.back());
+      continue;
+    }
+    inFactors.push_back(builder.addFactor(inSize, FactorKind::Replicated));
+    outFactors.push_back(builder.addFactor(outSize, FactorKind::Replicated));
+  }
+  builder.addOperand(inFactors);
+  builder.addResult(outFactors);
   return builder.build();
 }
 

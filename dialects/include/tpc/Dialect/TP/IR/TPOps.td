@@ -122,8 +122,10 @@ def TP_MatmulOp : TP_ComputeOp<"matmul"> {
   let description = [{
     `lhs` is `[b..., M, K]` (`[b..., K, M]` with `transpose_lhs`), `rhs` is
     `[b..., K, N]` (`[b..., N, K]` with `transpose_rhs`), the result is
-    `[b..., M, N]`. Batch dimensions are equal on both sides, or one side has
-    none and is broadcast (a weight shared by every batch).
+    `[b..., M, N]`. Either side may have no batch dimensions (a weight shared
+    by every batch); otherwise both have the same number and each pair is
+    equal or 1, broadcast NumPy-style (grouped-query attention shares one
+    key/value head across a group of query heads this way).
   }];
   let arguments = (ins TP_FloatTensor:$lhs, TP_FloatTensor:$rhs,
                        UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
@@ -226,6 +228,16 @@ def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>]> {
 def TP_ReshapeOp : TP_ComputeOp<"reshape"> {
   let summary = "Reshape to a static shape with the same number of elements";
   let arguments = (ins TP_FloatTensor:$input);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+def TP_SliceOp : TP_ComputeOp<"slice"> {
+  let summary = "Static slice: result = input[offsets[d] : offsets[d] + size[d]]";
+  let description = [{
+    The slice sizes come from the result type. Used for GPT-2's fused QKV
+    projection and for taking the first S rows of a position table.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$offsets);
   let results = (outs TP_FloatTensor:$result);
 }
 
