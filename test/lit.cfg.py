@@ -7,7 +7,7 @@ from lit.llvm import llvm_config
 config.name = "TPC"
 # RUN lines go through /bin/sh so that tests can check exact exit codes.
 config.test_format = lit.formats.ShTest(execute_external=True)
-config.suffixes = [".mlir"]
+config.suffixes = [".mlir", ".test"]
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "runtime", "Inputs"]
 
 config.test_source_root = os.path.dirname(__file__)
@@ -20,4 +20,4 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.tpc_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["tpc-opt"], tool_dirs)
+llvm_config.add_tool_substitutions(["tpc-opt", "tpc-import"], tool_dirs)

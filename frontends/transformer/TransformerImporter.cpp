@@ -1,0 +1,545 @@
+//===- TransformerImporter.cpp - HF config.json -> tp dialect -------------===//
+
+#include "transformer/TransformerImporter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Verifier.h"
+#include "tpc/Dialect/TP/IR/TPOps.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include <cmath>
+
+using namespace mlir;
+using namespace tpc::frontend;
+using llvm::formatv;
+
+//===----------------------------------------------------------------------===//
+// config.json
+//===----------------------------------------------------------------------===//
+
+static llvm::Error configError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+namespace {
+/// Typed, validated reads of config.json fields; the first problem wins.
+class ConfigReader {
+public:
+  explicit ConfigReader(const llvm::json::Object &object) : object(object) {}
+
+  bool has(llvm::StringRef key) const {
+    const llvm::json::Value *value = object.get(key);
+    return value && !value->getAsNull();
+  }
+
+  int64_t positiveInt(llvm::StringRef key, std::optional<int64_t> fallback) {
+    const llvm::json::Value *value = object.get(key);
+    if (!value || value->getAsNull()) {
+      if (!fallback)
+        fail(formatv("missing field '{0}'", key));
+      return fallback.value_or(1);
+    }
+    std::optional<int64_t> integer = value->getAsInteger();
+    if (!integer || *integer <= 0) {
+      fail(formatv("field '{0}' must be a positive integer", key));
+      return 1;
+    }
+    return *integer;
+  }
+
+  double positiveNumber(llvm::StringRef key, double fallback) {
+    const llvm::json::Value *value = object.get(key);
+    if (!value || value->getAsNull())
+      return fallback;
+    std::optional<double> number = value->getAsNumber();
+    if (!number || !(*number > 0.0) || !std::isfinite(*number)) {
+      fail(formatv("field '{0}' must be a positive number", key));
+      return fallback;
+    }
+    return *number;
+  }
+
+  bool boolean(llvm::StringRef key, bool fallback) {
+    const llvm::json::Value *value = object.get(key);
+    if (!value || value->getAsNull())
+      return fallback;
+    std::optional<bool> flag = value->getAsBoolean();
+    if (!flag) {
+      fail(formatv("field '{0}' must be true or false", key));
+      return fallback;
+    }
+    return *flag;
+  }
+
+  std::optional<llvm::StringRef> string(llvm::StringRef key) {
+    const llvm::json::Value *value = object.get(key);
+    if (!value || value->getAsNull())
+      return std::nullopt;
+    std::optional<llvm::StringRef> text = value->getAsString();
+    if (!text)
+      fail(formatv("field '{0}' must be a string", key));
+    return text;
+  }
+
+  void fail(const llvm::Twine &message) {
+    if (error.empty())
+      error = message.str();
+  }
+  bool failed() const { return !error.empty(); }
+  llvm::Error takeError() const { return configError(error); }
+
+private:
+  const llvm::json::Object &object;
+  std::string error;
+};
+} // namespace
+
+static void readGPT2(ConfigReader &reader, TransformerConfig &config) {
+  config.vocabSize = reader.positiveInt("vocab_size", std::nullopt);
+  config.hiddenSize = reader.positiveInt("n_embd", std::nullopt);
+  config.numLayers = reader.positiveInt("n_layer", std::nullopt);
+  config.numHeads = reader.positiveInt("n_head", std::nullopt);
+  config.numKeyValueHeads = config.numHeads;
+  config.intermediateSize =
+      reader.positiveInt("n_inner", 4 * config.hiddenSize);
+  config.maxPositions = reader.positiveInt(
+      "n_positions", reader.positiveInt("n_ctx", std::optional<int64_t>(1024)));
+  config.normEpsilon = reader.positiveNumber("layer_norm_epsilon", 1e-5);
+  config.initializerRange = reader.positiveNumber("initializer_range", 0.02);
+  config.tieWordEmbeddings = reader.boolean("tie_word_embeddings", true);
+  config.scaleAttnWeights = reader.boolean("scale_attn_weights", true);
+  config.attentionBias = config.mlpBias = true;
+  config.ropeTheta = 0.0;
+  std::optional<llvm::StringRef> activation =
+      reader.string("activation_function");
+  if (activation && *activation != "gelu_new" &&
+      *activation != "gelu_pytorch_tanh")
+    reader.fail(formatv("unsupported 'activation_function' \"{0}\" (tpc "
+                        "implements gelu_new, the tanh form)",
+                        *activation));
+  if (reader.boolean("scale_attn_by_inverse_layer_idx", false))
+    reader.fail("unsupported 'scale_attn_by_inverse_layer_idx': true");
+  if (reader.boolean("add_cross_attention", false))
+    reader.fail("unsupported 'add_cross_attention': true");
+  if (!reader.failed() && config.hiddenSize % config.numHeads != 0)
+    reader.fail(formatv("'n_head' ({0}) does not divide 'n_embd' ({1})",
+                        config.numHeads, config.hiddenSize));
+  config.headDim = config.hiddenSize / config.numHeads;
+}
+
+static void readLlama(ConfigReader &reader, TransformerConfig &config) {
+  config.vocabSize = reader.positiveInt("vocab_size", std::nullopt);
+  config.hiddenSize = reader.positiveInt("hidden_size", std::nullopt);
+  config.numLayers = reader.positiveInt("num_hidden_layers", std::nullopt);
+  config.numHeads = reader.positiveInt("num_attention_heads", std::nullopt);
+  config.numKeyValueHeads =
+      reader.positiveInt("num_key_value_heads", config.numHeads);
+  config.intermediateSize =
+      reader.positiveInt("intermediate_size", std::nullopt);
+  config.maxPositions = reader.positiveInt("max_position_embeddings", 2048);
+  config.normEpsilon = reader.positiveNumber("rms_norm_eps", 1e-6);
+  config.ropeTheta = reader.positiveNumber("rope_theta", 10000.0);
+  config.initializerRange = reader.positiveNumber("initializer_range", 0.02);
+  config.tieWordEmbeddings = reader.boolean("tie_word_embeddings", false);
+  config.attentionBias = reader.boolean("attention_bias", false);
+  config.mlpBias = reader.boolean("mlp_bias", false);
+  config.scaleAttnWeights = true;
+  std::optional<llvm::StringRef> activation = reader.string("hidden_act");
+  if (activation && *activation != "silu")
+    reader.fail(formatv(
+        "unsupported 'hidden_act' \"{0}\" (LLaMA's MLP is SwiGLU: silu)",
+        *activation));
+  if (reader.has("rope_scaling"))
+    reader.fail("unsupported 'rope_scaling' (only plain RoPE is implemented)");
+  if (reader.failed())
+    return;
+  if (config.numHeads % config.numKeyValueHeads != 0)
+    reader.fail(formatv("'num_key_value_heads' ({0}) does not divide "
+                        "'num_attention_heads' ({1})",
+                        config.numKeyValueHeads, config.numHeads));
+  if (reader.has("head_dim")) {
+    config.headDim = reader.positiveInt("head_dim", std::nullopt);
+  } else if (config.hiddenSize % config.numHeads != 0) {
+    reader.fail(formatv("'num_attention_heads' ({0}) does not divide "
+                        "'hidden_size' ({1})",
+                        config.numHeads, config.hiddenSize));
+  } else {
+    config.headDim = config.hiddenSize / config.numHeads;
+  }
+  if (!reader.failed() && config.headDim % 2 != 0)
+    reader.fail(formatv("head dimension {0} must be even for rotary "
+                        "embeddings",
+                        config.headDim));
+}
+
+llvm::Expected<TransformerConfig>
+tpc::frontend::parseTransformerConfig(llvm::StringRef json) {
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(json);
+  if (!parsed)
+    return configError("not valid JSON: " + llvm::toString(parsed.takeError()));
+  const llvm::json::Object *object = parsed->getAsObject();
+  if (!object)
+    return configError("the top level must be a JSON object");
+  ConfigReader reader(*object);
+  TransformerConfig config{};
+  config.json = json.str();
+  std::optional<llvm::StringRef> modelType = reader.string("model_type");
+  if (reader.failed())
+    return reader.takeError();
+  if (!modelType)
+    return configError("missing field 'model_type'");
+  if (*modelType == "gpt2") {
+    config.kind = ModelKind::GPT2;
+    readGPT2(reader, config);
+  } else if (*modelType == "llama") {
+    config.kind = ModelKind::Llama;
+    readLlama(reader, config);
+  } else {
+    return configError(formatv("unsupported 'model_type' \"{0}\" (tpc "
+                               "imports gpt2 and llama)",
+                               *modelType));
+  }
+  if (reader.failed())
+    return reader.takeError();
+  return config;
+}
+
+//===----------------------------------------------------------------------===//
+// Module emission
+//===----------------------------------------------------------------------===//
+
+namespace {
+enum class Init { Normal, Zeros, Ones };
+
+struct ParamSpec {
+  std::string name;
+  SmallVector<int64_t> shape;
+  Init init;
+  double stddev;
+};
+
+/// Emits one function (forward or loss) of a transformer. Parameters are
+/// requested by name as the body is built; each becomes a block argument.
+class ModelEmitter {
+public:
+  ModelEmitter(MLIRContext &context, const TransformerConfig &config,
+               int64_t batch, int64_t seq)
+      : b(&context), config(config), batch(batch), seq(seq),
+        f32(b.getF32Type()) {}
+
+  /// Builds func.func `name`; with `withLoss` it takes targets and returns
+  /// the mean cross-entropy, otherwise it returns the logits.
+  func::FuncOp build(ModuleOp module, StringRef name, bool withLoss);
+
+private:
+  // Types and parameters.
+  RankedTensorType tensor(ArrayRef<int64_t> shape, Type element = {}) {
+    return RankedTensorType::get(shape, element ? element : f32);
+  }
+  Value param(const std::string &name, ArrayRef<int64_t> shape, Init init,
+              double stddev = 0.0);
+  Value weight(const std::string &name, ArrayRef<int64_t> shape,
+               double stddev) {
+    return param(name, shape, Init::Normal, stddev);
+  }
+
+  // Ops, with result types inferred from their operands.
+  void setLoc(const std::string &name) {
+    b.setInsertionPointToEnd(body);
+    loc = NameLoc::get(b.getStringAttr(name));
+  }
+  ArrayRef<int64_t> shape(Value v) {
+    return cast<RankedTensorType>(v.getType()).getShape();
+  }
+  Value matmul(Value lhs, Value rhs, bool transposeRhs);
+  Value linear(Value x, const std::string &prefix, int64_t in, int64_t out,
+               bool bias, double stddev);
+  Value add(Value lhs, Value rhs) {
+    return tp::AddOp::create(b, loc, tensor(broadcast(lhs, rhs)), lhs, rhs);
+  }
+  Value mul(Value lhs, Value rhs) {
+    return tp::MulOp::create(b, loc, tensor(broadcast(lhs, rhs)), lhs, rhs);
+  }
+  SmallVector<int64_t> broadcast(Value lhs, Value rhs);
+  Value reshape(Value v, ArrayRef<int64_t> newShape) {
+    return tp::ReshapeOp::create(b, loc, tensor(newShape), v);
+  }
+  Value transpose(Value v, ArrayRef<int64_t> perm);
+  Value slice(Value v, ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes) {
+    return tp::SliceOp::create(b, loc, tensor(sizes), v,
+                               b.getDenseI64ArrayAttr(offsets));
+  }
+  Value attention(Value q, Value k, Value v);
+
+  // Model bodies.
+  Value gpt2(Value tokens);
+  Value llama(Value tokens);
+
+  OpBuilder b;
+  const TransformerConfig &config;
+  int64_t batch, seq;
+  Type f32;
+  Block *body = nullptr;
+  Location loc = UnknownLoc::get(b.getContext());
+  SmallVector<ParamSpec> params;
+  llvm::StringMap<unsigned> paramIndex;
+};
+} // namespace
+
+Value ModelEmitter::param(const std::string &name, ArrayRef<int64_t> shape,
+                          Init init, double stddev) {
+  auto it = paramIndex.find(name);
+  if (it != paramIndex.end())
+    return body->getArgument(it->second);
+  paramIndex[name] = params.size();
+  params.push_back({name, SmallVector<int64_t>(shape), init, stddev});
+  return body->insertArgument(params.size() - 1, tensor(shape),
+                              NameLoc::get(b.getStringAttr(name)));
+}
+
+SmallVector<int64_t> ModelEmitter::broadcast(Value lhs, Value rhs) {
+  ArrayRef<int64_t> l = shape(lhs), r = shape(rhs);
+  size_t rank = std::max(l.size(), r.size());
+  SmallVector<int64_t> result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t dl = i < l.size() ? l[l.size() - 1 - i] : 1;
+    int64_t dr = i < r.size() ? r[r.size() - 1 - i] : 1;
+    result[rank - 1 - i] = std::max(dl, dr);
+  }
+  return result;
+}
+
+Value ModelEmitter::matmul(Value lhs, Value rhs, bool transposeRhs) {
+  ArrayRef<int64_t> l = shape(lhs), r = shape(rhs);
+  int64_t n = transposeRhs ? r[r.size() - 2] : r.back();
+  SmallVector<int64_t> out;
+  ArrayRef<int64_t> lBatch = l.drop_back(2), rBatch = r.drop_back(2);
+  if (lBatch.empty())
+    out.assign(rBatch.begin(), rBatch.end());
+  else if (rBatch.empty())
+    out.assign(lBatch.begin(), lBatch.end());
+  else
+    for (auto [lb, rb] : llvm::zip_equal(lBatch, rBatch))
+      out.push_back(std::max(lb, rb));
+  out.push_back(l[l.size() - 2]);
+  out.push_back(n);
+  auto op = tp::MatmulOp::create(b, loc, tensor(out), lhs, rhs);
+  if (transposeRhs)
+    op.setTransposeRhs(true);
+  return op;
+}
+
+/// x * W (+ bias). GPT-2's Conv1D stores W as [in, out]; LLaMA's nn.Linear
+/// as [out, in], used with transpose_rhs.
+Value ModelEmitter::linear(Value x, const std::string &prefix, int64_t in,
+                           int64_t out, bool bias, double stddev) {
+  bool conv1d = config.kind == ModelKind::GPT2;
+  Value w = conv1d ? weight(prefix + ".weight", {in, out}, stddev)
+                   : weight(prefix + ".weight", {out, in}, stddev);
+  Value y = matmul(x, w, /*transposeRhs=*/!conv1d);
+  if (bias)
+    y = add(y, param(prefix + ".bias", {out}, Init::Zeros));
+  return y;
+}
+
+Value ModelEmitter::transpose(Value v, ArrayRef<int64_t> perm) {
+  ArrayRef<int64_t> in = shape(v);
+  SmallVector<int64_t> out;
+  for (int64_t p : perm)
+    out.push_back(in[p]);
+  return tp::TransposeOp::create(b, loc, tensor(out), v,
+                                 b.getDenseI64ArrayAttr(perm));
+}
+
+/// Causal attention on q [..., Sq, d] against k, v [..., S, d] whose batch
+/// dims broadcast against q's (grouped-query heads).
+Value ModelEmitter::attention(Value q, Value k, Value v) {
+  Value scores = matmul(q, k, /*transposeRhs=*/true);
+  if (config.scaleAttnWeights)
+    scores = tp::ScaleOp::create(
+        b, loc, scores.getType(), scores,
+        b.getF64FloatAttr(1.0 / std::sqrt(double(config.headDim))));
+  auto probs = tp::SoftmaxOp::create(b, loc, scores.getType(), scores);
+  probs.setCausal(true);
+  return matmul(probs, v, /*transposeRhs=*/false);
+}
+
+Value ModelEmitter::gpt2(Value tokens) {
+  const int64_t h = config.hiddenSize, nh = config.numHeads, d = config.headDim,
+                inner = config.intermediateSize;
+  const double std = config.initializerRange;
+  // GPT-2 scales residual projections by 1/sqrt(2 * n_layer) at init.
+  const double projStd = std / std::sqrt(2.0 * config.numLayers);
+  setLoc("transformer.embed");
+  Value wte = weight("transformer.wte.weight", {config.vocabSize, h}, std);
+  Value wpe = weight("transformer.wpe.weight", {config.maxPositions, h}, std);
+  Value x =
+      tp::EmbeddingOp::create(b, loc, tensor({batch, seq, h}), wte, tokens);
+  x = add(x, slice(wpe, {0, 0}, {seq, h}));
+  for (int64_t layer = 0; layer < config.numLayers; ++layer) {
+    std::string p = "transformer.h." + std::to_string(layer);
+    auto layerNorm = [&](Value in, const std::string &name) -> Value {
+      return tp::LayerNormOp::create(b, loc, in.getType(), in,
+                                     param(name + ".weight", {h}, Init::Ones),
+                                     param(name + ".bias", {h}, Init::Zeros),
+                                     b.getF64FloatAttr(config.normEpsilon));
+    };
+    setLoc(p + ".attn");
+    Value qkv = linear(layerNorm(x, p + ".ln_1"), p + ".attn.c_attn", h, 3 * h,
+                       /*bias=*/true, std);
+    qkv = reshape(qkv, {batch, seq, 3, nh, d});
+    auto head = [&](int64_t which) {
+      Value part = slice(qkv, {0, 0, which, 0, 0}, {batch, seq, 1, nh, d});
+      return transpose(reshape(part, {batch, seq, nh, d}), {0, 2, 1, 3});
+    };
+    Value ctx = attention(head(0), head(1), head(2));
+    ctx = reshape(transpose(ctx, {0, 2, 1, 3}), {batch, seq, h});
+    x = add(x, linear(ctx, p + ".attn.c_proj", h, h, true, projStd));
+    setLoc(p + ".mlp");
+    Value up =
+        linear(layerNorm(x, p + ".ln_2"), p + ".mlp.c_fc", h, inner, true, std);
+    Value act = tp::GeluOp::create(b, loc, up.getType(), up);
+    x = add(x, linear(act, p + ".mlp.c_proj", inner, h, true, projStd));
+  }
+  setLoc("transformer.ln_f");
+  x = tp::LayerNormOp::create(b, loc, x.getType(), x,
+                              param("transformer.ln_f.weight", {h}, Init::Ones),
+                              param("transformer.ln_f.bias", {h}, Init::Zeros),
+                              b.getF64FloatAttr(config.normEpsilon));
+  setLoc("lm_head");
+  Value head = config.tieWordEmbeddings
+                   ? wte
+                   : weight("lm_head.weight", {config.vocabSize, h}, std);
+  return matmul(x, head, /*transposeRhs=*/true);
+}
+
+Value ModelEmitter::llama(Value tokens) {
+  const int64_t h = config.hiddenSize, nh = config.numHeads,
+                nkv = config.numKeyValueHeads, group = nh / nkv,
+                d = config.headDim, inner = config.intermediateSize;
+  const double std = config.initializerRange;
+  setLoc("model.embed_tokens");
+  Value embed = weight("model.embed_tokens.weight", {config.vocabSize, h}, std);
+  Value x =
+      tp::EmbeddingOp::create(b, loc, tensor({batch, seq, h}), embed, tokens);
+  auto rmsNorm = [&](Value in, const std::string &name) -> Value {
+    return tp::RmsNormOp::create(b, loc, in.getType(), in,
+                                 param(name, {h}, Init::Ones),
+                                 b.getF64FloatAttr(config.normEpsilon));
+  };
+  for (int64_t layer = 0; layer < config.numLayers; ++layer) {
+    std::string p = "model.layers." + std::to_string(layer);
+    setLoc(p + ".self_attn");
+    Value hidden = rmsNorm(x, p + ".input_layernorm.weight");
+    // Heads as [B, kv_heads, group, S, d]: query head j * group + r shares
+    // key/value head j, as in HF's repeat_kv.
+    auto heads = [&](const std::string &proj, int64_t count, int64_t perKv,
+                     bool rotate) -> Value {
+      Value y = linear(hidden, p + ".self_attn." + proj, h, count * d,
+                       config.attentionBias, std);
+      y = transpose(reshape(y, {batch, seq, nkv, perKv, d}), {0, 2, 3, 1, 4});
+      if (!rotate)
+        return y;
+      auto rotary = tp::RotaryOp::create(b, loc, y.getType(), y);
+      rotary.setThetaAttr(b.getF64FloatAttr(config.ropeTheta));
+      return rotary;
+    };
+    Value q = heads("q_proj", nh, group, true);
+    Value k = heads("k_proj", nkv, 1, true);
+    Value v = heads("v_proj", nkv, 1, false);
+    Value ctx = attention(q, k, v);
+    ctx = reshape(transpose(ctx, {0, 3, 1, 2, 4}), {batch, seq, nh * d});
+    x = add(x, linear(ctx, p + ".self_attn.o_proj", nh * d, h,
+                      config.attentionBias, std));
+    setLoc(p + ".mlp");
+    hidden = rmsNorm(x, p + ".post_attention_layernorm.weight");
+    Value gate =
+        linear(hidden, p + ".mlp.gate_proj", h, inner, config.mlpBias, std);
+    Value up =
+        linear(hidden, p + ".mlp.up_proj", h, inner, config.mlpBias, std);
+    Value act = mul(tp::SiluOp::create(b, loc, gate.getType(), gate), up);
+    x = add(x,
+            linear(act, p + ".mlp.down_proj", inner, h, config.mlpBias, std));
+  }
+  setLoc("model.norm");
+  x = rmsNorm(x, "model.norm.weight");
+  setLoc("lm_head");
+  Value head = config.tieWordEmbeddings
+                   ? embed
+                   : weight("lm_head.weight", {config.vocabSize, h}, std);
+  return matmul(x, head, /*transposeRhs=*/true);
+}
+
+func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
+                                 bool withLoss) {
+  params.clear();
+  paramIndex.clear();
+  b.setInsertionPointToEnd(module.getBody());
+  auto func = func::FuncOp::create(b, loc, name, b.getFunctionType({}, {}));
+  body = func.addEntryBlock();
+  Type i32 = b.getI32Type();
+  Value tokens = body->addArgument(tensor({batch, seq}, i32),
+                                   NameLoc::get(b.getStringAttr("tokens")));
+  Value targets;
+  if (withLoss)
+    targets = body->addArgument(tensor({batch, seq}, i32),
+                                NameLoc::get(b.getStringAttr("targets")));
+  Value result = config.kind == ModelKind::GPT2 ? gpt2(tokens) : llama(tokens);
+  if (withLoss) {
+    setLoc("loss");
+    result = tp::CrossEntropyOp::create(b, loc, tensor({}), result, targets);
+  }
+  b.setInsertionPointToEnd(body);
+  func::ReturnOp::create(b, loc, result);
+  func.setFunctionType(
+      b.getFunctionType(body->getArgumentTypes(), {result.getType()}));
+
+  // Argument attributes: HF name and initialisation for parameters, the
+  // role for data inputs.
+  for (auto [idx, spec] : llvm::enumerate(params)) {
+    func.setArgAttr(idx, "tp.param", b.getStringAttr(spec.name));
+    StringRef init = spec.init == Init::Normal  ? "normal"
+                     : spec.init == Init::Zeros ? "zeros"
+                                                : "ones";
+    func.setArgAttr(idx, "tp.init", b.getStringAttr(init));
+    if (spec.init == Init::Normal)
+      func.setArgAttr(idx, "tp.init_std", b.getF64FloatAttr(spec.stddev));
+  }
+  func.setArgAttr(params.size(), "tp.input", b.getStringAttr("tokens"));
+  if (withLoss)
+    func.setArgAttr(params.size() + 1, "tp.input", b.getStringAttr("targets"));
+  return func;
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+tpc::frontend::importTransformer(MLIRContext &context,
+                                 const TransformerConfig &config, int64_t batch,
+                                 int64_t seq) {
+  if (batch <= 0)
+    return configError(formatv("--batch must be positive, got {0}", batch));
+  if (seq <= 0)
+    return configError(formatv("--seq must be positive, got {0}", seq));
+  if (seq > config.maxPositions)
+    return configError(formatv("--seq {0} exceeds the model's {1} positions "
+                               "('{2}')",
+                               seq, config.maxPositions,
+                               config.kind == ModelKind::GPT2
+                                   ? "n_positions"
+                                   : "max_position_embeddings"));
+  context.loadDialect<tp::TPDialect, func::FuncDialect>();
+  OpBuilder b(&context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(b.getUnknownLoc());
+  Builder attrs(&context);
+  (*module)->setAttr(
+      "tp.model_type",
+      attrs.getStringAttr(config.kind == ModelKind::GPT2 ? "gpt2" : "llama"));
+  (*module)->setAttr("tp.hf_config", attrs.getStringAttr(config.json));
+  ModelEmitter emitter(context, config, batch, seq);
+  emitter.build(*module, "forward", /*withLoss=*/false);
+  emitter.build(*module, "loss", /*withLoss=*/true);
+  if (failed(verify(*module)))
+    return configError("internal error: the emitted module does not verify");
+  return module;
+}

@@ -1,0 +1,55 @@
+//===- TransformerImporter.h - HF config.json -> tp dialect -----*- C++ -*-===//
+//
+// Builds the global-view tp module of a GPT-2 or LLaMA model from a
+// HuggingFace-style config.json: @forward(params..., tokens) -> logits and
+// @loss(params..., tokens, targets) -> mean cross-entropy. Parameters carry
+// their HF checkpoint names and shapes (GPT-2's Conv1D [in, out] layout,
+// LLaMA's nn.Linear [out, in] layout) and HF's initialisation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TPC_FRONTENDS_TRANSFORMER_TRANSFORMERIMPORTER_H
+#define TPC_FRONTENDS_TRANSFORMER_TRANSFORMERIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/Error.h"
+#include <string>
+
+namespace tpc::frontend {
+
+enum class ModelKind { GPT2, Llama };
+
+/// The fields of config.json that shape the model, validated.
+struct TransformerConfig {
+  ModelKind kind;
+  int64_t vocabSize;
+  int64_t hiddenSize;
+  int64_t numLayers;
+  int64_t numHeads;
+  int64_t numKeyValueHeads;
+  int64_t headDim;
+  int64_t intermediateSize;
+  int64_t maxPositions;
+  double normEpsilon;
+  double ropeTheta; // LLaMA only
+  double initializerRange;
+  bool tieWordEmbeddings;
+  bool attentionBias;    // LLaMA only (GPT-2 always has biases)
+  bool mlpBias;          // LLaMA only
+  bool scaleAttnWeights; // GPT-2 only
+  /// The config.json text, kept for export.
+  std::string json;
+};
+
+/// Parses and validates config.json. Errors are one line and name the field.
+llvm::Expected<TransformerConfig> parseTransformerConfig(llvm::StringRef json);
+
+/// Emits the model's tp module for `batch` sequences of `seq` tokens.
+llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
+importTransformer(mlir::MLIRContext &context, const TransformerConfig &config,
+                  int64_t batch, int64_t seq);
+
+} // namespace tpc::frontend
+
+#endif // TPC_FRONTENDS_TRANSFORMER_TRANSFORMERIMPORTER_H

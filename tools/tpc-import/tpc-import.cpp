@@ -1,0 +1,58 @@
+//===- tpc-import.cpp - HF config.json -> tp dialect ----------------------===//
+//
+//   tpc-import config.json --batch 8 --seq 256 -o model.mlir
+//
+// Every error is one line on stderr and exit code 1; the output file is
+// written atomically, so a failed run leaves nothing behind.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mlir/IR/MLIRContext.h"
+#include "transformer/TransformerImporter.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> configPath(cl::Positional, cl::Required,
+                                       cl::desc("<config.json>"));
+static cl::opt<int64_t> batch("batch", cl::Required,
+                              cl::desc("Sequences per step"));
+static cl::opt<int64_t> seq("seq", cl::Required,
+                            cl::desc("Tokens per sequence"));
+static cl::opt<std::string> outputPath("o", cl::init("-"),
+                                       cl::desc("Output .mlir file"),
+                                       cl::value_desc("filename"));
+
+static int fail(const llvm::Twine &message) {
+  llvm::errs() << "tpc-import: error: " << message << "\n";
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv, "tpc-import: HuggingFace config.json -> tp dialect\n");
+
+  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(configPath);
+  if (!buffer)
+    return fail(configPath + ": " + buffer.getError().message());
+  auto config = tpc::frontend::parseTransformerConfig((*buffer)->getBuffer());
+  if (!config)
+    return fail(configPath + ": " + llvm::toString(config.takeError()));
+
+  mlir::MLIRContext context;
+  auto module = tpc::frontend::importTransformer(context, *config, batch, seq);
+  if (!module)
+    return fail(llvm::toString(module.takeError()));
+
+  if (llvm::Error error = llvm::writeToOutput(
+          outputPath, [&](llvm::raw_ostream &os) -> llvm::Error {
+            (**module)->print(os);
+            return llvm::Error::success();
+          }))
+    return fail(outputPath + ": " + llvm::toString(std::move(error)));
+  return 0;
+}
