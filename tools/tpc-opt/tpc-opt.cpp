@@ -1,7 +1,10 @@
 //===- tpc-opt.cpp - tpc's mlir-opt-style driver --------------------------===//
 //
 // Runs any tp pass (or pipeline) alone on .mlir text, so that every stage of
-// the compiler is lit-testable.
+// the compiler is lit-testable. When the output file ends in .tpplan, the
+// result is serialised as a plan for tp-run instead of printed:
+//
+//   tpc-opt model.mlir --tp-pipeline -o model.tpplan
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,20 +13,80 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 #include "tpc/Dialect/TP/IR/TPDialect.h"
+#include "tpc/Pipelines/Pipelines.h"
+#include "tpc/Target/Plan/PlanEmitter.h"
 #include "tpc/Transforms/Passes.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+/// Runs the requested passes like mlir-opt, then writes the result as a
+/// plan, atomically: a failed run leaves no file behind.
+static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
+                              DialectRegistry &registry) {
+  MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
+  if (!config.inputSplitMarker().empty()) {
+    llvm::errs() << "tpc-opt: error: -split-input-file cannot write a plan\n";
+    return failure();
+  }
+  // Bytecode keeps every location exact for the emitter's diagnostics.
+  config.emitBytecode(true);
+  std::string errorMessage;
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      openInputFile(inputFilename, &errorMessage);
+  if (!input) {
+    llvm::errs() << "tpc-opt: error: " << errorMessage << "\n";
+    return failure();
+  }
+  std::string bytecode;
+  llvm::raw_string_ostream bytecodeStream(bytecode);
+  if (failed(MlirOptMain(bytecodeStream, std::move(input), registry, config)))
+    return failure();
+
+  MLIRContext context(registry);
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(bytecode, ParserConfig(&context));
+  if (!module)
+    return failure();
+  if (llvm::Error error = llvm::writeToOutput(
+          outputFilename, [&](llvm::raw_ostream &os) -> llvm::Error {
+            if (failed(tp::translateModuleToPlan(*module, os)))
+              return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                             "plan emission failed");
+            return llvm::Error::success();
+          })) {
+    llvm::errs() << "tpc-opt: error: " << outputFilename << ": "
+                 << llvm::toString(std::move(error)) << "\n";
+    return failure();
+  }
+  return success();
+}
 
 int main(int argc, char **argv) {
-  mlir::registerTransformsPasses();
-  mlir::tp::registerTPCPasses();
+  registerTransformsPasses();
+  tp::registerTPCPasses();
+  tp::registerPipelines();
 
-  mlir::DialectRegistry registry;
-  mlir::tp::registerTPDialect(registry);
-  registry.insert<mlir::arith::ArithDialect, mlir::func::FuncDialect,
-                  mlir::scf::SCFDialect, mlir::tensor::TensorDialect>();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
+  DialectRegistry registry;
+  tp::registerTPDialect(registry);
+  registry.insert<arith::ArithDialect, func::FuncDialect, scf::SCFDialect,
+                  tensor::TensorDialect>();
+
+  auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
       argc, argv, "tpc optimizer driver: tp dialect passes and pipelines\n",
-      registry));
+      registry);
+  if (StringRef(outputFilename).ends_with(".tpplan"))
+    return asMainReturnCode(emitPlan(inputFilename, outputFilename, registry));
+  return asMainReturnCode(
+      MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
 }

@@ -23,4 +23,25 @@ def TPPrintShardingRules : Pass<"tp-print-sharding-rules"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPPlanMemory : Pass<"tp-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Assign activation buffers with liveness-based reuse";
+  let description = [{
+    For each function, places every op result in one per-rank arena: a
+    buffer lives from its defining op to its last use (function results to
+    the end), and buffers whose lifetimes overlap never share bytes. Placement
+    is greedy by size, each buffer at the lowest aligned offset that fits
+    (as in TFLite's arena planner). A `tp.reshape` result aliases its input's
+    buffer instead of taking a new one.
+
+    Each op gets `tp.buffer_offsets` (one byte offset per result; -1 for a reshape
+    of a function argument, which aliases the argument's storage); each
+    function gets `tp.arena_bytes`, the peak activation memory.
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", "64",
+           "Byte alignment of every buffer">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 #endif // TPC_TRANSFORMS_PASSES_TD

@@ -1,0 +1,31 @@
+//===- Pipelines.h - tpc compilation pipelines ------------------*- C++ -*-===//
+
+#ifndef TPC_PIPELINES_PIPELINES_H
+#define TPC_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace mlir::tp {
+
+/// How the training step is distributed. Later schemes add values here.
+enum class ParallelMode { None };
+
+struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
+  Option<ParallelMode> mode{
+      *this, "mode", llvm::cl::desc("Tensor-parallel scheme"),
+      llvm::cl::init(ParallelMode::None),
+      llvm::cl::values(
+          clEnumValN(ParallelMode::None, "none", "One rank, no distribution"))};
+};
+
+/// Global tp module -> per-rank program with planned memory, ready for the
+/// plan emitter (tpc-opt writes the plan when its output ends in .tpplan).
+void buildPipeline(OpPassManager &pm, const PipelineOptions &options);
+
+/// Registers `tp-pipeline`.
+void registerPipelines();
+
+} // namespace mlir::tp
+
+#endif // TPC_PIPELINES_PIPELINES_H

@@ -1,0 +1,23 @@
+//===- Pipelines.cpp - tpc compilation pipelines --------------------------===//
+
+#include "tpc/Pipelines/Pipelines.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+#include "tpc/Transforms/Passes.h"
+
+using namespace mlir;
+
+void mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &) {
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createTPPlanMemory());
+}
+
+void mlir::tp::registerPipelines() {
+  PassPipelineRegistration<PipelineOptions>(
+      "tp-pipeline",
+      "Compile a global tp module into a per-rank program with planned "
+      "memory; tpc-opt writes a plan when -o names a .tpplan file",
+      buildPipeline);
+}

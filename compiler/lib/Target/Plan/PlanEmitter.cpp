@@ -1,0 +1,346 @@
+//===- PlanEmitter.cpp - tp module -> flatbuffers plan --------------------===//
+
+#include "tpc/Target/Plan/PlanEmitter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "tpc/Dialect/TP/IR/TPOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include "tpc/plan/plan_generated.h"
+
+using namespace mlir;
+using namespace mlir::tp;
+namespace fb = tpc::plan;
+
+namespace {
+class PlanEmitter {
+public:
+  explicit PlanEmitter(ModuleOp module) : module(module) {}
+  LogicalResult emit(llvm::raw_ostream &os);
+
+private:
+  FailureOr<fb::DType> dtypeOf(Operation *where, Type type);
+  FailureOr<uint32_t> paramIndex(func::FuncOp func, unsigned argIdx);
+  LogicalResult emitProgram(func::FuncOp func);
+
+  ModuleOp module;
+  flatbuffers::FlatBufferBuilder builder{1 << 16};
+  std::vector<flatbuffers::Offset<fb::Param>> params;
+  llvm::StringMap<uint32_t> paramByName;
+  SmallVector<SmallVector<int64_t>> paramShapes;
+  std::vector<flatbuffers::Offset<fb::Program>> programs;
+};
+
+/// Per-program tensor table: each SSA value gets one entry.
+struct TensorTable {
+  struct Entry {
+    fb::DType dtype;
+    SmallVector<int64_t> shape;
+    fb::Storage storage;
+    uint64_t offset;
+    uint32_t index;
+  };
+  std::vector<Entry> entries;
+  DenseMap<Value, uint32_t> ids;
+};
+} // namespace
+
+FailureOr<fb::DType> PlanEmitter::dtypeOf(Operation *where, Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return where->emitError()
+           << "plan: " << type << " is not a statically shaped tensor";
+  if (tensor.getEncoding())
+    return where->emitError()
+           << "plan: " << type
+           << " still carries a layout; partition the module first";
+  Type element = tensor.getElementType();
+  if (element.isF32())
+    return fb::DType::F32;
+  if (element.isF16())
+    return fb::DType::F16;
+  if (element.isBF16())
+    return fb::DType::BF16;
+  if (element.isInteger(32))
+    return fb::DType::I32;
+  if (element.isInteger(64))
+    return fb::DType::I64;
+  return where->emitError() << "plan: unsupported element type " << element;
+}
+
+FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
+                                            unsigned argIdx) {
+  auto name = func.getArgAttrOfType<StringAttr>(argIdx, "tp.param");
+  auto type = cast<RankedTensorType>(func.getArgumentTypes()[argIdx]);
+  if (auto it = paramByName.find(name.getValue()); it != paramByName.end()) {
+    if (paramShapes[it->second] != type.getShape())
+      return func.emitOpError()
+             << "plan: parameter '" << name.getValue() << "' has shape " << type
+             << " here but a different shape elsewhere";
+    return it->second;
+  }
+  FailureOr<fb::DType> dtype = dtypeOf(func, type);
+  if (failed(dtype))
+    return failure();
+  fb::Init init = fb::Init::Normal;
+  double stddev = 0.0;
+  auto initAttr = func.getArgAttrOfType<StringAttr>(argIdx, "tp.init");
+  StringRef initName = initAttr ? initAttr.getValue() : "";
+  if (initName == "zeros") {
+    init = fb::Init::Zeros;
+  } else if (initName == "ones") {
+    init = fb::Init::Ones;
+  } else if (initName == "normal") {
+    auto std = func.getArgAttrOfType<FloatAttr>(argIdx, "tp.init_std");
+    if (!std)
+      return func.emitOpError() << "plan: parameter '" << name.getValue()
+                                << "' has a normal init without tp.init_std";
+    stddev = std.getValueAsDouble();
+  } else {
+    return func.emitOpError() << "plan: parameter '" << name.getValue()
+                              << "' needs tp.init = \"normal\", \"zeros\" or "
+                                 "\"ones\"";
+  }
+  uint32_t index = params.size();
+  params.push_back(fb::CreateParam(
+      builder, builder.CreateString(name.str()), *dtype,
+      builder.CreateVector(type.getShape().vec()), init, stddev));
+  paramByName[name.getValue()] = index;
+  paramShapes.emplace_back(type.getShape());
+  return index;
+}
+
+static FailureOr<fb::OpKind> opKindOf(Operation *op) {
+  return llvm::TypeSwitch<Operation *, FailureOr<fb::OpKind>>(op)
+      .Case([](EmbeddingOp) { return fb::OpKind::Embedding; })
+      .Case([](EmbeddingGradOp) { return fb::OpKind::EmbeddingGrad; })
+      .Case([](MatmulOp) { return fb::OpKind::Matmul; })
+      .Case([](AddOp) { return fb::OpKind::Add; })
+      .Case([](SubOp) { return fb::OpKind::Sub; })
+      .Case([](MulOp) { return fb::OpKind::Mul; })
+      .Case([](DivOp) { return fb::OpKind::Div; })
+      .Case([](ScaleOp) { return fb::OpKind::Scale; })
+      .Case([](GeluOp) { return fb::OpKind::Gelu; })
+      .Case([](SiluOp) { return fb::OpKind::Silu; })
+      .Case([](GeluGradOp) { return fb::OpKind::GeluGrad; })
+      .Case([](SiluGradOp) { return fb::OpKind::SiluGrad; })
+      .Case([](LayerNormOp) { return fb::OpKind::LayerNorm; })
+      .Case([](LayerNormGradOp) { return fb::OpKind::LayerNormGrad; })
+      .Case([](RmsNormOp) { return fb::OpKind::RmsNorm; })
+      .Case([](RmsNormGradOp) { return fb::OpKind::RmsNormGrad; })
+      .Case([](SoftmaxOp) { return fb::OpKind::Softmax; })
+      .Case([](SoftmaxGradOp) { return fb::OpKind::SoftmaxGrad; })
+      .Case([](RotaryOp) { return fb::OpKind::Rotary; })
+      .Case([](ReshapeOp) { return fb::OpKind::Reshape; })
+      .Case([](TransposeOp) { return fb::OpKind::Transpose; })
+      .Case([](SliceOp) { return fb::OpKind::Slice; })
+      .Case([](ReduceSumOp) { return fb::OpKind::ReduceSum; })
+      .Case([](ReduceMeanOp) { return fb::OpKind::ReduceMean; })
+      .Case([](CrossEntropyOp) { return fb::OpKind::CrossEntropy; })
+      .Case([](CrossEntropyGradOp) { return fb::OpKind::CrossEntropyGrad; })
+      .Case([](AdamWOp) { return fb::OpKind::AdamW; })
+      .Default([](Operation *op) -> FailureOr<fb::OpKind> {
+        return op->emitOpError() << "has no runtime kernel in the plan format";
+      });
+}
+
+static std::string locationString(Location loc) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (auto name = dyn_cast<NameLoc>(loc))
+    os << name.getName().getValue();
+  else if (auto file = dyn_cast<FileLineColLoc>(loc))
+    os << file.getFilename().getValue() << ":" << file.getLine() << ":"
+       << file.getColumn();
+  return text;
+}
+
+LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
+  auto arenaAttr = func->getAttrOfType<IntegerAttr>("tp.arena_bytes");
+  if (!arenaAttr)
+    return func.emitOpError()
+           << "plan: run tp-plan-memory before emitting a plan";
+  if (!func.getBody().hasOneBlock())
+    return func.emitOpError() << "plan: expected a single block";
+  Block &block = func.getBody().front();
+  TensorTable table;
+  auto add = [&](Value value, Operation *where, fb::Storage storage,
+                 uint64_t offset, uint32_t index) -> LogicalResult {
+    FailureOr<fb::DType> dtype = dtypeOf(where, value.getType());
+    if (failed(dtype))
+      return failure();
+    table.ids[value] = table.entries.size();
+    table.entries.push_back(
+        {*dtype,
+         SmallVector<int64_t>(
+             cast<RankedTensorType>(value.getType()).getShape()),
+         storage, offset, index});
+    return success();
+  };
+
+  // Arguments: parameters and data inputs.
+  std::vector<flatbuffers::Offset<fb::Input>> inputs;
+  for (BlockArgument arg : block.getArguments()) {
+    unsigned idx = arg.getArgNumber();
+    if (func.getArgAttr(idx, "tp.param")) {
+      FailureOr<uint32_t> param = paramIndex(func, idx);
+      if (failed(param) ||
+          failed(add(arg, func, fb::Storage::Param, 0, *param)))
+        return failure();
+      continue;
+    }
+    auto role = func.getArgAttrOfType<StringAttr>(idx, "tp.input");
+    fb::InputKind kind;
+    if (role && role.getValue() == "tokens")
+      kind = fb::InputKind::Tokens;
+    else if (role && role.getValue() == "targets")
+      kind = fb::InputKind::Targets;
+    else
+      return func.emitOpError()
+             << "plan: argument #" << idx
+             << " needs tp.param or tp.input = \"tokens\" | \"targets\"";
+    uint32_t inputIdx = inputs.size();
+    if (failed(add(arg, func, fb::Storage::Input, 0, inputIdx)))
+      return failure();
+    inputs.push_back(fb::CreateInput(builder, kind, table.ids[arg]));
+  }
+
+  // Steps.
+  std::vector<flatbuffers::Offset<fb::Step>> steps;
+  for (Operation &op : block.without_terminator()) {
+    FailureOr<fb::OpKind> kind = opKindOf(&op);
+    if (failed(kind))
+      return failure();
+    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>("tp.buffer_offsets");
+    if (!offsets || offsets.size() != int64_t(op.getNumResults()))
+      return op.emitOpError()
+             << "plan: missing tp.buffer_offsets; run tp-plan-memory";
+    std::vector<uint32_t> operands, results;
+    for (Value operand : op.getOperands())
+      operands.push_back(table.ids.at(operand));
+    for (auto [result, offset] :
+         llvm::zip_equal(op.getResults(), offsets.asArrayRef())) {
+      LogicalResult added = success();
+      if (offset >= 0) {
+        added = add(result, &op, fb::Storage::Arena, offset, 0);
+      } else {
+        // A reshape aliasing a parameter or input: same storage, new shape.
+        auto reshape = dyn_cast<ReshapeOp>(op);
+        if (!reshape)
+          return op.emitOpError() << "plan: only a reshape may alias its input";
+        const TensorTable::Entry source =
+            table.entries[table.ids.at(reshape.getInput())];
+        added = add(result, &op, source.storage, source.offset, source.index);
+      }
+      if (failed(added))
+        return failure();
+      results.push_back(table.ids[result]);
+    }
+
+    auto operandsVec = builder.CreateVector(operands);
+    auto resultsVec = builder.CreateVector(results);
+    flatbuffers::Offset<flatbuffers::Vector<int64_t>> ints;
+    if (auto transpose = dyn_cast<TransposeOp>(op))
+      ints = builder.CreateVector(transpose.getPermutation().vec());
+    else if (auto slice = dyn_cast<SliceOp>(op))
+      ints = builder.CreateVector(slice.getOffsets().vec());
+    else if (auto sum = dyn_cast<ReduceSumOp>(op))
+      ints = builder.CreateVector(sum.getDims().vec());
+    else if (auto mean = dyn_cast<ReduceMeanOp>(op))
+      ints = builder.CreateVector(mean.getDims().vec());
+    auto location = builder.CreateString(locationString(op.getLoc()));
+    fb::StepBuilder step(builder);
+    step.add_kind(*kind);
+    step.add_operands(operandsVec);
+    step.add_results(resultsVec);
+    if (!ints.IsNull())
+      step.add_ints(ints);
+    step.add_location(location);
+    auto epsilonOf = [](Operation *o) -> std::optional<double> {
+      if (auto attr = o->getAttrOfType<FloatAttr>("epsilon"))
+        return attr.getValueAsDouble();
+      return std::nullopt;
+    };
+    if (std::optional<double> epsilon = epsilonOf(&op))
+      step.add_epsilon(*epsilon);
+    llvm::TypeSwitch<Operation *>(&op)
+        .Case([&](MatmulOp m) {
+          step.add_transpose_lhs(m.getTransposeLhs());
+          step.add_transpose_rhs(m.getTransposeRhs());
+        })
+        .Case([&](SoftmaxOp s) { step.add_causal(s.getCausal()); })
+        .Case([&](RotaryOp r) {
+          step.add_theta(r.getThetaAttr().getValueAsDouble());
+          step.add_inverse(r.getInverse());
+        })
+        .Case([&](ScaleOp s) {
+          step.add_factor(s.getFactorAttr().getValueAsDouble());
+        })
+        .Case([&](AdamWOp a) {
+          step.add_beta1(a.getBeta1Attr().getValueAsDouble());
+          step.add_beta2(a.getBeta2Attr().getValueAsDouble());
+          step.add_weight_decay(a.getWeightDecayAttr().getValueAsDouble());
+        });
+    steps.push_back(step.Finish());
+  }
+
+  std::vector<uint32_t> results;
+  for (Value result : block.getTerminator()->getOperands())
+    results.push_back(table.ids.at(result));
+
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
+  for (const TensorTable::Entry &entry : table.entries)
+    tensors.push_back(fb::CreateTensor(
+        builder, entry.dtype,
+        builder.CreateVector(entry.shape.data(), entry.shape.size()),
+        entry.storage, entry.offset, entry.index));
+  programs.push_back(fb::CreateProgram(
+      builder, builder.CreateString(func.getSymName().str()),
+      builder.CreateVector(tensors), builder.CreateVector(inputs),
+      builder.CreateVector(steps), builder.CreateVector(results),
+      arenaAttr.getInt()));
+  return success();
+}
+
+LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
+  // A plan runs on one grid; without one it is a single rank.
+  std::vector<int64_t> grid = {1};
+  auto grids = llvm::to_vector(module.getOps<GridOp>());
+  if (grids.size() > 1)
+    return grids[1].emitOpError() << "plan: a module may hold one grid";
+  if (!grids.empty())
+    grid = grids.front().getShape().vec();
+  int64_t ranks = 1;
+  for (int64_t size : grid)
+    ranks *= size;
+  if (ranks != 1)
+    return module.emitError()
+           << "plan: grid of " << ranks
+           << " ranks, but only single-rank plans can be emitted so far";
+
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal() && failed(emitProgram(func)))
+      return failure();
+  if (programs.empty())
+    return module.emitError() << "plan: the module has no function to emit";
+
+  auto stringAttr = [&](StringRef name) {
+    auto attr = module->getAttrOfType<StringAttr>(name);
+    return builder.CreateString(attr ? attr.getValue().str() : "");
+  };
+  auto modelType = stringAttr("tp.model_type");
+  auto hfConfig = stringAttr("tp.hf_config");
+  auto plan = fb::CreatePlan(
+      builder, kPlanVersionMajor, kPlanVersionMinor,
+      builder.CreateString("tpc-opt"), builder.CreateVector(grid), modelType,
+      hfConfig, builder.CreateVector(params), builder.CreateVector(programs));
+  fb::FinishPlanBuffer(builder, plan);
+  os.write(reinterpret_cast<const char *>(builder.GetBufferPointer()),
+           builder.GetSize());
+  return success();
+}
+
+LogicalResult mlir::tp::translateModuleToPlan(ModuleOp module,
+                                              llvm::raw_ostream &os) {
+  return PlanEmitter(module).emit(os);
+}
