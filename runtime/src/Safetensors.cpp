@@ -1,0 +1,1130 @@
+#include "tpc/runtime/Safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tpc::runtime {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; only little-endian hosts "
+              "are supported");
+
+namespace {
+
+/// The reference implementation's limit on the JSON header.
+constexpr uint64_t kMaxHeaderSize = 100'000'000;
+constexpr uint64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+
+/// A validation failure; SafetensorsFile::open prefixes the path.
+struct Invalid {
+  std::string message;
+};
+
+[[noreturn]] void invalid(std::string message) {
+  throw Invalid{std::move(message)};
+}
+
+/// `s` with control characters escaped (so messages stay on one line) and cut
+/// to about `limit` bytes.
+std::string printable(std::string_view s, size_t limit = 120) {
+  bool cut = s.size() > limit;
+  if (cut) {
+    size_t n = limit;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80)
+      --n; // do not split a UTF-8 sequence
+    s = s.substr(0, n);
+  }
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  if (cut)
+    out += "...";
+  return out;
+}
+
+std::string quote(std::string_view s) { return "'" + printable(s) + "'"; }
+
+std::string tensorWhere(std::string_view name) {
+  return "tensor " + quote(name);
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0)
+      out += ",";
+    if (i == 16 && shape.size() > 17) {
+      out += "...";
+      break;
+    }
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+std::string offsetsString(const TensorInfo &t) {
+  return "[" + std::to_string(t.begin) + "," + std::to_string(t.end) + "]";
+}
+
+/// The offset of the first byte that is not part of valid UTF-8 (no overlong
+/// forms, no surrogates, nothing above U+10FFFF), or npos.
+size_t invalidUtf8At(std::string_view s) {
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (n - i < len)
+      return i;
+    for (size_t k = 1; k < len; ++k) {
+      auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80)
+        return i;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+      return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+void appendUtf8(std::string &out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+/// Parses the JSON header straight into tensor entries and metadata. It
+/// accepts exactly RFC 8259 JSON, but only in the shape a safetensors header
+/// has, so it needs no document tree and no recursion.
+class HeaderParser {
+public:
+  explicit HeaderParser(std::string_view text) : s_(text) {}
+
+  void parse(std::vector<TensorInfo> &tensors,
+             std::map<std::string, std::string> &metadata) {
+    skipWs();
+    if (atEnd())
+      invalid("header is empty; expected a JSON object");
+    if (peek() != '{')
+      invalid("header is not a JSON object (found " + kindHere() + ")");
+    ++pos_;
+    std::set<std::string, std::less<>> seen;
+    skipWs();
+    if (!consume('}')) {
+      for (;;) {
+        std::string key = parseKey();
+        if (!seen.insert(key).second)
+          invalid("header has duplicate key " + quote(key));
+        if (key == "__metadata__")
+          parseMetadata(metadata);
+        else
+          tensors.push_back(parseTensor(std::move(key)));
+        skipWs();
+        if (consume(','))
+          continue;
+        if (consume('}'))
+          break;
+        syntax("expected ',' or '}' after a header entry");
+      }
+    }
+    skipWs();
+    if (!atEnd())
+      invalid("trailing characters after the JSON header object at byte " +
+              std::to_string(pos_));
+  }
+
+private:
+  bool atEnd() const { return pos_ >= s_.size(); }
+  char peek() const { return atEnd() ? '\0' : s_[pos_]; }
+  bool consume(char c) {
+    if (atEnd() || s_[pos_] != c)
+      return false;
+    ++pos_;
+    return true;
+  }
+  void skipWs() {
+    while (!atEnd() && (s_[pos_] == ' ' || s_[pos_] == '\t' ||
+                        s_[pos_] == '\n' || s_[pos_] == '\r'))
+      ++pos_;
+  }
+  static bool isDigit(char c) { return c >= '0' && c <= '9'; }
+
+  [[noreturn]] void syntax(const std::string &what) const {
+    if (atEnd())
+      invalid("invalid JSON in header: unexpected end of header (" + what +
+              ")");
+    invalid("invalid JSON in header at byte " + std::to_string(pos_) + ": " +
+            what);
+  }
+
+  /// What kind of JSON value starts here, for type errors.
+  std::string kindHere() const {
+    switch (peek()) {
+    case '{':
+      return "an object";
+    case '[':
+      return "an array";
+    case '"':
+      return "a string";
+    case 't':
+    case 'f':
+      return "a boolean";
+    case 'n':
+      return "null";
+    case '-':
+      return "a number";
+    default:
+      if (isDigit(peek()))
+        return "a number";
+      syntax("expected a JSON value");
+    }
+  }
+
+  /// A member key and its ':' (with surrounding whitespace).
+  std::string parseKey() {
+    skipWs();
+    if (peek() != '"')
+      syntax("expected a string key");
+    std::string key = parseString();
+    skipWs();
+    if (!consume(':'))
+      syntax("expected ':' after a key");
+    skipWs();
+    return key;
+  }
+
+  uint32_t parseHex4() {
+    if (s_.size() - pos_ < 4)
+      syntax("truncated \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      char c = s_[pos_];
+      uint32_t d;
+      if (c >= '0' && c <= '9')
+        d = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        d = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        d = c - 'A' + 10;
+      else
+        syntax("invalid \\u escape");
+      v = v * 16 + d;
+      ++pos_;
+    }
+    return v;
+  }
+
+  /// A JSON string starting at the opening quote, unescaped (the header is
+  /// already known to be valid UTF-8).
+  std::string parseString() {
+    ++pos_; // the opening quote
+    std::string out;
+    for (;;) {
+      if (atEnd())
+        syntax("unterminated string");
+      char c = s_[pos_];
+      if (c == '"') {
+        ++pos_;
+        return out;
+      }
+      if (static_cast<unsigned char>(c) < 0x20)
+        syntax("unescaped control character in string");
+      ++pos_;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (atEnd())
+        syntax("unterminated string");
+      char e = s_[pos_];
+      ++pos_;
+      switch (e) {
+      case '"':
+      case '\\':
+      case '/':
+        out += e;
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'u': {
+        uint32_t cp = parseHex4();
+        if (cp >= 0xDC00 && cp <= 0xDFFF)
+          syntax("unpaired surrogate in \\u escape");
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          if (s_.size() - pos_ < 2 || s_[pos_] != '\\' || s_[pos_ + 1] != 'u')
+            syntax("unpaired surrogate in \\u escape");
+          pos_ += 2;
+          uint32_t low = parseHex4();
+          if (low < 0xDC00 || low > 0xDFFF)
+            syntax("unpaired surrogate in \\u escape");
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+        }
+        appendUtf8(out, cp);
+        break;
+      }
+      default:
+        --pos_;
+        syntax("invalid escape in string");
+      }
+    }
+  }
+
+  /// A JSON number token (strict RFC 8259 grammar).
+  std::string_view parseNumberToken() {
+    size_t start = pos_;
+    consume('-');
+    if (consume('0')) {
+    } else if (isDigit(peek())) {
+      while (isDigit(peek()))
+        ++pos_;
+    } else {
+      syntax("invalid number");
+    }
+    if (consume('.')) {
+      if (!isDigit(peek()))
+        syntax("invalid number");
+      while (isDigit(peek()))
+        ++pos_;
+    }
+    if (consume('e') || consume('E')) {
+      if (!consume('+'))
+        consume('-');
+      if (!isDigit(peek()))
+        syntax("invalid number");
+      while (isDigit(peek()))
+        ++pos_;
+    }
+    return s_.substr(start, pos_ - start);
+  }
+
+  /// A non-negative JSON integer no larger than `max`; `what` names it in
+  /// errors.
+  template <typename What> uint64_t parseUInt(uint64_t max, What what) {
+    skipWs();
+    if (peek() != '-' && !isDigit(peek()))
+      invalid(what() + " must be a non-negative integer, found " + kindHere());
+    std::string_view token = parseNumberToken();
+    if (token[0] == '-' || token.find_first_of(".eE") != token.npos)
+      invalid(what() + " must be a non-negative integer, found " +
+              printable(token, 40));
+    uint64_t v = 0;
+    for (char c : token) {
+      auto d = static_cast<uint64_t>(c - '0');
+      if (v > (max - d) / 10)
+        invalid(what() + " is too large: " + printable(token, 40));
+      v = v * 10 + d;
+    }
+    return v;
+  }
+
+  /// Skips any JSON value (nested at most kMaxDepth deep, as serde_json).
+  void skipValue(int depth) {
+    constexpr int kMaxDepth = 128;
+    if (depth >= kMaxDepth)
+      syntax("nesting too deep");
+    switch (peek()) {
+    case '{':
+      ++pos_;
+      skipWs();
+      if (consume('}'))
+        return;
+      for (;;) {
+        parseKey();
+        skipValue(depth + 1);
+        skipWs();
+        if (consume(','))
+          continue;
+        if (consume('}'))
+          return;
+        syntax("expected ',' or '}' in an object");
+      }
+    case '[':
+      ++pos_;
+      skipWs();
+      if (consume(']'))
+        return;
+      for (;;) {
+        skipWs();
+        skipValue(depth + 1);
+        skipWs();
+        if (consume(','))
+          continue;
+        if (consume(']'))
+          return;
+        syntax("expected ',' or ']' in an array");
+      }
+    case '"':
+      parseString();
+      return;
+    case 't':
+      return skipLiteral("true");
+    case 'f':
+      return skipLiteral("false");
+    case 'n':
+      return skipLiteral("null");
+    default:
+      if (peek() != '-' && !isDigit(peek()))
+        syntax("expected a JSON value");
+      parseNumberToken();
+    }
+  }
+
+  void skipLiteral(std::string_view literal) {
+    if (s_.substr(pos_, literal.size()) != literal)
+      syntax("invalid literal");
+    pos_ += literal.size();
+  }
+
+  TensorInfo parseTensor(std::string name) {
+    std::string where = tensorWhere(name);
+    if (peek() != '{')
+      invalid(where + ": entry must be a JSON object, found " + kindHere());
+    ++pos_;
+    TensorInfo t;
+    t.name = std::move(name);
+    t.dtype = DType::F32;
+    bool hasDtype = false, hasShape = false, hasOffsets = false;
+    auto once = [&](bool &has, const std::string &key) {
+      if (has)
+        invalid(where + ": duplicate key \"" + key + "\"");
+      has = true;
+    };
+    skipWs();
+    if (!consume('}')) {
+      for (;;) {
+        std::string key = parseKey();
+        if (key == "dtype") {
+          once(hasDtype, key);
+          if (peek() != '"')
+            invalid(where + ": \"dtype\" must be a string, found " +
+                    kindHere());
+          std::string dtype = parseString();
+          std::optional<DType> parsed = parseDType(dtype);
+          if (!parsed)
+            invalid(where + ": unsupported dtype \"" + printable(dtype) +
+                    "\" (supported: F32, F16, BF16, I32, I64)");
+          t.dtype = *parsed;
+        } else if (key == "shape") {
+          once(hasShape, key);
+          parseShape(where, t.shape);
+        } else if (key == "data_offsets") {
+          once(hasOffsets, key);
+          parseOffsets(where, t);
+        } else {
+          skipValue(0); // ignored, as by the reference
+        }
+        skipWs();
+        if (consume(','))
+          continue;
+        if (consume('}'))
+          break;
+        syntax("expected ',' or '}' in a tensor entry");
+      }
+    }
+    if (!hasDtype)
+      invalid(where + ": missing \"dtype\"");
+    if (!hasShape)
+      invalid(where + ": missing \"shape\"");
+    if (!hasOffsets)
+      invalid(where + ": missing \"data_offsets\"");
+    return t;
+  }
+
+  void parseShape(const std::string &where, std::vector<int64_t> &shape) {
+    if (peek() != '[')
+      invalid(where +
+              ": \"shape\" must be an array of non-negative integers, found " +
+              kindHere());
+    ++pos_;
+    skipWs();
+    if (consume(']'))
+      return;
+    for (;;) {
+      size_t i = shape.size();
+      shape.push_back(static_cast<int64_t>(parseUInt(kMaxInt64, [&] {
+        return where + ": shape[" + std::to_string(i) + "]";
+      })));
+      skipWs();
+      if (consume(','))
+        continue;
+      if (consume(']'))
+        return;
+      syntax("expected ',' or ']' in \"shape\"");
+    }
+  }
+
+  void parseOffsets(const std::string &where, TensorInfo &t) {
+    const std::string needTwo =
+        ": \"data_offsets\" must be an array of two non-negative integers "
+        "[begin, end]";
+    if (peek() != '[')
+      invalid(where + needTwo + ", found " + kindHere());
+    ++pos_;
+    skipWs();
+    if (consume(']'))
+      invalid(where + needTwo + ", found an empty array");
+    uint64_t max = std::numeric_limits<uint64_t>::max();
+    t.begin = parseUInt(max, [&] { return where + ": data_offsets[0]"; });
+    skipWs();
+    if (consume(']'))
+      invalid(where + needTwo + ", found one entry");
+    if (!consume(','))
+      syntax("expected ',' in \"data_offsets\"");
+    t.end = parseUInt(max, [&] { return where + ": data_offsets[1]"; });
+    skipWs();
+    if (consume(','))
+      invalid(where + needTwo + ", found more than two entries");
+    if (!consume(']'))
+      syntax("expected ']' after \"data_offsets\"");
+  }
+
+  void parseMetadata(std::map<std::string, std::string> &metadata) {
+    if (peek() != '{')
+      invalid("\"__metadata__\" must be an object of string values, found " +
+              kindHere());
+    ++pos_;
+    skipWs();
+    if (consume('}'))
+      return;
+    for (;;) {
+      std::string key = parseKey();
+      if (metadata.count(key))
+        invalid("\"__metadata__\" has duplicate key " + quote(key));
+      if (peek() != '"')
+        invalid("\"__metadata__\" value for key " + quote(key) +
+                " must be a string, found " + kindHere());
+      metadata.emplace(std::move(key), parseString());
+      skipWs();
+      if (consume(','))
+        continue;
+      if (consume('}'))
+        return;
+      syntax("expected ',' or '}' in \"__metadata__\"");
+    }
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+/// Checks sizes and offsets and sorts `tensors` by offset; they must tile the
+/// `dataSize`-byte data section exactly, as the reference requires.
+void validateLayout(std::vector<TensorInfo> &tensors, uint64_t dataSize) {
+  for (const TensorInfo &t : tensors) {
+    std::string where = tensorWhere(t.name);
+    uint64_t count = 1;
+    for (int64_t d : t.shape)
+      if (__builtin_mul_overflow(count, static_cast<uint64_t>(d), &count) ||
+          count > kMaxInt64)
+        invalid(where + ": element count of shape " + shapeString(t.shape) +
+                " overflows");
+    uint64_t nbytes;
+    if (__builtin_mul_overflow(count, dtypeSize(t.dtype), &nbytes))
+      invalid(where + ": byte size of shape " + shapeString(t.shape) +
+              " overflows");
+    if (t.begin > t.end)
+      invalid(where + ": data_offsets " + offsetsString(t) +
+              " have begin > end");
+    if (t.end - t.begin != nbytes)
+      invalid(where + ": data_offsets " + offsetsString(t) + " span " +
+              std::to_string(t.end - t.begin) + " bytes but shape " +
+              shapeString(t.shape) + " of " + std::string(dtypeName(t.dtype)) +
+              " needs " + std::to_string(nbytes) + " (size mismatch)");
+    if (t.end > dataSize)
+      invalid(where + ": data_offsets " + offsetsString(t) +
+              " extend beyond the end of the data section (" +
+              std::to_string(dataSize) + " bytes; is the file truncated?)");
+  }
+  std::sort(tensors.begin(), tensors.end(),
+            [](const TensorInfo &a, const TensorInfo &b) {
+              return std::tie(a.begin, a.end, a.name) <
+                     std::tie(b.begin, b.end, b.name);
+            });
+  uint64_t cursor = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo &t = tensors[i];
+    if (t.begin < cursor)
+      invalid(tensorWhere(t.name) + " (data_offsets " + offsetsString(t) +
+              ") overlaps " + tensorWhere(tensors[i - 1].name) +
+              " (data_offsets " + offsetsString(tensors[i - 1]) + ")");
+    if (t.begin > cursor)
+      invalid("data section bytes [" + std::to_string(cursor) + "," +
+              std::to_string(t.begin) + ") before " + tensorWhere(t.name) +
+              " are not covered by any tensor (hole)");
+    cursor = t.end;
+  }
+  if (cursor != dataSize)
+    invalid("data section is " + std::to_string(dataSize) +
+            " bytes but its tensors end at byte " + std::to_string(cursor) +
+            " (trailing bytes not covered by any tensor)");
+}
+
+/// Closes a file descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+std::string errnoText(int err) { return std::strerror(err); }
+
+/// A tensor's elements, read element by element (the bytes may be unaligned).
+template <typename T>
+std::vector<T> loadElements(std::span<const std::byte> bytes) {
+  std::vector<T> out(bytes.size() / sizeof(T));
+  if (!out.empty())
+    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  return out;
+}
+
+int dtypeRank(DType dtype) {
+  // The reference's Dtype enum order (increasing alignment); the serializer
+  // sorts by it descending.
+  switch (dtype) {
+  case DType::F16:
+    return 0;
+  case DType::BF16:
+    return 1;
+  case DType::I32:
+    return 2;
+  case DType::F32:
+    return 3;
+  case DType::I64:
+    return 4;
+  }
+  return 0;
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json does.
+void appendJsonString(std::string &out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    switch (c) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\b':
+      out += "\\b";
+      break;
+    case '\f':
+      out += "\\f";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    default:
+      if (u < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", u);
+        out += buf;
+      } else {
+        out += c;
+      }
+    }
+  }
+  out += '"';
+}
+
+void writeAll(int fd, const void *data, size_t size, const std::string &path,
+              const std::string &tmp) {
+  auto p = static_cast<const char *>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      throw std::runtime_error(printable(path, path.size()) +
+                               ": cannot write " + printable(tmp, tmp.size()) +
+                               ": " + errnoText(errno));
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+} // namespace
+
+size_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F16:
+  case DType::BF16:
+    return 2;
+  case DType::I64:
+    return 8;
+  }
+  throw std::invalid_argument("dtypeSize: invalid DType");
+}
+
+std::string_view dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return "F32";
+  case DType::F16:
+    return "F16";
+  case DType::BF16:
+    return "BF16";
+  case DType::I32:
+    return "I32";
+  case DType::I64:
+    return "I64";
+  }
+  throw std::invalid_argument("dtypeName: invalid DType");
+}
+
+std::optional<DType> parseDType(std::string_view name) {
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64})
+    if (dtypeName(d) == name)
+      return d;
+  return std::nullopt;
+}
+
+uint16_t f32ToF16(float value) {
+  uint32_t x = std::bit_cast<uint32_t>(value);
+  auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  uint32_t abs = x & 0x7FFFFFFF;
+  if (abs > 0x7F800000) // NaN: quiet, keep the top payload bits
+    return sign | 0x7E00 | static_cast<uint16_t>((abs >> 13) & 0x1FF);
+  if (abs >= 0x477FF000) // >= 65520 rounds (ties to even) past 65504
+    return sign | 0x7C00;
+  if (abs >= 0x38800000) { // normal in f16 (>= 2^-14)
+    uint32_t rebiased = abs - (112u << 23);
+    uint32_t h = rebiased >> 13, rest = rebiased & 0x1FFF;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+      ++h; // may carry into the exponent, which is still right
+    return sign | static_cast<uint16_t>(h);
+  }
+  if (abs <= 0x33000000) // <= 2^-25: rounds to zero (2^-25 is a tie to 0)
+    return sign;
+  // Subnormal in f16: the result counts units of 2^-24.
+  uint32_t exponent = abs >> 23; // 102..112
+  uint32_t mantissa = (abs & 0x7FFFFF) | 0x800000;
+  uint32_t shift = 126 - exponent; // 14..24
+  uint32_t h = mantissa >> shift;
+  uint32_t rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (h & 1)))
+    ++h; // 0x400 is the smallest normal: still right
+  return sign | static_cast<uint16_t>(h);
+}
+
+float f16ToF32(uint16_t bits) {
+  uint32_t sign = static_cast<uint32_t>(bits & 0x8000) << 16;
+  uint32_t exponent = (bits >> 10) & 0x1F, mantissa = bits & 0x3FF;
+  uint32_t out;
+  if (exponent == 0x1F) {
+    out = sign | 0x7F800000 | (mantissa << 13);
+  } else if (exponent != 0) {
+    out = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    out = sign;
+  } else { // subnormal: normalise
+    uint32_t e = 113;
+    while (!(mantissa & 0x400)) {
+      mantissa <<= 1;
+      --e;
+    }
+    out = sign | (e << 23) | ((mantissa & 0x3FF) << 13);
+  }
+  return std::bit_cast<float>(out);
+}
+
+uint16_t f32ToBF16(float value) {
+  uint32_t x = std::bit_cast<uint32_t>(value);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) // NaN: quiet, keep sign and payload top
+    return static_cast<uint16_t>((x >> 16) | 0x0040);
+  x += 0x7FFF + ((x >> 16) & 1); // round to nearest, ties to even
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float bf16ToF32(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+uint64_t TensorInfo::numElements() const {
+  uint64_t count = 1;
+  for (int64_t d : shape)
+    count *= static_cast<uint64_t>(d);
+  return count;
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string &path) {
+  const std::string where = printable(path, path.size());
+  auto fail = [&](const std::string &what) -> std::runtime_error {
+    return std::runtime_error(where + ": " + what);
+  };
+
+  Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0)
+    throw fail("cannot open: " + errnoText(errno));
+  struct stat st;
+  if (::fstat(fd.fd, &st) != 0)
+    throw fail("cannot stat: " + errnoText(errno));
+  if (!S_ISREG(st.st_mode))
+    throw fail("not a regular file");
+  auto size = static_cast<uint64_t>(st.st_size);
+  if (size < 8)
+    throw fail("file is " + std::to_string(size) +
+               " bytes, too short for the 8-byte header length");
+
+  void *base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  if (base == MAP_FAILED)
+    throw fail("cannot map: " + errnoText(errno));
+  SafetensorsFile file;
+  file.mapping_ = std::shared_ptr<const void>(
+      base, [size](const void *p) { ::munmap(const_cast<void *>(p), size); });
+  file.path_ = path;
+  auto bytes = static_cast<const std::byte *>(base);
+
+  uint64_t headerSize;
+  std::memcpy(&headerSize, bytes, 8);
+  if (headerSize > kMaxHeaderSize)
+    throw fail("header length " + std::to_string(headerSize) +
+               " exceeds the limit of " + std::to_string(kMaxHeaderSize) +
+               " bytes");
+  if (headerSize > size - 8)
+    throw fail("header length " + std::to_string(headerSize) +
+               " extends beyond the end of the file (" + std::to_string(size) +
+               " bytes; is the file truncated?)");
+  std::string_view header(reinterpret_cast<const char *>(bytes + 8),
+                          headerSize);
+  uint64_t dataSize = size - 8 - headerSize;
+  try {
+    if (size_t at = invalidUtf8At(header); at != header.npos)
+      invalid("header is not valid UTF-8 (at byte " + std::to_string(at) + ")");
+    HeaderParser(header).parse(file.tensors_, file.metadata_);
+    validateLayout(file.tensors_, dataSize);
+  } catch (const Invalid &e) {
+    throw fail(e.message);
+  }
+  file.data_ = std::span<const std::byte>(bytes + 8 + headerSize, dataSize);
+  for (size_t i = 0; i < file.tensors_.size(); ++i)
+    file.index_.emplace(file.tensors_[i].name, i);
+  return file;
+}
+
+const TensorInfo *SafetensorsFile::find(std::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo &SafetensorsFile::get(std::string_view name) const {
+  if (const TensorInfo *t = find(name))
+    return *t;
+  throw std::runtime_error(printable(path_, path_.size()) +
+                           ": no tensor named " + quote(name));
+}
+
+std::span<const std::byte>
+SafetensorsFile::bytes(const TensorInfo &info) const {
+  if (info.begin > info.end || info.end > data_.size())
+    throw std::invalid_argument(printable(path_, path_.size()) + ": " +
+                                tensorWhere(info.name) +
+                                " is not a tensor of this file");
+  return data_.subspan(info.begin, info.end - info.begin);
+}
+
+std::vector<float> SafetensorsFile::readAsF32(std::string_view name) const {
+  const TensorInfo &t = get(name);
+  std::span<const std::byte> raw = bytes(t);
+  switch (t.dtype) {
+  case DType::F32:
+    return loadElements<float>(raw);
+  case DType::F16:
+  case DType::BF16: {
+    std::vector<uint16_t> halves = loadElements<uint16_t>(raw);
+    std::vector<float> out(halves.size());
+    bool isF16 = t.dtype == DType::F16;
+    for (size_t i = 0; i < halves.size(); ++i)
+      out[i] = isF16 ? f16ToF32(halves[i]) : bf16ToF32(halves[i]);
+    return out;
+  }
+  default:
+    throw std::runtime_error(printable(path_, path_.size()) + ": " +
+                             tensorWhere(t.name) + " has dtype " +
+                             std::string(dtypeName(t.dtype)) +
+                             "; readAsF32 needs F32, F16 or BF16");
+  }
+}
+
+std::vector<int64_t> SafetensorsFile::readAsI64(std::string_view name) const {
+  const TensorInfo &t = get(name);
+  std::span<const std::byte> raw = bytes(t);
+  switch (t.dtype) {
+  case DType::I64:
+    return loadElements<int64_t>(raw);
+  case DType::I32: {
+    std::vector<int32_t> narrow = loadElements<int32_t>(raw);
+    return std::vector<int64_t>(narrow.begin(), narrow.end());
+  }
+  default:
+    throw std::runtime_error(printable(path_, path_.size()) + ": " +
+                             tensorWhere(t.name) + " has dtype " +
+                             std::string(dtypeName(t.dtype)) +
+                             "; readAsI64 needs I32 or I64");
+  }
+}
+
+void SafetensorsWriter::add(std::string name, DType dtype,
+                            std::vector<int64_t> shape,
+                            std::span<const std::byte> data) {
+  std::string where = "SafetensorsWriter: " + tensorWhere(name);
+  if (name == "__metadata__")
+    throw std::invalid_argument(where + ": the name is reserved");
+  if (invalidUtf8At(name) != std::string_view::npos)
+    throw std::invalid_argument(where + ": the name is not valid UTF-8");
+  for (const Entry &e : entries_)
+    if (e.name == name)
+      throw std::invalid_argument(where + ": duplicate name");
+  uint64_t count = 1, nbytes;
+  for (int64_t d : shape) {
+    if (d < 0)
+      throw std::invalid_argument(where + ": negative dimension in shape " +
+                                  shapeString(shape));
+    if (__builtin_mul_overflow(count, static_cast<uint64_t>(d), &count) ||
+        count > kMaxInt64)
+      throw std::invalid_argument(where + ": element count of shape " +
+                                  shapeString(shape) + " overflows");
+  }
+  if (__builtin_mul_overflow(count, dtypeSize(dtype), &nbytes) ||
+      nbytes != data.size())
+    throw std::invalid_argument(
+        where + ": data has " + std::to_string(data.size()) +
+        " bytes but shape " + shapeString(shape) + " of " +
+        std::string(dtypeName(dtype)) + " needs " +
+        std::to_string(count * dtypeSize(dtype)));
+  entries_.push_back(Entry{std::move(name), dtype, std::move(shape),
+                           std::vector<std::byte>(data.begin(), data.end())});
+}
+
+void SafetensorsWriter::addF32(std::string name, std::vector<int64_t> shape,
+                               std::span<const float> data, DType storeAs) {
+  if (storeAs == DType::F32)
+    return add(std::move(name), storeAs, std::move(shape), std::as_bytes(data));
+  if (storeAs != DType::F16 && storeAs != DType::BF16)
+    throw std::invalid_argument("SafetensorsWriter: " + tensorWhere(name) +
+                                ": addF32 stores F32, F16 or BF16, not " +
+                                std::string(dtypeName(storeAs)));
+  std::vector<uint16_t> halves(data.size());
+  for (size_t i = 0; i < data.size(); ++i)
+    halves[i] = storeAs == DType::F16 ? f32ToF16(data[i]) : f32ToBF16(data[i]);
+  add(std::move(name), storeAs, std::move(shape),
+      std::as_bytes(std::span<const uint16_t>(halves)));
+}
+
+void SafetensorsWriter::addI32(std::string name, std::vector<int64_t> shape,
+                               std::span<const int32_t> data) {
+  add(std::move(name), DType::I32, std::move(shape), std::as_bytes(data));
+}
+
+void SafetensorsWriter::addI64(std::string name, std::vector<int64_t> shape,
+                               std::span<const int64_t> data) {
+  add(std::move(name), DType::I64, std::move(shape), std::as_bytes(data));
+}
+
+void SafetensorsWriter::setMetadata(std::string key, std::string value) {
+  if (invalidUtf8At(key) != std::string_view::npos ||
+      invalidUtf8At(value) != std::string_view::npos)
+    throw std::invalid_argument("SafetensorsWriter: metadata key " +
+                                quote(key) + " or its value is not UTF-8");
+  metadata_[std::move(key)] = std::move(value);
+}
+
+std::vector<const SafetensorsWriter::Entry *>
+SafetensorsWriter::ordered() const {
+  std::vector<const Entry *> order;
+  for (const Entry &e : entries_)
+    order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const Entry *a, const Entry *b) {
+    int ra = dtypeRank(a->dtype), rb = dtypeRank(b->dtype);
+    if (ra != rb)
+      return ra > rb;
+    return a->name < b->name;
+  });
+  return order;
+}
+
+std::string
+SafetensorsWriter::header(const std::vector<const Entry *> &order) const {
+  std::string h = "{";
+  bool first = true;
+  if (!metadata_.empty()) {
+    h += "\"__metadata__\":{";
+    for (const auto &[key, value] : metadata_) {
+      if (!first)
+        h += ',';
+      first = false;
+      appendJsonString(h, key);
+      h += ':';
+      appendJsonString(h, value);
+    }
+    h += '}';
+    first = false;
+  }
+  uint64_t offset = 0;
+  for (const Entry *e : order) {
+    if (!first)
+      h += ',';
+    first = false;
+    appendJsonString(h, e->name);
+    h += ":{\"dtype\":\"";
+    h += dtypeName(e->dtype);
+    h += "\",\"shape\":[";
+    for (size_t i = 0; i < e->shape.size(); ++i) {
+      if (i > 0)
+        h += ',';
+      h += std::to_string(e->shape[i]);
+    }
+    h += "],\"data_offsets\":[" + std::to_string(offset) + ",";
+    offset += e->data.size();
+    h += std::to_string(offset) + "]}";
+  }
+  h += '}';
+  h.append((8 - h.size() % 8) % 8, ' ');
+  return h;
+}
+
+std::vector<std::byte> SafetensorsWriter::serialize() const {
+  std::vector<const Entry *> order = ordered();
+  std::string h = header(order);
+  uint64_t n = h.size();
+  std::vector<std::byte> out;
+  auto append = [&](const void *p, size_t size) {
+    auto b = static_cast<const std::byte *>(p);
+    out.insert(out.end(), b, b + size);
+  };
+  append(&n, 8);
+  append(h.data(), h.size());
+  for (const Entry *e : order)
+    append(e->data.data(), e->data.size());
+  return out;
+}
+
+void SafetensorsWriter::write(const std::string &path) const {
+  const std::string where = printable(path, path.size());
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::vector<const Entry *> order = ordered();
+  std::string h = header(order);
+  uint64_t n = h.size();
+
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw std::runtime_error(where + ": cannot create " +
+                             printable(tmp, tmp.size()) + ": " +
+                             errnoText(errno));
+  try {
+    writeAll(fd, &n, 8, path, tmp);
+    writeAll(fd, h.data(), h.size(), path, tmp);
+    for (const Entry *e : order)
+      writeAll(fd, e->data.data(), e->data.size(), path, tmp);
+    if (::fsync(fd) != 0)
+      throw std::runtime_error(where + ": cannot fsync " +
+                               printable(tmp, tmp.size()) + ": " +
+                               errnoText(errno));
+    int rc = ::close(fd);
+    fd = -1;
+    if (rc != 0)
+      throw std::runtime_error(where + ": cannot close " +
+                               printable(tmp, tmp.size()) + ": " +
+                               errnoText(errno));
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      throw std::runtime_error(where + ": cannot rename " +
+                               printable(tmp, tmp.size()) +
+                               " to it: " + errnoText(errno));
+  } catch (...) {
+    if (fd >= 0)
+      ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  // Make the rename durable; failing here leaves a complete file anyway.
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  int dirFd = ::open(dir.empty() ? "." : dir.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirFd >= 0) {
+    ::fsync(dirFd);
+    ::close(dirFd);
+  }
+}
+
+} // namespace tpc::runtime
