@@ -20,4 +20,5 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.tpc_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["tpc-opt", "tpc-import"], tool_dirs)
+llvm_config.add_tool_substitutions(
+    ["tpc-opt", "tpc-import", "tp-run", "tpc-tokenize"], tool_dirs)

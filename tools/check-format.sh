@@ -4,7 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-mapfile -t files < <(find dialects compiler runtime frontends tools test \
+mapfile -t files < <(find dialects compiler runtime frontends tools test bench \
   -name '*.cpp' -o -name '*.h' -o -name '*.cu' | sort)
 clang-format --dry-run --Werror "${files[@]}"
 echo "check-format: ${#files[@]} files follow .clang-format"

@@ -1,0 +1,86 @@
+// Runs a loaded plan's programs on the CPU: parameters live in a ParamStore
+// shared by all programs; each ProgramRunner owns its activation arena.
+#pragma once
+
+#include "tpc/runtime/Plan.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+/// The plan's parameters as f32 host arrays, in plan order.
+class ParamStore {
+public:
+  /// Sharding-independent deterministic initialisation (Init.h).
+  static ParamStore initialise(const LoadedPlan &plan);
+  /// Loads every parameter by its HF name from a safetensors file
+  /// (f32/f16/bf16). Throws std::runtime_error if one is missing or its
+  /// shape differs; tensors the plan does not use are ignored.
+  static ParamStore fromSafetensors(const LoadedPlan &plan,
+                                    const std::string &path);
+
+  std::vector<float> &operator[](size_t index) { return values[index]; }
+  const std::vector<float> &operator[](size_t index) const {
+    return values[index];
+  }
+  size_t size() const { return values.size(); }
+  uint64_t bytes() const;
+
+private:
+  std::vector<std::vector<float>> values;
+};
+
+/// Time spent per op kind.
+struct OpStats {
+  int64_t count = 0;
+  double seconds = 0.0;
+};
+
+class ProgramRunner {
+public:
+  /// Throws PlanError if `plan` has no program `name`.
+  ProgramRunner(const LoadedPlan &plan, const std::string &name,
+                ParamStore &params);
+
+  /// Sets the tokens or targets input; throws if the size differs.
+  void setInput(plan::InputKind kind, std::span<const int32_t> values);
+  bool hasInput(plan::InputKind kind) const;
+  /// The [batch, seq] shape of the tokens input.
+  std::vector<int64_t> tokensShape() const;
+
+  /// Executes every step once.
+  void run();
+
+  size_t numResults() const;
+  std::span<const float> result(size_t index) const;
+  std::vector<int64_t> resultShape(size_t index) const;
+
+  const std::map<std::string, OpStats> &stats() const { return opStats; }
+  void resetStats() { opStats.clear(); }
+  uint64_t arenaBytes() const { return program->arena_bytes(); }
+  uint64_t inputBytes() const;
+
+private:
+  float *floatData(uint32_t tensor);
+  const int32_t *intData(uint32_t tensor) const;
+  std::span<const int64_t> shape(uint32_t tensor) const;
+  int64_t elements(uint32_t tensor) const;
+  void execute(const plan::Step &step);
+
+  const plan::Program *program;
+  ParamStore &params;
+  struct FreeDeleter {
+    void operator()(void *p) const;
+  };
+  std::unique_ptr<std::byte, FreeDeleter> arena; // 64-byte aligned
+  std::vector<std::vector<int32_t>> inputs;
+  std::vector<std::vector<int64_t>> shapes;
+  std::map<std::string, OpStats> opStats;
+};
+
+} // namespace tpc::runtime

@@ -1,0 +1,56 @@
+// Loading a plan (.tpplan): the flatbuffers Verifier first, then semantic
+// checks of everything the executor will trust -- versions, grid size, tensor
+// shapes and byte ranges, operand counts, per-op shape and dtype rules, and
+// that every value is written before it is read. Plans are untrusted input:
+// any problem is a PlanError with a one-line message.
+#pragma once
+
+#include "tpc/plan/plan_generated.h"
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+inline constexpr uint32_t kPlanVersionMajor = 1;
+inline constexpr uint32_t kPlanVersionMinor = 0;
+
+class PlanError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Bytes per element of a plan dtype.
+int64_t dtypeSize(plan::DType dtype);
+const char *dtypeName(plan::DType dtype);
+const char *opKindName(plan::OpKind kind);
+
+class LoadedPlan {
+public:
+  /// Reads and checks `path` for a run on `worldSize` ranks.
+  static LoadedPlan load(const std::string &path, int64_t worldSize);
+  /// Checks an in-memory plan (copied into aligned storage).
+  static LoadedPlan fromBytes(const void *data, size_t size, int64_t worldSize,
+                              const std::string &what);
+
+  const plan::Plan &plan() const { return *root; }
+  /// The program called `name`, or null.
+  const plan::Program *program(const std::string &name) const;
+
+  /// Writes the plan as JSON (stable key order) for tests and debugging.
+  void printJson(std::ostream &os) const;
+
+private:
+  std::shared_ptr<std::vector<uint64_t>> storage; // 8-byte aligned bytes
+  const plan::Plan *root = nullptr;
+};
+
+/// Element count of a shape; throws PlanError on negative dims or overflow.
+int64_t checkedElementCount(const flatbuffers::Vector<int64_t> *shape,
+                            const std::string &what);
+
+} // namespace tpc::runtime

@@ -1,0 +1,287 @@
+#include "tpc/runtime/Executor.h"
+
+#include "tpc/runtime/Init.h"
+#include "tpc/runtime/Safetensors.h"
+#include "tpc/runtime/cpu/Kernels.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace tpc::runtime {
+
+using plan::OpKind;
+using plan::Storage;
+
+//===----------------------------------------------------------------------===//
+// ParamStore
+//===----------------------------------------------------------------------===//
+
+ParamStore ParamStore::initialise(const LoadedPlan &loaded) {
+  ParamStore store;
+  for (const plan::Param *param : *loaded.plan().params()) {
+    std::vector<int64_t> shape(param->shape()->begin(), param->shape()->end());
+    int64_t count = checkedElementCount(param->shape(), param->name()->str());
+    std::vector<float> values(count);
+    switch (param->init()) {
+    case plan::Init::Zeros:
+      break;
+    case plan::Init::Ones:
+      std::fill(values.begin(), values.end(), 1.0f);
+      break;
+    case plan::Init::Normal: {
+      std::vector<int64_t> zero(shape.size(), 0);
+      fillNormal(values, shape, {zero, shape},
+                 parameterKey(param->name()->str()),
+                 static_cast<float>(param->init_std()));
+      break;
+    }
+    }
+    store.values.push_back(std::move(values));
+  }
+  return store;
+}
+
+ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
+                                       const std::string &path) {
+  SafetensorsFile file = SafetensorsFile::open(path);
+  ParamStore store;
+  for (const plan::Param *param : *loaded.plan().params()) {
+    const std::string name = param->name()->str();
+    const TensorInfo *info = file.find(name);
+    if (!info)
+      throw std::runtime_error(path + ": has no tensor '" + name +
+                               "', which the plan needs");
+    std::vector<int64_t> shape(param->shape()->begin(), param->shape()->end());
+    if (info->shape != shape) {
+      auto str = [](const std::vector<int64_t> &s) {
+        std::string r = "[";
+        for (size_t i = 0; i < s.size(); ++i)
+          r += (i ? "," : "") + std::to_string(s[i]);
+        return r + "]";
+      };
+      throw std::runtime_error(path + ": tensor '" + name + "' has shape " +
+                               str(info->shape) + ", the plan expects " +
+                               str(shape));
+    }
+    store.values.push_back(file.readAsF32(name));
+  }
+  return store;
+}
+
+uint64_t ParamStore::bytes() const {
+  uint64_t total = 0;
+  for (const auto &v : values)
+    total += v.size() * sizeof(float);
+  return total;
+}
+
+//===----------------------------------------------------------------------===//
+// ProgramRunner
+//===----------------------------------------------------------------------===//
+
+void ProgramRunner::FreeDeleter::operator()(void *p) const { std::free(p); }
+
+ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
+                             ParamStore &params)
+    : program(loaded.program(name)), params(params) {
+  if (!program)
+    throw PlanError("the plan has no program '" + name + "'");
+  uint64_t bytes = (program->arena_bytes() + 63) / 64 * 64;
+  arena.reset(
+      static_cast<std::byte *>(std::aligned_alloc(64, bytes ? bytes : 64)));
+  if (!arena)
+    throw std::runtime_error("cannot allocate an arena of " +
+                             std::to_string(bytes) + " bytes");
+  for (const plan::Tensor *t : *program->tensors())
+    shapes.emplace_back(t->shape()->begin(), t->shape()->end());
+  for (const plan::Input *input : *program->inputs())
+    inputs.emplace_back(elements(input->tensor()));
+}
+
+std::span<const int64_t> ProgramRunner::shape(uint32_t tensor) const {
+  return shapes[tensor];
+}
+
+int64_t ProgramRunner::elements(uint32_t tensor) const {
+  int64_t count = 1;
+  for (int64_t d : shapes[tensor])
+    count *= d;
+  return count;
+}
+
+float *ProgramRunner::floatData(uint32_t tensor) {
+  const plan::Tensor &t = *program->tensors()->Get(tensor);
+  if (t.storage() == Storage::Param)
+    return params[t.index()].data();
+  return reinterpret_cast<float *>(arena.get() + t.offset());
+}
+
+const int32_t *ProgramRunner::intData(uint32_t tensor) const {
+  const plan::Tensor &t = *program->tensors()->Get(tensor);
+  return inputs[t.index()].data();
+}
+
+bool ProgramRunner::hasInput(plan::InputKind kind) const {
+  for (const plan::Input *input : *program->inputs())
+    if (input->kind() == kind)
+      return true;
+  return false;
+}
+
+std::vector<int64_t> ProgramRunner::tokensShape() const {
+  for (const plan::Input *input : *program->inputs())
+    if (input->kind() == plan::InputKind::Tokens)
+      return shapes[input->tensor()];
+  throw PlanError("the program has no tokens input");
+}
+
+void ProgramRunner::setInput(plan::InputKind kind,
+                             std::span<const int32_t> values) {
+  for (size_t i = 0; i < program->inputs()->size(); ++i) {
+    const plan::Input &input = *program->inputs()->Get(i);
+    if (input.kind() != kind)
+      continue;
+    if (values.size() != inputs[i].size())
+      throw std::runtime_error(
+          std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
+          std::to_string(values.size()) + " values, the program expects " +
+          std::to_string(inputs[i].size()));
+    std::copy(values.begin(), values.end(), inputs[i].begin());
+    return;
+  }
+  throw std::runtime_error(std::string("the program has no ") +
+                           plan::EnumNameInputKind(kind) + " input");
+}
+
+uint64_t ProgramRunner::inputBytes() const {
+  uint64_t total = 0;
+  for (const auto &input : inputs)
+    total += input.size() * sizeof(int32_t);
+  return total;
+}
+
+size_t ProgramRunner::numResults() const { return program->results()->size(); }
+
+std::span<const float> ProgramRunner::result(size_t index) const {
+  uint32_t tensor = program->results()->Get(index);
+  auto *self = const_cast<ProgramRunner *>(this);
+  return {self->floatData(tensor), size_t(elements(tensor))};
+}
+
+std::vector<int64_t> ProgramRunner::resultShape(size_t index) const {
+  return shapes[program->results()->Get(index)];
+}
+
+void ProgramRunner::run() {
+  for (const plan::Step *step : *program->steps()) {
+    auto start = std::chrono::steady_clock::now();
+    execute(*step);
+    std::chrono::duration<double> took =
+        std::chrono::steady_clock::now() - start;
+    OpStats &stats = opStats[opKindName(step->kind())];
+    stats.count += 1;
+    stats.seconds += took.count();
+  }
+}
+
+void ProgramRunner::execute(const plan::Step &step) {
+  const auto &ops = *step.operands();
+  const uint32_t out = step.results()->Get(0);
+  auto in = [&](size_t i) { return floatData(ops.Get(i)); };
+  auto inShape = [&](size_t i) { return shape(ops.Get(i)); };
+  std::span<const int64_t> outShape = shape(out);
+  const int64_t outCount = elements(out);
+  switch (step.kind()) {
+  case OpKind::Embedding: {
+    auto table = inShape(0);
+    cpu::embedding(in(0), table[0], table[1], intData(ops.Get(1)),
+                   elements(ops.Get(1)), floatData(out));
+    return;
+  }
+  case OpKind::Matmul:
+    cpu::matmul(in(0), inShape(0), step.transpose_lhs(), in(1), inShape(1),
+                step.transpose_rhs(), floatData(out), outShape);
+    return;
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div: {
+    cpu::BinaryKind kind = step.kind() == OpKind::Add   ? cpu::BinaryKind::Add
+                           : step.kind() == OpKind::Sub ? cpu::BinaryKind::Sub
+                           : step.kind() == OpKind::Mul ? cpu::BinaryKind::Mul
+                                                        : cpu::BinaryKind::Div;
+    cpu::binary(kind, in(0), inShape(0), in(1), inShape(1), floatData(out),
+                outShape);
+    return;
+  }
+  case OpKind::Scale:
+    cpu::scale(in(0), static_cast<float>(step.factor()), floatData(out),
+               outCount);
+    return;
+  case OpKind::Gelu:
+    cpu::gelu(in(0), floatData(out), outCount);
+    return;
+  case OpKind::Silu:
+    cpu::silu(in(0), floatData(out), outCount);
+    return;
+  case OpKind::LayerNorm: {
+    int64_t cols = outShape.back();
+    cpu::layerNorm(in(0), in(1), in(2), floatData(out), outCount / cols, cols,
+                   static_cast<float>(step.epsilon()));
+    return;
+  }
+  case OpKind::RmsNorm: {
+    int64_t cols = outShape.back();
+    cpu::rmsNorm(in(0), in(1), floatData(out), outCount / cols, cols,
+                 static_cast<float>(step.epsilon()));
+    return;
+  }
+  case OpKind::Softmax: {
+    int64_t cols = outShape.back();
+    cpu::softmax(in(0), floatData(out), outCount / cols, cols, step.causal());
+    return;
+  }
+  case OpKind::Rotary: {
+    int64_t dim = outShape.back(), seq = outShape[outShape.size() - 2];
+    cpu::rotary(in(0), floatData(out), outCount / (seq * dim), seq, dim,
+                step.theta(), step.inverse());
+    return;
+  }
+  case OpKind::Reshape: {
+    float *src = in(0), *dst = floatData(out);
+    if (src != dst)
+      std::memmove(dst, src, outCount * sizeof(float));
+    return;
+  }
+  case OpKind::Transpose:
+    cpu::transpose(in(0), inShape(0),
+                   {step.ints()->data(), step.ints()->size()}, floatData(out));
+    return;
+  case OpKind::Slice:
+    cpu::slice(in(0), inShape(0), {step.ints()->data(), step.ints()->size()},
+               floatData(out), outShape);
+    return;
+  case OpKind::ReduceSum:
+  case OpKind::ReduceMean:
+    cpu::reduce(in(0), inShape(0),
+                step.ints() ? std::span<const int64_t>(step.ints()->data(),
+                                                       step.ints()->size())
+                            : std::span<const int64_t>(),
+                step.kind() == OpKind::ReduceMean, floatData(out));
+    return;
+  case OpKind::CrossEntropy: {
+    int64_t vocab = inShape(0).back();
+    *floatData(out) = cpu::crossEntropy(in(0), elements(ops.Get(0)) / vocab,
+                                        vocab, intData(ops.Get(1)));
+    return;
+  }
+  default:
+    // LoadedPlan rejects kinds the runtime cannot execute.
+    throw PlanError(std::string("unexpected op kind ") +
+                    opKindName(step.kind()));
+  }
+}
+
+} // namespace tpc::runtime

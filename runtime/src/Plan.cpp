@@ -1,0 +1,662 @@
+#include "tpc/runtime/Plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace tpc::runtime {
+
+using plan::DType;
+using plan::OpKind;
+using plan::Storage;
+
+int64_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F16:
+  case DType::BF16:
+    return 2;
+  case DType::I64:
+    return 8;
+  }
+  return 0;
+}
+
+const char *dtypeName(DType dtype) {
+  const char *name = plan::EnumNameDType(dtype);
+  return *name ? name : "unknown";
+}
+
+const char *opKindName(OpKind kind) {
+  const char *name = plan::EnumNameOpKind(kind);
+  return *name ? name : "unknown";
+}
+
+namespace {
+// Bounds that keep every size computation far from overflow.
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+constexpr int64_t kMaxRank = 8;
+
+[[noreturn]] void fail(const std::string &message) { throw PlanError(message); }
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
+  return v ? std::vector<int64_t>(v->begin(), v->end())
+           : std::vector<int64_t>();
+}
+
+/// Checks one program; `where` prefixes every message.
+class ProgramChecker {
+public:
+  ProgramChecker(const plan::Plan &plan, const plan::Program &program)
+      : plan(plan), program(program),
+        where("program '" + program.name()->str() + "'") {}
+
+  void check();
+
+private:
+  struct Info {
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+  void checkTensors();
+  void checkInputs();
+  void checkStep(const plan::Step &step, size_t index);
+  void checkStepShapes(const plan::Step &step, const std::string &at,
+                       const std::vector<Info> &in,
+                       const std::vector<Info> &out);
+
+  const plan::Plan &plan;
+  const plan::Program &program;
+  std::string where;
+  std::vector<Info> tensors;
+  std::vector<bool> written;
+};
+
+void ProgramChecker::check() {
+  checkTensors();
+  checkInputs();
+  for (size_t i = 0; i < program.steps()->size(); ++i)
+    checkStep(*program.steps()->Get(i), i);
+  for (uint32_t result : *program.results()) {
+    if (result >= tensors.size())
+      fail(where + ": result tensor " + std::to_string(result) +
+           " is out of range");
+    if (!written[result])
+      fail(where + ": result tensor " + std::to_string(result) +
+           " is never computed");
+  }
+}
+
+void ProgramChecker::checkTensors() {
+  const uint64_t arena = program.arena_bytes();
+  const auto &params = *plan.params();
+  for (size_t i = 0; i < program.tensors()->size(); ++i) {
+    const plan::Tensor &t = *program.tensors()->Get(i);
+    std::string what = where + ": tensor " + std::to_string(i);
+    if (t.shape()->size() > kMaxRank)
+      fail(what + " has rank " + std::to_string(t.shape()->size()) +
+           " (at most " + std::to_string(kMaxRank) + ")");
+    int64_t count = checkedElementCount(t.shape(), what);
+    if (dtypeSize(t.dtype()) == 0)
+      fail(what + " has an unknown dtype");
+    uint64_t bytes = uint64_t(count) * dtypeSize(t.dtype());
+    bool isWritten = false;
+    // An if-chain, not a switch: an untrusted file may hold any value.
+    if (t.storage() == Storage::Arena) {
+      if (t.dtype() != DType::F32)
+        fail(what + " is an activation of type " + dtypeName(t.dtype()) +
+             "; activations are f32");
+      if (t.offset() > arena || bytes > arena - t.offset())
+        fail(what + " occupies bytes [" + std::to_string(t.offset()) + ", " +
+             std::to_string(t.offset() + bytes) + ") beyond the arena of " +
+             std::to_string(arena) + " bytes");
+    } else if (t.storage() == Storage::Param) {
+      if (t.index() >= params.size())
+        fail(what + " refers to parameter " + std::to_string(t.index()) +
+             ", but the plan has " + std::to_string(params.size()));
+      const plan::Param &p = *params.Get(t.index());
+      if (checkedElementCount(p.shape(),
+                              "parameter '" + p.name()->str() + "'") != count ||
+          p.dtype() != t.dtype())
+        fail(what + " views parameter '" + p.name()->str() +
+             "' with a different size or dtype");
+      isWritten = true;
+    } else if (t.storage() == Storage::Input) {
+      if (t.index() >= program.inputs()->size())
+        fail(what + " refers to input " + std::to_string(t.index()) +
+             ", but the program has " +
+             std::to_string(program.inputs()->size()));
+      if (program.inputs()->Get(t.index())->tensor() != i)
+        fail(what + " claims input " + std::to_string(t.index()) +
+             ", which belongs to another tensor");
+      isWritten = true;
+    } else {
+      fail(what + " has an unknown storage kind");
+    }
+    tensors.push_back({t.dtype(), toVector(t.shape())});
+    written.push_back(isWritten);
+  }
+}
+
+void ProgramChecker::checkInputs() {
+  std::set<plan::InputKind> seen;
+  for (size_t i = 0; i < program.inputs()->size(); ++i) {
+    const plan::Input &input = *program.inputs()->Get(i);
+    std::string what = where + ": input " + std::to_string(i);
+    if (input.kind() != plan::InputKind::Tokens &&
+        input.kind() != plan::InputKind::Targets)
+      fail(what + " has an unknown kind");
+    if (!seen.insert(input.kind()).second)
+      fail(what + " repeats input kind " +
+           plan::EnumNameInputKind(input.kind()));
+    if (input.tensor() >= tensors.size())
+      fail(what + " refers to tensor " + std::to_string(input.tensor()) +
+           " out of range");
+    const plan::Tensor &t = *program.tensors()->Get(input.tensor());
+    if (t.storage() != Storage::Input || t.index() != i)
+      fail(what + " and its tensor " + std::to_string(input.tensor()) +
+           " disagree on their storage");
+    if (t.dtype() != DType::I32 || tensors[input.tensor()].shape.size() != 2)
+      fail(what + " must be an i32 [batch, seq] tensor");
+  }
+}
+
+/// Arity (operands, results) of each kind the executor runs.
+std::pair<int, int> arityOf(OpKind kind) {
+  switch (kind) {
+  case OpKind::Embedding:
+  case OpKind::Matmul:
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div:
+  case OpKind::CrossEntropy:
+  case OpKind::RmsNorm:
+    return {2, 1};
+  case OpKind::LayerNorm:
+    return {3, 1};
+  case OpKind::Scale:
+  case OpKind::Gelu:
+  case OpKind::Silu:
+  case OpKind::Softmax:
+  case OpKind::Rotary:
+  case OpKind::Reshape:
+  case OpKind::Transpose:
+  case OpKind::Slice:
+  case OpKind::ReduceSum:
+  case OpKind::ReduceMean:
+    return {1, 1};
+  default:
+    return {-1, -1};
+  }
+}
+
+std::vector<int64_t> broadcast(const std::vector<int64_t> &a,
+                               const std::vector<int64_t> &b, bool &ok) {
+  size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> out(rank);
+  ok = true;
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      ok = false;
+    out[rank - 1 - i] = std::max(da, db);
+  }
+  return out;
+}
+
+void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
+  std::string at = where + ": step " + std::to_string(index) + " (" +
+                   opKindName(step.kind()) +
+                   (step.location() && step.location()->size()
+                        ? " at " + step.location()->str()
+                        : std::string()) +
+                   ")";
+  auto [numOperands, numResults] = arityOf(step.kind());
+  if (numOperands < 0)
+    fail(at + ": this runtime cannot execute " + opKindName(step.kind()) +
+         " yet");
+  if (int(step.operands()->size()) != numOperands ||
+      int(step.results()->size()) != numResults)
+    fail(at + ": expected " + std::to_string(numOperands) + " operands and " +
+         std::to_string(numResults) + " results, got " +
+         std::to_string(step.operands()->size()) + " and " +
+         std::to_string(step.results()->size()));
+  std::vector<Info> in, out;
+  for (uint32_t id : *step.operands()) {
+    if (id >= tensors.size())
+      fail(at + ": operand tensor " + std::to_string(id) + " is out of range");
+    if (!written[id])
+      fail(at + ": reads tensor " + std::to_string(id) +
+           " before any step writes it");
+    in.push_back(tensors[id]);
+  }
+  for (uint32_t id : *step.results()) {
+    if (id >= tensors.size())
+      fail(at + ": result tensor " + std::to_string(id) + " is out of range");
+    const plan::Tensor &t = *program.tensors()->Get(id);
+    if (t.storage() != Storage::Arena && step.kind() != OpKind::Reshape)
+      fail(at + ": writes tensor " + std::to_string(id) +
+           ", which is not in the arena");
+    written[id] = true;
+    out.push_back(tensors[id]);
+  }
+  checkStepShapes(step, at, in, out);
+}
+
+void ProgramChecker::checkStepShapes(const plan::Step &step,
+                                     const std::string &at,
+                                     const std::vector<Info> &in,
+                                     const std::vector<Info> &out) {
+  auto requireF32 = [&](const Info &info, const char *name) {
+    if (info.dtype != DType::F32)
+      fail(at + ": " + name + " must be f32, got " + dtypeName(info.dtype));
+  };
+  auto requireShape = [&](const Info &info, const std::vector<int64_t> &shape,
+                          const char *name) {
+    if (info.shape != shape)
+      fail(at + ": " + name + " has shape " + shapeString(info.shape) +
+           ", expected " + shapeString(shape));
+  };
+  auto requireRank = [&](const Info &info, size_t rank, const char *name) {
+    if (info.shape.size() < rank)
+      fail(at + ": " + name + " " + shapeString(info.shape) +
+           " must have rank >= " + std::to_string(rank));
+  };
+  auto requirePositive = [&](double value, const char *name) {
+    if (!(value > 0.0) || value > std::numeric_limits<float>::max())
+      fail(at + ": " + name + " must be positive and finite");
+  };
+  const OpKind kind = step.kind();
+  if (kind != OpKind::Embedding && kind != OpKind::CrossEntropy) {
+    for (const Info &info : in)
+      requireF32(info, "operand");
+  }
+  for (const Info &info : out)
+    requireF32(info, "result");
+
+  switch (kind) {
+  case OpKind::Embedding: {
+    requireF32(in[0], "table");
+    if (in[0].shape.size() != 2)
+      fail(at + ": table must be [vocab, hidden]");
+    if (in[1].dtype != DType::I32)
+      fail(at + ": ids must be i32");
+    std::vector<int64_t> shape = in[1].shape;
+    shape.push_back(in[0].shape[1]);
+    requireShape(out[0], shape, "result");
+    break;
+  }
+  case OpKind::Matmul: {
+    requireRank(in[0], 2, "lhs");
+    requireRank(in[1], 2, "rhs");
+    const auto &l = in[0].shape, &r = in[1].shape;
+    int64_t m = step.transpose_lhs() ? l.back() : l[l.size() - 2];
+    int64_t kl = step.transpose_lhs() ? l[l.size() - 2] : l.back();
+    int64_t kr = step.transpose_rhs() ? r.back() : r[r.size() - 2];
+    int64_t n = step.transpose_rhs() ? r[r.size() - 2] : r.back();
+    if (kl != kr)
+      fail(at + ": contraction sizes differ (" + shapeString(l) + " x " +
+           shapeString(r) + ")");
+    std::vector<int64_t> lb(l.begin(), l.end() - 2), rb(r.begin(), r.end() - 2);
+    std::vector<int64_t> batch;
+    if (lb.empty() || rb.empty()) {
+      batch = lb.empty() ? rb : lb;
+    } else {
+      bool ok = lb.size() == rb.size();
+      if (ok)
+        batch = broadcast(lb, rb, ok);
+      if (!ok)
+        fail(at + ": batch dims of " + shapeString(l) + " and " +
+             shapeString(r) + " do not broadcast");
+    }
+    batch.push_back(m);
+    batch.push_back(n);
+    requireShape(out[0], batch, "result");
+    break;
+  }
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div: {
+    bool ok;
+    std::vector<int64_t> shape = broadcast(in[0].shape, in[1].shape, ok);
+    if (!ok)
+      fail(at + ": " + shapeString(in[0].shape) + " and " +
+           shapeString(in[1].shape) + " do not broadcast");
+    requireShape(out[0], shape, "result");
+    break;
+  }
+  case OpKind::Scale:
+  case OpKind::Gelu:
+  case OpKind::Silu:
+    requireShape(out[0], in[0].shape, "result");
+    break;
+  case OpKind::LayerNorm:
+  case OpKind::RmsNorm: {
+    requireRank(in[0], 1, "input");
+    std::vector<int64_t> features = {in[0].shape.back()};
+    for (size_t i = 1; i < in.size(); ++i)
+      requireShape(in[i], features, "gamma/beta");
+    requireShape(out[0], in[0].shape, "result");
+    requirePositive(step.epsilon(), "epsilon");
+    break;
+  }
+  case OpKind::Softmax: {
+    requireRank(in[0], step.causal() ? 2 : 1, "input");
+    const auto &s = in[0].shape;
+    if (step.causal() && s[s.size() - 2] != s.back())
+      fail(at + ": causal softmax needs square [queries, keys], got " +
+           shapeString(s));
+    requireShape(out[0], s, "result");
+    break;
+  }
+  case OpKind::Rotary:
+    requireRank(in[0], 2, "input");
+    if (in[0].shape.back() % 2 != 0)
+      fail(at + ": rotary needs an even head dimension");
+    requirePositive(step.theta(), "theta");
+    requireShape(out[0], in[0].shape, "result");
+    break;
+  case OpKind::Reshape: {
+    int64_t a = 1, b = 1;
+    for (int64_t d : in[0].shape)
+      a *= d;
+    for (int64_t d : out[0].shape)
+      b *= d;
+    if (a != b)
+      fail(at + ": reshape changes the element count");
+    const plan::Tensor &src = *program.tensors()->Get(step.operands()->Get(0));
+    const plan::Tensor &dst = *program.tensors()->Get(step.results()->Get(0));
+    if (dst.storage() != Storage::Arena &&
+        (dst.storage() != src.storage() || dst.index() != src.index()))
+      fail(at + ": a reshape outside the arena must alias its input");
+    break;
+  }
+  case OpKind::Transpose: {
+    std::vector<int64_t> perm = toVector(step.ints());
+    if (perm.size() != in[0].shape.size())
+      fail(at + ": permutation length differs from the rank");
+    std::vector<bool> seen(perm.size(), false);
+    std::vector<int64_t> shape;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= int64_t(perm.size()) || seen[p])
+        fail(at + ": invalid permutation");
+      seen[p] = true;
+      shape.push_back(in[0].shape[p]);
+    }
+    requireShape(out[0], shape, "result");
+    break;
+  }
+  case OpKind::Slice: {
+    std::vector<int64_t> offsets = toVector(step.ints());
+    const auto &s = in[0].shape, &o = out[0].shape;
+    if (offsets.size() != s.size() || o.size() != s.size())
+      fail(at + ": slice offsets, input and result ranks differ");
+    for (size_t d = 0; d < s.size(); ++d)
+      if (offsets[d] < 0 || offsets[d] > s[d] || o[d] > s[d] - offsets[d])
+        fail(at + ": slice of dimension " + std::to_string(d) +
+             " is outside the input");
+    break;
+  }
+  case OpKind::ReduceSum:
+  case OpKind::ReduceMean: {
+    std::vector<int64_t> dims = toVector(step.ints()), shape;
+    for (size_t i = 0; i < dims.size(); ++i)
+      if (dims[i] < 0 || dims[i] >= int64_t(in[0].shape.size()) ||
+          (i && dims[i] <= dims[i - 1]))
+        fail(at + ": invalid reduced dimensions");
+    for (size_t d = 0; d < in[0].shape.size(); ++d)
+      if (!std::count(dims.begin(), dims.end(), int64_t(d)))
+        shape.push_back(in[0].shape[d]);
+    requireShape(out[0], shape, "result");
+    break;
+  }
+  case OpKind::CrossEntropy: {
+    requireF32(in[0], "logits");
+    requireRank(in[0], 1, "logits");
+    if (in[1].dtype != DType::I32)
+      fail(at + ": targets must be i32");
+    std::vector<int64_t> tokens(in[0].shape.begin(), in[0].shape.end() - 1);
+    requireShape(in[1], tokens, "targets");
+    requireShape(out[0], {}, "loss");
+    break;
+  }
+  default:
+    fail(at + ": this runtime cannot execute " + std::string(opKindName(kind)) +
+         " yet");
+  }
+}
+
+void checkPlan(const plan::Plan &p, int64_t worldSize,
+               const std::string &what) {
+  if (p.version_major() != kPlanVersionMajor ||
+      p.version_minor() > kPlanVersionMinor)
+    fail(what + ": plan format version " + std::to_string(p.version_major()) +
+         "." + std::to_string(p.version_minor()) +
+         " is not supported (this tp-run reads " +
+         std::to_string(kPlanVersionMajor) + ".0 to " +
+         std::to_string(kPlanVersionMajor) + "." +
+         std::to_string(kPlanVersionMinor) + ")");
+  int64_t ranks = 1;
+  if (p.grid()->size() == 0 || p.grid()->size() > kMaxRank)
+    fail(what + ": the grid must have 1 to " + std::to_string(kMaxRank) +
+         " axes");
+  for (int64_t size : *p.grid()) {
+    if (size < 1 || size > 65536)
+      fail(what + ": grid axis of size " + std::to_string(size));
+    ranks *= size;
+  }
+  if (ranks != worldSize)
+    fail(what + ": the plan's grid " + shapeString(toVector(p.grid())) +
+         " has " + std::to_string(ranks) + " ranks, but " +
+         std::to_string(worldSize) + (worldSize == 1 ? " is" : " are") +
+         " running");
+  std::set<std::string> names;
+  for (size_t i = 0; i < p.params()->size(); ++i) {
+    const plan::Param &param = *p.params()->Get(i);
+    std::string name = param.name()->str();
+    if (name.empty() || !names.insert(name).second)
+      fail(what + ": parameter " + std::to_string(i) +
+           " has an empty or repeated name '" + name + "'");
+    checkedElementCount(param.shape(), what + ": parameter '" + name + "'");
+    if (param.dtype() != DType::F32)
+      fail(what + ": parameter '" + name + "' is " + dtypeName(param.dtype()) +
+           "; this runtime computes in f32 only");
+    if (param.init() != plan::Init::Normal &&
+        param.init() != plan::Init::Zeros && param.init() != plan::Init::Ones)
+      fail(what + ": parameter '" + name + "' has an unknown init");
+    if (param.init() == plan::Init::Normal &&
+        !(param.init_std() >= 0.0 && param.init_std() < 1e6))
+      fail(what + ": parameter '" + name + "' has an invalid init_std");
+  }
+  std::set<std::string> programNames;
+  for (const plan::Program *program : *p.programs()) {
+    if (!programNames.insert(program->name()->str()).second)
+      fail(what + ": program '" + program->name()->str() + "' appears twice");
+    try {
+      ProgramChecker(p, *program).check();
+    } catch (const PlanError &error) {
+      fail(what + ": " + error.what());
+    }
+  }
+}
+} // namespace
+
+int64_t checkedElementCount(const flatbuffers::Vector<int64_t> *shape,
+                            const std::string &what) {
+  int64_t count = 1;
+  for (int64_t d : *shape) {
+    if (d < 0)
+      fail(what + " has a negative dimension " + std::to_string(d));
+    if (d != 0 && count > kMaxElements / d)
+      fail(what + " has more than 2^40 elements");
+    count *= d;
+  }
+  return count;
+}
+
+LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
+                                 int64_t worldSize, const std::string &what) {
+  LoadedPlan result;
+  result.storage =
+      std::make_shared<std::vector<uint64_t>>((size + 7) / 8, uint64_t(0));
+  std::memcpy(result.storage->data(), data, size);
+  const auto *bytes = reinterpret_cast<const uint8_t *>(result.storage->data());
+  if (size < 8 || !plan::PlanBufferHasIdentifier(bytes))
+    fail(what + ": not a tpc plan (missing the TPPL file identifier)");
+  flatbuffers::Verifier verifier(bytes, size, /*max_depth=*/64,
+                                 /*max_tables=*/10000000);
+  if (!plan::VerifyPlanBuffer(verifier))
+    fail(what + ": corrupt plan (flatbuffers verification failed)");
+  result.root = plan::GetPlan(bytes);
+  checkPlan(*result.root, worldSize, what);
+  return result;
+}
+
+LoadedPlan LoadedPlan::load(const std::string &path, int64_t worldSize) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file)
+    fail(path + ": cannot open the plan file");
+  std::streamoff size = file.tellg();
+  if (size < 0 || size > (int64_t(1) << 31))
+    fail(path + ": plan file size is invalid or above 2 GiB");
+  std::vector<char> bytes(size);
+  file.seekg(0);
+  if (!file.read(bytes.data(), size))
+    fail(path + ": cannot read the plan file");
+  return fromBytes(bytes.data(), bytes.size(), worldSize, path);
+}
+
+const plan::Program *LoadedPlan::program(const std::string &name) const {
+  for (const plan::Program *p : *root->programs())
+    if (p->name()->str() == name)
+      return p;
+  return nullptr;
+}
+
+namespace {
+void jsonString(std::ostream &os, const std::string &s) {
+  os << '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\')
+      os << '\\' << c;
+    else if (c < 0x20)
+      os << "\\u" << std::hex << std::setw(4) << std::setfill('0') << int(c)
+         << std::dec << std::setfill(' ');
+    else
+      os << c;
+  }
+  os << '"';
+}
+
+template <typename T>
+void jsonArray(std::ostream &os, const flatbuffers::Vector<T> *v) {
+  os << '[';
+  if (v)
+    for (size_t i = 0; i < v->size(); ++i)
+      os << (i ? ", " : "") << v->Get(i);
+  os << ']';
+}
+} // namespace
+
+void LoadedPlan::printJson(std::ostream &os) const {
+  const plan::Plan &p = *root;
+  os << std::setprecision(17);
+  os << "{\n  \"version\": \"" << p.version_major() << "." << p.version_minor()
+     << "\",\n  \"grid\": ";
+  jsonArray(os, p.grid());
+  os << ",\n  \"model_type\": ";
+  jsonString(os, p.model_type() ? p.model_type()->str() : "");
+  os << ",\n  \"params\": [";
+  for (size_t i = 0; i < p.params()->size(); ++i) {
+    const plan::Param &param = *p.params()->Get(i);
+    os << (i ? "," : "") << "\n    {\"name\": ";
+    jsonString(os, param.name()->str());
+    os << ", \"dtype\": \"" << dtypeName(param.dtype()) << "\", \"shape\": ";
+    jsonArray(os, param.shape());
+    os << ", \"init\": \"" << plan::EnumNameInit(param.init()) << "\"";
+    if (param.init() == plan::Init::Normal)
+      os << ", \"init_std\": " << param.init_std();
+    os << "}";
+  }
+  os << "\n  ],\n  \"programs\": [";
+  for (size_t pi = 0; pi < p.programs()->size(); ++pi) {
+    const plan::Program &program = *p.programs()->Get(pi);
+    os << (pi ? "," : "") << "\n    {\"name\": ";
+    jsonString(os, program.name()->str());
+    os << ", \"arena_bytes\": " << program.arena_bytes() << ",\n";
+    os << "     \"inputs\": [";
+    for (size_t i = 0; i < program.inputs()->size(); ++i) {
+      const plan::Input &input = *program.inputs()->Get(i);
+      os << (i ? ", " : "") << "{\"kind\": \""
+         << plan::EnumNameInputKind(input.kind())
+         << "\", \"tensor\": " << input.tensor() << "}";
+    }
+    os << "],\n     \"results\": ";
+    jsonArray(os, program.results());
+    os << ",\n     \"tensors\": [";
+    for (size_t i = 0; i < program.tensors()->size(); ++i) {
+      const plan::Tensor &t = *program.tensors()->Get(i);
+      os << (i ? "," : "") << "\n       {\"id\": " << i << ", \"dtype\": \""
+         << dtypeName(t.dtype()) << "\", \"shape\": ";
+      jsonArray(os, t.shape());
+      os << ", \"storage\": \"" << plan::EnumNameStorage(t.storage()) << "\"";
+      if (t.storage() == Storage::Arena)
+        os << ", \"offset\": " << t.offset();
+      else
+        os << ", \"index\": " << t.index();
+      os << "}";
+    }
+    os << "],\n     \"steps\": [";
+    for (size_t i = 0; i < program.steps()->size(); ++i) {
+      const plan::Step &s = *program.steps()->Get(i);
+      os << (i ? "," : "") << "\n       {\"op\": \"" << opKindName(s.kind())
+         << "\", \"operands\": ";
+      jsonArray(os, s.operands());
+      os << ", \"results\": ";
+      jsonArray(os, s.results());
+      if (s.transpose_lhs())
+        os << ", \"transpose_lhs\": true";
+      if (s.transpose_rhs())
+        os << ", \"transpose_rhs\": true";
+      if (s.causal())
+        os << ", \"causal\": true";
+      if (s.inverse())
+        os << ", \"inverse\": true";
+      if (s.epsilon() != 0.0)
+        os << ", \"epsilon\": " << s.epsilon();
+      if (s.kind() == OpKind::Scale)
+        os << ", \"factor\": " << s.factor();
+      if (s.kind() == OpKind::Rotary)
+        os << ", \"theta\": " << s.theta();
+      if (s.ints() && s.ints()->size()) {
+        os << ", \"ints\": ";
+        jsonArray(os, s.ints());
+      }
+      if (s.location() && s.location()->size()) {
+        os << ", \"location\": ";
+        jsonString(os, s.location()->str());
+      }
+      os << "}";
+    }
+    os << "]}";
+  }
+  os << "\n  ]\n}\n";
+}
+
+} // namespace tpc::runtime

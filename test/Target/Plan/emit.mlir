@@ -1,0 +1,47 @@
+// The plan holds the parameters (by HF name, with their init), each program's
+// tensors with their storage (arena offsets from tp-plan-memory, parameters,
+// inputs), and the steps with their attributes. tp-run --print-plan loads it
+// through the full verifier and prints it as JSON.
+// RUN: tpc-opt %s --tp-pipeline -o %t.tpplan
+// RUN: tp-run %t.tpplan --print-plan | FileCheck %s
+
+// CHECK: "version": "1.0",
+// CHECK-NEXT: "grid": [1],
+// CHECK-NEXT: "model_type": "test",
+// CHECK-NEXT: "params": [
+// CHECK-NEXT: {"name": "emb.weight", "dtype": "F32", "shape": [16, 8], "init": "Normal", "init_std": 0.02}
+// CHECK-NEXT: {"name": "norm.weight", "dtype": "F32", "shape": [8], "init": "Ones"}
+// CHECK-NEXT: {"name": "norm.bias", "dtype": "F32", "shape": [8], "init": "Zeros"}
+// CHECK-NEXT: ],
+// CHECK-NEXT: "programs": [
+// CHECK-NEXT: {"name": "forward", "arena_bytes": 768,
+// CHECK-NEXT: "inputs": [{"kind": "Tokens", "tensor": 3}],
+// CHECK-NEXT: "results": [7],
+// CHECK-NEXT: "tensors": [
+// CHECK-NEXT: {"id": 0, "dtype": "F32", "shape": [16, 8], "storage": "Param", "index": 0},
+// CHECK-NEXT: {"id": 1, "dtype": "F32", "shape": [8], "storage": "Param", "index": 1},
+// CHECK-NEXT: {"id": 2, "dtype": "F32", "shape": [8], "storage": "Param", "index": 2},
+// CHECK-NEXT: {"id": 3, "dtype": "I32", "shape": [2, 4], "storage": "Input", "index": 0},
+// CHECK-NEXT: {"id": 4, "dtype": "F32", "shape": [2, 4, 8], "storage": "Arena", "offset": 0},
+// CHECK-NEXT: {"id": 5, "dtype": "F32", "shape": [2, 4, 8], "storage": "Arena", "offset": 512},
+// CHECK-NEXT: {"id": 6, "dtype": "F32", "shape": [8, 8], "storage": "Arena", "offset": 512},
+// CHECK-NEXT: {"id": 7, "dtype": "F32", "shape": [8, 16], "storage": "Arena", "offset": 0}],
+// CHECK-NEXT: "steps": [
+// CHECK-NEXT: {"op": "Embedding", "operands": [0, 3], "results": [4], "location": "embed"},
+// CHECK-NEXT: {"op": "LayerNorm", "operands": [4, 1, 2], "results": [5], "epsilon": 0.001, "location": "{{.*}}emit.mlir:[[@LINE+11]]:10"},
+// CHECK-NEXT: {"op": "Reshape", "operands": [5], "results": [6], "location": "{{.*}}"},
+// CHECK-NEXT: {"op": "Matmul", "operands": [6, 0], "results": [7], "transpose_rhs": true, "location": "{{.*}}"}]}
+// CHECK-NEXT: ]
+
+module attributes {tp.model_type = "test"} {
+  func.func @forward(%emb: tensor<16x8xf32> {tp.param = "emb.weight", tp.init = "normal", tp.init_std = 0.02 : f64},
+                     %g: tensor<8xf32> {tp.param = "norm.weight", tp.init = "ones"},
+                     %b: tensor<8xf32> {tp.param = "norm.bias", tp.init = "zeros"},
+                     %tokens: tensor<2x4xi32> {tp.input = "tokens"}) -> tensor<8x16xf32> {
+    %0 = tp.embedding %emb, %tokens : (tensor<16x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32> loc("embed")
+    %1 = tp.layer_norm %0, %g, %b {epsilon = 1.0e-3 : f64} : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+    %2 = tp.reshape %1 : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
+    %3 = tp.matmul %2, %emb {transpose_rhs} : (tensor<8x8xf32>, tensor<16x8xf32>) -> tensor<8x16xf32>
+    return %3 : tensor<8x16xf32>
+  }
+}

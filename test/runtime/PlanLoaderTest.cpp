@@ -1,0 +1,258 @@
+// The plan loader against real flatbuffers plans built here: one valid plan,
+// then one mutation per check the loader makes, plus truncations and byte
+// flips that must always end in a PlanError, never a crash.
+#include "tpc/runtime/Executor.h"
+#include "tpc/runtime/Plan.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+using namespace tpc::runtime;
+namespace fb = tpc::plan;
+
+namespace {
+/// The pieces of a small valid plan; tests mutate them before building.
+struct PlanSpec {
+  uint32_t major = kPlanVersionMajor, minor = kPlanVersionMinor;
+  std::vector<int64_t> grid = {1};
+  // Program: tokens[2,3] -> embedding(table[5,4]) [2,3,4] -> matmul with
+  // table^T [2,3,5] -> softmax.
+  struct T {
+    fb::DType dtype;
+    std::vector<int64_t> shape;
+    fb::Storage storage;
+    uint64_t offset;
+    uint32_t index;
+  };
+  std::vector<T> tensors = {
+      {fb::DType::F32, {5, 4}, fb::Storage::Param, 0, 0},
+      {fb::DType::I32, {2, 3}, fb::Storage::Input, 0, 0},
+      {fb::DType::F32, {2, 3, 4}, fb::Storage::Arena, 0, 0},
+      {fb::DType::F32, {2, 3, 5}, fb::Storage::Arena, 128, 0},
+      {fb::DType::F32, {2, 3, 5}, fb::Storage::Arena, 0, 0},
+  };
+  struct S {
+    fb::OpKind kind;
+    std::vector<uint32_t> operands, results;
+    bool transposeRhs = false;
+  };
+  std::vector<S> steps = {
+      {fb::OpKind::Embedding, {0, 1}, {2}},
+      {fb::OpKind::Matmul, {2, 0}, {3}, true},
+      {fb::OpKind::Softmax, {3}, {4}},
+  };
+  std::vector<uint32_t> results = {4};
+  uint64_t arena = 256;
+  std::vector<int64_t> paramShape = {5, 4};
+  uint32_t inputTensor = 1;
+
+  std::vector<uint8_t> build() const {
+    flatbuffers::FlatBufferBuilder b;
+    auto param =
+        fb::CreateParam(b, b.CreateString("wte"), fb::DType::F32,
+                        b.CreateVector(paramShape), fb::Init::Normal, 0.5);
+    std::vector<flatbuffers::Offset<fb::Tensor>> ts;
+    for (const T &t : tensors)
+      ts.push_back(fb::CreateTensor(b, t.dtype, b.CreateVector(t.shape),
+                                    t.storage, t.offset, t.index));
+    std::vector<flatbuffers::Offset<fb::Step>> ss;
+    for (const S &s : steps) {
+      auto ops = b.CreateVector(s.operands);
+      auto res = b.CreateVector(s.results);
+      fb::StepBuilder step(b);
+      step.add_kind(s.kind);
+      step.add_operands(ops);
+      step.add_results(res);
+      step.add_transpose_rhs(s.transposeRhs);
+      ss.push_back(step.Finish());
+    }
+    std::vector<flatbuffers::Offset<fb::Input>> inputs = {
+        fb::CreateInput(b, fb::InputKind::Tokens, inputTensor)};
+    auto program =
+        fb::CreateProgram(b, b.CreateString("forward"), b.CreateVector(ts),
+                          b.CreateVector(inputs), b.CreateVector(ss),
+                          b.CreateVector(results), arena);
+    std::vector<flatbuffers::Offset<fb::Param>> params = {param};
+    std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
+    auto plan = fb::CreatePlan(
+        b, major, minor, b.CreateString("test"), b.CreateVector(grid), 0, 0,
+        b.CreateVector(params), b.CreateVector(programs));
+    fb::FinishPlanBuffer(b, plan);
+    return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+  }
+};
+
+LoadedPlan load(const std::vector<uint8_t> &bytes, int64_t world = 1) {
+  return LoadedPlan::fromBytes(bytes.data(), bytes.size(), world, "plan");
+}
+
+/// Expects loading to fail with a message containing `needle`.
+void expectRejected(const PlanSpec &spec, const std::string &needle,
+                    int64_t world = 1) {
+  std::vector<uint8_t> bytes = spec.build();
+  try {
+    load(bytes, world);
+    FAIL() << "accepted a plan that should fail with: " << needle;
+  } catch (const PlanError &error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line";
+  }
+}
+} // namespace
+
+TEST(PlanLoader, AcceptsAndRunsAValidPlan) {
+  LoadedPlan plan = load(PlanSpec().build());
+  ASSERT_NE(plan.program("forward"), nullptr);
+  ParamStore params = ParamStore::initialise(plan);
+  ProgramRunner runner(plan, "forward", params);
+  std::vector<int32_t> tokens = {0, 1, 2, 3, 4, 0};
+  runner.setInput(fb::InputKind::Tokens, tokens);
+  runner.run();
+  // softmax rows sum to one; rows of identical tokens are identical.
+  std::span<const float> out = runner.result(0);
+  ASSERT_EQ(out.size(), 30u);
+  for (int row = 0; row < 6; ++row) {
+    float sum = 0;
+    for (int v = 0; v < 5; ++v)
+      sum += out[row * 5 + v];
+    EXPECT_NEAR(sum, 1.0f, 1e-6f);
+  }
+  for (int v = 0; v < 5; ++v)
+    EXPECT_EQ(out[0 * 5 + v], out[5 * 5 + v]);
+}
+
+TEST(PlanLoader, RejectsAForeignFile) {
+  std::vector<uint8_t> bytes(64, 0x41);
+  EXPECT_THROW(load(bytes), PlanError);
+  std::vector<uint8_t> tiny = {1, 2, 3};
+  EXPECT_THROW(load(tiny), PlanError);
+}
+
+TEST(PlanLoader, RejectsEveryTruncation) {
+  std::vector<uint8_t> bytes = PlanSpec().build();
+  for (size_t size = 0; size < bytes.size(); ++size) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + size);
+    EXPECT_THROW(load(cut), PlanError) << "truncated to " << size;
+  }
+}
+
+TEST(PlanLoader, ByteFlipsNeverCrash) {
+  const std::vector<uint8_t> bytes = PlanSpec().build();
+  std::mt19937 rng(7);
+  int rejected = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<uint8_t> copy = bytes;
+    for (int flips = 1 + trial % 3; flips > 0; --flips)
+      copy[rng() % copy.size()] ^= uint8_t(1u << (rng() % 8));
+    try {
+      LoadedPlan plan = load(copy);
+      // Whatever loads must also run without touching memory it lacks.
+      ParamStore params = ParamStore::initialise(plan);
+      for (const fb::Program *program : *plan.plan().programs()) {
+        ProgramRunner runner(plan, program->name()->str(), params);
+        std::vector<int32_t> tokens(
+            runner.tokensShape()[0] * runner.tokensShape()[1], 0);
+        runner.setInput(fb::InputKind::Tokens, tokens);
+        runner.run();
+      }
+    } catch (const PlanError &) {
+      ++rejected;
+    } catch (const std::runtime_error &) {
+      ++rejected; // e.g. a kernel rejecting an id: still a clean error
+    }
+  }
+  EXPECT_GT(rejected, 0);
+}
+
+TEST(PlanLoader, RejectsOtherVersions) {
+  PlanSpec newer;
+  newer.major = kPlanVersionMajor + 1;
+  expectRejected(newer, "plan format version 2.0 is not supported");
+  PlanSpec minor;
+  minor.minor = kPlanVersionMinor + 1;
+  expectRejected(minor, "is not supported");
+}
+
+TEST(PlanLoader, RejectsAGridThatDoesNotMatchTheWorld) {
+  PlanSpec spec;
+  spec.grid = {2, 2};
+  expectRejected(spec, "the plan's grid [2,2] has 4 ranks, but 1 is running");
+  expectRejected(PlanSpec(), "has 1 ranks, but 2 are running", 2);
+  PlanSpec zero;
+  zero.grid = {0};
+  expectRejected(zero, "grid axis of size 0");
+}
+
+TEST(PlanLoader, RejectsTensorsOutsideTheArena) {
+  PlanSpec spec;
+  spec.tensors[3].offset = 200; // 120 bytes from 200 > 256
+  expectRejected(spec, "occupies bytes [200, 320) beyond the arena of 256");
+}
+
+TEST(PlanLoader, RejectsHugeOrNegativeShapes) {
+  PlanSpec negative;
+  negative.tensors[2].shape = {2, -3, 4};
+  expectRejected(negative, "negative dimension -3");
+  PlanSpec huge;
+  huge.tensors[2].shape = {1 << 20, 1 << 20, 1 << 20};
+  expectRejected(huge, "more than 2^40 elements");
+}
+
+TEST(PlanLoader, RejectsBadOperands) {
+  PlanSpec range;
+  range.steps[1].operands = {2, 9};
+  expectRejected(range, "operand tensor 9 is out of range");
+  PlanSpec order;
+  order.steps[1].operands = {4, 0}; // tensor 4 is written by step 2
+  expectRejected(order, "reads tensor 4 before any step writes it");
+  PlanSpec arity;
+  arity.steps[2].operands = {3, 3};
+  expectRejected(arity, "expected 1 operands and 1 results, got 2 and 1");
+}
+
+TEST(PlanLoader, RejectsShapeErrors) {
+  PlanSpec matmul;
+  matmul.steps[1].transposeRhs = false; // [2,3,4] x [5,4]
+  expectRejected(matmul, "step 1 (Matmul): contraction sizes differ");
+  PlanSpec result;
+  result.tensors[4].shape = {2, 3, 4};
+  expectRejected(result, "step 2 (Softmax): result has shape [2,3,4], "
+                         "expected [2,3,5]");
+}
+
+TEST(PlanLoader, RejectsMisusedStorage) {
+  PlanSpec param;
+  param.paramShape = {4, 5, 1};
+  param.tensors[0].shape = {5, 4, 2};
+  expectRejected(param, "views parameter 'wte' with a different size");
+  PlanSpec writesParam;
+  writesParam.steps[2].results = {0};
+  writesParam.results = {0};
+  expectRejected(writesParam, "writes tensor 0, which is not in the arena");
+  PlanSpec input;
+  input.inputTensor = 2;
+  expectRejected(input,
+                 "tensor 1 claims input 0, which belongs to another tensor");
+  PlanSpec activation;
+  activation.tensors[2].dtype = fb::DType::I32;
+  expectRejected(activation, "activations are f32");
+}
+
+TEST(PlanLoader, RejectsKindsThisRuntimeCannotRun) {
+  PlanSpec spec;
+  spec.steps[2].kind = fb::OpKind::AdamW;
+  expectRejected(spec, "this runtime cannot execute AdamW yet");
+  PlanSpec unknown;
+  unknown.steps[2].kind = static_cast<fb::OpKind>(999);
+  std::vector<uint8_t> bytes = unknown.build();
+  EXPECT_THROW(load(bytes), PlanError);
+}
+
+TEST(PlanLoader, RejectsResultsThatAreNeverComputed) {
+  PlanSpec spec;
+  spec.steps.pop_back();
+  expectRejected(spec, "result tensor 4 is never computed");
+}
