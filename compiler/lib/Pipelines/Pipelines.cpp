@@ -11,6 +11,7 @@ using namespace mlir;
 void mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  pm.addPass(createTPPartition());
   pm.addPass(createTPPlanMemory());
 }
 

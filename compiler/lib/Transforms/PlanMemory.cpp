@@ -36,7 +36,7 @@ struct TPPlanMemory : public tp::impl::TPPlanMemoryBase<TPPlanMemory> {
     if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
       getOperation()->emitError()
           << "tp-plan-memory: alignment must be a power of two, got "
-          << alignment;
+          << static_cast<int64_t>(alignment);
       return signalPassFailure();
     }
     for (auto func : getOperation().getOps<func::FuncOp>())

@@ -23,6 +23,22 @@ def TPPrintShardingRules : Pass<"tp-print-sharding-rules"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
+  let summary = "Lower the global view to the per-rank (SPMD) program";
+  let description = [{
+    Rewrites every tensor type carrying a `#tp.dist` layout to the local
+    shape one rank holds (each split dimension divided by its number of
+    shards) and drops the layouts, so that the result is one program every
+    rank runs. The grid's shape is recorded on the module as `tp.grid_shape`
+    (a module without a `tp.grid` runs on one rank).
+
+    Communication must already be explicit: a remaining `tp.redistribute`
+    or a pending partial sum is an error (collectives are inserted by the
+    sharding passes). Uneven splits are not supported yet.
+  }];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPPlanMemory : Pass<"tp-plan-memory", "::mlir::ModuleOp"> {
   let summary = "Assign activation buffers with liveness-based reuse";
   let description = [{

@@ -303,13 +303,12 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
 }
 
 LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
-  // A plan runs on one grid; without one it is a single rank.
-  std::vector<int64_t> grid = {1};
-  auto grids = llvm::to_vector(module.getOps<GridOp>());
-  if (grids.size() > 1)
-    return grids[1].emitOpError() << "plan: a module may hold one grid";
-  if (!grids.empty())
-    grid = grids.front().getShape().vec();
+  // The per-rank program's grid, as tp-partition recorded it.
+  auto gridAttr = module->getAttrOfType<DenseI64ArrayAttr>("tp.grid_shape");
+  if (!gridAttr || !module.getOps<GridOp>().empty())
+    return module.emitError()
+           << "plan: run tp-partition before emitting a plan";
+  std::vector<int64_t> grid = gridAttr.asArrayRef().vec();
   int64_t ranks = 1;
   for (int64_t size : grid)
     ranks *= size;

@@ -1,0 +1,53 @@
+// RUN: tpc-opt %s -split-input-file -verify-diagnostics --tp-partition | FileCheck %s
+
+// Split dims shrink by their number of shards; layouts disappear; the grid
+// becomes a module attribute.
+// CHECK: module attributes {tp.grid_shape = array<i64: 2, 4>}
+// CHECK-NOT: tp.grid @
+// CHECK-LABEL: func.func @local_shapes
+// CHECK-SAME: (%{{.*}}: tensor<4x16xf32>, %{{.*}}: tensor<16x8xf32>) -> tensor<4x8xf32>
+// CHECK: tp.matmul %{{.*}}, %{{.*}} : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+tp.grid @g [2, 4]
+func.func @local_shapes(%x: tensor<8x16xf32, #tp.dist<@g, [[0], []]>>,
+                        %w: tensor<16x32xf32, #tp.dist<@g, [[], [1]]>>)
+    -> tensor<8x32xf32, #tp.dist<@g, [[0], [1]]>> {
+  %0 = tp.matmul %x, %w : (tensor<8x16xf32, #tp.dist<@g, [[0], []]>>, tensor<16x32xf32, #tp.dist<@g, [[], [1]]>>) -> tensor<8x32xf32, #tp.dist<@g, [[0], [1]]>>
+  return %0 : tensor<8x32xf32, #tp.dist<@g, [[0], [1]]>>
+}
+
+// -----
+
+// Without a grid the program runs on one rank, unchanged.
+// CHECK: module attributes {tp.grid_shape = array<i64: 1>}
+// CHECK-LABEL: func.func @one_rank
+// CHECK: tp.gelu %{{.*}} : tensor<4xf32>
+func.func @one_rank(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = tp.gelu %x : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+tp.grid @g [2]
+// expected-error @+1 {{tp-partition: 'tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>>' is a pending partial sum; insert its reduction before partitioning}}
+func.func @partial(%x: tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>>) {
+  return
+}
+
+// -----
+
+tp.grid @g [2]
+func.func @redistribute(%x: tensor<8xf32>) {
+  // expected-error @+1 {{tp-partition: lower layout changes to collectives before partitioning}}
+  %0 = tp.redistribute %x : tensor<8xf32> -> tensor<8xf32, #tp.dist<@g, [[0]]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2]
+func.func @uneven(%x: tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>>) {
+  // expected-error @+1 {{is split unevenly, which the per-rank program cannot express yet}}
+  %0 = tp.gelu %x : tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>>
+  return
+}
