@@ -325,10 +325,9 @@ Value ModelEmitter::matmul(Value lhs, Value rhs, bool transposeRhs) {
       out.push_back(std::max(lb, rb));
   out.push_back(l[l.size() - 2]);
   out.push_back(n);
-  auto op = tp::MatmulOp::create(b, loc, tensor(out), lhs, rhs);
-  if (transposeRhs)
-    op.setTransposeRhs(true);
-  return op;
+  return tp::MatmulOp::create(b, loc, tensor(out), lhs, rhs,
+                              /*transpose_lhs=*/false, transposeRhs,
+                              llvm::APFloat(1.0));
 }
 
 /// x * W (+ bias). GPT-2's Conv1D stores W as [in, out]; LLaMA's nn.Linear

@@ -202,7 +202,8 @@ void ProgramRunner::execute(const plan::Step &step) {
   }
   case OpKind::Matmul:
     cpu::matmul(in(0), inShape(0), step.transpose_lhs(), in(1), inShape(1),
-                step.transpose_rhs(), floatData(out), outShape);
+                step.transpose_rhs(), floatData(out), outShape,
+                /*accumulate=*/false, static_cast<float>(step.alpha()));
     return;
   case OpKind::Add:
   case OpKind::Sub:

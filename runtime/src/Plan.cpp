@@ -1,6 +1,7 @@
 #include "tpc/runtime/Plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
@@ -309,6 +310,9 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
     int64_t kl = step.transpose_lhs() ? l[l.size() - 2] : l.back();
     int64_t kr = step.transpose_rhs() ? r.back() : r[r.size() - 2];
     int64_t n = step.transpose_rhs() ? r[r.size() - 2] : r.back();
+    if (!std::isfinite(step.alpha()) ||
+        std::abs(step.alpha()) > std::numeric_limits<float>::max())
+      fail(at + ": alpha must be a finite f32");
     if (kl != kr)
       fail(at + ": contraction sizes differ (" + shapeString(l) + " x " +
            shapeString(r) + ")");
@@ -640,6 +644,8 @@ void LoadedPlan::printJson(std::ostream &os) const {
         os << ", \"inverse\": true";
       if (s.epsilon() != 0.0)
         os << ", \"epsilon\": " << s.epsilon();
+      if (s.kind() == OpKind::Matmul && s.alpha() != 1.0)
+        os << ", \"alpha\": " << s.alpha();
       if (s.kind() == OpKind::Scale)
         os << ", \"factor\": " << s.factor();
       if (s.kind() == OpKind::Rotary)

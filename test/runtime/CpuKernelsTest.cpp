@@ -374,6 +374,25 @@ TEST(CpuKernels, MatmulAccumulate) {
   }
 }
 
+TEST(CpuKernels, MatmulAlpha) {
+  std::mt19937 rng(8);
+  // Folded (shared weight) and per-batch paths both apply alpha.
+  for (auto [lhsShape, rhsShape, outShape] :
+       {std::tuple<Dims, Dims, Dims>{{2, 3, 7, 13}, {13, 5}, {2, 3, 7, 5}},
+        {{2, 3, 4, 5}, {2, 1, 5, 6}, {2, 3, 4, 6}}}) {
+    std::vector<float> lhs = randomVector(numel(lhsShape), rng);
+    std::vector<float> rhs = randomVector(numel(rhsShape), rng);
+    std::vector<float> out(numel(outShape));
+    std::vector<double> ref =
+        refMatmul(lhs, lhsShape, false, rhs, rhsShape, false, outShape);
+    for (double &x : ref)
+      x *= -0.375;
+    matmul(lhs.data(), lhsShape, false, rhs.data(), rhsShape, false, out.data(),
+           outShape, /*accumulate=*/false, /*alpha=*/-0.375f);
+    EXPECT_TRUE(closeToMax(out, ref)) << dimsString(lhsShape);
+  }
+}
+
 TEST(CpuKernels, MatmulEmptyK) {
   std::vector<float> lhs, rhs;
   std::vector<float> out(6, 5.0f);

@@ -461,7 +461,7 @@ void embedding(const float *table, int64_t vocab, int64_t hidden,
 
 void matmul(const float *lhs, Shape lhsShape, bool transposeLhs,
             const float *rhs, Shape rhsShape, bool transposeRhs, float *out,
-            Shape outShape, bool accumulate) {
+            Shape outShape, bool accumulate, float alpha) {
   auto fail = [&](const std::string &why) {
     throw std::runtime_error(
         "matmul: " + why + " (lhs " + shapeString(lhsShape) + ", rhs " +
@@ -530,7 +530,7 @@ void matmul(const float *lhs, Shape lhsShape, bool transposeLhs,
   if (!transposeLhs && lhsDense && rhsShared &&
       batch * m <= std::numeric_limits<int>::max()) {
     cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(batch * m),
-                static_cast<int>(n), static_cast<int>(k), 1.0f, lhs, lda, rhs,
+                static_cast<int>(n), static_cast<int>(k), alpha, lhs, lda, rhs,
                 ldb, beta, out, static_cast<int>(n));
     return;
   }
@@ -539,7 +539,7 @@ void matmul(const float *lhs, Shape lhsShape, bool transposeLhs,
   int64_t lhsOffset = 0, rhsOffset = 0;
   for (int64_t b = 0; b < batch; ++b) {
     cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, lhs + lhsOffset, lda,
+                static_cast<int>(k), alpha, lhs + lhsOffset, lda,
                 rhs + rhsOffset, ldb, beta, out + b * m * n,
                 static_cast<int>(n));
     // Odometer over the output batch dims.

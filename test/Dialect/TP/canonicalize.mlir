@@ -33,3 +33,29 @@ func.func @round_trip(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
   %1 = tp.redistribute %0 : tensor<8x16xf32, #tp.dist<@g, [[0], [1]]>> -> tensor<8x16xf32>
   return %1 : tensor<8x16xf32>
 }
+
+// -----
+
+// Attention's 1/sqrt(d) scale folds into the score matmul's alpha.
+// CHECK-LABEL: func.func @scale_into_matmul
+// CHECK-NEXT: %[[M:.*]] = tp.matmul %arg0, %arg1 {alpha = 1.250000e-01 : f64, transpose_rhs}
+// CHECK-NEXT: return %[[M]]
+func.func @scale_into_matmul(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>) -> tensor<2x8x8xf32> {
+  %0 = tp.matmul %q, %k {transpose_rhs} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x8xf32>
+  %1 = tp.scale %0, 0.25 : tensor<2x8x8xf32>
+  %2 = tp.scale %1, 0.5 : tensor<2x8x8xf32>
+  return %2 : tensor<2x8x8xf32>
+}
+
+// A product with other users keeps its value: only the scales compose.
+// CHECK-LABEL: func.func @shared_product
+// CHECK-NEXT: %[[M:.*]] = tp.matmul %arg0, %arg1 : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+// CHECK-NEXT: %[[S:.*]] = tp.scale %[[M]], 6.000000e+00
+// CHECK-NEXT: tp.add %[[M]], %[[S]]
+func.func @shared_product(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %0 = tp.matmul %a, %b : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %1 = tp.scale %0, 2.0 : tensor<4x4xf32>
+  %2 = tp.scale %1, 3.0 : tensor<4x4xf32>
+  %3 = tp.add %0, %2 : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %3 : tensor<4x4xf32>
+}

@@ -235,6 +235,14 @@ func.func @matmul_batch_rank(%a: tensor<2x3x8x16xf32>, %b: tensor<3x16x32xf32>) 
 
 // -----
 
+func.func @matmul_alpha(%a: tensor<8x16xf32>, %b: tensor<16x32xf32>) {
+  // expected-error @+1 {{alpha must be finite}}
+  %0 = tp.matmul %a, %b {alpha = 0x7FF0000000000000 : f64} : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
 func.func @matmul_result(%a: tensor<2x8x16xf32>, %b: tensor<16x32xf32>) {
   // expected-error @+1 {{result 'tensor<8x32xf32>' should have shape [2, 8, 32] (batch..., M, N)}}
   %0 = tp.matmul %a, %b : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>

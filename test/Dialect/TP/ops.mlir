@@ -59,7 +59,7 @@ func.func @embedding(%table: tensor<50x16xf32>, %ids: tensor<2x8xi32>, %dy: tens
 // CHECK-LABEL: func.func @matmul
 // CHECK: tp.matmul %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
 // CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_rhs} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
-// CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_lhs} : (tensor<16x8xf16>, tensor<16x32xf16>) -> tensor<8x32xf16>
+// CHECK: tp.matmul %{{.*}}, %{{.*}} {alpha = 5.000000e-01 : f64, transpose_lhs} : (tensor<16x8xf16>, tensor<16x32xf16>) -> tensor<8x32xf16>
 // CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_lhs, transpose_rhs} : (tensor<4x16x8xf32>, tensor<4x32x16xf32>) -> tensor<4x8x32xf32>
 // CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_rhs} : (tensor<2x2x3x8x4xf32>, tensor<2x2x1x8x4xf32>) -> tensor<2x2x3x8x8xf32>
 func.func @matmul(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>, %y: tensor<2x8x32xf32>,
@@ -68,7 +68,7 @@ func.func @matmul(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>, %y: tensor<2x8x
                   %gq: tensor<2x2x3x8x4xf32>, %gk: tensor<2x2x1x8x4xf32>) {
   %0 = tp.matmul %x, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
   %1 = tp.matmul %y, %w {transpose_rhs} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
-  %2 = tp.matmul %a, %b {transpose_lhs} : (tensor<16x8xf16>, tensor<16x32xf16>) -> tensor<8x32xf16>
+  %2 = tp.matmul %a, %b {transpose_lhs, alpha = 0.5 : f64} : (tensor<16x8xf16>, tensor<16x32xf16>) -> tensor<8x32xf16>
   %3 = tp.matmul %q, %k {transpose_lhs, transpose_rhs} : (tensor<4x16x8xf32>, tensor<4x32x16xf32>) -> tensor<4x8x32xf32>
   %4 = tp.matmul %gq, %gk {transpose_rhs} : (tensor<2x2x3x8x4xf32>, tensor<2x2x1x8x4xf32>) -> tensor<2x2x3x8x8xf32>
   return

@@ -30,7 +30,7 @@
 // CHECK-NEXT: {"op": "Embedding", "operands": [0, 3], "results": [4], "location": "embed"},
 // CHECK-NEXT: {"op": "LayerNorm", "operands": [4, 1, 2], "results": [5], "epsilon": 0.001, "location": "{{.*}}emit.mlir:[[@LINE+11]]:10"},
 // CHECK-NEXT: {"op": "Reshape", "operands": [5], "results": [6], "location": "{{.*}}"},
-// CHECK-NEXT: {"op": "Matmul", "operands": [6, 0], "results": [7], "transpose_rhs": true, "location": "{{.*}}"}]}
+// CHECK-NEXT: {"op": "Matmul", "operands": [6, 0], "results": [7], "transpose_rhs": true, "alpha": 0.25, "location": "{{.*}}"}]}
 // CHECK-NEXT: ]
 
 module attributes {tp.model_type = "test"} {
@@ -42,6 +42,8 @@ module attributes {tp.model_type = "test"} {
     %1 = tp.layer_norm %0, %g, %b {epsilon = 1.0e-3 : f64} : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
     %2 = tp.reshape %1 : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
     %3 = tp.matmul %2, %emb {transpose_rhs} : (tensor<8x8xf32>, tensor<16x8xf32>) -> tensor<8x16xf32>
-    return %3 : tensor<8x16xf32>
+    // tp-pipeline folds this into the matmul's alpha.
+    %4 = tp.scale %3, 0.25 : tensor<8x16xf32>
+    return %4 : tensor<8x16xf32>
   }
 }

@@ -267,6 +267,7 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
         .Case([&](MatmulOp m) {
           step.add_transpose_lhs(m.getTransposeLhs());
           step.add_transpose_rhs(m.getTransposeRhs());
+          step.add_alpha(m.getAlphaAttr().getValueAsDouble());
         })
         .Case([&](SoftmaxOp s) { step.add_causal(s.getCausal()); })
         .Case([&](RotaryOp r) {

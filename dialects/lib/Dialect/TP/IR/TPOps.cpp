@@ -11,6 +11,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/STLExtras.h"
+#include <cmath>
 
 using namespace mlir;
 using namespace mlir::tp;
@@ -250,6 +251,8 @@ LogicalResult MatmulOp::verify() {
                          << getLhs().getType() << " has K = " << dims.lhsK
                          << " but rhs " << getRhs().getType()
                          << " has K = " << dims.k;
+  if (!std::isfinite(getAlphaAttr().getValueAsDouble()))
+    return emitOpError() << "alpha must be finite";
   std::optional<SmallVector<int64_t>> batch = matmulBatchShape(dims);
   if (!batch)
     return emitOpError() << "batch dimensions differ: lhs "
@@ -335,6 +338,48 @@ TP_BROADCAST_BINARY_OP(DivOp)
 //===----------------------------------------------------------------------===//
 // Elementwise unary ops and their gradients
 //===----------------------------------------------------------------------===//
+
+namespace {
+/// scale(matmul(a, b), f) -> matmul(a, b){alpha * f} when the scale is the
+/// product's only user: BLAS applies alpha for free, saving a pass over
+/// memory (attention scores are the largest activations).
+struct FoldScaleIntoMatmul : public OpRewritePattern<ScaleOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ScaleOp op,
+                                PatternRewriter &rewriter) const override {
+    auto matmul = op.getInput().getDefiningOp<MatmulOp>();
+    if (!matmul || !matmul->hasOneUse() || matmul.getType() != op.getType())
+      return failure();
+    double alpha = matmul.getAlphaAttr().getValueAsDouble() *
+                   op.getFactorAttr().getValueAsDouble();
+    rewriter.modifyOpInPlace(
+        matmul, [&] { matmul.setAlphaAttr(rewriter.getF64FloatAttr(alpha)); });
+    rewriter.replaceOp(op, matmul.getResult());
+    return success();
+  }
+};
+
+/// scale(scale(x, f), g) -> scale(x, f * g).
+struct ComposeScales : public OpRewritePattern<ScaleOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ScaleOp op,
+                                PatternRewriter &rewriter) const override {
+    auto inner = op.getInput().getDefiningOp<ScaleOp>();
+    if (!inner)
+      return failure();
+    double factor = inner.getFactorAttr().getValueAsDouble() *
+                    op.getFactorAttr().getValueAsDouble();
+    rewriter.replaceOpWithNewOp<ScaleOp>(op, op.getType(), inner.getInput(),
+                                         rewriter.getF64FloatAttr(factor));
+    return success();
+  }
+};
+} // namespace
+
+void ScaleOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                          MLIRContext *context) {
+  results.add<FoldScaleIntoMatmul, ComposeScales>(context);
+}
 
 ShardingRule ScaleOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getInput()));

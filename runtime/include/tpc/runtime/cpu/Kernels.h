@@ -31,11 +31,11 @@ void embedding(const float *table, int64_t vocab, int64_t hidden,
 /// [b..., M, K] ([b..., K, M] if transposeLhs), rhs [b..., K, N]
 /// ([b..., N, K] if transposeRhs), out [b..., M, N]. Batch dims: either side
 /// may have none (broadcast), or both have the same count and each pair is
-/// equal or 1 (NumPy broadcast). `accumulate` adds into out instead of
-/// overwriting it.
+/// equal or 1 (NumPy broadcast). The product is scaled by `alpha`;
+/// `accumulate` adds into out instead of overwriting it.
 void matmul(const float *lhs, Shape lhsShape, bool transposeLhs,
             const float *rhs, Shape rhsShape, bool transposeRhs, float *out,
-            Shape outShape, bool accumulate = false);
+            Shape outShape, bool accumulate = false, float alpha = 1.0f);
 
 enum class BinaryKind { Add, Sub, Mul, Div };
 /// out = lhs (op) rhs with NumPy broadcasting (operands aligned on trailing

@@ -125,10 +125,13 @@ def TP_MatmulOp : TP_ComputeOp<"matmul"> {
     `[b..., M, N]`. Either side may have no batch dimensions (a weight shared
     by every batch); otherwise both have the same number and each pair is
     equal or 1, broadcast NumPy-style (grouped-query attention shares one
-    key/value head across a group of query heads this way).
+    key/value head across a group of query heads this way). The product is
+    scaled by `alpha` (as in BLAS), which is where canonicalization folds a
+    following `tp.scale`, such as attention's 1/sqrt(head_dim).
   }];
   let arguments = (ins TP_FloatTensor:$lhs, TP_FloatTensor:$rhs,
-                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs,
+                       DefaultValuedAttr<F64Attr, "1.0">:$alpha);
   let results = (outs TP_FloatTensor:$result);
 }
 
@@ -147,6 +150,7 @@ def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>]> {
   let results = (outs TP_FloatTensor:$result);
   let assemblyFormat = "$input `,` $factor attr-dict `:` type($input)";
   let hasVerifier = 0;
+  let hasCanonicalizer = 1;
 }
 
 def TP_GeluOp : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)">;
