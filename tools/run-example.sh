@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The main job on the bundled default: builds tpc (installing dependencies
-# first if needed) and compiles the bundled GPT-2 block with tpc-opt,
-# verifying it and reporting every op's sharding rule.
+# first if needed), imports the bundled GPT-2 config (byte-level vocabulary),
+# compiles it to a plan and runs a forward pass with the loss on bundled text.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-example=${1:-$root/examples/gpt2_block.mlir}
+config=${1:-$root/examples/gpt2-bytes/config.json}
+text=${2:-$root/README.md}
+work=$build/example
+mkdir -p "$work"
 
 "$root/tools/build.sh" >/dev/null
-echo "== $example: verified and round-tripped =="
-"$build/bin/tpc-opt" "$example" --verify-roundtrip -o /dev/null
-echo "== sharding rules (factors; reduction: split leaves a partial sum; stats: split needs an all-reduced statistic) =="
-"$build/bin/tpc-opt" "$example" --tp-print-sharding-rules \
-  --mlir-print-op-on-diagnostic=false -o /dev/null 2>&1 |
-  awk '/remark: sharding rule:/ { loc = $1; sub(/.*sharding rule: /, ""); rule = $0;
-         getline; match($0, /tp\.[a-z_]+/); printf "%-34s %-20s %s\n", loc, substr($0, RSTART, RLENGTH), rule }' |
-  sed "s|^$root/||"
+bin=$build/bin
+set -x
+"$bin/tpc-import" "$config" --batch 4 --seq 128 -o "$work/model.mlir"
+"$bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/model.tpplan"
+"$bin/tpc-tokenize" "$text" -o "$work/text.tokens"
+"$bin/tp-run" "$work/model.tpplan" --data "$work/text.tokens" \
+  --metrics "$work/metrics.json"
