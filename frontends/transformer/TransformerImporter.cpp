@@ -272,6 +272,10 @@ private:
                                b.getDenseI64ArrayAttr(offsets));
   }
   Value attention(Value q, Value k, Value v);
+  /// Tags every op emitted after `start` (null: from the beginning) with
+  /// `tp.layer`, the unit that activation recomputation works on.
+  void markLayer(int64_t layer, Operation *start);
+  Operation *lastOp() { return body->empty() ? nullptr : &body->back(); }
 
   // Model bodies.
   Value gpt2(Value tokens);
@@ -365,6 +369,12 @@ Value ModelEmitter::attention(Value q, Value k, Value v) {
   return matmul(probs, v, /*transposeRhs=*/false);
 }
 
+void ModelEmitter::markLayer(int64_t layer, Operation *start) {
+  auto it = start ? std::next(start->getIterator()) : body->begin();
+  for (Operation &op : llvm::make_range(it, body->end()))
+    op.setAttr("tp.layer", b.getI64IntegerAttr(layer));
+}
+
 Value ModelEmitter::gpt2(Value tokens) {
   const int64_t h = config.hiddenSize, nh = config.numHeads, d = config.headDim,
                 inner = config.intermediateSize;
@@ -378,6 +388,7 @@ Value ModelEmitter::gpt2(Value tokens) {
       tp::EmbeddingOp::create(b, loc, tensor({batch, seq, h}), wte, tokens);
   x = add(x, slice(wpe, {0, 0}, {seq, h}));
   for (int64_t layer = 0; layer < config.numLayers; ++layer) {
+    Operation *layerStart = lastOp();
     std::string p = "transformer.h." + std::to_string(layer);
     auto layerNorm = [&](Value in, const std::string &name) -> Value {
       return tp::LayerNormOp::create(b, loc, in.getType(), in,
@@ -401,6 +412,7 @@ Value ModelEmitter::gpt2(Value tokens) {
         linear(layerNorm(x, p + ".ln_2"), p + ".mlp.c_fc", h, inner, true, std);
     Value act = tp::GeluOp::create(b, loc, up.getType(), up);
     x = add(x, linear(act, p + ".mlp.c_proj", inner, h, true, projStd));
+    markLayer(layer, layerStart);
   }
   setLoc("transformer.ln_f");
   x = tp::LayerNormOp::create(b, loc, x.getType(), x,
@@ -429,6 +441,7 @@ Value ModelEmitter::llama(Value tokens) {
                                  b.getF64FloatAttr(config.normEpsilon));
   };
   for (int64_t layer = 0; layer < config.numLayers; ++layer) {
+    Operation *layerStart = lastOp();
     std::string p = "model.layers." + std::to_string(layer);
     setLoc(p + ".self_attn");
     Value hidden = rmsNorm(x, p + ".input_layernorm.weight");
@@ -461,6 +474,7 @@ Value ModelEmitter::llama(Value tokens) {
     Value act = mul(tp::SiluOp::create(b, loc, gate.getType(), gate), up);
     x = add(x,
             linear(act, p + ".mlp.down_proj", inner, h, config.mlpBias, std));
+    markLayer(layer, layerStart);
   }
   setLoc("model.norm");
   x = rmsNorm(x, "model.norm.weight");

@@ -460,8 +460,16 @@ func.func @slice_rank(%x: tensor<2x8x16xf32>) {
 // -----
 
 func.func @slice_bounds(%x: tensor<2x8x16xf32>) {
-  // expected-error @+1 {{slice [6, 10) of dimension 1 is outside input 'tensor<2x8x16xf32>'}}
+  // expected-error @+1 {{window [6, 10) of dimension 1 is outside 'tensor<2x8x16xf32>'}}
   %0 = tp.slice %x {offsets = array<i64: 0, 6, 0>} : (tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @pad_bounds(%x: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{window [6, 10) of dimension 1 is outside 'tensor<2x8x16xf32>'}}
+  %0 = tp.pad %x {offsets = array<i64: 0, 6, 0>} : (tensor<2x4x16xf32>) -> tensor<2x8x16xf32>
   return
 }
 
@@ -533,7 +541,7 @@ func.func @cross_entropy_grad_type(%l: tensor<8x50xf32>, %t: tensor<8xi32>, %d: 
 
 func.func @adamw_grad_shape(%p: tensor<16xf32>, %g: tensor<8xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
   // expected-error @+1 {{grad 'tensor<8xf32>' should have shape [16] (the shape of param)}}
-  %0:3 = tp.adamw %p, %g, %p, %p, %lr, %s : (tensor<16xf32>, tensor<8xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = tp.adamw %p, %g, %p, %p, %lr, %s, %lr : (tensor<16xf32>, tensor<8xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
@@ -541,7 +549,7 @@ func.func @adamw_grad_shape(%p: tensor<16xf32>, %g: tensor<8xf32>, %lr: tensor<f
 
 func.func @adamw_grad_element_type(%p: tensor<16xf32>, %g: tensor<16xbf16>, %lr: tensor<f32>, %s: tensor<i64>) {
   // expected-error @+1 {{grad has element type 'bf16' but param has 'f32'}}
-  %0:3 = tp.adamw %p, %g, %p, %p, %lr, %s : (tensor<16xf32>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = tp.adamw %p, %g, %p, %p, %lr, %s, %lr : (tensor<16xf32>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
@@ -549,7 +557,7 @@ func.func @adamw_grad_element_type(%p: tensor<16xf32>, %g: tensor<16xbf16>, %lr:
 
 func.func @adamw_result_type(%p: tensor<16xbf16>, %m: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
   // expected-error @+1 {{new_exp_avg 'tensor<16xbf16>' must have the type of its input 'tensor<16xf32>'}}
-  %0:3 = tp.adamw %p, %p, %m, %m, %lr, %s : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>)
+  %0:3 = tp.adamw %p, %p, %m, %m, %lr, %s, %lr : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>)
   return
 }
 
@@ -557,7 +565,7 @@ func.func @adamw_result_type(%p: tensor<16xbf16>, %m: tensor<16xf32>, %lr: tenso
 
 func.func @adamw_beta(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
   // expected-error @+1 {{beta2 must be in [0, 1), got 1.000000e+00}}
-  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s {beta2 = 1.0 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s, %lr {beta2 = 1.0 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
@@ -565,7 +573,7 @@ func.func @adamw_beta(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
 
 func.func @adamw_weight_decay(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
   // expected-error @+1 {{weight_decay must be >= 0, got -5.000000e-01}}
-  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s {weight_decay = -0.5 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s, %lr {weight_decay = -0.5 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
@@ -573,7 +581,7 @@ func.func @adamw_weight_decay(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i
 
 func.func @adamw_epsilon(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) {
   // expected-error @+1 {{epsilon must be positive, got -1.000000e+00}}
-  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s {epsilon = -1.0 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s, %lr {epsilon = -1.0 : f64} : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
@@ -581,7 +589,7 @@ func.func @adamw_epsilon(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<i64>) 
 
 func.func @adamw_step_type(%p: tensor<16xf32>, %lr: tensor<f32>, %s: tensor<f32>) {
   // expected-error @+1 {{operand #5 must be 0D tensor of 64-bit signless integer values}}
-  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = tp.adamw %p, %p, %p, %p, %lr, %s, %lr : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
@@ -595,5 +603,33 @@ tp.grid @g [2]
 func.func @redistribute_shape(%x: tensor<8x16xf32>) {
   // expected-error @+1 {{changes only the layout: input 'tensor<8x16xf32>' and result 'tensor<16x8xf32, #tp.dist<@g, [[0], []]>>' must have the same shape and element type}}
   %0 = tp.redistribute %x : tensor<8x16xf32> -> tensor<16x8xf32, #tp.dist<@g, [[0], []]>>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer scalars
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @hyperparameters(%step: tensor<i64>, %hp: tensor<4xf32>) {
+  // expected-error @+1 {{hyperparameters 'tensor<4xf32>' must be [peak_lr, min_lr, warmup_steps, decay_steps, max_grad_norm]}}
+  %0 = tp.lr_schedule %step, %hp : (tensor<i64>, tensor<4xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @clip_scale_type(%s: tensor<f32>, %hp: tensor<5xf32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %0 = tp.clip_scale %s, %hp : (tensor<f32>, tensor<5xf32>) -> tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @norm_squared_type(%x: tensor<4xf32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %0 = tp.norm_squared %x : (tensor<4xf32>) -> tensor<bf16>
   return
 }

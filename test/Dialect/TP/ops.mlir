@@ -140,12 +140,18 @@ func.func @attention(%s: tensor<2x4x8x8xf32>, %l: tensor<2x8x50xf32>, %q: tensor
 // CHECK: tp.reshape %{{.*}} : (tensor<2x8x16xf32>) -> tensor<2x8x4x4xf32>
 // CHECK: tp.transpose %{{.*}} {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x4xf32>) -> tensor<2x4x8x4xf32>
 // CHECK: tp.slice %{{.*}} {offsets = array<i64: 0, 4, 0>} : (tensor<2x8x16xf32>) -> tensor<2x2x16xf32>
+// CHECK: tp.pad %{{.*}} {offsets = array<i64: 0, 4, 0>} : (tensor<2x2x16xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.constant 1.000000e+00 : tensor<f32>
+// CHECK: tp.constant -2.500000e-01 : tensor<2x3xbf16>
 // CHECK: tp.reduce_sum %{{.*}} {dims = array<i64: 0, 1>} : (tensor<2x8x16xf32>) -> tensor<16xf32>
 // CHECK: tp.reduce_mean %{{.*}} {dims = array<i64: 2>} : (tensor<2x8x16xf32>) -> tensor<2x8xf32>
 func.func @shapes(%x: tensor<2x8x16xf32>) {
   %0 = tp.reshape %x : (tensor<2x8x16xf32>) -> tensor<2x8x4x4xf32>
   %1 = tp.transpose %0 {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x4xf32>) -> tensor<2x4x8x4xf32>
   %4 = tp.slice %x {offsets = array<i64: 0, 4, 0>} : (tensor<2x8x16xf32>) -> tensor<2x2x16xf32>
+  %5 = tp.pad %4 {offsets = array<i64: 0, 4, 0>} : (tensor<2x2x16xf32>) -> tensor<2x8x16xf32>
+  %6 = tp.constant 1.0 : tensor<f32>
+  %7 = tp.constant -0.25 : tensor<2x3xbf16>
   %2 = tp.reduce_sum %x {dims = array<i64: 0, 1>} : (tensor<2x8x16xf32>) -> tensor<16xf32>
   %3 = tp.reduce_mean %x {dims = array<i64: 2>} : (tensor<2x8x16xf32>) -> tensor<2x8xf32>
   return
@@ -165,12 +171,18 @@ func.func @loss(%logits: tensor<2x8x50xf32>, %t: tensor<2x8xi32>, %dl: tensor<f3
 // -----
 
 // CHECK-LABEL: func.func @adamw
-// CHECK: tp.adamw %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<f32>, tensor<i64>) -> (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>)
-// CHECK: tp.adamw {{.*}} {beta1 = 8.000000e-01 : f64, beta2 = 5.000000e-01 : f64, epsilon = 9.9999999999999995E-7 : f64, weight_decay = 1.250000e-01 : f64} : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>)
+// CHECK: tp.adamw %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>)
+// CHECK: tp.adamw {{.*}} {beta1 = 8.000000e-01 : f64, beta2 = 5.000000e-01 : f64, epsilon = 9.9999999999999995E-7 : f64, weight_decay = 1.250000e-01 : f64} : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>)
+// CHECK: tp.norm_squared %{{.*}} : (tensor<16x32xf32>) -> tensor<f32>
+// CHECK: tp.lr_schedule %{{.*}}, %{{.*}} : (tensor<i64>, tensor<5xf32>) -> tensor<f32>
+// CHECK: tp.clip_scale %{{.*}}, %{{.*}} : (tensor<f32>, tensor<5xf32>) -> tensor<f32>
 func.func @adamw(%p: tensor<16x32xf32>, %g: tensor<16x32xf32>, %m: tensor<16x32xf32>, %v: tensor<16x32xf32>,
                  %lr: tensor<f32>, %step: tensor<i64>, %p16: tensor<16xbf16>, %g16: tensor<16xbf16>,
-                 %m32: tensor<16xf32>, %v32: tensor<16xf32>) {
-  %0:3 = tp.adamw %p, %g, %m, %v, %lr, %step : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<f32>, tensor<i64>) -> (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>)
-  %1:3 = tp.adamw %p16, %g16, %m32, %v32, %lr, %step {beta1 = 0.8 : f64, beta2 = 0.5 : f64, epsilon = 1.0e-6 : f64, weight_decay = 0.125 : f64} : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>) -> (tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>)
+                 %m32: tensor<16xf32>, %v32: tensor<16xf32>, %hp: tensor<5xf32>) {
+  %0:3 = tp.adamw %p, %g, %m, %v, %lr, %step, %lr : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>)
+  %1:3 = tp.adamw %p16, %g16, %m32, %v32, %lr, %step, %lr {beta1 = 0.8 : f64, beta2 = 0.5 : f64, epsilon = 1.0e-6 : f64, weight_decay = 0.125 : f64} : (tensor<16xbf16>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>)
+  %2 = tp.norm_squared %g : (tensor<16x32xf32>) -> tensor<f32>
+  %3 = tp.lr_schedule %step, %hp : (tensor<i64>, tensor<5xf32>) -> tensor<f32>
+  %4 = tp.clip_scale %2, %hp : (tensor<f32>, tensor<5xf32>) -> tensor<f32>
   return
 }

@@ -643,28 +643,31 @@ ShardingRule ReshapeOp::getShardingRule() {
   return builder.build();
 }
 
-LogicalResult SliceOp::verify() {
-  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
-  ArrayRef<int64_t> offsets = getOffsets();
+/// A slice of `big` shaped like `small` at `offsets` (slice: input is big;
+/// pad: result is big).
+static LogicalResult verifyWindow(Operation *op, Value big, Value small,
+                                  ArrayRef<int64_t> offsets) {
+  ArrayRef<int64_t> in = shapeOf(big), out = shapeOf(small);
   if (failed(verifySameElementType(
-          *this, {{"input", getInput()}, {"result", getResult()}})))
+          op, {{"input", op->getOperand(0)}, {"result", op->getResult(0)}})))
     return failure();
   if (in.size() != out.size() || offsets.size() != in.size())
-    return emitOpError() << "input " << getInput().getType() << ", result "
-                         << getResult().getType() << " and " << offsets.size()
-                         << " offsets must have the same rank";
+    return op->emitOpError()
+           << "input " << op->getOperand(0).getType() << ", result "
+           << op->getResult(0).getType() << " and " << offsets.size()
+           << " offsets must have the same rank";
   for (auto [dim, offset] : llvm::enumerate(offsets))
     if (offset < 0 || offset + out[dim] > in[dim])
-      return emitOpError() << "slice [" << offset << ", " << offset + out[dim]
-                           << ") of dimension " << dim << " is outside input "
-                           << getInput().getType();
+      return op->emitOpError()
+             << "window [" << offset << ", " << offset + out[dim]
+             << ") of dimension " << dim << " is outside " << big.getType();
   return success();
 }
 
-/// Whole dimensions share a factor; a sliced dimension cannot be split
-/// (shards would hold different parts of input and result).
-ShardingRule SliceOp::getShardingRule() {
-  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+/// Whole dimensions share a factor; a windowed dimension cannot be split
+/// (shards would hold different parts of the two sides).
+static ShardingRule windowRule(Value input, Value result) {
+  ArrayRef<int64_t> in = shapeOf(input), out = shapeOf(result);
   ShardingRuleBuilder builder;
   SmallVector<int64_t> inFactors, outFactors;
   for (auto [inSize, outSize] : llvm::zip_equal(in, out)) {
@@ -679,6 +682,19 @@ ShardingRule SliceOp::getShardingRule() {
   builder.addOperand(inFactors);
   builder.addResult(outFactors);
   return builder.build();
+}
+
+LogicalResult SliceOp::verify() {
+  return verifyWindow(*this, getInput(), getResult(), getOffsets());
+}
+ShardingRule SliceOp::getShardingRule() {
+  return windowRule(getInput(), getResult());
+}
+LogicalResult PadOp::verify() {
+  return verifyWindow(*this, getResult(), getInput(), getOffsets());
+}
+ShardingRule PadOp::getShardingRule() {
+  return windowRule(getInput(), getResult());
 }
 
 LogicalResult TransposeOp::verify() {
@@ -846,6 +862,57 @@ LogicalResult AdamWOp::verify() {
 
 ShardingRule AdamWOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getParam()));
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer scalars, constants
+//===----------------------------------------------------------------------===//
+
+/// Every factor is summed away: a split leaves a partial sum (the global
+/// norm of sharded gradients needs an all-reduce).
+ShardingRule NormSquaredOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  builder.addOperand(builder.addFactors(shapeOf(getInput())));
+  builder.addResult(ArrayRef<int64_t>{});
+  return builder.build();
+}
+
+/// The hyperparameter vector is read whole.
+static ShardingRule scalarOfHyperparametersRule(Value hyperparameters) {
+  ShardingRuleBuilder builder;
+  builder.addOperand(ArrayRef<int64_t>{});
+  builder.addOperand({builder.addFactor(shapeOf(hyperparameters)[0],
+                                        FactorKind::Replicated)});
+  builder.addResult(ArrayRef<int64_t>{});
+  return builder.build();
+}
+
+static LogicalResult verifyHyperparameters(Operation *op, Value vector) {
+  if (shapeOf(vector)[0] != 5)
+    return op->emitOpError()
+           << "hyperparameters " << vector.getType()
+           << " must be [peak_lr, min_lr, warmup_steps, decay_steps, "
+              "max_grad_norm]";
+  return success();
+}
+
+LogicalResult LrScheduleOp::verify() {
+  return verifyHyperparameters(*this, getHyperparameters());
+}
+ShardingRule LrScheduleOp::getShardingRule() {
+  return scalarOfHyperparametersRule(getHyperparameters());
+}
+LogicalResult ClipScaleOp::verify() {
+  return verifyHyperparameters(*this, getHyperparameters());
+}
+ShardingRule ClipScaleOp::getShardingRule() {
+  return scalarOfHyperparametersRule(getHyperparameters());
+}
+
+ShardingRule ConstantOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  builder.addResult(builder.addFactors(shapeOf(getResult())));
+  return builder.build();
 }
 
 //===----------------------------------------------------------------------===//

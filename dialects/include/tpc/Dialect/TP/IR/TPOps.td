@@ -17,6 +17,7 @@ def TP_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
 def TP_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
 def TP_F32Scalar : 0DTensorOf<[F32]>;
 def TP_StepScalar : 0DTensorOf<[I64]>;
+def TP_HyperparameterVector : TensorRankOf<[F32], [1]>;
 def TP_AnyTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
 
 //===----------------------------------------------------------------------===//
@@ -290,19 +291,79 @@ def TP_CrossEntropyGradOp : TP_ComputeOp<"cross_entropy_grad"> {
 def TP_AdamWOp : TP_ComputeOp<"adamw"> {
   let summary = "One AdamW update of a parameter and its moments";
   let description = [{
-    With t = step (1-based), m' = b1 m + (1 - b1) g, v' = b2 v + (1 - b2) g^2,
+    With t = step (1-based) and g = grad * grad_scale (the clipping factor),
+    m' = b1 m + (1 - b1) g, v' = b2 v + (1 - b2) g^2,
     param' = param - lr * (m' / (1 - b1^t) / (sqrt(v' / (1 - b2^t)) + eps)
-                           + weight_decay * param).
+                           + weight_decay * param),
+    as torch.optim.AdamW. Elementwise, so the moments shard with the
+    parameter and the update can happen in place.
   }];
   let arguments = (ins TP_FloatTensor:$param, TP_FloatTensor:$grad,
                        TP_FloatTensor:$exp_avg, TP_FloatTensor:$exp_avg_sq,
                        TP_F32Scalar:$lr, TP_StepScalar:$step,
+                       TP_F32Scalar:$grad_scale,
                        DefaultValuedAttr<F64Attr, "0.9">:$beta1,
                        DefaultValuedAttr<F64Attr, "0.999">:$beta2,
                        DefaultValuedAttr<F64Attr, "1.0e-8">:$epsilon,
                        DefaultValuedAttr<F64Attr, "0.01">:$weight_decay);
   let results = (outs TP_FloatTensor:$new_param, TP_FloatTensor:$new_exp_avg,
                       TP_FloatTensor:$new_exp_avg_sq);
+}
+
+def TP_NormSquaredOp : TP_ComputeOp<"norm_squared"> {
+  let summary = "Sum of squares of all elements (for global-norm clipping)";
+  let arguments = (ins TP_FloatTensor:$input);
+  let results = (outs TP_F32Scalar:$result);
+  let hasVerifier = 0;
+}
+
+def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule"> {
+  let summary = "Learning rate: linear warmup, then cosine decay";
+  let description = [{
+    `hyperparameters` is `[peak_lr, min_lr, warmup_steps, decay_steps,
+    max_grad_norm]` (a run-time input, so one compiled plan serves any
+    schedule). For the 1-based `step`: `peak * step / warmup` during warmup,
+    `min_lr` from `decay_steps` on, and in between
+    `min + (peak - min) * (1 + cos(pi * p)) / 2` with
+    `p = (step - warmup) / (decay_steps - warmup)`.
+  }];
+  let arguments = (ins TP_StepScalar:$step,
+                       TP_HyperparameterVector:$hyperparameters);
+  let results = (outs TP_F32Scalar:$result);
+}
+
+def TP_ClipScaleOp : TP_ComputeOp<"clip_scale"> {
+  let summary = "Global-norm gradient clipping factor";
+  let description = [{
+    `min(1, max_grad_norm / (sqrt(sum_squares) + 1e-6))` with
+    `max_grad_norm` element 4 of `hyperparameters`; 1 when it is <= 0, as
+    torch.nn.utils.clip_grad_norm_.
+  }];
+  let arguments = (ins TP_F32Scalar:$sum_squares,
+                       TP_HyperparameterVector:$hyperparameters);
+  let results = (outs TP_F32Scalar:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Constants and padding
+//===----------------------------------------------------------------------===//
+
+def TP_ConstantOp : TP_ComputeOp<"constant"> {
+  let summary = "A tensor filled with one value";
+  let arguments = (ins F64Attr:$value);
+  let results = (outs TP_FloatTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasVerifier = 0;
+}
+
+def TP_PadOp : TP_ComputeOp<"pad"> {
+  let summary = "Zero tensor of the result type with the input at `offsets`";
+  let description = [{
+    The gradient of `tp.slice`: `result[offsets + i] = input[i]`, zero
+    elsewhere.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$offsets);
+  let results = (outs TP_FloatTensor:$result);
 }
 
 //===----------------------------------------------------------------------===//
