@@ -1169,4 +1169,857 @@ TEST(CpuThreads, MatmulAgreesAcrossThreadCounts) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Backward kernels
+//===----------------------------------------------------------------------===//
+
+/// d/dx of sum(resultGrad * f(x)) at element i by central differences of a
+/// forward kernel: f is evaluated on x with x[i] moved by about +-h (the step
+/// actually taken after rounding to float is what we divide by), and the
+/// objective is formed in double.
+template <typename Objective>
+double centralDifference(std::vector<float> &x, size_t i, double h,
+                         const Objective &objective) {
+  float original = x[i];
+  x[i] = static_cast<float>(double(original) + h);
+  float up = x[i];
+  double plus = objective();
+  x[i] = static_cast<float>(double(original) - h);
+  float down = x[i];
+  double minus = objective();
+  x[i] = original;
+  return (plus - minus) / (double(up) - double(down));
+}
+
+double dotWithDouble(const std::vector<float> &a, const std::vector<float> &b) {
+  double sum = 0.0;
+  for (size_t i = 0; i < a.size(); ++i)
+    sum += double(a[i]) * double(b[i]);
+  return sum;
+}
+
+TEST(CpuKernels, EmbeddingGrad) {
+  std::mt19937 rng(30);
+  // Repeated ids (3 three times, 0 twice), unused rows, the last id.
+  {
+    const int64_t vocab = 11, hidden = 6;
+    std::vector<int32_t> ids = {3, 0, 10, 3, 7, 0, 3};
+    int64_t tokens = int64_t(ids.size());
+    std::vector<float> grad = randomVector(tokens * hidden, rng);
+    std::vector<float> table(static_cast<size_t>(vocab * hidden), 99.0f);
+    embeddingGrad(grad.data(), ids.data(), tokens, vocab, hidden, table.data());
+    std::vector<double> ref(table.size(), 0.0);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t h = 0; h < hidden; ++h)
+        ref[size_t(ids[size_t(t)] * hidden + h)] +=
+            grad[size_t(t * hidden + h)];
+    EXPECT_TRUE(closeElementwise(table, ref, 1e-7, 0.0));
+    // Unused rows are exactly zero; a single use is an exact copy.
+    for (int64_t h = 0; h < hidden; ++h) {
+      EXPECT_EQ(table[size_t(1 * hidden + h)], 0.0f);
+      EXPECT_EQ(table[size_t(7 * hidden + h)], grad[size_t(4 * hidden + h)]);
+    }
+  }
+  // Threaded: many tokens over few ids (many repeats) in a larger vocab.
+  for (auto [vocab, hidden, tokens, used] :
+       {std::tuple<int64_t, int64_t, int64_t, int32_t>{1000, 384, 300, 50},
+        {5003, 65, 1029, 5003},
+        {3, 1, 1000, 3}}) {
+    SCOPED_TRACE(std::to_string(vocab) + "x" + std::to_string(hidden));
+    std::vector<int32_t> ids(static_cast<size_t>(tokens));
+    std::uniform_int_distribution<int32_t> pick(0, used - 1);
+    for (int32_t &id : ids)
+      id = pick(rng) * int32_t(vocab / used);
+    std::vector<float> grad = randomVector(tokens * hidden, rng);
+    std::vector<float> table(static_cast<size_t>(vocab * hidden), 99.0f);
+    embeddingGrad(grad.data(), ids.data(), tokens, vocab, hidden, table.data());
+    std::vector<double> ref(table.size(), 0.0);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t h = 0; h < hidden; ++h)
+        ref[size_t(ids[size_t(t)] * hidden + h)] +=
+            grad[size_t(t * hidden + h)];
+    EXPECT_TRUE(closeElementwise(table, ref, 1e-6, 1e-7));
+  }
+  // No tokens: all zeros.
+  std::vector<float> table(4 * 3, 5.0f);
+  embeddingGrad(nullptr, nullptr, 0, 4, 3, table.data());
+  EXPECT_EQ(table, std::vector<float>(4 * 3, 0.0f));
+}
+
+TEST(CpuKernels, EmbeddingGradRejectsBadIds) {
+  std::vector<float> grad(2 * 3, 1.0f);
+  std::vector<float> table(4 * 3);
+  std::vector<int32_t> tooLarge = {1, 4};
+  try {
+    embeddingGrad(grad.data(), tooLarge.data(), 2, 4, 3, table.data());
+    FAIL() << "no exception";
+  } catch (const std::runtime_error &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "embeddingGrad: id 4 of token 1 is outside [0, 4)");
+  }
+  std::vector<int32_t> negative = {0, -1};
+  try {
+    embeddingGrad(grad.data(), negative.data(), 2, 4, 3, table.data());
+    FAIL() << "no exception";
+  } catch (const std::runtime_error &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "embeddingGrad: id -1 of token 1 is outside [0, 4)");
+  }
+}
+
+TEST(CpuKernels, GeluGrad) {
+  std::mt19937 rng(31);
+  const double c = std::sqrt(2.0 / std::numbers::pi);
+  for (int64_t n : {int64_t(37), int64_t(200001)}) {
+    std::vector<float> x = activationInputs(rng, n);
+    std::vector<float> dy = randomVector(n, rng, -2.0f, 2.0f);
+    std::vector<float> dx(static_cast<size_t>(n), 99.0f);
+    geluGrad(dy.data(), x.data(), dx.data(), n);
+    std::vector<double> ref(static_cast<size_t>(n));
+    for (size_t i = 0; i < size_t(n); ++i) {
+      double v = x[i];
+      double th = std::tanh(c * (v + 0.044715 * v * v * v));
+      double d = 0.5 * (1.0 + th) +
+                 0.5 * v * (1.0 - th * th) * c * (1.0 + 3.0 * 0.044715 * v * v);
+      ref[i] = dy[i] * d;
+    }
+    EXPECT_TRUE(closeElementwise(dx, ref, 1e-5, 1e-7));
+  }
+}
+
+TEST(CpuKernels, SiluGrad) {
+  std::mt19937 rng(32);
+  for (int64_t n : {int64_t(37), int64_t(200001)}) {
+    std::vector<float> x = activationInputs(rng, n);
+    std::vector<float> dy = randomVector(n, rng, -2.0f, 2.0f);
+    std::vector<float> dx(static_cast<size_t>(n), 99.0f);
+    siluGrad(dy.data(), x.data(), dx.data(), n);
+    std::vector<double> ref(static_cast<size_t>(n));
+    for (size_t i = 0; i < size_t(n); ++i) {
+      double v = x[i];
+      double s = 1.0 / (1.0 + std::exp(-v));
+      ref[i] = dy[i] * (s * (1.0 + v * (1.0 - s)));
+    }
+    EXPECT_TRUE(closeElementwise(dx, ref, 1e-5, 1e-7));
+  }
+}
+
+TEST(CpuKernels, ActivationGradsMatchForwardFiniteDifferences) {
+  std::mt19937 rng(33);
+  const int64_t n = 41;
+  std::vector<float> x = randomVector(n, rng, -4.0f, 4.0f);
+  x[0] = 0.0f;
+  x[1] = -0.75f; // near gelu's minimum
+  x[2] = -1.28f; // near silu's minimum
+  std::vector<float> dy = randomVector(n, rng, -2.0f, 2.0f);
+  for (bool isGelu : {true, false}) {
+    SCOPED_TRACE(isGelu ? "gelu" : "silu");
+    std::vector<float> dx(static_cast<size_t>(n));
+    (isGelu ? geluGrad : siluGrad)(dy.data(), x.data(), dx.data(), n);
+    std::vector<float> y(static_cast<size_t>(n));
+    std::vector<double> numeric(static_cast<size_t>(n));
+    for (size_t i = 0; i < size_t(n); ++i)
+      numeric[i] = centralDifference(x, i, 1e-3, [&] {
+        (isGelu ? gelu : silu)(x.data(), y.data(), n);
+        return dotWithDouble(dy, y);
+      });
+    EXPECT_TRUE(closeToMax(dx, numeric, 2e-3));
+  }
+}
+
+/// layerNorm's gradients from the analytic formula, in double.
+void refLayerNormGrad(const std::vector<float> &dy, const std::vector<float> &x,
+                      const std::vector<float> &gamma, int64_t rows,
+                      int64_t cols, double eps, std::vector<double> &dx,
+                      std::vector<double> &dgamma, std::vector<double> &dbeta) {
+  dx.assign(x.size(), 0.0);
+  dgamma.assign(static_cast<size_t>(cols), 0.0);
+  dbeta.assign(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x.data() + r * cols;
+    const float *gr = dy.data() + r * cols;
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < cols; ++i)
+      mean += xr[i];
+    mean /= double(cols);
+    for (int64_t i = 0; i < cols; ++i)
+      var += (xr[i] - mean) * (xr[i] - mean);
+    var /= double(cols);
+    double rstd = 1.0 / std::sqrt(var + eps);
+    std::vector<double> xhat(static_cast<size_t>(cols)),
+        dxhat(static_cast<size_t>(cols));
+    double meanDxhat = 0.0, meanDxhatXhat = 0.0;
+    for (int64_t i = 0; i < cols; ++i) {
+      xhat[size_t(i)] = (xr[i] - mean) * rstd;
+      dxhat[size_t(i)] = double(gr[i]) * gamma[size_t(i)];
+      meanDxhat += dxhat[size_t(i)] / double(cols);
+      meanDxhatXhat += dxhat[size_t(i)] * xhat[size_t(i)] / double(cols);
+      dgamma[size_t(i)] += double(gr[i]) * xhat[size_t(i)];
+      dbeta[size_t(i)] += gr[i];
+    }
+    for (int64_t i = 0; i < cols; ++i)
+      dx[size_t(r * cols + i)] = rstd * (dxhat[size_t(i)] - meanDxhat -
+                                         xhat[size_t(i)] * meanDxhatXhat);
+  }
+}
+
+TEST(CpuKernels, LayerNormGrad) {
+  std::mt19937 rng(34);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 13},
+                            {1, 1},
+                            {3, 768},
+                            {129, 257},
+                            {1000, 64},
+                            {0, 5}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    // An offset mean, as in the forward test.
+    std::vector<float> x = randomVector(rows * cols, rng, 2.0f, 4.0f);
+    std::vector<float> dy = randomVector(rows * cols, rng);
+    std::vector<float> gamma = randomVector(cols, rng, 0.5f, 1.5f);
+    std::vector<float> dx(x.size(), 99.0f),
+        dgamma(static_cast<size_t>(cols), 99.0f),
+        dbeta(static_cast<size_t>(cols), 99.0f);
+    const float eps = 1e-5f;
+    layerNormGrad(dy.data(), x.data(), gamma.data(), dx.data(), dgamma.data(),
+                  dbeta.data(), rows, cols, eps);
+    std::vector<double> refDx, refGamma, refBeta;
+    refLayerNormGrad(dy, x, gamma, rows, cols, eps, refDx, refGamma, refBeta);
+    EXPECT_TRUE(closeToMax(dx, refDx, 1e-5)) << "inputGrad";
+    EXPECT_TRUE(closeToMax(dgamma, refGamma, 1e-6)) << "gammaGrad";
+    EXPECT_TRUE(closeToMax(dbeta, refBeta, 1e-6)) << "betaGrad";
+  }
+}
+
+TEST(CpuKernels, LayerNormGradMatchesForwardFiniteDifferences) {
+  std::mt19937 rng(35);
+  const int64_t rows = 3, cols = 7;
+  const float eps = 1e-5f;
+  std::vector<float> x = randomVector(rows * cols, rng, -1.0f, 2.0f);
+  std::vector<float> dy = randomVector(rows * cols, rng);
+  std::vector<float> gamma = randomVector(cols, rng, 0.5f, 1.5f);
+  std::vector<float> beta = randomVector(cols, rng);
+  std::vector<float> dx(x.size()), dgamma(static_cast<size_t>(cols)),
+      dbeta(static_cast<size_t>(cols));
+  layerNormGrad(dy.data(), x.data(), gamma.data(), dx.data(), dgamma.data(),
+                dbeta.data(), rows, cols, eps);
+  std::vector<float> y(x.size());
+  auto objective = [&] {
+    layerNorm(x.data(), gamma.data(), beta.data(), y.data(), rows, cols, eps);
+    return dotWithDouble(dy, y);
+  };
+  std::vector<double> numX(x.size()), numGamma(static_cast<size_t>(cols)),
+      numBeta(static_cast<size_t>(cols));
+  for (size_t i = 0; i < x.size(); ++i)
+    numX[i] = centralDifference(x, i, 1e-2, objective);
+  for (size_t i = 0; i < size_t(cols); ++i) {
+    numGamma[i] = centralDifference(gamma, i, 1e-2, objective);
+    numBeta[i] = centralDifference(beta, i, 1e-2, objective);
+  }
+  EXPECT_TRUE(closeToMax(dx, numX, 2e-3)) << "inputGrad";
+  EXPECT_TRUE(closeToMax(dgamma, numGamma, 2e-3)) << "gammaGrad";
+  EXPECT_TRUE(closeToMax(dbeta, numBeta, 2e-3)) << "betaGrad";
+}
+
+/// rmsNorm's gradients through its Jacobian, in double:
+/// dy_j/dx_i = gamma_j r (delta_ij - x_i x_j r^2 / n).
+void refRmsNormGrad(const std::vector<float> &dy, const std::vector<float> &x,
+                    const std::vector<float> &gamma, int64_t rows, int64_t cols,
+                    double eps, std::vector<double> &dx,
+                    std::vector<double> &dgamma) {
+  dx.assign(x.size(), 0.0);
+  dgamma.assign(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x.data() + r * cols;
+    const float *gr = dy.data() + r * cols;
+    double ms = 0.0;
+    for (int64_t i = 0; i < cols; ++i)
+      ms += double(xr[i]) * xr[i];
+    ms /= double(cols);
+    double rr = 1.0 / std::sqrt(ms + eps);
+    for (int64_t i = 0; i < cols; ++i) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < cols; ++j) {
+        double jac = gamma[size_t(j)] * rr *
+                     ((i == j ? 1.0 : 0.0) -
+                      double(xr[i]) * xr[j] * rr * rr / double(cols));
+        sum += gr[j] * jac;
+      }
+      dx[size_t(r * cols + i)] = sum;
+      dgamma[size_t(i)] += double(gr[i]) * xr[i] * rr;
+    }
+  }
+}
+
+TEST(CpuKernels, RmsNormGrad) {
+  std::mt19937 rng(36);
+  // (No 1x1: there dx = dy gamma r eps / (x^2 + eps) is a cancellation far
+  // below float resolution of its two terms, in any float implementation.)
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 13},
+                            {2, 2},
+                            {3, 768},
+                            {129, 257},
+                            {1000, 64}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    std::vector<float> x = randomVector(rows * cols, rng, -3.0f, 3.0f);
+    std::vector<float> dy = randomVector(rows * cols, rng);
+    std::vector<float> gamma = randomVector(cols, rng, 0.5f, 1.5f);
+    std::vector<float> dx(x.size(), 99.0f),
+        dgamma(static_cast<size_t>(cols), 99.0f);
+    const float eps = 1e-6f;
+    rmsNormGrad(dy.data(), x.data(), gamma.data(), dx.data(), dgamma.data(),
+                rows, cols, eps);
+    std::vector<double> refDx, refGamma;
+    refRmsNormGrad(dy, x, gamma, rows, cols, eps, refDx, refGamma);
+    EXPECT_TRUE(closeToMax(dx, refDx, 1e-5)) << "inputGrad";
+    EXPECT_TRUE(closeToMax(dgamma, refGamma, 1e-6)) << "gammaGrad";
+  }
+}
+
+TEST(CpuKernels, RmsNormGradMatchesForwardFiniteDifferences) {
+  std::mt19937 rng(37);
+  const int64_t rows = 3, cols = 7;
+  const float eps = 1e-6f;
+  std::vector<float> x = randomVector(rows * cols, rng, -2.0f, 2.0f);
+  std::vector<float> dy = randomVector(rows * cols, rng);
+  std::vector<float> gamma = randomVector(cols, rng, 0.5f, 1.5f);
+  std::vector<float> dx(x.size()), dgamma(static_cast<size_t>(cols));
+  rmsNormGrad(dy.data(), x.data(), gamma.data(), dx.data(), dgamma.data(), rows,
+              cols, eps);
+  std::vector<float> y(x.size());
+  auto objective = [&] {
+    rmsNorm(x.data(), gamma.data(), y.data(), rows, cols, eps);
+    return dotWithDouble(dy, y);
+  };
+  std::vector<double> numX(x.size()), numGamma(static_cast<size_t>(cols));
+  for (size_t i = 0; i < x.size(); ++i)
+    numX[i] = centralDifference(x, i, 1e-2, objective);
+  for (size_t i = 0; i < size_t(cols); ++i)
+    numGamma[i] = centralDifference(gamma, i, 1e-2, objective);
+  EXPECT_TRUE(closeToMax(dx, numX, 2e-3)) << "inputGrad";
+  EXPECT_TRUE(closeToMax(dgamma, numGamma, 2e-3)) << "gammaGrad";
+}
+
+/// Softmax backward through its Jacobian dy_j/dx_i = y_j (delta_ij - y_i).
+std::vector<double> refSoftmaxGrad(const std::vector<float> &dy,
+                                   const std::vector<float> &y, int64_t rows,
+                                   int64_t cols) {
+  std::vector<double> dx(y.size(), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < cols; ++j) {
+        double yi = y[size_t(r * cols + i)], yj = y[size_t(r * cols + j)];
+        sum += dy[size_t(r * cols + j)] * yj * ((i == j ? 1.0 : 0.0) - yi);
+      }
+      dx[size_t(r * cols + i)] = sum;
+    }
+  return dx;
+}
+
+TEST(CpuKernels, SoftmaxGrad) {
+  std::mt19937 rng(38);
+  for (auto [rows, cols, causal] :
+       {std::tuple<int64_t, int64_t, bool>{7, 13, false},
+        {5, 1, false},
+        {2 * 3 * 5, 5, true},
+        {129, 257, false},
+        {2 * 64, 64, true}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) +
+                 (causal ? " causal" : ""));
+    std::vector<float> x = randomVector(rows * cols, rng, -4.0f, 4.0f);
+    std::vector<float> y(x.size());
+    softmax(x.data(), y.data(), rows, cols, causal);
+    std::vector<float> dy = randomVector(rows * cols, rng);
+    std::vector<float> dx(x.size(), 99.0f);
+    softmaxGrad(dy.data(), y.data(), dx.data(), rows, cols);
+    std::vector<double> ref = refSoftmaxGrad(dy, y, rows, cols);
+    EXPECT_TRUE(closeElementwise(dx, ref, 1e-5, 1e-7));
+    if (causal)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = r % cols + 1; i < cols; ++i)
+          ASSERT_EQ(dx[size_t(r * cols + i)], 0.0f);
+  }
+}
+
+TEST(CpuKernels, SoftmaxGradMatchesForwardFiniteDifferences) {
+  std::mt19937 rng(39);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    const int64_t rows = 2 * 6, cols = 6;
+    std::vector<float> x = randomVector(rows * cols, rng, -2.0f, 2.0f);
+    std::vector<float> dy = randomVector(rows * cols, rng);
+    std::vector<float> y(x.size()), dx(x.size());
+    softmax(x.data(), y.data(), rows, cols, causal);
+    softmaxGrad(dy.data(), y.data(), dx.data(), rows, cols);
+    std::vector<float> probe(x.size());
+    std::vector<double> numeric(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      numeric[i] = centralDifference(x, i, 1e-2, [&] {
+        softmax(x.data(), probe.data(), rows, cols, causal);
+        return dotWithDouble(dy, probe);
+      });
+    EXPECT_TRUE(closeToMax(dx, numeric, 2e-3));
+  }
+}
+
+/// Gradient of the mean cross-entropy, in double:
+/// (softmax - onehot) * lossGrad / tokens.
+std::vector<double> refCrossEntropyGrad(const std::vector<float> &logits,
+                                        int64_t tokens, int64_t vocab,
+                                        const std::vector<int32_t> &targets,
+                                        double lossGrad) {
+  std::vector<double> grad(logits.size());
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float *row = logits.data() + t * vocab;
+    double m = row[0];
+    for (int64_t i = 0; i < vocab; ++i)
+      m = std::max(m, double(row[i]));
+    double sum = 0.0, others = 0.0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      sum += std::exp(row[i] - m);
+      if (i != targets[size_t(t)])
+        others += std::exp(row[i] - m);
+    }
+    for (int64_t i = 0; i < vocab; ++i) {
+      double g =
+          i == targets[size_t(t)] ? -others / sum : std::exp(row[i] - m) / sum;
+      grad[size_t(t * vocab + i)] = g * lossGrad / double(tokens);
+    }
+  }
+  return grad;
+}
+
+TEST(CpuKernels, CrossEntropyGrad) {
+  std::mt19937 rng(40);
+  for (auto [tokens, vocab, spread] :
+       {std::tuple<int64_t, int64_t, float>{7, 13, 5.0f},
+        {1, 1, 1.0f},
+        {5, 17, 300.0f},
+        {33, 5000, 8.0f},
+        {4, 50257, 10.0f}}) {
+    SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab));
+    std::vector<float> logits =
+        randomVector(tokens * vocab, rng, -spread, spread);
+    std::vector<int32_t> targets(static_cast<size_t>(tokens));
+    std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
+    for (int32_t &t : targets)
+      t = pick(rng);
+    // A confident, correct prediction: p(target) near 1.
+    if (vocab > 1) {
+      targets[0] = 1;
+      logits[1] = 2.0f * spread + 12.0f;
+    }
+    const float lossGrad = 0.75f;
+    std::vector<float> grad(logits.size(), 99.0f);
+    crossEntropyGrad(logits.data(), targets.data(), lossGrad, tokens, vocab,
+                     grad.data());
+    std::vector<double> ref =
+        refCrossEntropyGrad(logits, tokens, vocab, targets, lossGrad);
+    EXPECT_TRUE(closeElementwise(grad, ref, 1e-5, 1e-12));
+    // Each row sums to zero.
+    for (int64_t t = 0; t < tokens; ++t) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < vocab; ++i)
+        sum += grad[size_t(t * vocab + i)];
+      EXPECT_NEAR(sum, 0.0, 1e-6) << "token " << t;
+    }
+  }
+}
+
+TEST(CpuKernels, CrossEntropyGradMatchesForwardFiniteDifferences) {
+  std::mt19937 rng(41);
+  const int64_t tokens = 3, vocab = 7;
+  std::vector<float> logits = randomVector(tokens * vocab, rng, -3.0f, 3.0f);
+  std::vector<int32_t> targets = {2, 6, 0};
+  const float lossGrad = 1.5f;
+  std::vector<float> grad(logits.size());
+  crossEntropyGrad(logits.data(), targets.data(), lossGrad, tokens, vocab,
+                   grad.data());
+  std::vector<double> numeric(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    numeric[i] = centralDifference(logits, i, 1e-2, [&] {
+      return double(lossGrad) *
+             crossEntropy(logits.data(), tokens, vocab, targets.data());
+    });
+  EXPECT_TRUE(closeToMax(grad, numeric, 2e-3));
+}
+
+TEST(CpuKernels, CrossEntropyGradRejectsBadTargets) {
+  std::vector<float> logits(3 * 13, 0.5f), grad(3 * 13);
+  std::vector<int32_t> targets = {0, 13, 12};
+  try {
+    crossEntropyGrad(logits.data(), targets.data(), 1.0f, 3, 13, grad.data());
+    FAIL() << "no exception";
+  } catch (const std::runtime_error &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "crossEntropyGrad: target 13 of token 1 is outside [0, 13)");
+  }
+  targets = {0, 0, -2};
+  EXPECT_THROW(
+      crossEntropyGrad(logits.data(), targets.data(), 1.0f, 3, 13, grad.data()),
+      std::runtime_error);
+}
+
+//===----------------------------------------------------------------------===//
+// pad / fill / normSquared
+//===----------------------------------------------------------------------===//
+
+void checkPad(const Dims &inShape, const Dims &offsets, const Dims &outShape,
+              std::mt19937 &rng) {
+  SCOPED_TRACE("in " + dimsString(inShape) + " offsets " + dimsString(offsets) +
+               " out " + dimsString(outShape));
+  std::vector<float> in = randomVector(numel(inShape), rng, 1.0f, 2.0f);
+  std::vector<float> out(static_cast<size_t>(numel(outShape)), 99.0f);
+  pad(in.data(), inShape, offsets, out.data(), outShape);
+  for (int64_t o = 0; o < numel(outShape); ++o) {
+    Dims index = unravel(o, outShape);
+    bool inside = true;
+    int64_t src = 0;
+    for (size_t d = 0; d < outShape.size(); ++d) {
+      int64_t i = index[d] - offsets[d];
+      inside = inside && i >= 0 && i < inShape[d];
+      src = src * inShape[d] + i;
+    }
+    ASSERT_EQ(out[size_t(o)], inside ? in[size_t(src)] : 0.0f)
+        << "output element " << o;
+  }
+  // pad is the adjoint of slice: slicing the window back gives the input.
+  std::vector<float> back(in.size(), 99.0f);
+  slice(out.data(), outShape, offsets, back.data(), inShape);
+  EXPECT_EQ(back, in);
+}
+
+TEST(CpuKernels, Pad) {
+  std::mt19937 rng(42);
+  checkPad({4, 5}, {2, 3}, {7, 13}, rng);
+  checkPad({7, 13}, {0, 0}, {7, 13}, rng);
+  checkPad({1, 1}, {6, 12}, {7, 13}, rng);
+  checkPad({3, 13}, {2, 0}, {7, 13}, rng);
+  checkPad({7, 4}, {0, 0}, {7, 13}, rng);
+  checkPad({1, 3, 2, 5}, {1, 0, 1, 0}, {2, 3, 4, 5}, rng);
+  checkPad({2, 2, 4, 3}, {0, 1, 0, 2}, {2, 3, 4, 5}, rng);
+  // Rank 5, with zero offsets and a partial outer dim.
+  checkPad({2, 1, 4, 1, 3}, {1, 1, 0, 0, 1}, {3, 2, 4, 1, 5}, rng);
+  checkPad({2, 3, 4, 2, 5}, {0, 0, 0, 0, 0}, {3, 3, 4, 3, 5}, rng);
+  checkPad({1, 2, 2, 2, 1, 2}, {1, 1, 0, 1, 1, 0}, {2, 3, 2, 3, 2, 3}, rng);
+  checkPad({}, {}, {}, rng);
+  checkPad({0, 5}, {1, 0}, {3, 5}, rng);
+  checkPad({2, 0}, {0, 0}, {2, 0}, rng);
+  // Threaded: many rows (q/k/v gradient into [.., 3 * hidden]), one long row.
+  checkPad({3, 2048, 32}, {0, 0, 32}, {3, 2048, 96}, rng);
+  checkPad({300000}, {1234}, {400000}, rng);
+  checkPad({3, 100000}, {0, 7}, {3, 100009}, rng);
+}
+
+TEST(CpuKernels, PadRejectsBadWindows) {
+  std::vector<float> in(6), out(20);
+  Dims inShape = {2, 3}, outShape = {4, 5};
+  Dims offsets = {2, 3};
+  try {
+    pad(in.data(), inShape, offsets, out.data(), outShape);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "pad: window 3+3 of dim 1 exceeds its size 5");
+  }
+  Dims negative = {-1, 0}, shortOffsets = {0};
+  EXPECT_THROW(pad(in.data(), inShape, negative, out.data(), outShape),
+               std::runtime_error);
+  EXPECT_THROW(pad(in.data(), inShape, shortOffsets, out.data(), outShape),
+               std::runtime_error);
+}
+
+TEST(CpuKernels, Fill) {
+  for (int64_t n : {0, 1, 13, 100003}) {
+    std::vector<float> out(static_cast<size_t>(n) + 1, 99.0f);
+    fill(-2.5f, out.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(out[size_t(i)], -2.5f) << i;
+    EXPECT_EQ(out[size_t(n)], 99.0f); // nothing past the end
+  }
+}
+
+TEST(CpuKernels, NormSquared) {
+  std::mt19937 rng(43);
+  EXPECT_EQ(normSquared(nullptr, 0), 0.0f);
+  for (int64_t n : {1, 13, 65536, 300007, 3000017}) {
+    std::vector<float> x = randomVector(n, rng, -3.0f, 3.0f);
+    double ref = 0.0;
+    for (float v : x)
+      ref += double(v) * v;
+    EXPECT_NEAR(normSquared(x.data(), n), ref, 1e-7 * ref) << n;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+/// torch.optim.AdamW's update in double.
+struct RefAdamW {
+  std::vector<double> param, expAvg, expAvgSq;
+  void step(const std::vector<float> &grad, double lr, int64_t t,
+            double gradScale, double beta1, double beta2, double eps,
+            double wd) {
+    for (size_t i = 0; i < param.size(); ++i) {
+      double g = grad[i] * gradScale;
+      param[i] *= 1.0 - lr * wd;
+      expAvg[i] = beta1 * expAvg[i] + (1.0 - beta1) * g;
+      expAvgSq[i] = beta2 * expAvgSq[i] + (1.0 - beta2) * g * g;
+      double mHat = expAvg[i] / (1.0 - std::pow(beta1, double(t)));
+      double vHat = expAvgSq[i] / (1.0 - std::pow(beta2, double(t)));
+      param[i] -= lr * mHat / (std::sqrt(vHat) + eps);
+    }
+  }
+};
+
+TEST(CpuKernels, AdamW) {
+  std::mt19937 rng(44);
+  const double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
+  for (int64_t n : {int64_t(7), int64_t(100003)}) {
+    SCOPED_TRACE(n);
+    std::vector<float> param = randomVector(n, rng, -1.0f, 1.0f);
+    const std::vector<float> initial = param;
+    RefAdamW ref{std::vector<double>(param.begin(), param.end()),
+                 std::vector<double>(size_t(n), 0.0),
+                 std::vector<double>(size_t(n), 0.0)};
+    // Out of place (ping-pong buffers) and in place side by side.
+    std::vector<float> m(static_cast<size_t>(n), 0.0f),
+        v(static_cast<size_t>(n), 0.0f);
+    std::vector<float> p2(static_cast<size_t>(n)), m2(static_cast<size_t>(n)),
+        v2(static_cast<size_t>(n));
+    std::vector<float> pIn = param, mIn = m, vIn = v;
+    for (int64_t t = 1; t <= 6; ++t) {
+      SCOPED_TRACE("step " + std::to_string(t));
+      std::vector<float> grad = randomVector(n, rng, -2.0f, 2.0f);
+      float lr = 1e-2f / float(t); // varies per step
+      float gradScale = t % 2 ? 0.5f : 1.0f;
+      adamw(param.data(), grad.data(), m.data(), v.data(), lr, t, gradScale,
+            beta1, beta2, eps, wd, p2.data(), m2.data(), v2.data(), n);
+      std::swap(param, p2);
+      std::swap(m, m2);
+      std::swap(v, v2);
+      adamw(pIn.data(), grad.data(), mIn.data(), vIn.data(), lr, t, gradScale,
+            beta1, beta2, eps, wd, pIn.data(), mIn.data(), vIn.data(), n);
+      ref.step(grad, lr, t, gradScale, beta1, beta2, eps, wd);
+      EXPECT_TRUE(closeElementwise(param, ref.param, 1e-6, 1e-7)) << "param";
+      EXPECT_TRUE(closeElementwise(m, ref.expAvg, 1e-5, 1e-7)) << "expAvg";
+      EXPECT_TRUE(closeElementwise(v, ref.expAvgSq, 1e-5, 1e-9)) << "expAvgSq";
+      EXPECT_EQ(pIn, param) << "in place";
+      EXPECT_EQ(mIn, m) << "in place";
+      EXPECT_EQ(vIn, v) << "in place";
+    }
+    // The steps moved the parameters far beyond the tolerance.
+    EXPECT_GT(std::abs(double(pIn[0]) - double(initial[0])), 1e-3);
+  }
+  std::vector<float> x(3);
+  EXPECT_THROW(adamw(x.data(), x.data(), x.data(), x.data(), 1e-3f, 0, 1.0f,
+                     beta1, beta2, eps, wd, x.data(), x.data(), x.data(), 3),
+               std::runtime_error);
+}
+
+TEST(CpuKernels, LearningRate) {
+  const float peak = 6e-4f, minLr = 6e-5f;
+  auto cosine = [&](double step, double warmup, double decay) {
+    double p = (step - warmup) / (decay - warmup);
+    return double(minLr) + (double(peak) - minLr) * 0.5 *
+                               (1.0 + std::cos(std::numbers::pi * p));
+  };
+  auto expectLr = [](float got, double want) {
+    EXPECT_NEAR(got, want, 1e-7 * std::abs(want)) << "want " << want;
+  };
+  // Warmup 10 steps, cosine to step 100.
+  expectLr(learningRate(1, peak, minLr, 10.0f, 100.0f), double(peak) / 10.0);
+  expectLr(learningRate(5, peak, minLr, 10.0f, 100.0f), double(peak) / 2.0);
+  expectLr(learningRate(10, peak, minLr, 10.0f, 100.0f), peak);
+  expectLr(learningRate(11, peak, minLr, 10.0f, 100.0f),
+           cosine(11.0, 10.0, 100.0));
+  expectLr(learningRate(55, peak, minLr, 10.0f, 100.0f),
+           (double(peak) + double(minLr)) / 2.0);
+  expectLr(learningRate(70, peak, minLr, 10.0f, 100.0f),
+           cosine(70.0, 10.0, 100.0));
+  expectLr(learningRate(99, peak, minLr, 10.0f, 100.0f),
+           cosine(99.0, 10.0, 100.0));
+  expectLr(learningRate(100, peak, minLr, 10.0f, 100.0f), minLr);
+  expectLr(learningRate(5000, peak, minLr, 10.0f, 100.0f), minLr);
+  // No warmup: the cosine starts at step 0.
+  expectLr(learningRate(1, peak, minLr, 0.0f, 100.0f), cosine(1.0, 0.0, 100.0));
+  expectLr(learningRate(50, peak, minLr, 0.0f, 100.0f),
+           (double(peak) + double(minLr)) / 2.0);
+  // No decay (decaySteps <= warmup): constant peak after warmup.
+  expectLr(learningRate(3, peak, minLr, 10.0f, 10.0f),
+           double(peak) * 3.0 / 10.0);
+  expectLr(learningRate(20, peak, minLr, 10.0f, 10.0f), peak);
+  expectLr(learningRate(20, peak, minLr, 10.0f, 0.0f), peak);
+  expectLr(learningRate(7, peak, minLr, 0.0f, 0.0f), peak);
+}
+
+TEST(CpuKernels, ClipScale) {
+  // Norm 2 against max 1: scale 1 / (2 + 1e-6).
+  EXPECT_NEAR(clipScale(4.0f, 1.0f), 1.0 / (2.0 + 1e-6), 1e-7);
+  EXPECT_NEAR(clipScale(100.0f, 0.5f), 0.5 / (10.0 + 1e-6), 1e-8);
+  // Below the threshold: no clipping.
+  EXPECT_EQ(clipScale(0.25f, 1.0f), 1.0f);
+  EXPECT_EQ(clipScale(0.0f, 1.0f), 1.0f);
+  // At the threshold the 1e-6 still applies (as torch).
+  EXPECT_NEAR(clipScale(1.0f, 1.0f), 1.0 / (1.0 + 1e-6), 1e-7);
+  EXPECT_LT(clipScale(1.0f, 1.0f), 1.0f);
+  // Clipping off.
+  EXPECT_EQ(clipScale(1e6f, 0.0f), 1.0f);
+  EXPECT_EQ(clipScale(1e6f, -1.0f), 1.0f);
+  // A non-finite norm poisons the step rather than hiding it.
+  EXPECT_TRUE(std::isnan(clipScale(NAN, 1.0f)));
+}
+
+//===----------------------------------------------------------------------===//
+// Backward in place and determinism
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernels, InPlaceBackward) {
+  std::mt19937 rng(45);
+  const int64_t rows = 130, cols = 258; // threaded
+  const int64_t n = rows * cols;
+  const std::vector<float> x = randomVector(n, rng, -2.0f, 2.0f);
+  const std::vector<float> dy = randomVector(n, rng);
+  const std::vector<float> gamma = randomVector(cols, rng, 0.5f, 1.5f);
+  std::vector<float> expected(static_cast<size_t>(n)), buffer;
+  std::vector<float> g1(static_cast<size_t>(cols)),
+      b1(static_cast<size_t>(cols)), g2(static_cast<size_t>(cols)),
+      b2(static_cast<size_t>(cols));
+
+  for (bool isGelu : {true, false}) {
+    auto kernel = isGelu ? geluGrad : siluGrad;
+    kernel(dy.data(), x.data(), expected.data(), n);
+    buffer = dy;
+    kernel(buffer.data(), x.data(), buffer.data(), n);
+    EXPECT_EQ(buffer, expected) << (isGelu ? "gelu" : "silu") << " dy";
+    buffer = x;
+    kernel(dy.data(), buffer.data(), buffer.data(), n);
+    EXPECT_EQ(buffer, expected) << (isGelu ? "gelu" : "silu") << " x";
+  }
+
+  layerNormGrad(dy.data(), x.data(), gamma.data(), expected.data(), g1.data(),
+                b1.data(), rows, cols, 1e-5f);
+  buffer = dy;
+  layerNormGrad(buffer.data(), x.data(), gamma.data(), buffer.data(), g2.data(),
+                b2.data(), rows, cols, 1e-5f);
+  EXPECT_EQ(buffer, expected) << "layerNorm dy";
+  EXPECT_EQ(g2, g1);
+  EXPECT_EQ(b2, b1);
+  buffer = x;
+  layerNormGrad(dy.data(), buffer.data(), gamma.data(), buffer.data(),
+                g2.data(), b2.data(), rows, cols, 1e-5f);
+  EXPECT_EQ(buffer, expected) << "layerNorm x";
+  EXPECT_EQ(g2, g1);
+  EXPECT_EQ(b2, b1);
+
+  rmsNormGrad(dy.data(), x.data(), gamma.data(), expected.data(), g1.data(),
+              rows, cols, 1e-6f);
+  buffer = dy;
+  rmsNormGrad(buffer.data(), x.data(), gamma.data(), buffer.data(), g2.data(),
+              rows, cols, 1e-6f);
+  EXPECT_EQ(buffer, expected) << "rmsNorm dy";
+  EXPECT_EQ(g2, g1);
+  buffer = x;
+  rmsNormGrad(dy.data(), buffer.data(), gamma.data(), buffer.data(), g2.data(),
+              rows, cols, 1e-6f);
+  EXPECT_EQ(buffer, expected) << "rmsNorm x";
+  EXPECT_EQ(g2, g1);
+
+  std::vector<float> y(static_cast<size_t>(n));
+  softmax(x.data(), y.data(), rows, cols, false);
+  softmaxGrad(dy.data(), y.data(), expected.data(), rows, cols);
+  buffer = dy;
+  softmaxGrad(buffer.data(), y.data(), buffer.data(), rows, cols);
+  EXPECT_EQ(buffer, expected) << "softmax dy";
+  buffer = y;
+  softmaxGrad(dy.data(), buffer.data(), buffer.data(), rows, cols);
+  EXPECT_EQ(buffer, expected) << "softmax y";
+
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (size_t t = 0; t < targets.size(); ++t)
+    targets[t] = int32_t(t * 5 % size_t(cols));
+  crossEntropyGrad(x.data(), targets.data(), 2.0f, rows, cols, expected.data());
+  buffer = x;
+  crossEntropyGrad(buffer.data(), targets.data(), 2.0f, rows, cols,
+                   buffer.data());
+  EXPECT_EQ(buffer, expected) << "crossEntropy";
+  EXPECT_TRUE(closeElementwise(
+      expected, refCrossEntropyGrad(x, rows, cols, targets, 2.0), 1e-5, 1e-12));
+}
+
+// The reductions across rows combine fixed blocks in a fixed order, so
+// repeated runs, and runs on different thread counts, are bit-identical.
+TEST(CpuThreads, BackwardResultsAreDeterministic) {
+  ThreadCountGuard guard;
+  std::mt19937 rng(46);
+  const int64_t rows = 2000, cols = 64; // several norm-gradient blocks
+  const int64_t vocab = 3001, tokens = 4000;
+  const int64_t params = 300007; // several normSquared blocks
+  std::vector<float> x = randomVector(rows * cols, rng, -2.0f, 2.0f);
+  std::vector<float> dy = randomVector(rows * cols, rng);
+  std::vector<float> gamma = randomVector(cols, rng, 0.5f, 1.5f);
+  // Huge values that cancel between the first and the last row: betaGrad
+  // then keeps the rounding of the small ones, which depends on the order
+  // in which the partial sums are combined.
+  std::vector<float> dyHuge = dy;
+  for (int64_t c = 0; c < cols; ++c) {
+    dyHuge[size_t(c)] = 0x1p40f;
+    dyHuge[size_t((rows - 1) * cols + c)] = -0x1p40f;
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
+  for (int32_t &id : ids)
+    id = pick(rng) % 97; // many repeats
+  std::vector<float> tokenGrad = randomVector(tokens * cols, rng);
+  std::vector<float> param = randomVector(params, rng);
+  std::vector<float> grad = randomVector(params, rng);
+  std::vector<float> m = randomVector(params, rng, -0.1f, 0.1f);
+  std::vector<float> v = randomVector(params, rng, 0.0f, 0.01f);
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (size_t t = 0; t < targets.size(); ++t)
+    targets[t] = int32_t(t * 7 % size_t(cols));
+
+  auto run = [&](int threads) {
+    setNumThreads(threads);
+    std::vector<std::vector<float>> results;
+    std::vector<float> dx(x.size()), dg(static_cast<size_t>(cols)),
+        db(static_cast<size_t>(cols));
+    layerNormGrad(dyHuge.data(), x.data(), gamma.data(), dx.data(), dg.data(),
+                  db.data(), rows, cols, 1e-5f);
+    results.insert(results.end(), {dx, dg, db});
+    rmsNormGrad(dy.data(), x.data(), gamma.data(), dx.data(), dg.data(), rows,
+                cols, 1e-6f);
+    results.insert(results.end(), {dx, dg});
+    std::vector<float> table(static_cast<size_t>(vocab * cols));
+    embeddingGrad(tokenGrad.data(), ids.data(), tokens, vocab, cols,
+                  table.data());
+    results.push_back(table);
+    results.push_back({normSquared(grad.data(), params),
+                       normSquared(x.data(), int64_t(x.size()))});
+    std::vector<float> p = param, mm = m, vv = v;
+    for (int64_t t = 1; t <= 3; ++t)
+      adamw(p.data(), grad.data(), mm.data(), vv.data(), 1e-3f, t, 0.7f, 0.9,
+            0.95, 1e-8, 0.1, p.data(), mm.data(), vv.data(), params);
+    results.insert(results.end(), {p, mm, vv});
+    crossEntropyGrad(x.data(), targets.data(), 1.0f, rows, cols, dx.data());
+    results.push_back(dx);
+    softmaxGrad(dy.data(), x.data(), dx.data(), rows, cols);
+    results.push_back(dx);
+    geluGrad(dy.data(), x.data(), dx.data(), int64_t(dx.size()));
+    results.push_back(dx);
+    return results;
+  };
+  std::vector<std::vector<float>> first = run(2);
+  std::vector<std::vector<float>> again = run(2);
+  std::vector<std::vector<float>> one = run(1);
+  std::vector<std::vector<float>> three = run(3);
+  ASSERT_EQ(first.size(), again.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i], again[i]) << "result " << i << ", same threads";
+    EXPECT_EQ(first[i], one[i]) << "result " << i << ", 1 vs 2 threads";
+    EXPECT_EQ(first[i], three[i]) << "result " << i << ", 3 vs 2 threads";
+  }
+}
+
 } // namespace

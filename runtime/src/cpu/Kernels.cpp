@@ -35,6 +35,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -1238,6 +1239,532 @@ float crossEntropy(const float *logits, int64_t tokens, int64_t vocab,
   for (double loss : losses)
     total += loss;
   return static_cast<float>(total / double(tokens));
+}
+
+//===----------------------------------------------------------------------===//
+// Backward and optimizer kernels
+//===----------------------------------------------------------------------===//
+//
+// Reductions across rows (gammaGrad, betaGrad, embeddingGrad, normSquared) use
+// blocks fixed by the shape alone, whose double partials are combined in
+// block order, so like the forward kernels these give bit-identical results
+// for any thread count. In place: geluGrad and siluGrad (inputGrad == either
+// input), layerNormGrad and rmsNormGrad (inputGrad == resultGrad or input),
+// softmaxGrad (inputGrad == resultGrad or result), crossEntropyGrad
+// (logitsGrad == logits) and adamw (each output == its input).
+
+namespace {
+
+// Loops that mix a double reduction with other work: vectorised by clang's
+// pragma; elsewhere they stay scalar (same results, slower).
+#ifdef TPC_REDUCTION_LOOP
+#define TPC_MIXED_REDUCTION_LOOP TPC_REDUCTION_LOOP
+#else
+#define TPC_MIXED_REDUCTION_LOOP
+#endif
+
+#ifdef __has_builtin
+#if __has_builtin(__builtin_elementwise_sqrt)
+#define TPC_HAS_ELEMENTWISE_SQRT
+#endif
+#endif
+
+/// Sum of a[i] * b[i] in double.
+[[gnu::always_inline]] inline double
+dotDouble(const float *__restrict a, const float *__restrict b, int64_t n) {
+  double sum = 0.0;
+  TPC_MIXED_REDUCTION_LOOP
+  for (int64_t i = 0; i < n; ++i)
+    sum += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return sum;
+}
+
+/// y[i] = exp(x[i] - shift) (y may be x); returns their sum in double, formed
+/// exactly as sumExpShifted forms it, so crossEntropyGrad's softmax
+/// denominator is bit-identical to crossEntropy's.
+double expShiftedStore(const float *x, float shift, float *y, int64_t n) {
+  constexpr int64_t kBlock = 512;
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    int64_t len = std::min(kBlock, n - b);
+    expShifted(x + b, shift, y + b, len);
+    total += sumDouble(y + b, len);
+  }
+  return total;
+}
+
+/// Rows per block of the norm gradients' gamma/beta partial sums: a function
+/// of the shape only, never of the thread count.
+int64_t normGradBlockRows(int64_t cols) { return rowGrain(cols); }
+
+/// out[c] = sum over blocks b, in order, of partial[b * stride + offset + c],
+/// for c < cols.
+void combineBlocks(const std::vector<double> &partial, int64_t blocks,
+                   int64_t stride, int64_t offset, int64_t cols, float *out) {
+  parallelFor(cols, rowGrain(blocks), [&](int64_t begin, int64_t end) {
+    std::vector<double> sum(size_t(end - begin), 0.0);
+    double *__restrict acc = sum.data();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const double *__restrict src =
+          partial.data() + b * stride + offset + begin;
+      for (int64_t c = 0; c < end - begin; ++c)
+        acc[c] += src[c];
+    }
+    for (int64_t c = 0; c < end - begin; ++c)
+      out[begin + c] = static_cast<float>(acc[c]);
+  });
+}
+
+// d/dx of x sigmoid(2u), u = sqrt(2/pi) (x + a x^3): with e = exp(-2u) and
+// s = 1 / (1 + e), 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s)
+// = 4 e s^2, so the derivative is s + 2 x e s^2 sqrt(2/pi) (1 + 3 a x^2).
+// No cancellation, and e saturates cleanly for large |x|.
+void geluGradRange(const float *dy, const float *in, float *dx, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  TPC_INDEPENDENT_LOOP
+  for (int64_t i = 0; i < n; ++i) {
+    float x = in[i];
+    float x2 = x * x;
+    float u2 = 2.0f * kSqrt2OverPi * (x + kCubic * x2 * x);
+    float e = fastExp(-u2);
+    float s = 1.0f / (1.0f + e);
+    float slope = 2.0f * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x2);
+    dx[i] = dy[i] * (s + (e * s) * s * x * slope);
+  }
+}
+
+// d/dx of x s, s = sigmoid(x) = 1 / (1 + e), e = exp(-x):
+// s + x s (1 - s) = s + x e s^2.
+void siluGradRange(const float *dy, const float *in, float *dx, int64_t n) {
+  TPC_INDEPENDENT_LOOP
+  for (int64_t i = 0; i < n; ++i) {
+    float x = in[i];
+    float e = fastExp(-x);
+    float s = 1.0f / (1.0f + e);
+    dx[i] = dy[i] * (s + (e * s) * s * x);
+  }
+}
+
+/// One row of layerNormGrad; adds this row's gamma and beta gradients into
+/// accGamma and accBeta. With g = dy gamma and xhat = (x - mean) rstd:
+///   dx = rstd (g - mean(g)) - (x - mean) rstd^3 mean(g (x - mean)).
+void layerNormGradRow(const float *dy, const float *x,
+                      const float *__restrict gamma, float *dx,
+                      double *__restrict accGamma, double *__restrict accBeta,
+                      int64_t cols, float epsilon) {
+  // Same statistics as layerNormRow.
+  double mean = sumDouble(x, cols) / double(cols);
+  double var = sumSquaredDouble(x, cols, mean) / double(cols);
+  double rstd = 1.0 / std::sqrt(var + double(epsilon));
+  double sumG = 0.0, sumGX = 0.0;
+  TPC_MIXED_REDUCTION_LOOP
+  for (int64_t i = 0; i < cols; ++i) {
+    double d = static_cast<double>(dy[i]);
+    double xc = static_cast<double>(x[i]) - mean;
+    double g = d * static_cast<double>(gamma[i]);
+    sumG += g;
+    sumGX += g * xc;
+    accGamma[i] += d * (xc * rstd);
+    accBeta[i] += d;
+  }
+  float a = static_cast<float>(rstd);
+  float meanG = static_cast<float>(sumG / double(cols));
+  float k = static_cast<float>(rstd * rstd * rstd * sumGX / double(cols));
+  float meanF = static_cast<float>(mean);
+  TPC_INDEPENDENT_LOOP
+  for (int64_t i = 0; i < cols; ++i)
+    dx[i] = a * (dy[i] * gamma[i] - meanG) - (x[i] - meanF) * k;
+}
+
+/// One row of rmsNormGrad; adds the row's gamma gradient into accGamma. With
+/// r = 1 / sqrt(mean(x^2) + eps):
+///   dx = r dy gamma - x r^3 mean(dy gamma x).
+void rmsNormGradRow(const float *dy, const float *x,
+                    const float *__restrict gamma, float *dx,
+                    double *__restrict accGamma, int64_t cols, float epsilon) {
+  double ms = sumSquaredDouble(x, cols, 0.0) / double(cols);
+  double r = 1.0 / std::sqrt(ms + double(epsilon));
+  double sumGX = 0.0;
+  TPC_MIXED_REDUCTION_LOOP
+  for (int64_t i = 0; i < cols; ++i) {
+    double d = static_cast<double>(dy[i]);
+    double xd = static_cast<double>(x[i]);
+    sumGX += d * static_cast<double>(gamma[i]) * xd;
+    accGamma[i] += d * (xd * r);
+  }
+  float a = static_cast<float>(r);
+  float k = static_cast<float>(r * r * r * sumGX / double(cols));
+  TPC_INDEPENDENT_LOOP
+  for (int64_t i = 0; i < cols; ++i)
+    dx[i] = a * (dy[i] * gamma[i]) - x[i] * k;
+}
+
+/// Writes elements [begin, end) of a row of zeros holding src[0, len) at
+/// [lo, lo + len).
+void padSegment(const float *src, int64_t lo, int64_t len, float *row,
+                int64_t begin, int64_t end) {
+  int64_t zeroEnd = std::min(end, lo);
+  if (begin < zeroEnd)
+    std::memset(row + begin, 0, sizeof(float) * size_t(zeroEnd - begin));
+  int64_t copyBegin = std::max(begin, lo);
+  int64_t copyEnd = std::min(end, lo + len);
+  if (copyBegin < copyEnd)
+    std::memcpy(row + copyBegin, src + (copyBegin - lo),
+                sizeof(float) * size_t(copyEnd - copyBegin));
+  int64_t zeroBegin = std::max(begin, lo + len);
+  if (zeroBegin < end)
+    std::memset(row + zeroBegin, 0, sizeof(float) * size_t(end - zeroBegin));
+}
+
+/// sqrt without errno, so that loops using it vectorise (std::sqrt is a
+/// library call under the default -fmath-errno).
+[[gnu::always_inline]] inline float sqrtNoErrno(float x) {
+#ifdef TPC_HAS_ELEMENTWISE_SQRT
+  return __builtin_elementwise_sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+void adamwRange(const float *param, const float *grad, const float *expAvg,
+                const float *expAvgSq, float *newParam, float *newExpAvg,
+                float *newExpAvgSq, int64_t n, float gradScale, float b1,
+                float c1, float b2, float c2, float decay, float stepSize,
+                float bc2Sqrt, float eps) {
+  TPC_INDEPENDENT_LOOP
+  for (int64_t i = 0; i < n; ++i) {
+    float g = grad[i] * gradScale;
+    float m = b1 * expAvg[i] + c1 * g;
+    float v = b2 * expAvgSq[i] + c2 * (g * g);
+    // As torch: denom = sqrt(v) / sqrt(bc2) + eps, then
+    // p = p (1 - lr wd) - (lr / bc1) m / denom.
+    float denom = sqrtNoErrno(v) / bc2Sqrt + eps;
+    float p = param[i] * decay - stepSize * (m / denom);
+    newExpAvg[i] = m;
+    newExpAvgSq[i] = v;
+    newParam[i] = p;
+  }
+}
+
+} // namespace
+
+void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
+                   int64_t vocab, int64_t hidden, float *tableGrad) {
+  for (int64_t t = 0; t < tokens; ++t)
+    if (ids[t] < 0 || ids[t] >= vocab)
+      throw std::runtime_error(
+          "embeddingGrad: id " + std::to_string(ids[t]) + " of token " +
+          std::to_string(t) + " is outside [0, " + std::to_string(vocab) + ")");
+  if (vocab <= 0 || hidden <= 0)
+    return;
+  // Tokens bucketed by id (a stable counting sort): the tokens of id v are
+  // order[start[v] .. start[v + 1]), in token order.
+  std::vector<int64_t> start(size_t(vocab) + 1, 0);
+  for (int64_t t = 0; t < tokens; ++t)
+    ++start[size_t(ids[t]) + 1];
+  for (size_t v = 0; v < size_t(vocab); ++v)
+    start[v + 1] += start[v];
+  std::vector<int64_t> order(size_t(std::max<int64_t>(tokens, 0)));
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t t = 0; t < tokens; ++t)
+      order[size_t(next[size_t(ids[t])]++)] = t;
+  }
+  // Each output row is written once, by whichever chunk owns it: zeros, a
+  // copy, or a double sum in token order.
+  parallelFor(vocab, rowGrain(hidden), [&](int64_t begin, int64_t end) {
+    std::vector<double> acc;
+    int64_t v = begin;
+    while (v < end) {
+      if (start[size_t(v)] == start[size_t(v) + 1]) {
+        int64_t w = v + 1;
+        while (w < end && start[size_t(w)] == start[size_t(w) + 1])
+          ++w;
+        std::memset(tableGrad + v * hidden, 0,
+                    sizeof(float) * size_t((w - v) * hidden));
+        v = w;
+        continue;
+      }
+      int64_t first = start[size_t(v)], last = start[size_t(v) + 1];
+      float *dst = tableGrad + v * hidden;
+      if (last - first == 1) {
+        std::memcpy(dst, resultGrad + order[size_t(first)] * hidden,
+                    sizeof(float) * size_t(hidden));
+      } else {
+        acc.assign(size_t(hidden), 0.0);
+        for (int64_t k = first; k < last; ++k)
+          accumulateRow(resultGrad + order[size_t(k)] * hidden, acc.data(),
+                        hidden);
+        const double *__restrict src = acc.data();
+        for (int64_t i = 0; i < hidden; ++i)
+          dst[i] = static_cast<float>(src[i]);
+      }
+      ++v;
+    }
+  });
+}
+
+void geluGrad(const float *resultGrad, const float *input, float *inputGrad,
+              int64_t count) {
+  parallelFor(count, kElementGrain / 2, [&](int64_t begin, int64_t end) {
+    geluGradRange(resultGrad + begin, input + begin, inputGrad + begin,
+                  end - begin);
+  });
+}
+
+void siluGrad(const float *resultGrad, const float *input, float *inputGrad,
+              int64_t count) {
+  parallelFor(count, kElementGrain / 2, [&](int64_t begin, int64_t end) {
+    siluGradRange(resultGrad + begin, input + begin, inputGrad + begin,
+                  end - begin);
+  });
+}
+
+void layerNormGrad(const float *resultGrad, const float *input,
+                   const float *gamma, float *inputGrad, float *gammaGrad,
+                   float *betaGrad, int64_t rows, int64_t cols, float epsilon) {
+  if (cols <= 0)
+    return;
+  if (rows <= 0) {
+    std::fill(gammaGrad, gammaGrad + cols, 0.0f);
+    std::fill(betaGrad, betaGrad + cols, 0.0f);
+    return;
+  }
+  int64_t blockRows = normGradBlockRows(cols);
+  int64_t blocks = (rows + blockRows - 1) / blockRows;
+  // Per block: gamma partials [cols], then beta partials [cols].
+  std::vector<double> partial(size_t(blocks * 2 * cols), 0.0);
+  parallelFor(blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      double *accGamma = partial.data() + b * 2 * cols;
+      double *accBeta = accGamma + cols;
+      int64_t rowEnd = std::min(rows, (b + 1) * blockRows);
+      for (int64_t r = b * blockRows; r < rowEnd; ++r)
+        layerNormGradRow(resultGrad + r * cols, input + r * cols, gamma,
+                         inputGrad + r * cols, accGamma, accBeta, cols,
+                         epsilon);
+    }
+  });
+  combineBlocks(partial, blocks, 2 * cols, 0, cols, gammaGrad);
+  combineBlocks(partial, blocks, 2 * cols, cols, cols, betaGrad);
+}
+
+void rmsNormGrad(const float *resultGrad, const float *input,
+                 const float *gamma, float *inputGrad, float *gammaGrad,
+                 int64_t rows, int64_t cols, float epsilon) {
+  if (cols <= 0)
+    return;
+  if (rows <= 0) {
+    std::fill(gammaGrad, gammaGrad + cols, 0.0f);
+    return;
+  }
+  int64_t blockRows = normGradBlockRows(cols);
+  int64_t blocks = (rows + blockRows - 1) / blockRows;
+  std::vector<double> partial(size_t(blocks * cols), 0.0);
+  parallelFor(blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      double *accGamma = partial.data() + b * cols;
+      int64_t rowEnd = std::min(rows, (b + 1) * blockRows);
+      for (int64_t r = b * blockRows; r < rowEnd; ++r)
+        rmsNormGradRow(resultGrad + r * cols, input + r * cols, gamma,
+                       inputGrad + r * cols, accGamma, cols, epsilon);
+    }
+  });
+  combineBlocks(partial, blocks, cols, 0, cols, gammaGrad);
+}
+
+void softmaxGrad(const float *resultGrad, const float *result, float *inputGrad,
+                 int64_t rows, int64_t cols) {
+  if (cols <= 0)
+    return;
+  parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *dy = resultGrad + r * cols;
+      const float *y = result + r * cols;
+      float *dx = inputGrad + r * cols; // may be dy or y
+      float dot = static_cast<float>(dotDouble(dy, y, cols));
+      TPC_INDEPENDENT_LOOP
+      for (int64_t i = 0; i < cols; ++i)
+        dx[i] = y[i] * (dy[i] - dot);
+    }
+  });
+}
+
+void crossEntropyGrad(const float *logits, const int32_t *targets,
+                      float lossGrad, int64_t tokens, int64_t vocab,
+                      float *logitsGrad) {
+  for (int64_t t = 0; t < tokens; ++t)
+    if (targets[t] < 0 || targets[t] >= vocab)
+      throw std::runtime_error("crossEntropyGrad: target " +
+                               std::to_string(targets[t]) + " of token " +
+                               std::to_string(t) + " is outside [0, " +
+                               std::to_string(vocab) + ")");
+  if (tokens <= 0)
+    return;
+  double scale = double(lossGrad) / double(tokens);
+  parallelFor(tokens, rowGrain(vocab, 8192), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float *row = logits + t * vocab;
+      float *out = logitsGrad + t * vocab; // may be row
+      int64_t target = targets[t];
+      // The max and the sum of exps exactly as crossEntropy forms them.
+      float m = maxFloat(row, vocab);
+      double sum = expShiftedStore(row, m, out, vocab);
+      double expTarget = out[target];
+      scaleInPlace(out, static_cast<float>(scale / sum), vocab);
+      // (p - 1) scale with 1 - p = (sum of the other exps) / sum, free of
+      // the cancellation in p - 1 when p is near 1.
+      out[target] = static_cast<float>(-scale * ((sum - expTarget) / sum));
+    }
+  });
+}
+
+void pad(const float *in, Shape inShape, std::span<const int64_t> offsets,
+         float *out, Shape outShape) {
+  size_t rank = outShape.size();
+  if (offsets.size() != rank || inShape.size() != rank)
+    throw std::runtime_error("pad: rank mismatch");
+  for (size_t d = 0; d < rank; ++d)
+    if (offsets[d] < 0 || inShape[d] < 0 ||
+        offsets[d] + inShape[d] > outShape[d])
+      throw std::runtime_error("pad: window " + std::to_string(offsets[d]) +
+                               "+" + std::to_string(inShape[d]) + " of dim " +
+                               std::to_string(d) + " exceeds its size " +
+                               std::to_string(outShape[d]));
+  int64_t total = product(outShape);
+  if (total == 0)
+    return;
+  if (product(inShape) == 0) {
+    fill(0.0f, out, total);
+    return;
+  }
+  // Output rows: the innermost dims where input and output agree, plus the
+  // first differing one going outward. Within a row the input is one
+  // contiguous run at `lo`.
+  size_t k = rank;
+  int64_t rowLen = 1, inRowLen = 1, lo = 0;
+  while (k > 0) {
+    --k;
+    lo = offsets[k] * rowLen;
+    rowLen *= outShape[k];
+    inRowLen *= inShape[k];
+    if (outShape[k] != inShape[k])
+      break;
+  }
+  int64_t rows = total / rowLen;
+  if (rows == 1) {
+    parallelFor(rowLen, kElementGrain, [&](int64_t begin, int64_t end) {
+      padSegment(in, lo, inRowLen, out, begin, end);
+    });
+    return;
+  }
+  std::vector<int64_t> inStrides = contiguousStrides(inShape);
+  parallelFor(rows, rowGrain(rowLen), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> index(k);
+    int64_t rest = begin;
+    for (size_t d = k; d-- > 0;) {
+      index[d] = rest % outShape[d];
+      rest /= outShape[d];
+    }
+    for (int64_t row = begin; row < end; ++row) {
+      bool inside = true;
+      int64_t inOffset = 0;
+      for (size_t d = 0; d < k; ++d) {
+        int64_t i = index[d] - offsets[d];
+        inside &= i >= 0 && i < inShape[d];
+        inOffset += i * inStrides[d];
+      }
+      float *dst = out + row * rowLen;
+      if (inside)
+        padSegment(in + inOffset, lo, inRowLen, dst, 0, rowLen);
+      else
+        std::memset(dst, 0, sizeof(float) * size_t(rowLen));
+      for (size_t d = k; d-- > 0;) {
+        if (++index[d] < outShape[d])
+          break;
+        index[d] = 0;
+      }
+    }
+  });
+}
+
+void fill(float value, float *out, int64_t count) {
+  // +0.0f is all zero bits: memset (rep stosb) beats a store loop there.
+  bool zero = std::bit_cast<uint32_t>(value) == 0;
+  parallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    if (zero)
+      std::memset(out + begin, 0, sizeof(float) * size_t(end - begin));
+    else
+      std::fill(out + begin, out + end, value);
+  });
+}
+
+float normSquared(const float *in, int64_t count) {
+  if (count <= 0)
+    return 0.0f;
+  constexpr int64_t kBlock = int64_t(1) << 16;
+  int64_t blocks = (count + kBlock - 1) / kBlock;
+  std::vector<double> partial(size_t(blocks), 0.0);
+  parallelFor(blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b)
+      partial[size_t(b)] = sumSquaredDouble(
+          in + b * kBlock, std::min(kBlock, count - b * kBlock), 0.0);
+  });
+  double sum = 0.0;
+  for (double p : partial)
+    sum += p;
+  return static_cast<float>(sum);
+}
+
+void adamw(const float *param, const float *grad, const float *expAvg,
+           const float *expAvgSq, float lr, int64_t step, float gradScale,
+           double beta1, double beta2, double epsilon, double weightDecay,
+           float *newParam, float *newExpAvg, float *newExpAvgSq,
+           int64_t count) {
+  if (step < 1)
+    throw std::runtime_error("adamw: step " + std::to_string(step) +
+                             " is not 1-based");
+  // Scalars in double, as torch computes them in Python, then rounded once.
+  double bc1 = 1.0 - std::pow(beta1, double(step));
+  double bc2 = 1.0 - std::pow(beta2, double(step));
+  float b1 = static_cast<float>(beta1), c1 = static_cast<float>(1.0 - beta1);
+  float b2 = static_cast<float>(beta2), c2 = static_cast<float>(1.0 - beta2);
+  float decay = static_cast<float>(1.0 - double(lr) * weightDecay);
+  float stepSize = static_cast<float>(double(lr) / bc1);
+  float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+  float eps = static_cast<float>(epsilon);
+  parallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    adamwRange(param + begin, grad + begin, expAvg + begin, expAvgSq + begin,
+               newParam + begin, newExpAvg + begin, newExpAvgSq + begin,
+               end - begin, gradScale, b1, c1, b2, c2, decay, stepSize, bc2Sqrt,
+               eps);
+  });
+}
+
+float learningRate(int64_t step, float peak, float minLr, float warmup,
+                   float decaySteps) {
+  double s = double(step), p = double(peak), lo = double(minLr);
+  double w = double(warmup), d = double(decaySteps);
+  if (w > 0.0 && s <= w)
+    return static_cast<float>(p * s / w);
+  if (d <= w)
+    return peak;
+  if (s >= d)
+    return minLr;
+  double progress = (s - w) / (d - w);
+  return static_cast<float>(
+      lo + (p - lo) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress)));
+}
+
+float clipScale(float sumSquares, float maxNorm) {
+  if (!(maxNorm > 0.0f))
+    return 1.0f;
+  double coef = double(maxNorm) / (std::sqrt(double(sumSquares)) + 1e-6);
+  // NaN propagates (as torch's clamp does); +inf norms give 0.
+  if (std::isnan(coef))
+    return std::numeric_limits<float>::quiet_NaN();
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
 }
 
 } // namespace tpc::runtime::cpu

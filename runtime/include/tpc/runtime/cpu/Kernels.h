@@ -87,4 +87,79 @@ void reduce(const float *in, Shape inShape, std::span<const int64_t> dims,
 float crossEntropy(const float *logits, int64_t tokens, int64_t vocab,
                    const int32_t *targets);
 
+//===----------------------------------------------------------------------===//
+// Backward and optimizer kernels. Every kernel is bit-reproducible for a
+// fixed thread count (reductions combine per-thread partials in a fixed
+// order), which resumable training relies on.
+//===----------------------------------------------------------------------===//
+
+/// tableGrad[v, :] = sum over t with ids[t] == v of resultGrad[t, :], for
+/// resultGrad [tokens, hidden]; tableGrad [vocab, hidden] is overwritten.
+/// Throws if an id is outside [0, vocab).
+void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
+                   int64_t vocab, int64_t hidden, float *tableGrad);
+
+/// inputGrad = resultGrad * d gelu(x)/dx (tanh form, as `gelu`).
+void geluGrad(const float *resultGrad, const float *input, float *inputGrad,
+              int64_t count);
+/// inputGrad = resultGrad * d silu(x)/dx.
+void siluGrad(const float *resultGrad, const float *input, float *inputGrad,
+              int64_t count);
+
+/// Gradients of layerNorm over [rows, cols]: inputGrad [rows, cols],
+/// gammaGrad and betaGrad [cols] (sums over rows), all overwritten.
+void layerNormGrad(const float *resultGrad, const float *input,
+                   const float *gamma, float *inputGrad, float *gammaGrad,
+                   float *betaGrad, int64_t rows, int64_t cols, float epsilon);
+/// Gradients of rmsNorm: inputGrad [rows, cols], gammaGrad [cols].
+void rmsNormGrad(const float *resultGrad, const float *input,
+                 const float *gamma, float *inputGrad, float *gammaGrad,
+                 int64_t rows, int64_t cols, float epsilon);
+
+/// Softmax backward from its result y over [rows, cols]:
+/// inputGrad = y * (resultGrad - sum(resultGrad * y)) per row. (Causally
+/// masked entries have y = 0 and so get 0.)
+void softmaxGrad(const float *resultGrad, const float *result, float *inputGrad,
+                 int64_t rows, int64_t cols);
+
+/// Gradient of crossEntropy (mean over tokens) w.r.t. logits [tokens, vocab]:
+/// (softmax(logits) - onehot(target)) * lossGrad / tokens. Throws on a target
+/// outside [0, vocab).
+void crossEntropyGrad(const float *logits, const int32_t *targets,
+                      float lossGrad, int64_t tokens, int64_t vocab,
+                      float *logitsGrad);
+
+/// out = zeros(outShape) with in placed at `offsets` (the gradient of
+/// `slice`).
+void pad(const float *in, Shape inShape, std::span<const int64_t> offsets,
+         float *out, Shape outShape);
+void fill(float value, float *out, int64_t count);
+/// Sum of squares, accumulated in double.
+float normSquared(const float *in, int64_t count);
+
+/// One AdamW step (decoupled weight decay, bias-corrected moments, as
+/// torch.optim.AdamW) on `count` elements, with g = grad * gradScale and
+/// t = step (1-based):
+///   m' = b1 m + (1 - b1) g,  v' = b2 v + (1 - b2) g^2
+///   p' = p - lr * wd * p - lr * (m' / (1 - b1^t)) / (sqrt(v' / (1 - b2^t)) +
+///   eps)
+/// Outputs may alias their inputs (in-place update).
+void adamw(const float *param, const float *grad, const float *expAvg,
+           const float *expAvgSq, float lr, int64_t step, float gradScale,
+           double beta1, double beta2, double epsilon, double weightDecay,
+           float *newParam, float *newExpAvg, float *newExpAvgSq,
+           int64_t count);
+
+/// Linear warmup then cosine decay, for a 1-based step:
+///   step <= warmup:          peak * step / warmup
+///   step >= decaySteps:      minLr
+///   otherwise:               minLr + (peak - minLr) * 0.5 * (1 + cos(pi p)),
+///                            p = (step - warmup) / (decaySteps - warmup)
+/// (warmup 0: no warmup; decaySteps <= warmup: constant peak after warmup).
+float learningRate(int64_t step, float peak, float minLr, float warmup,
+                   float decaySteps);
+/// Gradient clipping factor min(1, maxNorm / (sqrt(sumSquares) + 1e-6)), as
+/// torch.nn.utils.clip_grad_norm_; 1 when maxNorm <= 0 (clipping off).
+float clipScale(float sumSquares, float maxNorm);
+
 } // namespace tpc::runtime::cpu
