@@ -1,49 +1,97 @@
 // tpc-tokenize: raw text -> token file (docs/formats.md).
 //
-//   tpc-tokenize input.txt -o out.tokens      # byte-level: one token per byte
+//   tpc-tokenize INPUT... -o OUT.tokens          # byte-level: one token/byte
+//   tpc-tokenize INPUT... -o OUT.tokens --vocab vocab.json --merges merges.txt
+//                                                # GPT-2 byte-level BPE
 //
-// Byte-level tokens need a model with vocab_size >= 256. Errors are one line
-// on stderr and exit code 1; the output is written atomically.
+// The inputs are concatenated, byte for byte, in the order given, and the
+// result is tokenised as one text. Byte-level tokens need a model with
+// vocab_size >= 256; BPE tokens one with at least the vocabulary's size.
+// Errors are one line on stderr and exit code 1; the output is written
+// atomically.
 
+#include "tpc/runtime/Tokenizer.h"
 #include "tpc/runtime/Tokens.h"
 
-#include <fstream>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
-#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
+namespace {
+constexpr const char *kUsage =
+    "usage: tpc-tokenize INPUT... -o OUTPUT.tokens [--vocab vocab.json "
+    "--merges merges.txt]";
+
+std::string readInput(const std::string &path) {
+  std::FILE *file = std::fopen(path.c_str(), "rb");
+  if (!file)
+    throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  std::string bytes;
+  char buf[1 << 16];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, file)) > 0)
+    bytes.append(buf, got);
+  int error = std::ferror(file) ? errno : 0;
+  std::fclose(file);
+  if (error)
+    throw std::runtime_error(path + ": cannot read: " + std::strerror(error));
+  return bytes;
+}
+} // namespace
+
 int main(int argc, char **argv) {
   try {
-    std::string input, output;
+    std::vector<std::string> inputs;
+    std::string output, vocab, merges;
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
-      if (arg == "-o" && i + 1 < argc)
-        output = argv[++i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc)
+          throw std::invalid_argument(arg + " needs a value");
+        return argv[++i];
+      };
+      if (arg == "-o")
+        output = value();
+      else if (arg == "--vocab")
+        vocab = value();
+      else if (arg == "--merges")
+        merges = value();
       else if (arg == "-h" || arg == "--help") {
-        std::cout << "usage: tpc-tokenize INPUT.txt -o OUTPUT.tokens\n";
+        std::cout << kUsage << "\n";
         return 0;
-      } else if (!arg.empty() && arg[0] == '-')
+      } else if (arg.size() > 1 && arg[0] == '-')
         throw std::invalid_argument("unknown flag '" + arg + "'");
-      else if (input.empty())
-        input = arg;
       else
-        throw std::invalid_argument("unexpected argument '" + arg + "'");
+        inputs.push_back(arg);
     }
-    if (input.empty() || output.empty())
-      throw std::invalid_argument("usage: tpc-tokenize INPUT.txt -o "
-                                  "OUTPUT.tokens");
-    std::ifstream file(input, std::ios::binary);
-    if (!file)
-      throw std::runtime_error(input + ": cannot open");
-    std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
-                            std::istreambuf_iterator<char>());
-    std::vector<int32_t> tokens(bytes.size());
-    for (size_t i = 0; i < bytes.size(); ++i)
-      tokens[i] = static_cast<unsigned char>(bytes[i]);
+    if (inputs.empty() || output.empty())
+      throw std::invalid_argument(kUsage);
+    if (vocab.empty() != merges.empty())
+      throw std::invalid_argument("--vocab and --merges go together: BPE "
+                                  "needs both files");
+
+    std::optional<tpc::runtime::BpeTokenizer> bpe;
+    if (!vocab.empty())
+      bpe.emplace(tpc::runtime::BpeTokenizer::load(vocab, merges));
+    std::string text;
+    for (const std::string &input : inputs)
+      text += readInput(input);
+    std::vector<int32_t> tokens =
+        bpe ? bpe->encode(text) : tpc::runtime::encodeBytes(text);
     tpc::runtime::writeTokenFile(output, tokens);
-    std::cout << "tpc-tokenize: " << tokens.size() << " byte tokens -> "
-              << output << "\n";
+
+    std::cout << "tpc-tokenize: " << tokens.size()
+              << (bpe ? " BPE tokens -> " : " byte tokens -> ") << output
+              << " (" << text.size() << " input bytes from " << inputs.size()
+              << (inputs.size() == 1 ? " file" : " files") << "; "
+              << (bpe ? "GPT-2 byte-level BPE, vocab " +
+                            std::to_string(bpe->vocabSize())
+                      : std::string("byte-level, vocab 256"))
+              << ")\n";
     return 0;
   } catch (const std::exception &error) {
     std::cerr << "tpc-tokenize: error: " << error.what() << "\n";

@@ -1,0 +1,24 @@
+// Loss-curve plots as self-contained SVG files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+/// Writes an SVG line chart of loss against step, atomically (temp file +
+/// rename): gridlines and tick labels on both axes, the axis titles "step"
+/// and "loss", `title` on top, the raw loss as a thin polyline
+/// (class="loss", one point per finite loss) and, from 5 points on, a
+/// centred moving average (class="smoothed"). NaN and infinite losses are
+/// skipped; a single point is also drawn as a dot; a constant loss gets a
+/// small range around it; with no finite loss the axes carry a note.
+/// Throws std::invalid_argument if the vectors differ in length and
+/// std::runtime_error("<path>: ...") if the file cannot be written.
+void writeLossCurveSvg(const std::string &path,
+                       const std::vector<int64_t> &steps,
+                       const std::vector<double> &losses,
+                       const std::string &title);
+
+} // namespace tpc::runtime

@@ -1,0 +1,268 @@
+#include "tpc/runtime/Plot.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace tpc::runtime {
+
+namespace {
+
+// Canvas and plot area, in SVG user units (pixels).
+constexpr double kWidth = 800, kHeight = 480;
+constexpr double kLeft = 80, kRight = 24, kTop = 48, kBottom = 56;
+constexpr double kPlotW = kWidth - kLeft - kRight;
+constexpr double kPlotH = kHeight - kTop - kBottom;
+
+/// `v` with `decimals` digits after the point (locale-independent); very
+/// large or small magnitudes in shortest general form.
+std::string number(double v, int decimals) {
+  char buf[64];
+  double mag = std::fabs(v);
+  std::to_chars_result result =
+      (mag >= 1e9 || decimals > 9)
+          ? std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general,
+                          6)
+          : std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed,
+                          decimals);
+  return std::string(buf, result.ptr);
+}
+
+std::string coord(double v) { return number(v, 2); }
+
+/// Text for XML character data and attribute values: markup characters
+/// escaped, control characters and invalid UTF-8 replaced by U+FFFD.
+std::string escapeXml(const std::string &text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      ++i;
+      switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7F)
+          out += "\xEF\xBF\xBD";
+        else
+          out += static_cast<char>(c);
+      }
+      continue;
+    }
+    size_t size = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    uint32_t cp = c & (c >= 0xF0 ? 0x07 : c >= 0xE0 ? 0x0F : 0x1F);
+    bool valid = c >= 0xC2 && c <= 0xF4 && i + size <= text.size();
+    for (size_t k = 1; valid && k < size; ++k) {
+      auto d = static_cast<unsigned char>(text[i + k]);
+      valid = (d & 0xC0) == 0x80;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    valid = valid &&
+            !(size == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) &&
+            !(size == 4 && (cp < 0x10000 || cp > 0x10FFFF)) && cp != 0xFFFE &&
+            cp != 0xFFFF;
+    if (valid) {
+      out.append(text, i, size);
+      i += size;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+/// A 1, 2 or 5 times a power of ten near range / target.
+double niceStep(double range, double target) {
+  double raw = range / target;
+  double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double norm = raw / mag;
+  return (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
+}
+
+int decimalsFor(double step) {
+  return std::max(0, int(-std::floor(std::log10(step) + 1e-9)));
+}
+
+void writeAtomically(const std::string &path, const std::string &data) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out || !out.write(data.data(), std::streamsize(data.size())) ||
+        !out.flush()) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error(path + ": cannot write the plot");
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(tmp, path, error);
+  if (error) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(
+        path + ": cannot rename the plot into place: " + error.message());
+  }
+}
+
+} // namespace
+
+void writeLossCurveSvg(const std::string &path,
+                       const std::vector<int64_t> &steps,
+                       const std::vector<double> &losses,
+                       const std::string &title) {
+  if (steps.size() != losses.size())
+    throw std::invalid_argument(
+        "writeLossCurveSvg: " + std::to_string(steps.size()) + " steps but " +
+        std::to_string(losses.size()) + " losses");
+  std::vector<double> xs, ys;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (std::isfinite(losses[i])) {
+      xs.push_back(double(steps[i]));
+      ys.push_back(losses[i]);
+    }
+  }
+  const size_t n = xs.size();
+
+  // Data ranges: x as given (one step is widened by 1 on each side), y
+  // padded by 5% and rounded out to whole ticks (a constant loss gets +-10%,
+  // or +-1 around zero).
+  double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (n) {
+    auto [xmin, xmax] = std::minmax_element(xs.begin(), xs.end());
+    auto [ymin, ymax] = std::minmax_element(ys.begin(), ys.end());
+    x0 = *xmin, x1 = *xmax, y0 = *ymin, y1 = *ymax;
+    if (x0 == x1)
+      x0 -= 1, x1 += 1;
+    double pad =
+        y0 == y1 ? (y0 != 0 ? std::fabs(y0) * 0.1 : 1.0) : (y1 - y0) * 0.05;
+    y0 -= pad, y1 += pad;
+  }
+  const double xStep = std::max(1.0, niceStep(x1 - x0, 8));
+  const double yStep = niceStep(y1 - y0, 6);
+  y0 = std::floor(y0 / yStep) * yStep;
+  y1 = std::ceil(y1 / yStep) * yStep;
+  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * kPlotW; };
+  auto py = [&](double y) { return kTop + (y1 - y) / (y1 - y0) * kPlotH; };
+
+  std::string svg;
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + coord(kWidth) +
+         "\" height=\"" + coord(kHeight) + "\" viewBox=\"0 0 " + coord(kWidth) +
+         " " + coord(kHeight) +
+         "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" "
+         "font-size=\"12\">\n";
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += "<text class=\"title\" x=\"" + coord(kWidth / 2) +
+         "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">" +
+         escapeXml(title) + "</text>\n";
+
+  // Gridlines and tick labels.
+  svg += "<g class=\"grid\" stroke=\"#e0e0e0\" stroke-width=\"1\">\n";
+  std::string labels;
+  const int xDecimals = decimalsFor(xStep), yDecimals = decimalsFor(yStep);
+  auto ticks = [](double lo, double hi, double step) {
+    std::vector<double> at;
+    for (double k = std::ceil(lo / step - 1e-9);
+         k * step <= hi + step * 1e-9 && at.size() < 50; ++k)
+      at.push_back(std::fabs(k) < 0.5 ? 0.0 : k * step);
+    return at;
+  };
+  for (double t : ticks(x0, x1, xStep)) {
+    double x = px(t);
+    svg += "<line x1=\"" + coord(x) + "\" y1=\"" + coord(kTop) + "\" x2=\"" +
+           coord(x) + "\" y2=\"" + coord(kTop + kPlotH) + "\"/>\n";
+    labels += "<text x=\"" + coord(x) + "\" y=\"" + coord(kTop + kPlotH + 18) +
+              "\" text-anchor=\"middle\">" + number(t, xDecimals) + "</text>\n";
+  }
+  for (double t : ticks(y0, y1, yStep)) {
+    double y = py(t);
+    svg += "<line x1=\"" + coord(kLeft) + "\" y1=\"" + coord(y) + "\" x2=\"" +
+           coord(kLeft + kPlotW) + "\" y2=\"" + coord(y) + "\"/>\n";
+    labels += "<text x=\"" + coord(kLeft - 8) + "\" y=\"" + coord(y + 4) +
+              "\" text-anchor=\"end\">" + number(t, yDecimals) + "</text>\n";
+  }
+  svg += "</g>\n<g class=\"ticks\" fill=\"#333333\">\n" + labels + "</g>\n";
+
+  // Axes and their titles.
+  svg += "<rect class=\"axes\" x=\"" + coord(kLeft) + "\" y=\"" + coord(kTop) +
+         "\" width=\"" + coord(kPlotW) + "\" height=\"" + coord(kPlotH) +
+         "\" fill=\"none\" stroke=\"#333333\" stroke-width=\"1\"/>\n";
+  svg += "<text class=\"xlabel\" x=\"" + coord(kLeft + kPlotW / 2) + "\" y=\"" +
+         coord(kHeight - 12) +
+         "\" text-anchor=\"middle\" font-size=\"14\">step</text>\n";
+  svg += "<text class=\"ylabel\" x=\"20\" y=\"" + coord(kTop + kPlotH / 2) +
+         "\" text-anchor=\"middle\" font-size=\"14\" transform=\"rotate(-90 "
+         "20 " +
+         coord(kTop + kPlotH / 2) + ")\">loss</text>\n";
+
+  if (n == 0) {
+    svg += "<text x=\"" + coord(kLeft + kPlotW / 2) + "\" y=\"" +
+           coord(kTop + kPlotH / 2) +
+           "\" text-anchor=\"middle\" fill=\"#888888\">no finite loss "
+           "values</text>\n";
+  } else {
+    auto polyline = [&](const char *cls, const std::vector<double> &values,
+                        const char *style) {
+      svg += std::string("<polyline class=\"") + cls + "\" " + style +
+             " fill=\"none\" stroke-linejoin=\"round\" points=\"";
+      for (size_t i = 0; i < n; ++i)
+        svg += (i ? " " : "") + coord(px(xs[i])) + "," + coord(py(values[i]));
+      svg += "\"/>\n";
+    };
+    polyline("loss", ys, "stroke=\"#9ecae1\" stroke-width=\"1.2\"");
+    if (n == 1)
+      svg += "<circle class=\"point\" cx=\"" + coord(px(xs[0])) + "\" cy=\"" +
+             coord(py(ys[0])) + "\" r=\"3.5\" fill=\"#08519c\"/>\n";
+    if (n >= 5) {
+      // Centred moving average over about 5% of the points; the window
+      // shrinks symmetrically towards the ends, so it ends on the data.
+      const size_t half = std::max<size_t>(1, n / 40);
+      std::vector<double> smooth(n);
+      for (size_t i = 0; i < n; ++i) {
+        size_t h = std::min({half, i, n - 1 - i});
+        double sum = 0;
+        for (size_t k = i - h; k <= i + h; ++k)
+          sum += ys[k];
+        smooth[i] = sum / double(2 * h + 1);
+      }
+      polyline("smoothed", smooth, "stroke=\"#08519c\" stroke-width=\"2\"");
+      // Legend, top right inside the plot area.
+      double lx = kLeft + kPlotW - 190, ly = kTop + 12;
+      svg += "<g class=\"legend\">\n<rect x=\"" + coord(lx - 8) + "\" y=\"" +
+             coord(ly - 8) +
+             "\" width=\"190\" height=\"44\" fill=\"white\" "
+             "fill-opacity=\"0.85\" stroke=\"#cccccc\"/>\n";
+      svg += "<line x1=\"" + coord(lx) + "\" y1=\"" + coord(ly + 4) +
+             "\" x2=\"" + coord(lx + 24) + "\" y2=\"" + coord(ly + 4) +
+             "\" stroke=\"#9ecae1\" stroke-width=\"1.2\"/>\n";
+      svg += "<text x=\"" + coord(lx + 32) + "\" y=\"" + coord(ly + 8) +
+             "\">loss</text>\n";
+      svg += "<line x1=\"" + coord(lx) + "\" y1=\"" + coord(ly + 24) +
+             "\" x2=\"" + coord(lx + 24) + "\" y2=\"" + coord(ly + 24) +
+             "\" stroke=\"#08519c\" stroke-width=\"2\"/>\n";
+      svg += "<text x=\"" + coord(lx + 32) + "\" y=\"" + coord(ly + 28) +
+             "\">moving average (" + std::to_string(2 * half + 1) +
+             ")</text>\n</g>\n";
+    }
+  }
+  svg += "</svg>\n";
+  writeAtomically(path, svg);
+}
+
+} // namespace tpc::runtime
