@@ -70,9 +70,34 @@ ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
   return store;
 }
 
+std::vector<float> &ParamStore::expAvg(size_t index) {
+  return const_cast<std::vector<float> &>(
+      static_cast<const ParamStore *>(this)->expAvg(index));
+}
+std::vector<float> &ParamStore::expAvgSq(size_t index) {
+  return const_cast<std::vector<float> &>(
+      static_cast<const ParamStore *>(this)->expAvgSq(index));
+}
+const std::vector<float> &ParamStore::expAvg(size_t index) const {
+  moments1.resize(values.size());
+  if (moments1[index].size() != values[index].size())
+    moments1[index].assign(values[index].size(), 0.0f);
+  return moments1[index];
+}
+const std::vector<float> &ParamStore::expAvgSq(size_t index) const {
+  moments2.resize(values.size());
+  if (moments2[index].size() != values[index].size())
+    moments2[index].assign(values[index].size(), 0.0f);
+  return moments2[index];
+}
+
 uint64_t ParamStore::bytes() const {
   uint64_t total = 0;
   for (const auto &v : values)
+    total += v.size() * sizeof(float);
+  for (const auto &v : moments1)
+    total += v.size() * sizeof(float);
+  for (const auto &v : moments2)
     total += v.size() * sizeof(float);
   return total;
 }
@@ -96,8 +121,11 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
                              std::to_string(bytes) + " bytes");
   for (const plan::Tensor *t : *program->tensors())
     shapes.emplace_back(t->shape()->begin(), t->shape()->end());
-  for (const plan::Input *input : *program->inputs())
-    inputs.emplace_back(elements(input->tensor()));
+  for (const plan::Input *input : *program->inputs()) {
+    const plan::Tensor &t = *program->tensors()->Get(input->tensor());
+    uint64_t bytes = elements(input->tensor()) * dtypeSize(t.dtype());
+    inputs.emplace_back((bytes + 7) / 8, 0);
+  }
 }
 
 std::span<const int64_t> ProgramRunner::shape(uint32_t tensor) const {
@@ -113,14 +141,29 @@ int64_t ProgramRunner::elements(uint32_t tensor) const {
 
 float *ProgramRunner::floatData(uint32_t tensor) {
   const plan::Tensor &t = *program->tensors()->Get(tensor);
-  if (t.storage() == Storage::Param)
+  switch (t.storage()) {
+  case Storage::Param:
     return params[t.index()].data();
+  case Storage::ExpAvg:
+    return params.expAvg(t.index()).data();
+  case Storage::ExpAvgSq:
+    return params.expAvgSq(t.index()).data();
+  case Storage::Input:
+    return reinterpret_cast<float *>(inputs[t.index()].data());
+  case Storage::Arena:
+    break;
+  }
   return reinterpret_cast<float *>(arena.get() + t.offset());
 }
 
 const int32_t *ProgramRunner::intData(uint32_t tensor) const {
   const plan::Tensor &t = *program->tensors()->Get(tensor);
-  return inputs[t.index()].data();
+  return reinterpret_cast<const int32_t *>(inputs[t.index()].data());
+}
+
+int64_t ProgramRunner::stepValue(uint32_t tensor) const {
+  const plan::Tensor &t = *program->tensors()->Get(tensor);
+  return static_cast<int64_t>(inputs[t.index()][0]);
 }
 
 bool ProgramRunner::hasInput(plan::InputKind kind) const {
@@ -137,28 +180,46 @@ std::vector<int64_t> ProgramRunner::tokensShape() const {
   throw PlanError("the program has no tokens input");
 }
 
-void ProgramRunner::setInput(plan::InputKind kind,
-                             std::span<const int32_t> values) {
+std::vector<uint64_t> &ProgramRunner::inputStorage(plan::InputKind kind,
+                                                   size_t bytes) {
   for (size_t i = 0; i < program->inputs()->size(); ++i) {
     const plan::Input &input = *program->inputs()->Get(i);
     if (input.kind() != kind)
       continue;
-    if (values.size() != inputs[i].size())
+    const plan::Tensor &t = *program->tensors()->Get(input.tensor());
+    uint64_t expected = elements(input.tensor()) * dtypeSize(t.dtype());
+    if (bytes != expected)
       throw std::runtime_error(
           std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
-          std::to_string(values.size()) + " values, the program expects " +
-          std::to_string(inputs[i].size()));
-    std::copy(values.begin(), values.end(), inputs[i].begin());
-    return;
+          std::to_string(bytes) + " bytes, the program expects " +
+          std::to_string(expected));
+    return inputs[i];
   }
   throw std::runtime_error(std::string("the program has no ") +
                            plan::EnumNameInputKind(kind) + " input");
 }
 
+void ProgramRunner::setInput(plan::InputKind kind,
+                             std::span<const int32_t> values) {
+  std::memcpy(inputStorage(kind, values.size_bytes()).data(), values.data(),
+              values.size_bytes());
+}
+
+void ProgramRunner::setStep(int64_t step) {
+  std::memcpy(inputStorage(plan::InputKind::Step, sizeof(step)).data(), &step,
+              sizeof(step));
+}
+
+void ProgramRunner::setHyperparameters(const std::array<float, 5> &values) {
+  std::memcpy(
+      inputStorage(plan::InputKind::Hyperparameters, sizeof(values)).data(),
+      values.data(), sizeof(values));
+}
+
 uint64_t ProgramRunner::inputBytes() const {
   uint64_t total = 0;
   for (const auto &input : inputs)
-    total += input.size() * sizeof(int32_t);
+    total += input.size() * sizeof(uint64_t);
   return total;
 }
 
@@ -278,10 +339,70 @@ void ProgramRunner::execute(const plan::Step &step) {
                                         vocab, intData(ops.Get(1)));
     return;
   }
-  default:
-    // LoadedPlan rejects kinds the runtime cannot execute.
-    throw PlanError(std::string("unexpected op kind ") +
-                    opKindName(step.kind()));
+  case OpKind::EmbeddingGrad: {
+    std::span<const int64_t> table = outShape;
+    cpu::embeddingGrad(in(0), intData(ops.Get(1)), elements(ops.Get(1)),
+                       table[0], table[1], floatData(out));
+    return;
+  }
+  case OpKind::GeluGrad:
+    cpu::geluGrad(in(0), in(1), floatData(out), outCount);
+    return;
+  case OpKind::SiluGrad:
+    cpu::siluGrad(in(0), in(1), floatData(out), outCount);
+    return;
+  case OpKind::LayerNormGrad: {
+    int64_t cols = outShape.back();
+    cpu::layerNormGrad(in(0), in(1), in(2), floatData(out),
+                       floatData(step.results()->Get(1)),
+                       floatData(step.results()->Get(2)), outCount / cols, cols,
+                       static_cast<float>(step.epsilon()));
+    return;
+  }
+  case OpKind::RmsNormGrad: {
+    int64_t cols = outShape.back();
+    cpu::rmsNormGrad(in(0), in(1), in(2), floatData(out),
+                     floatData(step.results()->Get(1)), outCount / cols, cols,
+                     static_cast<float>(step.epsilon()));
+    return;
+  }
+  case OpKind::SoftmaxGrad: {
+    int64_t cols = outShape.back();
+    cpu::softmaxGrad(in(0), in(1), floatData(out), outCount / cols, cols);
+    return;
+  }
+  case OpKind::CrossEntropyGrad: {
+    int64_t vocab = outShape.back();
+    cpu::crossEntropyGrad(in(0), intData(ops.Get(1)), *in(2), outCount / vocab,
+                          vocab, floatData(out));
+    return;
+  }
+  case OpKind::Constant:
+    cpu::fill(static_cast<float>(step.value()), floatData(out), outCount);
+    return;
+  case OpKind::Pad:
+    cpu::pad(in(0), inShape(0), {step.ints()->data(), step.ints()->size()},
+             floatData(out), outShape);
+    return;
+  case OpKind::NormSquared:
+    *floatData(out) = cpu::normSquared(in(0), elements(ops.Get(0)));
+    return;
+  case OpKind::LrSchedule: {
+    const float *h = in(1);
+    *floatData(out) =
+        cpu::learningRate(stepValue(ops.Get(0)), h[0], h[1], h[2], h[3]);
+    return;
+  }
+  case OpKind::ClipScale:
+    *floatData(out) = cpu::clipScale(*in(0), in(1)[4]);
+    return;
+  case OpKind::AdamW:
+    cpu::adamw(in(0), in(1), in(2), in(3), *in(4), stepValue(ops.Get(5)),
+               *in(6), step.beta1(), step.beta2(), step.epsilon(),
+               step.weight_decay(), floatData(out),
+               floatData(step.results()->Get(1)),
+               floatData(step.results()->Get(2)), outCount);
+    return;
   }
 }
 

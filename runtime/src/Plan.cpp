@@ -124,7 +124,9 @@ void ProgramChecker::checkTensors() {
         fail(what + " occupies bytes [" + std::to_string(t.offset()) + ", " +
              std::to_string(t.offset() + bytes) + ") beyond the arena of " +
              std::to_string(arena) + " bytes");
-    } else if (t.storage() == Storage::Param) {
+    } else if (t.storage() == Storage::Param ||
+               t.storage() == Storage::ExpAvg ||
+               t.storage() == Storage::ExpAvgSq) {
       if (t.index() >= params.size())
         fail(what + " refers to parameter " + std::to_string(t.index()) +
              ", but the plan has " + std::to_string(params.size()));
@@ -133,7 +135,7 @@ void ProgramChecker::checkTensors() {
                               "parameter '" + p.name()->str() + "'") != count ||
           p.dtype() != t.dtype())
         fail(what + " views parameter '" + p.name()->str() +
-             "' with a different size or dtype");
+             "' (or its optimizer state) with a different size or dtype");
       isWritten = true;
     } else if (t.storage() == Storage::Input) {
       if (t.index() >= program.inputs()->size())
@@ -158,7 +160,9 @@ void ProgramChecker::checkInputs() {
     const plan::Input &input = *program.inputs()->Get(i);
     std::string what = where + ": input " + std::to_string(i);
     if (input.kind() != plan::InputKind::Tokens &&
-        input.kind() != plan::InputKind::Targets)
+        input.kind() != plan::InputKind::Targets &&
+        input.kind() != plan::InputKind::Step &&
+        input.kind() != plan::InputKind::Hyperparameters)
       fail(what + " has an unknown kind");
     if (!seen.insert(input.kind()).second)
       fail(what + " repeats input kind " +
@@ -170,25 +174,30 @@ void ProgramChecker::checkInputs() {
     if (t.storage() != Storage::Input || t.index() != i)
       fail(what + " and its tensor " + std::to_string(input.tensor()) +
            " disagree on their storage");
-    if (t.dtype() != DType::I32 || tensors[input.tensor()].shape.size() != 2)
-      fail(what + " must be an i32 [batch, seq] tensor");
+    const std::vector<int64_t> &shape = tensors[input.tensor()].shape;
+    switch (input.kind()) {
+    case plan::InputKind::Tokens:
+    case plan::InputKind::Targets:
+      if (t.dtype() != DType::I32 || shape.size() != 2)
+        fail(what + " must be an i32 [batch, seq] tensor");
+      break;
+    case plan::InputKind::Step:
+      if (t.dtype() != DType::I64 || !shape.empty())
+        fail(what + " (step) must be an i64 scalar");
+      break;
+    case plan::InputKind::Hyperparameters:
+      if (t.dtype() != DType::F32 || shape != std::vector<int64_t>{5})
+        fail(what + " (hyperparameters) must be f32 [5]");
+      break;
+    }
   }
 }
 
 /// Arity (operands, results) of each kind the executor runs.
 std::pair<int, int> arityOf(OpKind kind) {
   switch (kind) {
-  case OpKind::Embedding:
-  case OpKind::Matmul:
-  case OpKind::Add:
-  case OpKind::Sub:
-  case OpKind::Mul:
-  case OpKind::Div:
-  case OpKind::CrossEntropy:
-  case OpKind::RmsNorm:
-    return {2, 1};
-  case OpKind::LayerNorm:
-    return {3, 1};
+  case OpKind::Constant:
+    return {0, 1};
   case OpKind::Scale:
   case OpKind::Gelu:
   case OpKind::Silu:
@@ -197,12 +206,49 @@ std::pair<int, int> arityOf(OpKind kind) {
   case OpKind::Reshape:
   case OpKind::Transpose:
   case OpKind::Slice:
+  case OpKind::Pad:
   case OpKind::ReduceSum:
   case OpKind::ReduceMean:
+  case OpKind::NormSquared:
     return {1, 1};
-  default:
-    return {-1, -1};
+  case OpKind::Embedding:
+  case OpKind::EmbeddingGrad:
+  case OpKind::Matmul:
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div:
+  case OpKind::CrossEntropy:
+  case OpKind::RmsNorm:
+  case OpKind::GeluGrad:
+  case OpKind::SiluGrad:
+  case OpKind::SoftmaxGrad:
+  case OpKind::LrSchedule:
+  case OpKind::ClipScale:
+    return {2, 1};
+  case OpKind::LayerNorm:
+  case OpKind::CrossEntropyGrad:
+    return {3, 1};
+  case OpKind::RmsNormGrad:
+    return {3, 2};
+  case OpKind::LayerNormGrad:
+    return {3, 3};
+  case OpKind::AdamW:
+    return {7, 3};
   }
+  return {-1, -1};
+}
+
+/// The dtype each operand must have; everything else is f32.
+DType operandDtype(OpKind kind, size_t operand) {
+  if ((kind == OpKind::Embedding || kind == OpKind::EmbeddingGrad ||
+       kind == OpKind::CrossEntropy || kind == OpKind::CrossEntropyGrad) &&
+      operand == 1)
+    return DType::I32;
+  if ((kind == OpKind::LrSchedule && operand == 0) ||
+      (kind == OpKind::AdamW && operand == 5))
+    return DType::I64;
+  return DType::F32;
 }
 
 std::vector<int64_t> broadcast(const std::vector<int64_t> &a,
@@ -238,21 +284,46 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
          std::to_string(step.operands()->size()) + " and " +
          std::to_string(step.results()->size()));
   std::vector<Info> in, out;
-  for (uint32_t id : *step.operands()) {
+  for (size_t i = 0; i < step.operands()->size(); ++i) {
+    uint32_t id = step.operands()->Get(i);
     if (id >= tensors.size())
       fail(at + ": operand tensor " + std::to_string(id) + " is out of range");
     if (!written[id])
       fail(at + ": reads tensor " + std::to_string(id) +
            " before any step writes it");
+    DType expected = operandDtype(step.kind(), i);
+    if (tensors[id].dtype != expected)
+      fail(at + ": operand " + std::to_string(i) + " must be " +
+           dtypeName(expected) + ", got " + dtypeName(tensors[id].dtype));
+    // Integer operands are read from the program's inputs.
+    if (expected != DType::F32 &&
+        program.tensors()->Get(id)->storage() != Storage::Input)
+      fail(at + ": operand " + std::to_string(i) + " must be an input");
     in.push_back(tensors[id]);
   }
-  for (uint32_t id : *step.results()) {
+  for (size_t i = 0; i < step.results()->size(); ++i) {
+    uint32_t id = step.results()->Get(i);
     if (id >= tensors.size())
       fail(at + ": result tensor " + std::to_string(id) + " is out of range");
     const plan::Tensor &t = *program.tensors()->Get(id);
-    if (t.storage() != Storage::Arena && step.kind() != OpKind::Reshape)
-      fail(at + ": writes tensor " + std::to_string(id) +
-           ", which is not in the arena");
+    if (t.storage() != Storage::Arena) {
+      // Only a reshape (aliasing its input, checked below) and AdamW's
+      // in-place update of the operand in the same position write outside
+      // the arena.
+      bool inPlaceAdamW = false;
+      if (step.kind() == OpKind::AdamW) {
+        const plan::Tensor &src =
+            *program.tensors()->Get(step.operands()->Get(i == 0 ? 0 : i + 1));
+        // The parameter and each moment update their own storage.
+        const Storage expected[] = {Storage::Param, Storage::ExpAvg,
+                                    Storage::ExpAvgSq};
+        inPlaceAdamW = t.storage() == expected[i] &&
+                       src.storage() == t.storage() && src.index() == t.index();
+      }
+      if (step.kind() != OpKind::Reshape && !inPlaceAdamW)
+        fail(at + ": writes tensor " + std::to_string(id) +
+             ", which is not in the arena");
+    }
     written[id] = true;
     out.push_back(tensors[id]);
   }
@@ -283,23 +354,93 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
       fail(at + ": " + name + " must be positive and finite");
   };
   const OpKind kind = step.kind();
-  if (kind != OpKind::Embedding && kind != OpKind::CrossEntropy) {
-    for (const Info &info : in)
-      requireF32(info, "operand");
-  }
   for (const Info &info : out)
     requireF32(info, "result");
+  auto requireScalar = [&](const Info &info, const char *name) {
+    requireShape(info, {}, name);
+  };
 
   switch (kind) {
   case OpKind::Embedding: {
-    requireF32(in[0], "table");
     if (in[0].shape.size() != 2)
       fail(at + ": table must be [vocab, hidden]");
-    if (in[1].dtype != DType::I32)
-      fail(at + ": ids must be i32");
     std::vector<int64_t> shape = in[1].shape;
     shape.push_back(in[0].shape[1]);
     requireShape(out[0], shape, "result");
+    break;
+  }
+  case OpKind::EmbeddingGrad: {
+    if (out[0].shape.size() != 2)
+      fail(at + ": table_grad must be [vocab, hidden]");
+    std::vector<int64_t> shape = in[1].shape;
+    shape.push_back(out[0].shape[1]);
+    requireShape(in[0], shape, "result_grad");
+    break;
+  }
+  case OpKind::GeluGrad:
+  case OpKind::SiluGrad:
+  case OpKind::SoftmaxGrad:
+    requireShape(in[0], in[1].shape, "result_grad");
+    requireShape(out[0], in[1].shape, "input_grad");
+    break;
+  case OpKind::LayerNormGrad:
+  case OpKind::RmsNormGrad: {
+    requireRank(in[1], 1, "input");
+    std::vector<int64_t> features = {in[1].shape.back()};
+    requireShape(in[0], in[1].shape, "result_grad");
+    requireShape(in[2], features, "gamma");
+    requireShape(out[0], in[1].shape, "input_grad");
+    for (size_t r = 1; r < out.size(); ++r)
+      requireShape(out[r], features, "gamma/beta grad");
+    requirePositive(step.epsilon(), "epsilon");
+    break;
+  }
+  case OpKind::CrossEntropyGrad: {
+    requireRank(in[0], 1, "logits");
+    std::vector<int64_t> tokens(in[0].shape.begin(), in[0].shape.end() - 1);
+    requireShape(in[1], tokens, "targets");
+    requireScalar(in[2], "loss_grad");
+    requireShape(out[0], in[0].shape, "logits_grad");
+    break;
+  }
+  case OpKind::Constant:
+    if (!std::isfinite(step.value()) ||
+        std::abs(step.value()) > std::numeric_limits<float>::max())
+      fail(at + ": the constant must be a finite f32");
+    break;
+  case OpKind::Pad: {
+    std::vector<int64_t> offsets = toVector(step.ints());
+    const auto &s = out[0].shape, &o = in[0].shape;
+    if (offsets.size() != s.size() || o.size() != s.size())
+      fail(at + ": pad offsets, input and result ranks differ");
+    for (size_t d = 0; d < s.size(); ++d)
+      if (offsets[d] < 0 || offsets[d] > s[d] || o[d] > s[d] - offsets[d])
+        fail(at + ": pad of dimension " + std::to_string(d) +
+             " is outside the result");
+    break;
+  }
+  case OpKind::NormSquared:
+    requireScalar(out[0], "result");
+    break;
+  case OpKind::LrSchedule:
+  case OpKind::ClipScale:
+    requireScalar(in[0], "scalar operand");
+    requireShape(in[1], {5}, "hyperparameters");
+    requireScalar(out[0], "result");
+    break;
+  case OpKind::AdamW: {
+    for (size_t i : {1, 2, 3})
+      requireShape(in[i], in[0].shape, "grad/moment");
+    for (size_t i : {4, 5, 6})
+      requireScalar(in[i], "lr/step/grad_scale");
+    for (const Info &info : out)
+      requireShape(info, in[0].shape, "result");
+    if (!(step.beta1() >= 0.0 && step.beta1() < 1.0 && step.beta2() >= 0.0 &&
+          step.beta2() < 1.0))
+      fail(at + ": betas must be in [0, 1)");
+    if (!(step.weight_decay() >= 0.0 && step.weight_decay() < 1e6))
+      fail(at + ": weight_decay must be >= 0");
+    requirePositive(step.epsilon(), "epsilon");
     break;
   }
   case OpKind::Matmul: {
@@ -431,18 +572,12 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
     break;
   }
   case OpKind::CrossEntropy: {
-    requireF32(in[0], "logits");
     requireRank(in[0], 1, "logits");
-    if (in[1].dtype != DType::I32)
-      fail(at + ": targets must be i32");
     std::vector<int64_t> tokens(in[0].shape.begin(), in[0].shape.end() - 1);
     requireShape(in[1], tokens, "targets");
     requireShape(out[0], {}, "loss");
     break;
   }
-  default:
-    fail(at + ": this runtime cannot execute " + std::string(opKindName(kind)) +
-         " yet");
   }
 }
 

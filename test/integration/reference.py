@@ -11,7 +11,7 @@ Run with the venv that tools/setup-venv.sh creates (Debian's torch 1.13 + pinned
 make-model writes into DIR:
   config.json, model.safetensors   model.save_pretrained(DIR, safe_serialization=True) of a small
                                    random model (HF also writes generation_config.json)
-  tokens.tokens                    B*S+1 random token ids, docs/formats.md ("TPCTOKv1", u64 count, u32 ids)
+  tokens.tokens                    B*S+1 (or --tokens) random token ids, docs/formats.md ("TPCTOKv1", u64 count, u32 ids)
   reference.safetensors            logits [B,S,V] f32 and loss [] f32 from the float32 model, and
                                    logits_f64 / loss_f64 from the same weights in float64
 Row b of the batch is tokens[b*S:(b+1)*S]; its targets are tokens[b*S+1:(b+1)*S+1]; loss is the mean
@@ -292,7 +292,7 @@ def make_model(args):
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
 
-    count = args.batch * args.seq + 1
+    count = max(args.tokens or 0, args.batch * args.seq + 1)
     tokens = torch.randint(0, args.vocab, (count,), generator=_generator(args.seed, "tokens"))
     write_tokens(os.path.join(args.out, "tokens.tokens"), tokens.numpy())
 
@@ -434,6 +434,8 @@ def _parser():
                      help="tie lm_head to the token embedding (default: gpt2 tied, llama untied)")
     tie.add_argument("--no-tie", dest="tie", action="store_false")
     m.add_argument("--rope-theta", type=float, default=None, help="llama rope_theta (default 10000)")
+    m.add_argument("--tokens", type=int, default=None,
+                   help="length of the token stream (default and minimum: batch*seq+1)")
     m.set_defaults(func=make_model)
 
     c = sub.add_parser("compare", help="check a runtime's logits/loss against a reference")

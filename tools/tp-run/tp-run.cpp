@@ -1,46 +1,55 @@
 // tp-run: executes a tpc plan.
 //
+// Evaluate (forward and loss on one batch):
 //   tp-run model.tpplan --data tokens.tokens [--weights model.safetensors]
-//          [--program loss] [--offset N] [--repeat N] [--threads N]
-//          [--metrics metrics.json] [--dump out.safetensors] [--print-plan]
+//          [--program loss|forward] [--offset N] [--repeat N]
+//          [--dump out.safetensors] [--dump-grads grads.safetensors]
+// Train (@train_step, AdamW with warmup + cosine decay and clipping):
+//   tp-run model.tpplan --data tokens.tokens --steps N [--lr 3e-4]
+//          [--min-lr LR/10] [--warmup min(100, N/10)] [--decay-steps N]
+//          [--clip 1.0] [--checkpoint-dir DIR] [--checkpoint-every K]
+//          [--resume DIR] [--export DIR] [--plot loss.svg]
+// Both: [--metrics metrics.json] [--threads N] [--print-plan]
 //
-// Without --weights, parameters get the deterministic initialisation that
-// every plan of the same model shares. Every error is one line on stderr and
-// exit code 1.
+// Without --weights (or --resume), parameters get the deterministic
+// initialisation that every plan of the same model shares. Every error is
+// one line on stderr and exit code 1.
 
+#include "tpc/runtime/Checkpoint.h"
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/Plan.h"
+#include "tpc/runtime/Plot.h"
 #include "tpc/runtime/Safetensors.h"
 #include "tpc/runtime/Tokens.h"
+#include "tpc/runtime/Training.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <sys/resource.h>
-#include <unistd.h>
 
 using namespace tpc::runtime;
 
 namespace {
 
 struct Options {
-  std::string plan;
-  std::string data;
-  std::string weights;
-  std::string program;
-  std::string metrics;
-  std::string dump;
+  std::string plan, data, weights, program, metrics, dump, dumpGrads;
   int64_t offset = 0;
   int64_t repeat = 1;
   int threads = 0;
   bool printPlan = false;
+  // Training.
+  int64_t steps = 0;
+  double lr = 3e-4;
+  std::optional<double> minLr, warmup, decaySteps;
+  double clip = 1.0;
+  std::string checkpointDir, resume, exportDir, plot;
+  int64_t checkpointEvery = 0;
 };
 
 [[noreturn]] void usageError(const std::string &message) {
@@ -63,6 +72,31 @@ int64_t parseInt(const std::string &flag, const std::string &text,
   return value;
 }
 
+double parseNumber(const std::string &flag, const std::string &text,
+                   double min) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || !std::isfinite(value))
+    usageError(flag + " expects a number, got '" + text + "'");
+  if (value < min)
+    usageError(flag + " must be >= " + std::to_string(min) + ", got " + text);
+  return value;
+}
+
+const char *kUsage =
+    "usage: tp-run PLAN --data TOKENS [--weights SAFETENSORS] [--program NAME]"
+    " [--offset N] [--repeat N] [--dump SAFETENSORS] [--dump-grads "
+    "SAFETENSORS]\n"
+    "       tp-run PLAN --data TOKENS --steps N [--lr X] [--min-lr X] "
+    "[--warmup N] [--decay-steps N] [--clip X] [--checkpoint-dir DIR] "
+    "[--checkpoint-every K] [--resume DIR] [--export DIR] [--plot SVG]\n"
+    "       common: [--metrics JSON] [--threads N] [--print-plan]\n";
+
 Options parseArgs(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -82,6 +116,8 @@ Options parseArgs(int argc, char **argv) {
       o.metrics = value();
     else if (arg == "--dump")
       o.dump = value();
+    else if (arg == "--dump-grads")
+      o.dumpGrads = value();
     else if (arg == "--offset")
       o.offset = parseInt(arg, value(), 0);
     else if (arg == "--repeat")
@@ -90,10 +126,30 @@ Options parseArgs(int argc, char **argv) {
       o.threads = static_cast<int>(parseInt(arg, value(), 1));
     else if (arg == "--print-plan")
       o.printPlan = true;
+    else if (arg == "--steps")
+      o.steps = parseInt(arg, value(), 1);
+    else if (arg == "--lr")
+      o.lr = parseNumber(arg, value(), 0.0);
+    else if (arg == "--min-lr")
+      o.minLr = parseNumber(arg, value(), 0.0);
+    else if (arg == "--warmup")
+      o.warmup = static_cast<double>(parseInt(arg, value(), 0));
+    else if (arg == "--decay-steps")
+      o.decaySteps = static_cast<double>(parseInt(arg, value(), 0));
+    else if (arg == "--clip")
+      o.clip = parseNumber(arg, value(), 0.0);
+    else if (arg == "--checkpoint-dir")
+      o.checkpointDir = value();
+    else if (arg == "--checkpoint-every")
+      o.checkpointEvery = parseInt(arg, value(), 1);
+    else if (arg == "--resume")
+      o.resume = value();
+    else if (arg == "--export")
+      o.exportDir = value();
+    else if (arg == "--plot")
+      o.plot = value();
     else if (arg == "-h" || arg == "--help") {
-      std::cout << "usage: tp-run PLAN --data TOKENS [--weights SAFETENSORS] "
-                   "[--program NAME] [--offset N] [--repeat N] [--threads N] "
-                   "[--metrics JSON] [--dump SAFETENSORS] [--print-plan]\n";
+      std::cout << kUsage;
       std::exit(0);
     } else if (!arg.empty() && arg[0] == '-')
       usageError("unknown flag '" + arg + "' (see --help)");
@@ -106,6 +162,18 @@ Options parseArgs(int argc, char **argv) {
     usageError("missing the plan file (usage: tp-run PLAN --data TOKENS ...)");
   if (!o.printPlan && o.data.empty())
     usageError("--data is required to run a program");
+  bool training = o.steps > 0;
+  if (!training &&
+      (!o.checkpointDir.empty() || !o.resume.empty() || !o.plot.empty()))
+    usageError("--checkpoint-dir, --resume and --plot need --steps");
+  if (training && (!o.dump.empty() || !o.dumpGrads.empty() ||
+                   !o.program.empty() || o.repeat != 1))
+    usageError("--dump, --dump-grads, --program and --repeat evaluate one "
+               "batch; they do not combine with --steps");
+  if (o.checkpointEvery > 0 && o.checkpointDir.empty())
+    usageError("--checkpoint-every needs --checkpoint-dir");
+  if (!o.weights.empty() && !o.resume.empty())
+    usageError("--weights and --resume both set the parameters; give one");
   return o;
 }
 
@@ -119,38 +187,54 @@ std::string jsonEscape(const std::string &s) {
   return out;
 }
 
-/// Writes `text` to `path` atomically.
-void writeFileAtomically(const std::string &path, const std::string &text) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out || !(out << text) || !out.flush()) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": cannot write");
-    }
+int64_t maxRssBytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_maxrss) * 1024;
+}
+
+void writeOpStats(std::ostream &json,
+                  const std::map<std::string, OpStats> &stats) {
+  json << "  \"ops\": {";
+  bool first = true;
+  for (const auto &[kind, s] : stats) {
+    json << (first ? "" : ",") << "\n    \"" << kind
+         << "\": {\"count\": " << s.count << ", \"seconds\": " << s.seconds
+         << "}";
+    first = false;
   }
-  std::error_code error;
-  std::filesystem::rename(tmp, path, error);
-  if (error) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path +
-                             ": cannot rename into place: " + error.message());
+  json << "\n  }\n";
+}
+
+/// Runs `name` on one batch and adds its results to `writer`: a scalar
+/// result is the loss; forward's tensor is the logits; a gradients result is
+/// named after the parameter it belongs to.
+void dumpProgram(const LoadedPlan &plan, ParamStore &params,
+                 const std::string &name, const Batch &batch,
+                 SafetensorsWriter &writer) {
+  ProgramRunner runner(plan, name, params);
+  runner.setInput(tpc::plan::InputKind::Tokens, batch.tokens);
+  if (runner.hasInput(tpc::plan::InputKind::Targets))
+    runner.setInput(tpc::plan::InputKind::Targets, batch.targets);
+  runner.run();
+  const auto &paramList = *plan.plan().params();
+  for (size_t i = 0; i < runner.numResults(); ++i) {
+    std::vector<int64_t> shape = runner.resultShape(i);
+    std::string key;
+    if (shape.empty())
+      key = "loss";
+    else if (name == "forward")
+      key = "logits";
+    else if (name == "gradients")
+      key = paramList.Get(i - 1)->name()->str();
+    else
+      key = name + ".result" + std::to_string(i);
+    writer.addF32(key, shape, runner.result(i));
   }
 }
 
-int run(const Options &o) {
-  if (o.threads)
-    cpu::setNumThreads(o.threads);
-  LoadedPlan plan = LoadedPlan::load(o.plan, /*worldSize=*/1);
-  if (o.printPlan) {
-    plan.printJson(std::cout);
-    return 0;
-  }
-  ParamStore params = o.weights.empty()
-                          ? ParamStore::initialise(plan)
-                          : ParamStore::fromSafetensors(plan, o.weights);
-  std::vector<int32_t> stream = readTokenFile(o.data);
-
+int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
+             std::span<const int32_t> stream) {
   std::string name = o.program;
   if (name.empty())
     name = plan.program("loss") ? "loss" : "forward";
@@ -178,7 +262,7 @@ int run(const Options &o) {
   const double tokensPerSecond = double(batch * seq) / median;
 
   std::optional<float> loss;
-  if (runner.numResults() == 1 && runner.resultShape(0).empty())
+  if (runner.numResults() >= 1 && runner.resultShape(0).empty())
     loss = runner.result(0)[0];
   std::cout << std::setprecision(8) << "program " << name << ": ";
   if (loss)
@@ -188,36 +272,18 @@ int run(const Options &o) {
 
   if (!o.dump.empty()) {
     SafetensorsWriter writer;
-    auto addResults = [&](ProgramRunner &r, const std::string &prefix) {
-      for (size_t i = 0; i < r.numResults(); ++i) {
-        std::vector<int64_t> shape = r.resultShape(i);
-        std::string key = shape.empty()    ? "loss"
-                          : prefix.empty() ? "result" + std::to_string(i)
-                                           : prefix;
-        writer.addF32(key, shape, r.result(i));
-      }
-    };
-    // The dump holds forward's logits and the loss, whichever program ran.
-    if (plan.program("forward") && name != "forward") {
-      ProgramRunner forward(plan, "forward", params);
-      forward.setInput(tpc::plan::InputKind::Tokens, window.tokens);
-      forward.run();
-      addResults(forward, "logits");
-    }
-    addResults(runner, name == "forward" ? "logits" : "");
-    if (name == "forward" && plan.program("loss")) {
-      ProgramRunner lossRunner(plan, "loss", params);
-      lossRunner.setInput(tpc::plan::InputKind::Tokens, window.tokens);
-      lossRunner.setInput(tpc::plan::InputKind::Targets, window.targets);
-      lossRunner.run();
-      addResults(lossRunner, "");
-    }
+    for (const char *program : {"forward", "loss"})
+      if (plan.program(program))
+        dumpProgram(plan, params, program, window, writer);
     writer.write(o.dump);
+  }
+  if (!o.dumpGrads.empty()) {
+    SafetensorsWriter writer;
+    dumpProgram(plan, params, "gradients", window, writer);
+    writer.write(o.dumpGrads);
   }
 
   if (!o.metrics.empty()) {
-    struct rusage usage {};
-    getrusage(RUSAGE_SELF, &usage);
     const uint64_t peak =
         runner.arenaBytes() + params.bytes() + runner.inputBytes();
     std::ostringstream json;
@@ -237,19 +303,110 @@ int run(const Options &o) {
          << ", \"param_bytes\": " << params.bytes()
          << ", \"input_bytes\": " << runner.inputBytes()
          << ", \"planned_peak_bytes\": " << peak
-         << ", \"max_rss_bytes\": " << int64_t(usage.ru_maxrss) * 1024
-         << "},\n  \"ops\": {";
-    bool first = true;
-    for (const auto &[kind, stats] : runner.stats()) {
-      json << (first ? "" : ",") << "\n    \"" << kind
-           << "\": {\"count\": " << stats.count
-           << ", \"seconds\": " << stats.seconds << "}";
-      first = false;
-    }
-    json << "\n  }\n}\n";
+         << ", \"max_rss_bytes\": " << maxRssBytes() << "},\n";
+    writeOpStats(json, runner.stats());
+    json << "}\n";
     writeFileAtomically(o.metrics, json.str());
   }
   return 0;
+}
+
+int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
+             std::span<const int32_t> stream) {
+  TrainConfig config;
+  config.steps = o.steps;
+  const double warmup =
+      o.warmup ? *o.warmup : std::min<double>(100.0, double(o.steps / 10));
+  config.hyperparameters = {
+      static_cast<float>(o.lr),
+      static_cast<float>(o.minLr ? *o.minLr : o.lr / 10),
+      static_cast<float>(warmup),
+      static_cast<float>(o.decaySteps ? *o.decaySteps : double(o.steps)),
+      static_cast<float>(o.clip)};
+  config.checkpointEvery = o.checkpointEvery;
+  config.checkpointDir = o.checkpointDir;
+  config.resume = o.resume;
+  auto start = std::chrono::steady_clock::now();
+  TrainResult result = train(plan, params, stream, config, std::cout);
+  double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+
+  if (!o.exportDir.empty()) {
+    exportHuggingFace(o.exportDir, plan, params);
+    std::cout << "exported: " << o.exportDir << "/{model.safetensors,"
+              << "config.json}\n";
+  }
+  if (!o.plot.empty()) {
+    std::vector<int64_t> steps;
+    std::vector<double> losses;
+    for (const StepRecord &r : result.records) {
+      steps.push_back(r.step);
+      losses.push_back(r.loss);
+    }
+    writeLossCurveSvg(o.plot, steps, losses, "training loss");
+    std::cout << "loss curve: " << o.plot << "\n";
+  }
+  if (!o.metrics.empty()) {
+    std::ostringstream json;
+    double stepSeconds = 0;
+    for (const StepRecord &r : result.records)
+      stepSeconds += r.seconds;
+    json << std::setprecision(10) << "{\n  \"program\": \"train_step\",\n"
+         << "  \"tokens_per_step\": " << result.tokensPerStep
+         << ",\n  \"first_step\": " << result.firstStep
+         << ",\n  \"steps\": " << o.steps
+         << ",\n  \"threads\": " << cpu::numThreads()
+         << ",\n  \"seconds_total\": " << total
+         << ",\n  \"tokens_per_second\": "
+         << (stepSeconds > 0
+                 ? result.tokensPerStep * result.records.size() / stepSeconds
+                 : 0.0)
+         << ",\n  \"hyperparameters\": {\"peak_lr\": "
+         << config.hyperparameters[0]
+         << ", \"min_lr\": " << config.hyperparameters[1]
+         << ", \"warmup_steps\": " << config.hyperparameters[2]
+         << ", \"decay_steps\": " << config.hyperparameters[3]
+         << ", \"max_grad_norm\": " << config.hyperparameters[4] << "},\n"
+         << "  \"memory\": {\"arena_bytes\": " << result.arenaBytes
+         << ", \"param_and_optimizer_bytes\": " << result.paramBytes
+         << ", \"input_bytes\": " << result.inputBytes
+         << ", \"planned_peak_bytes\": "
+         << result.arenaBytes + result.paramBytes + result.inputBytes
+         << ", \"max_rss_bytes\": " << maxRssBytes() << "},\n"
+         << "  \"loss_curve\": [";
+    for (size_t i = 0; i < result.records.size(); ++i) {
+      const StepRecord &r = result.records[i];
+      json << (i ? "," : "") << "\n    {\"step\": " << r.step
+           << ", \"loss\": " << r.loss << ", \"lr\": " << r.learningRate
+           << ", \"seconds\": " << r.seconds << "}";
+    }
+    json << "\n  ],\n";
+    writeOpStats(json, result.opStats);
+    json << "}\n";
+    writeFileAtomically(o.metrics, json.str());
+  }
+  return 0;
+}
+
+int run(const Options &o) {
+  if (o.threads)
+    cpu::setNumThreads(o.threads);
+  LoadedPlan plan = LoadedPlan::load(o.plan, /*worldSize=*/1);
+  if (o.printPlan) {
+    plan.printJson(std::cout);
+    return 0;
+  }
+  if (o.steps > 0 && !plan.program("train_step"))
+    throw std::runtime_error(o.plan + ": has no train_step program (compile "
+                                      "with tp-pipeline's train=true)");
+  ParamStore params = o.weights.empty()
+                          ? ParamStore::initialise(plan)
+                          : ParamStore::fromSafetensors(plan, o.weights);
+  std::vector<int32_t> stream = readTokenFile(o.data);
+  if (o.steps > 0)
+    return trainRun(o, plan, params, stream);
+  return evaluate(o, plan, params, stream);
 }
 
 } // namespace

@@ -8,7 +8,13 @@
 
 using namespace mlir;
 
-void mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &) {
+void mlir::tp::buildPipeline(OpPassManager &pm,
+                             const PipelineOptions &options) {
+  if (options.train) {
+    TPAutodiffOptions autodiff;
+    autodiff.remat = options.remat;
+    pm.addPass(createTPAutodiff(autodiff));
+  }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addPass(createTPPartition());

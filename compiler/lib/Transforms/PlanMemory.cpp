@@ -80,6 +80,33 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
     if (auto it = bufferOf.find(result); it != bufferOf.end())
       buffers[it->second].lastUse = end + 1;
 
+  // An AdamW result returned as the update of the argument it read
+  // (tp.updates) is written in place: no buffer. Safe because AdamW is
+  // elementwise and, checked here, nothing after it reads the old value.
+  for (auto [idx, result] :
+       llvm::enumerate(block.getTerminator()->getOperands())) {
+    auto updates = func.getResultAttrOfType<IntegerAttr>(idx, "tp.updates");
+    auto adamw = result.getDefiningOp<AdamWOp>();
+    if (!updates || !adamw)
+      continue;
+    unsigned which = cast<OpResult>(result).getResultNumber();
+    Value source = adamw->getOperand(which == 0 ? 0 : which + 1);
+    auto arg = dyn_cast<BlockArgument>(source);
+    if (!arg || arg.getArgNumber() != updates.getInt())
+      return adamw.emitOpError()
+             << "tp-plan-memory: result #" << which << " updates argument #"
+             << updates.getInt()
+             << " but does not read it in the same position";
+    for (Operation *user : arg.getUsers())
+      if (user != adamw && adamw->isBeforeInBlock(user) &&
+          !isa<func::ReturnOp>(user))
+        return user->emitOpError()
+               << "tp-plan-memory: reads argument #" << arg.getArgNumber()
+               << " after its in-place update";
+    buffers[bufferOf[result]].bytes = 0;
+    bufferOf.erase(result);
+  }
+
   // Greedy by size: largest first, each at the lowest aligned offset that
   // no already placed, lifetime-overlapping buffer occupies.
   SmallVector<int64_t> order(buffers.size());
@@ -96,7 +123,8 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
     SmallVector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
     for (int64_t other : placed) {
       const Buffer &o = buffers[other];
-      if (o.firstUse <= buffer.lastUse && buffer.firstUse <= o.lastUse)
+      if (!reuse ||
+          (o.firstUse <= buffer.lastUse && buffer.firstUse <= o.lastUse))
         busy.push_back({o.offset, o.offset + o.bytes});
     }
     llvm::sort(busy);

@@ -2,7 +2,7 @@
 // tensors with their storage (arena offsets from tp-plan-memory, parameters,
 // inputs), and the steps with their attributes. tp-run --print-plan loads it
 // through the full verifier and prints it as JSON.
-// RUN: tpc-opt %s --tp-pipeline -o %t.tpplan
+// RUN: tpc-opt %s --tp-pipeline="train=false" -o %t.tpplan
 // RUN: tp-run %t.tpplan --print-plan | FileCheck %s
 
 // CHECK: "version": "1.0",

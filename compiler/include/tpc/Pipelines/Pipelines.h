@@ -17,6 +17,13 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::init(ParallelMode::None),
       llvm::cl::values(
           clEnumValN(ParallelMode::None, "none", "One rank, no distribution"))};
+  Option<bool> train{*this, "train",
+                     llvm::cl::desc("Differentiate @loss into @gradients and "
+                                    "@train_step (tp-autodiff)"),
+                     llvm::cl::init(true)};
+  Option<std::string> remat{
+      *this, "remat", llvm::cl::desc("Activation recomputation: none or layer"),
+      llvm::cl::init("none")};
 };
 
 /// Global tp module -> per-rank program with planned memory, ready for the

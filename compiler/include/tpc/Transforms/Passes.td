@@ -23,6 +23,40 @@ def TPPrintShardingRules : Pass<"tp-print-sharding-rules"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPAutodiff : Pass<"tp-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Build @gradients and @train_step from @loss";
+  let description = [{
+    Reverse-mode differentiation of `@loss(params..., tokens, targets)`:
+    every tp op has a vector-Jacobian product rule (matmul with either
+    transpose, softmax with its causal mask, layer/RMS norm, rotary,
+    embedding -> scatter-add, cross-entropy, reshape/transpose/slice,
+    broadcasting elementwise ops). Cotangents of values with several users
+    are summed.
+
+    Adds `@gradients(params..., tokens, targets) -> (loss, grads...)` and
+    `@train_step(params..., exp_avg..., exp_avg_sq..., tokens, targets,
+    step, hyperparameters) -> (loss, params'..., exp_avg'..., exp_avg_sq'...)`
+    whose optimizer is in tp ops: global-norm clipping (tp.norm_squared,
+    tp.clip_scale), warmup + cosine schedule (tp.lr_schedule) and AdamW
+    (weight decay on matrices only). Each updated result carries
+    `tp.updates = <argument index>` so the update can happen in place.
+
+    With `remat=layer`, each transformer layer's forward (ops tagged
+    `tp.layer`) is recomputed right before its backward, so only the layer
+    inputs stay alive between forward and backward.
+  }];
+  let options = [
+    Option<"remat", "remat", "std::string", "\"none\"",
+           "Activation recomputation: none or layer">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
+    Option<"epsilon", "epsilon", "double", "1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.01",
+           "AdamW weight decay, applied to parameters of rank >= 2">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect", "::mlir::func::FuncDialect"];
+}
+
 def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
   let summary = "Lower the global view to the per-rank (SPMD) program";
   let description = [{
@@ -56,6 +90,9 @@ def TPPlanMemory : Pass<"tp-plan-memory", "::mlir::ModuleOp"> {
   let options = [
     Option<"alignment", "alignment", "int64_t", "64",
            "Byte alignment of every buffer">,
+    Option<"reuse", "reuse", "bool", "true",
+           "Share bytes between buffers whose lifetimes do not overlap "
+           "(false: every buffer gets its own bytes, for debugging)">,
   ];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }

@@ -139,6 +139,11 @@ static FailureOr<fb::OpKind> opKindOf(Operation *op) {
       .Case([](CrossEntropyOp) { return fb::OpKind::CrossEntropy; })
       .Case([](CrossEntropyGradOp) { return fb::OpKind::CrossEntropyGrad; })
       .Case([](AdamWOp) { return fb::OpKind::AdamW; })
+      .Case([](ConstantOp) { return fb::OpKind::Constant; })
+      .Case([](PadOp) { return fb::OpKind::Pad; })
+      .Case([](NormSquaredOp) { return fb::OpKind::NormSquared; })
+      .Case([](LrScheduleOp) { return fb::OpKind::LrSchedule; })
+      .Case([](ClipScaleOp) { return fb::OpKind::ClipScale; })
       .Default([](Operation *op) -> FailureOr<fb::OpKind> {
         return op->emitOpError() << "has no runtime kernel in the plan format";
       });
@@ -183,9 +188,18 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
   for (BlockArgument arg : block.getArguments()) {
     unsigned idx = arg.getArgNumber();
     if (func.getArgAttr(idx, "tp.param")) {
+      // A parameter, or one of its AdamW moments.
+      auto state = func.getArgAttrOfType<StringAttr>(idx, "tp.state");
+      fb::Storage storage = fb::Storage::Param;
+      if (state && state.getValue() == "exp_avg")
+        storage = fb::Storage::ExpAvg;
+      else if (state && state.getValue() == "exp_avg_sq")
+        storage = fb::Storage::ExpAvgSq;
+      else if (state)
+        return func.emitOpError()
+               << "plan: unknown optimizer state '" << state.getValue() << "'";
       FailureOr<uint32_t> param = paramIndex(func, idx);
-      if (failed(param) ||
-          failed(add(arg, func, fb::Storage::Param, 0, *param)))
+      if (failed(param) || failed(add(arg, func, storage, 0, *param)))
         return failure();
       continue;
     }
@@ -195,10 +209,15 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       kind = fb::InputKind::Tokens;
     else if (role && role.getValue() == "targets")
       kind = fb::InputKind::Targets;
+    else if (role && role.getValue() == "step")
+      kind = fb::InputKind::Step;
+    else if (role && role.getValue() == "hyperparameters")
+      kind = fb::InputKind::Hyperparameters;
     else
       return func.emitOpError()
              << "plan: argument #" << idx
-             << " needs tp.param or tp.input = \"tokens\" | \"targets\"";
+             << " needs tp.param or tp.input = \"tokens\" | \"targets\" | "
+                "\"step\" | \"hyperparameters\"";
     uint32_t inputIdx = inputs.size();
     if (failed(add(arg, func, fb::Storage::Input, 0, inputIdx)))
       return failure();
@@ -224,12 +243,18 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       if (offset >= 0) {
         added = add(result, &op, fb::Storage::Arena, offset, 0);
       } else {
-        // A reshape aliasing a parameter or input: same storage, new shape.
-        auto reshape = dyn_cast<ReshapeOp>(op);
-        if (!reshape)
-          return op.emitOpError() << "plan: only a reshape may alias its input";
-        const TensorTable::Entry source =
-            table.entries[table.ids.at(reshape.getInput())];
+        // A reshape aliasing a parameter or input (same storage, new
+        // shape), or AdamW updating a parameter or moment in place.
+        Value aliased;
+        if (auto reshape = dyn_cast<ReshapeOp>(op))
+          aliased = reshape.getInput();
+        else if (isa<AdamWOp>(op))
+          aliased = op.getOperand(
+              result.getResultNumber() == 0 ? 0 : result.getResultNumber() + 1);
+        else
+          return op.emitOpError()
+                 << "plan: only a reshape or an in-place AdamW may alias";
+        const TensorTable::Entry source = table.entries[table.ids.at(aliased)];
         added = add(result, &op, source.storage, source.offset, source.index);
       }
       if (failed(added))
@@ -244,6 +269,8 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       ints = builder.CreateVector(transpose.getPermutation().vec());
     else if (auto slice = dyn_cast<SliceOp>(op))
       ints = builder.CreateVector(slice.getOffsets().vec());
+    else if (auto pad = dyn_cast<PadOp>(op))
+      ints = builder.CreateVector(pad.getOffsets().vec());
     else if (auto sum = dyn_cast<ReduceSumOp>(op))
       ints = builder.CreateVector(sum.getDims().vec());
     else if (auto mean = dyn_cast<ReduceMeanOp>(op))
@@ -276,6 +303,9 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
         })
         .Case([&](ScaleOp s) {
           step.add_factor(s.getFactorAttr().getValueAsDouble());
+        })
+        .Case([&](ConstantOp c) {
+          step.add_value(c.getValueAttr().getValueAsDouble());
         })
         .Case([&](AdamWOp a) {
           step.add_beta1(a.getBeta1Attr().getValueAsDouble());

@@ -1,9 +1,11 @@
-// Runs a loaded plan's programs on the CPU: parameters live in a ParamStore
-// shared by all programs; each ProgramRunner owns its activation arena.
+// Runs a loaded plan's programs on the CPU: parameters and their optimizer
+// state live in a ParamStore shared by all programs; each ProgramRunner owns
+// its activation arena and inputs.
 #pragma once
 
 #include "tpc/runtime/Plan.h"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,7 +15,8 @@
 
 namespace tpc::runtime {
 
-/// The plan's parameters as f32 host arrays, in plan order.
+/// The plan's parameters as f32 host arrays, in plan order, and AdamW's
+/// moments for each (zeros until a train step writes them).
 class ParamStore {
 public:
   /// Sharding-independent deterministic initialisation (Init.h).
@@ -28,11 +31,17 @@ public:
   const std::vector<float> &operator[](size_t index) const {
     return values[index];
   }
+  std::vector<float> &expAvg(size_t index);
+  std::vector<float> &expAvgSq(size_t index);
+  const std::vector<float> &expAvg(size_t index) const;
+  const std::vector<float> &expAvgSq(size_t index) const;
   size_t size() const { return values.size(); }
   uint64_t bytes() const;
 
 private:
   std::vector<std::vector<float>> values;
+  // Allocated on first use: inference never pays for them.
+  mutable std::vector<std::vector<float>> moments1, moments2;
 };
 
 /// Time spent per op kind.
@@ -47,9 +56,13 @@ public:
   ProgramRunner(const LoadedPlan &plan, const std::string &name,
                 ParamStore &params);
 
-  /// Sets the tokens or targets input; throws if the size differs.
-  void setInput(plan::InputKind kind, std::span<const int32_t> values);
   bool hasInput(plan::InputKind kind) const;
+  /// Sets tokens or targets; throws if the size differs.
+  void setInput(plan::InputKind kind, std::span<const int32_t> values);
+  /// Sets the 1-based step of a train step.
+  void setStep(int64_t step);
+  /// Sets [peak_lr, min_lr, warmup_steps, decay_steps, max_grad_norm].
+  void setHyperparameters(const std::array<float, 5> &values);
   /// The [batch, seq] shape of the tokens input.
   std::vector<int64_t> tokensShape() const;
 
@@ -66,19 +79,21 @@ public:
   uint64_t inputBytes() const;
 
 private:
+  struct FreeDeleter {
+    void operator()(void *p) const;
+  };
   float *floatData(uint32_t tensor);
   const int32_t *intData(uint32_t tensor) const;
+  int64_t stepValue(uint32_t tensor) const;
   std::span<const int64_t> shape(uint32_t tensor) const;
   int64_t elements(uint32_t tensor) const;
+  std::vector<uint64_t> &inputStorage(plan::InputKind kind, size_t bytes);
   void execute(const plan::Step &step);
 
   const plan::Program *program;
   ParamStore &params;
-  struct FreeDeleter {
-    void operator()(void *p) const;
-  };
   std::unique_ptr<std::byte, FreeDeleter> arena; // 64-byte aligned
-  std::vector<std::vector<int32_t>> inputs;
+  std::vector<std::vector<uint64_t>> inputs;     // 8-byte aligned bytes
   std::vector<std::vector<int64_t>> shapes;
   std::map<std::string, OpStats> opStats;
 };

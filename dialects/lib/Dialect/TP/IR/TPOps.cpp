@@ -881,8 +881,8 @@ ShardingRule NormSquaredOp::getShardingRule() {
 static ShardingRule scalarOfHyperparametersRule(Value hyperparameters) {
   ShardingRuleBuilder builder;
   builder.addOperand(ArrayRef<int64_t>{});
-  builder.addOperand({builder.addFactor(shapeOf(hyperparameters)[0],
-                                        FactorKind::Replicated)});
+  builder.addOperand(
+      {builder.addFactor(shapeOf(hyperparameters)[0], FactorKind::Replicated)});
   builder.addResult(ArrayRef<int64_t>{});
   return builder.build();
 }

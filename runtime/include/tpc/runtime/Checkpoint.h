@@ -1,0 +1,49 @@
+// Training checkpoints and HuggingFace export.
+//
+// A checkpoint is a directory DIR/step-NNNNNNNN holding state.safetensors
+// (every parameter by HF name, and AdamW's moments as
+// "optimizer.exp_avg.<name>" / "optimizer.exp_avg_sq.<name>", all f32, bit
+// exact) and manifest.json. It is built in a temporary directory and renamed
+// into place, then DIR/latest is replaced (temp + rename) to name it: a crash
+// at any point leaves the previous checkpoint intact.
+#pragma once
+
+#include "tpc/runtime/Executor.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace tpc::runtime {
+
+struct CheckpointState {
+  int64_t step = 0; // steps completed
+  std::array<float, 5> hyperparameters{};
+  int64_t tokensPerStep = 0;
+};
+
+/// Identifies the parameter set (names and shapes) a checkpoint belongs to.
+std::string planFingerprint(const LoadedPlan &plan);
+
+/// Writes a checkpoint of `params` after `state.step` steps; returns its
+/// directory.
+std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
+                            const ParamStore &params,
+                            const CheckpointState &state);
+
+/// Loads a checkpoint directory, or the one DIR/latest names, into `params`.
+/// Throws std::runtime_error if it is incomplete or belongs to another model.
+CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
+                               ParamStore &params);
+
+/// Writes DIR/model.safetensors (the parameters under their HF names, f32)
+/// and DIR/config.json (the model's config), so that HuggingFace's
+/// from_pretrained loads the trained model. Atomic per file.
+void exportHuggingFace(const std::string &dir, const LoadedPlan &plan,
+                       const ParamStore &params);
+
+/// Writes `text` to `path` atomically (temp file in the same directory,
+/// fsync, rename). Throws std::runtime_error on failure.
+void writeFileAtomically(const std::string &path, const std::string &text);
+
+} // namespace tpc::runtime

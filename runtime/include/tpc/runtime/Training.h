@@ -1,0 +1,52 @@
+// The training loop over a plan's @train_step.
+#pragma once
+
+#include "tpc/runtime/Checkpoint.h"
+#include "tpc/runtime/Executor.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+struct TrainConfig {
+  int64_t steps = 0; // train until this many steps have completed
+  /// [peak_lr, min_lr, warmup_steps, decay_steps, max_grad_norm].
+  std::array<float, 5> hyperparameters{};
+  int64_t checkpointEvery = 0; // 0: only at the end if a directory is given
+  std::string checkpointDir;
+  std::string resume; // checkpoint directory (or its parent with `latest`)
+};
+
+struct StepRecord {
+  int64_t step;
+  double loss;
+  double learningRate;
+  double seconds;
+};
+
+struct TrainResult {
+  int64_t firstStep = 1; // 1 + the step resumed from
+  std::vector<StepRecord> records;
+  std::map<std::string, OpStats> opStats; // summed over all steps
+  uint64_t arenaBytes = 0, paramBytes = 0, inputBytes = 0;
+  int64_t tokensPerStep = 0;
+};
+
+/// The batch offset of a 1-based step: consecutive windows of batch*seq
+/// tokens, wrapping around the stream.
+int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep);
+
+/// Runs @train_step from step 1 (or after the resumed checkpoint) through
+/// config.steps, printing one progress line per step to `log`, writing
+/// checkpoints as configured.
+TrainResult train(const LoadedPlan &plan, ParamStore &params,
+                  std::span<const int32_t> stream, const TrainConfig &config,
+                  std::ostream &log);
+
+} // namespace tpc::runtime

@@ -1,0 +1,80 @@
+#include "tpc/runtime/Training.h"
+
+#include "tpc/runtime/Tokens.h"
+#include "tpc/runtime/cpu/Kernels.h"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+namespace tpc::runtime {
+
+int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep) {
+  const int64_t batches = (streamTokens - 1) / tokensPerStep;
+  if (batches < 1)
+    throw std::runtime_error(
+        "the token stream has " + std::to_string(streamTokens) +
+        " tokens; one step needs " + std::to_string(tokensPerStep + 1));
+  return ((step - 1) % batches) * tokensPerStep;
+}
+
+TrainResult train(const LoadedPlan &plan, ParamStore &params,
+                  std::span<const int32_t> stream, const TrainConfig &config,
+                  std::ostream &log) {
+  ProgramRunner runner(plan, "train_step", params);
+  std::vector<int64_t> shape = runner.tokensShape();
+  TrainResult result;
+  result.tokensPerStep = shape[0] * shape[1];
+  if (!config.resume.empty()) {
+    CheckpointState state = readCheckpoint(config.resume, plan, params);
+    result.firstStep = state.step + 1;
+    log << "resumed from step " << state.step << " (" << config.resume << ")\n";
+  }
+  runner.setHyperparameters(config.hyperparameters);
+  const auto &h = config.hyperparameters;
+  CheckpointState state{0, h, result.tokensPerStep};
+  for (int64_t step = result.firstStep; step <= config.steps; ++step) {
+    Batch batch =
+        cutBatch(stream, batchOffset(step, stream.size(), result.tokensPerStep),
+                 shape[0], shape[1]);
+    runner.setInput(plan::InputKind::Tokens, batch.tokens);
+    runner.setInput(plan::InputKind::Targets, batch.targets);
+    runner.setStep(step);
+    auto start = std::chrono::steady_clock::now();
+    runner.run();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    double loss = runner.result(0)[0];
+    double lr = cpu::learningRate(step, h[0], h[1], h[2], h[3]);
+    result.records.push_back({step, loss, lr, seconds});
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "step %lld/%lld | loss %.4f | lr %.3e | %.0f tokens/s | "
+                  "%.1f ms/step\n",
+                  static_cast<long long>(step),
+                  static_cast<long long>(config.steps), loss, lr,
+                  result.tokensPerStep / seconds, seconds * 1e3);
+    log << line << std::flush;
+    for (const auto &[kind, stats] : runner.stats()) {
+      result.opStats[kind].count += stats.count;
+      result.opStats[kind].seconds += stats.seconds;
+    }
+    runner.resetStats();
+    bool periodic =
+        config.checkpointEvery > 0 && step % config.checkpointEvery == 0;
+    bool last = step == config.steps;
+    if (!config.checkpointDir.empty() && (periodic || last)) {
+      state.step = step;
+      std::string where =
+          writeCheckpoint(config.checkpointDir, plan, params, state);
+      log << "checkpoint: " << where << "\n";
+    }
+  }
+  result.arenaBytes = runner.arenaBytes();
+  result.paramBytes = params.bytes();
+  result.inputBytes = runner.inputBytes();
+  return result;
+}
+
+} // namespace tpc::runtime

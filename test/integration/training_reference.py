@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Gradient, optimizer and export references for tpc's training, from PyTorch autograd,
+torch.optim.AdamW and HuggingFace's from_pretrained.
+
+Run with the project venv (tools/setup-venv.sh) on a model directory made by
+`reference.py make-model` (config.json, model.safetensors, tokens.tokens):
+
+  training_reference.py gradients --model DIR --batch B --seq S --actual GRADS.safetensors
+      every parameter's gradient of the mean cross-entropy on batch 0 (autograd, float64),
+      against tp-run --dump-grads; per parameter rel = max|actual - ref| / max|ref|.
+  training_reference.py train --model DIR --batch B --seq S --steps N --actual METRICS.json
+      [--lr --min-lr --warmup --decay-steps --clip --weight-decay --beta1 --beta2 --eps]
+      N steps of torch.optim.AdamW (weight decay on parameters of rank >= 2, global-norm clipping,
+      linear warmup + cosine decay, tp-run's batch order) in float64, against the loss curve in
+      tp-run's --metrics JSON; per step rel = |actual - ref| / |ref|.
+  training_reference.py export --export DIR --tokens FILE --batch B --seq S --actual OUT.safetensors
+      loads DIR (tp-run --export) with from_pretrained and checks its logits against the runtime's
+      logits of the same weights (tp-run --dump), and that its weights are the exported bits.
+
+Exit 1 when a tolerance is exceeded, 2 on usage or I/O errors.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402  (shares the token reader and the float64 LLaMA patch)
+from reference import UsageError  # noqa: E402
+
+
+def _load_model(path, dtype):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise UsageError(f"{path}: no config.json")
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+    return model.to(dtype)
+
+
+def _batch(tokens, step, batch, seq):
+    """tp-run's batch for a 1-based step: consecutive windows, wrapping around."""
+    import torch
+
+    per_step = batch * seq
+    batches = (len(tokens) - 1) // per_step
+    if batches < 1:
+        raise UsageError(f"the token stream has {len(tokens)} tokens; one step needs {per_step + 1}")
+    start = ((step - 1) % batches) * per_step
+    window = torch.tensor(tokens[start : start + per_step + 1], dtype=torch.long)
+    return window[:per_step].reshape(batch, seq), window[1:].reshape(batch, seq)
+
+
+def _loss(model, inputs, targets):
+    import torch.nn.functional as F
+
+    logits = model(input_ids=inputs, use_cache=False).logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def _model_type(path):
+    with open(os.path.join(path, "config.json")) as f:
+        return json.load(f)["model_type"]
+
+
+def _rel(actual, ref):
+    import numpy as np
+
+    actual = np.asarray(actual, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if not np.all(np.isfinite(actual)):
+        return math.inf
+    scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-30)
+    return float(np.max(np.abs(actual - ref))) / scale if ref.size else 0.0
+
+
+def gradients(args):
+    import torch
+
+    torch.set_num_threads(1)
+    tokens = reference.read_tokens(os.path.join(args.model, "tokens.tokens"))
+    model = _load_model(args.model, torch.float64)
+    inputs, targets = _batch(tokens, 1, args.batch, args.seq)
+    with reference._exact_float64(_model_type(args.model)):
+        loss = _loss(model, inputs, targets)
+        loss.backward()
+    actual = reference._load(args.actual, "actual")
+    failures, worst = [], 0.0
+    names = [n for n, _ in model.named_parameters()]
+    missing = [n for n in names if n not in actual]
+    if missing or "loss" not in actual:
+        raise UsageError(f"{args.actual}: missing {', '.join((missing + ['loss'] if 'loss' not in actual else missing)[:5])}")
+    for name, param in model.named_parameters():
+        ref = param.grad.detach().numpy()
+        if actual[name].shape != ref.shape:
+            raise UsageError(f"{args.actual}: '{name}' has shape {list(actual[name].shape)}, torch {list(ref.shape)}")
+        rel = _rel(actual[name], ref)
+        worst = max(worst, rel)
+        if rel > args.rtol:
+            failures.append(f"{name} rel={rel:.3e}")
+    loss_rel = _rel(actual["loss"], loss.detach().numpy())
+    print(f"gradients: {len(names)} parameters, worst rel={worst:.3e}, loss rel={loss_rel:.3e} "
+          f"(rtol {args.rtol:.0e})")
+    if loss_rel > args.rtol:
+        failures.append(f"loss rel={loss_rel:.3e}")
+    if failures:
+        print("gradients: FAIL: " + "; ".join(failures), file=sys.stderr)
+        return 1
+    print("gradients: PASS")
+    return 0
+
+
+def _learning_rate(step, peak, min_lr, warmup, decay):
+    """tp.lr_schedule, the same formula as cpu::learningRate."""
+    if warmup > 0 and step <= warmup:
+        return peak * step / warmup
+    if decay <= warmup:
+        return peak
+    if step >= decay:
+        return min_lr
+    progress = (step - warmup) / (decay - warmup)
+    return min_lr + (peak - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def train(args):
+    import torch
+
+    torch.set_num_threads(1)
+    with open(args.actual) as f:
+        metrics = json.load(f)
+    curve = {int(r["step"]): float(r["loss"]) for r in metrics.get("loss_curve", [])}
+    if sorted(curve) != list(range(1, args.steps + 1)):
+        raise UsageError(f"{args.actual}: loss_curve does not hold steps 1..{args.steps}")
+
+    tokens = reference.read_tokens(os.path.join(args.model, "tokens.tokens"))
+    model = _load_model(args.model, torch.float64)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    failures, worst = [], 0.0
+    with reference._exact_float64(_model_type(args.model)):
+        for step in range(1, args.steps + 1):
+            inputs, targets = _batch(tokens, step, args.batch, args.seq)
+            optimizer.zero_grad()
+            loss = _loss(model, inputs, targets)
+            loss.backward()
+            if args.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+            lr = _learning_rate(step, args.lr, args.min_lr, args.warmup, args.decay_steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.step()
+            ref = loss.item()
+            rel = abs(curve[step] - ref) / max(abs(ref), 1e-30)
+            worst = max(worst, rel)
+            print(f"step {step:3d}: torch {ref:.8f} tpc {curve[step]:.8f} rel {rel:.2e}")
+            if not rel <= args.rtol:
+                failures.append(f"step {step} rel={rel:.3e}")
+    print(f"train: {args.steps} steps, worst rel={worst:.3e} (rtol {args.rtol:.0e})")
+    if failures:
+        print("train: FAIL: " + "; ".join(failures), file=sys.stderr)
+        return 1
+    print("train: PASS")
+    return 0
+
+
+def export(args):
+    import numpy as np
+    import torch
+    from safetensors.numpy import load_file
+
+    torch.set_num_threads(1)
+    model = _load_model(args.export, torch.float32).eval()
+    exported = load_file(os.path.join(args.export, "model.safetensors"))
+    state = model.state_dict()
+    for name, value in exported.items():
+        if name not in state:
+            raise UsageError(f"{args.export}: tensor '{name}' is not a parameter of the loaded model")
+        if not np.array_equal(state[name].numpy(), value):
+            print(f"export: FAIL: loaded '{name}' differs from the exported bits", file=sys.stderr)
+            return 1
+    tokens = reference.read_tokens(args.tokens)
+    inputs, _ = _batch(tokens, 1, args.batch, args.seq)
+    with torch.no_grad():
+        logits = model(input_ids=inputs, use_cache=False).logits.numpy()
+    actual = reference._load(args.actual, "actual")
+    if "logits" not in actual or actual["logits"].shape != logits.shape:
+        raise UsageError(f"{args.actual}: needs 'logits' of shape {list(logits.shape)}")
+    rel = _rel(actual["logits"], logits)
+    print(f"export: {len(exported)} tensors load bit-exact; logits rel={rel:.3e} (rtol {args.rtol:.0e})")
+    if rel > args.rtol:
+        print("export: FAIL: logits differ", file=sys.stderr)
+        return 1
+    print("export: PASS")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("gradients")
+    t = sub.add_parser("train")
+    e = sub.add_parser("export")
+    for p in (g, t):
+        p.add_argument("--model", required=True)
+    for p in (g, t, e):
+        p.add_argument("--batch", type=int, required=True)
+        p.add_argument("--seq", type=int, required=True)
+        p.add_argument("--actual", required=True)
+        p.add_argument("--rtol", type=float, default=1e-4)
+    t.add_argument("--steps", type=int, required=True)
+    t.add_argument("--lr", type=float, required=True)
+    t.add_argument("--min-lr", type=float, required=True)
+    t.add_argument("--warmup", type=float, required=True)
+    t.add_argument("--decay-steps", type=float, required=True)
+    t.add_argument("--clip", type=float, required=True)
+    t.add_argument("--weight-decay", type=float, default=0.01)
+    t.add_argument("--beta1", type=float, default=0.9)
+    t.add_argument("--beta2", type=float, default=0.999)
+    t.add_argument("--eps", type=float, default=1e-8)
+    e.add_argument("--export", required=True)
+    e.add_argument("--tokens", required=True)
+    args = parser.parse_args(argv)
+    try:
+        return {"gradients": gradients, "train": train, "export": export}[args.command](args)
+    except UsageError as error:
+        print(f"training_reference: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
