@@ -1,0 +1,28 @@
+// RUN: tpc-opt %s -split-input-file -verify-diagnostics --tp-autodiff
+// RUN: not tpc-opt %s -split-input-file --tp-autodiff=remat=sometimes 2>&1 | FileCheck %s --check-prefix=REMAT
+// REMAT: error: tp-autodiff: remat must be none or layer, got 'sometimes'
+
+// expected-error @below {{tp-autodiff: the module has no @loss}}
+module {
+  func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+    return %x : tensor<4xf32>
+  }
+}
+
+// -----
+
+// expected-error @below {{tp-autodiff: @loss must return one scalar loss}}
+func.func @loss(%x: tensor<4xf32> {tp.param = "x", tp.init = "zeros"}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// Second-order differentiation is not supported.
+func.func @loss(%x: tensor<4x8xf32> {tp.param = "x", tp.init = "zeros"},
+                %targets: tensor<4xi32> {tp.input = "targets"}) -> tensor<f32> {
+  // expected-error @below {{tp-autodiff: no vector-Jacobian product for this op}}
+  %g = tp.gelu_grad %x, %x : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %l = tp.cross_entropy %g, %targets : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
