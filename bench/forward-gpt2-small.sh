@@ -21,7 +21,7 @@ fi
 "$root/tools/build.sh" >/dev/null
 "$build/bin/tpc-import" "$root/bench/gpt2-small/config.json" --batch "$batch" \
   --seq 256 -o "$work/model.mlir"
-"$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/model.tpplan"
+"$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline="train=false" -o "$work/model.tpplan"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
   "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}"
-"$build/bin/tpc-bench-forward" "$work/model.tpplan" --program forward --runs "$runs"
+"$build/bin/tpc-bench-program" "$work/model.tpplan" --program forward --runs "$runs"

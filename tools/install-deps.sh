@@ -10,6 +10,8 @@ packages=(
   cmake ninja-build libgtest-dev googletest clang-format
   # Runtime: MPI, plan files, BLAS.
   libopenmpi-dev openmpi-bin flatbuffers-compiler libflatbuffers-dev libopenblas-dev
+  # English text the main example trains on.
+  fortunes
   # Numerical references for tests.
   python3-torch python3-numpy python3-venv
 )

@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
 # The main job on the bundled default: builds tpc (installing dependencies
 # first if needed), imports the bundled GPT-2 config (byte-level vocabulary),
-# compiles it to a plan and runs a forward pass with the loss on bundled text.
+# compiles it to a training plan and trains it on English text from Debian's
+# `fortunes` package, then draws the loss curve and exports the model in
+# HuggingFace layout. STEPS=N overrides the 400 steps.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-config=${1:-$root/examples/gpt2-bytes/config.json}
-text=${2:-$root/README.md}
+config=$root/examples/gpt2-bytes/config.json
+steps=${STEPS:-400}
 work=$build/example
+fortunes=/usr/share/games/fortunes
 mkdir -p "$work"
 
 "$root/tools/build.sh" >/dev/null
 bin=$build/bin
+
+# Plain text: the fortune files without their "%" separator lines.
+(cd "$fortunes" && sed '/^%$/d' computers science literature wisdom humorists \
+  work education riddles fortunes linux magic) > "$work/fortunes.txt"
+
 set -x
-"$bin/tpc-import" "$config" --batch 4 --seq 128 -o "$work/model.mlir"
+"$bin/tpc-tokenize" "$work/fortunes.txt" -o "$work/fortunes.tokens"
+"$bin/tpc-import" "$config" --batch 8 --seq 128 -o "$work/model.mlir"
 "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/model.tpplan"
-"$bin/tpc-tokenize" "$text" -o "$work/text.tokens"
-"$bin/tp-run" "$work/model.tpplan" --data "$work/text.tokens" \
-  --metrics "$work/metrics.json"
+"$bin/tp-run" "$work/model.tpplan" --data "$work/fortunes.tokens" \
+  --steps "$steps" --lr 1e-3 --warmup 40 \
+  --checkpoint-dir "$work/checkpoints" --checkpoint-every 100 \
+  --metrics "$work/train.json" --plot "$work/loss.svg" --export "$work/export"
+{ set +x; } 2>/dev/null
+echo "loss curve: $work/loss.svg; metrics: $work/train.json;" \
+  "checkpoints: $work/checkpoints; HF export: $work/export"

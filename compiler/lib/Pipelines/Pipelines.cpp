@@ -10,6 +10,10 @@ using namespace mlir;
 
 void mlir::tp::buildPipeline(OpPassManager &pm,
                              const PipelineOptions &options) {
+  // Simplify the forward first, so that the backward is built from the
+  // folded form (e.g. attention's scale already inside the matmul's alpha).
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
   if (options.train) {
     TPAutodiffOptions autodiff;
     autodiff.remat = options.remat;

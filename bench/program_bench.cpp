@@ -1,6 +1,7 @@
-// Forward-pass time of a plan against its GEMM floor, in one process.
+// Time of one program of a plan (forward, train_step, ...) against its GEMM
+// floor, in one process.
 //
-//   tpc-bench-forward model.tpplan [--program forward] [--runs 5]
+//   tpc-bench-program model.tpplan [--program forward] [--runs 5]
 //
 // The floor is OpenBLAS SGEMM alone on exactly the plan's matmul shapes
 // (every batch entry of a batched matmul is one sgemm call, as our kernel
@@ -46,7 +47,7 @@ int main(int argc, char **argv) {
   try {
     if (argc < 2)
       throw std::invalid_argument(
-          "usage: tpc-bench-forward PLAN [--program NAME] [--runs N]");
+          "usage: tpc-bench-program PLAN [--program NAME] [--runs N]");
     std::string planPath = argv[1], programName = "forward";
     int runs = 5;
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -119,14 +120,23 @@ int main(int argc, char **argv) {
     runner.setInput(tpc::plan::InputKind::Tokens, tokens);
     if (runner.hasInput(tpc::plan::InputKind::Targets))
       runner.setInput(tpc::plan::InputKind::Targets, tokens);
+    int64_t step = 1;
+    if (runner.hasInput(tpc::plan::InputKind::Hyperparameters))
+      runner.setHyperparameters({3e-4f, 3e-5f, 10.0f, 1000.0f, 1.0f});
+    auto setStep = [&] {
+      if (runner.hasInput(tpc::plan::InputKind::Step))
+        runner.setStep(step++);
+    };
 
     // Warm up both, then alternate.
+    setStep();
     runner.run();
     runFloor();
     std::vector<double> forward, floor;
     std::map<std::string, double> opSeconds;
     for (int r = 0; r < runs; ++r) {
       runner.resetStats();
+      setStep();
       double t0 = now();
       runner.run();
       double t1 = now();
@@ -142,18 +152,24 @@ int main(int argc, char **argv) {
     std::cout << std::fixed << std::setprecision(3) << "program " << programName
               << ": batch " << shape[0] << " x seq " << shape[1] << ", "
               << cpu::numThreads() << " threads, " << runs << " runs\n"
-              << "forward median " << f * 1e3 << " ms (" << std::setprecision(1)
-              << tokenCount / f << " tokens/s)\n"
+              << programName << " median " << f * 1e3 << " ms ("
+              << std::setprecision(1) << tokenCount / f << " tokens/s)\n"
               << std::setprecision(3) << "GEMM floor median " << g * 1e3
               << " ms (" << gemms.size() << " matmuls)\n"
-              << "ratio forward / floor: " << f / g << "\n"
+              << "ratio " << programName << " / floor: " << f / g << "\n"
+              << "planned memory: arena " << runner.arenaBytes() / 1e6
+              << " MB + parameters and optimizer state " << params.bytes() / 1e6
+              << " MB + inputs " << runner.inputBytes() / 1e6 << " MB = "
+              << (runner.arenaBytes() + params.bytes() + runner.inputBytes()) /
+                     1e6
+              << " MB\n"
               << "time per op kind (mean ms):";
     for (const auto &[kind, seconds] : opSeconds)
       std::cout << " " << kind << "=" << seconds * 1e3;
     std::cout << "\n";
     return 0;
   } catch (const std::exception &error) {
-    std::cerr << "tpc-bench-forward: error: " << error.what() << "\n";
+    std::cerr << "tpc-bench-program: error: " << error.what() << "\n";
     return 1;
   }
 }
