@@ -262,7 +262,9 @@ private:
   Value mul(Value lhs, Value rhs) {
     return tp::MulOp::create(b, loc, tensor(broadcast(lhs, rhs)), lhs, rhs);
   }
-  SmallVector<int64_t> broadcast(Value lhs, Value rhs);
+  SmallVector<int64_t> broadcast(Value lhs, Value rhs) {
+    return *tp::broadcastShapes(shape(lhs), shape(rhs));
+  }
   Value reshape(Value v, ArrayRef<int64_t> newShape) {
     return tp::ReshapeOp::create(b, loc, tensor(newShape), v);
   }
@@ -303,32 +305,9 @@ Value ModelEmitter::param(const std::string &name, ArrayRef<int64_t> shape,
                               NameLoc::get(b.getStringAttr(name)));
 }
 
-SmallVector<int64_t> ModelEmitter::broadcast(Value lhs, Value rhs) {
-  ArrayRef<int64_t> l = shape(lhs), r = shape(rhs);
-  size_t rank = std::max(l.size(), r.size());
-  SmallVector<int64_t> result(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t dl = i < l.size() ? l[l.size() - 1 - i] : 1;
-    int64_t dr = i < r.size() ? r[r.size() - 1 - i] : 1;
-    result[rank - 1 - i] = std::max(dl, dr);
-  }
-  return result;
-}
-
 Value ModelEmitter::matmul(Value lhs, Value rhs, bool transposeRhs) {
-  ArrayRef<int64_t> l = shape(lhs), r = shape(rhs);
-  int64_t n = transposeRhs ? r[r.size() - 2] : r.back();
-  SmallVector<int64_t> out;
-  ArrayRef<int64_t> lBatch = l.drop_back(2), rBatch = r.drop_back(2);
-  if (lBatch.empty())
-    out.assign(rBatch.begin(), rBatch.end());
-  else if (rBatch.empty())
-    out.assign(lBatch.begin(), lBatch.end());
-  else
-    for (auto [lb, rb] : llvm::zip_equal(lBatch, rBatch))
-      out.push_back(std::max(lb, rb));
-  out.push_back(l[l.size() - 2]);
-  out.push_back(n);
+  SmallVector<int64_t> out =
+      *tp::inferMatmulShape(shape(lhs), shape(rhs), false, transposeRhs);
   return tp::MatmulOp::create(b, loc, tensor(out), lhs, rhs,
                               /*transpose_lhs=*/false, transposeRhs,
                               llvm::APFloat(1.0));

@@ -1,5 +1,6 @@
 #include "tpc/runtime/Checkpoint.h"
 
+#include "tpc/runtime/Files.h"
 #include "tpc/runtime/Init.h"
 #include "tpc/runtime/Safetensors.h"
 
@@ -34,25 +35,6 @@ std::vector<int64_t> shapeOf(const plan::Param &param) {
   return {param.shape()->begin(), param.shape()->end()};
 }
 } // namespace
-
-void writeFileAtomically(const std::string &path, const std::string &text) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !(out << text) || !out.flush()) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": cannot write");
-    }
-  }
-  syncPath(tmp);
-  std::error_code error;
-  fs::rename(tmp, path, error);
-  if (error) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path +
-                             ": cannot rename into place: " + error.message());
-  }
-}
 
 std::string planFingerprint(const LoadedPlan &plan) {
   std::string description;

@@ -1,5 +1,7 @@
 #include "tpc/runtime/Plot.h"
 
+#include "tpc/runtime/Files.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -100,25 +102,6 @@ double niceStep(double range, double target) {
 
 int decimalsFor(double step) {
   return std::max(0, int(-std::floor(std::log10(step) + 1e-9)));
-}
-
-void writeAtomically(const std::string &path, const std::string &data) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !out.write(data.data(), std::streamsize(data.size())) ||
-        !out.flush()) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": cannot write the plot");
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(tmp, path, error);
-  if (error) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(
-        path + ": cannot rename the plot into place: " + error.message());
-  }
 }
 
 } // namespace
@@ -262,7 +245,7 @@ void writeLossCurveSvg(const std::string &path,
     }
   }
   svg += "</svg>\n";
-  writeAtomically(path, svg);
+  writeFileAtomically(path, svg);
 }
 
 } // namespace tpc::runtime

@@ -1,5 +1,7 @@
 #include "tpc/runtime/Tokens.h"
 
+#include "tpc/runtime/Files.h"
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -71,26 +73,9 @@ void writeTokenFile(const std::string &path, std::span<const int32_t> tokens) {
     for (int i = 0; i < 4; ++i)
       bytes[16 + 4 * t + i] = (id >> (8 * i)) & 0xff;
   }
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out ||
-        !out.write(reinterpret_cast<const char *>(bytes.data()),
-                   bytes.size()) ||
-        !out.flush()) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": cannot write the token file");
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(tmp, path, error);
-  if (error) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path +
-                             ": cannot rename the token file into "
-                             "place: " +
-                             error.message());
-  }
+  writeFileAtomically(
+      path, std::string_view(reinterpret_cast<const char *>(bytes.data()),
+                             bytes.size()));
 }
 
 Batch cutBatch(std::span<const int32_t> stream, int64_t offset, int64_t batch,

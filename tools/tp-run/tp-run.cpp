@@ -17,6 +17,7 @@
 
 #include "tpc/runtime/Checkpoint.h"
 #include "tpc/runtime/Executor.h"
+#include "tpc/runtime/Files.h"
 #include "tpc/runtime/Plan.h"
 #include "tpc/runtime/Plot.h"
 #include "tpc/runtime/Safetensors.h"

@@ -74,18 +74,8 @@ public:
   /// lhs x rhs with tp.matmul's semantics; the result type is inferred.
   Value matmul(Value lhs, Value rhs, bool transposeLhs, bool transposeRhs,
                double alpha) {
-    ArrayRef<int64_t> l = shapeOf(lhs), r = shapeOf(rhs);
-    SmallVector<int64_t> shape;
-    ArrayRef<int64_t> lb = l.drop_back(2), rb = r.drop_back(2);
-    if (lb.empty())
-      shape.assign(rb.begin(), rb.end());
-    else if (rb.empty())
-      shape.assign(lb.begin(), lb.end());
-    else
-      for (auto [x, y] : llvm::zip_equal(lb, rb))
-        shape.push_back(std::max(x, y));
-    shape.push_back(transposeLhs ? l.back() : l[l.size() - 2]);
-    shape.push_back(transposeRhs ? r[r.size() - 2] : r.back());
+    SmallVector<int64_t> shape = *inferMatmulShape(shapeOf(lhs), shapeOf(rhs),
+                                                   transposeLhs, transposeRhs);
     return MatmulOp::create(b, loc, like(lhs, shape), lhs, rhs, transposeLhs,
                             transposeRhs, llvm::APFloat(alpha));
   }

@@ -42,8 +42,4 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
 void exportHuggingFace(const std::string &dir, const LoadedPlan &plan,
                        const ParamStore &params);
 
-/// Writes `text` to `path` atomically (temp file in the same directory,
-/// fsync, rename). Throws std::runtime_error on failure.
-void writeFileAtomically(const std::string &path, const std::string &text);
-
 } // namespace tpc::runtime

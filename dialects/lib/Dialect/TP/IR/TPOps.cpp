@@ -86,9 +86,8 @@ static SmallVector<int64_t> concat(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   return result;
 }
 
-/// NumPy broadcast of two shapes, or nothing if they are incompatible.
-static std::optional<SmallVector<int64_t>>
-broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+std::optional<SmallVector<int64_t>>
+mlir::tp::broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   size_t rank = std::max(a.size(), b.size());
   SmallVector<int64_t> result(rank);
   for (size_t i = 0; i < rank; ++i) {
@@ -211,18 +210,23 @@ struct MatmulDims {
 };
 } // namespace
 
-static MatmulDims getMatmulDims(MatmulOp op) {
-  ArrayRef<int64_t> lhs = shapeOf(op.getLhs()), rhs = shapeOf(op.getRhs());
+static MatmulDims matmulDims(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
+                             bool transposeLhs, bool transposeRhs) {
   MatmulDims dims;
   dims.lhsBatch = lhs.drop_back(2);
   dims.rhsBatch = rhs.drop_back(2);
   int64_t lhsRows = lhs[lhs.size() - 2], lhsCols = lhs.back();
   int64_t rhsRows = rhs[rhs.size() - 2], rhsCols = rhs.back();
-  dims.m = op.getTransposeLhs() ? lhsCols : lhsRows;
-  dims.lhsK = op.getTransposeLhs() ? lhsRows : lhsCols;
-  dims.k = op.getTransposeRhs() ? rhsCols : rhsRows;
-  dims.n = op.getTransposeRhs() ? rhsRows : rhsCols;
+  dims.m = transposeLhs ? lhsCols : lhsRows;
+  dims.lhsK = transposeLhs ? lhsRows : lhsCols;
+  dims.k = transposeRhs ? rhsCols : rhsRows;
+  dims.n = transposeRhs ? rhsRows : rhsCols;
   return dims;
+}
+
+static MatmulDims getMatmulDims(MatmulOp op) {
+  return matmulDims(shapeOf(op.getLhs()), shapeOf(op.getRhs()),
+                    op.getTransposeLhs(), op.getTransposeRhs());
 }
 
 /// The result's batch dims: the batched side's, or the NumPy broadcast of
@@ -236,6 +240,18 @@ matmulBatchShape(const MatmulDims &dims) {
   if (dims.lhsBatch.size() != dims.rhsBatch.size())
     return std::nullopt;
   return broadcastShapes(dims.lhsBatch, dims.rhsBatch);
+}
+
+std::optional<SmallVector<int64_t>>
+mlir::tp::inferMatmulShape(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
+                           bool transposeLhs, bool transposeRhs) {
+  if (lhs.size() < 2 || rhs.size() < 2)
+    return std::nullopt;
+  MatmulDims dims = matmulDims(lhs, rhs, transposeLhs, transposeRhs);
+  std::optional<SmallVector<int64_t>> batch = matmulBatchShape(dims);
+  if (dims.lhsK != dims.k || !batch)
+    return std::nullopt;
+  return concat(*batch, {dims.m, dims.n});
 }
 
 LogicalResult MatmulOp::verify() {

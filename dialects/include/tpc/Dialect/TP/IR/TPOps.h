@@ -26,6 +26,17 @@ LogicalResult verifyDistLayouts(Operation *op,
 LogicalResult verifyDistLayout(RankedTensorType type, GridOp grid,
                                function_ref<InFlightDiagnostic()> emitError,
                                StringRef what);
+/// NumPy broadcast of two shapes (aligned on trailing dims; 1 broadcasts), or
+/// nothing if they are incompatible. The result shape of tp.add and friends.
+std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
+                                                    ArrayRef<int64_t> b);
+
+/// The result shape of tp.matmul on operands of these shapes, or nothing if
+/// they do not fit (see tp.matmul's description).
+std::optional<SmallVector<int64_t>> inferMatmulShape(ArrayRef<int64_t> lhs,
+                                                     ArrayRef<int64_t> rhs,
+                                                     bool transposeLhs,
+                                                     bool transposeRhs);
 } // namespace mlir::tp
 
 #define GET_OP_CLASSES
