@@ -487,6 +487,8 @@ func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
   func::ReturnOp::create(b, loc, result);
   func.setFunctionType(
       b.getFunctionType(body->getArgumentTypes(), {result.getType()}));
+  func.setResultAttr(0, "tp.output",
+                     b.getStringAttr(withLoss ? "loss" : "logits"));
 
   // Argument attributes: HF name and initialisation for parameters, the
   // role for data inputs.

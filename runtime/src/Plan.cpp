@@ -91,6 +91,11 @@ void ProgramChecker::check() {
   checkInputs();
   for (size_t i = 0; i < program.steps()->size(); ++i)
     checkStep(*program.steps()->Get(i), i);
+  if (program.result_names() &&
+      program.result_names()->size() != program.results()->size())
+    fail(where + ": " + std::to_string(program.result_names()->size()) +
+         " result names for " + std::to_string(program.results()->size()) +
+         " results");
   for (uint32_t result : *program.results()) {
     if (result >= tensors.size())
       fail(where + ": result tensor " + std::to_string(result) +
@@ -748,6 +753,14 @@ void LoadedPlan::printJson(std::ostream &os) const {
     }
     os << "],\n     \"results\": ";
     jsonArray(os, program.results());
+    if (program.result_names()) {
+      os << ",\n     \"result_names\": [";
+      for (size_t i = 0; i < program.result_names()->size(); ++i) {
+        os << (i ? ", " : "");
+        jsonString(os, program.result_names()->Get(i)->str());
+      }
+      os << "]";
+    }
     os << ",\n     \"tensors\": [";
     for (size_t i = 0; i < program.tensors()->size(); ++i) {
       const plan::Tensor &t = *program.tensors()->Get(i);

@@ -409,6 +409,8 @@ FailureOr<func::FuncOp> TPAutodiff::buildGradients(func::FuncOp loss) {
   ret.erase();
   grads.setFunctionType(FunctionType::get(
       &getContext(), block.getArgumentTypes(), ValueRange(results).getTypes()));
+  // @loss's result attributes describe one result; start afresh.
+  grads.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
   grads.setResultAttr(0, "tp.output", b.getStringAttr("loss"));
   for (auto [n, i] : llvm::enumerate(indices))
     grads.setResultAttr(n + 1, "tp.grad_of", grads.getArgAttr(i, "tp.param"));

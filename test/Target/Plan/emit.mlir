@@ -17,6 +17,7 @@
 // CHECK-NEXT: {"name": "forward", "arena_bytes": 768,
 // CHECK-NEXT: "inputs": [{"kind": "Tokens", "tensor": 3}],
 // CHECK-NEXT: "results": [7],
+// CHECK-NEXT: "result_names": ["logits"],
 // CHECK-NEXT: "tensors": [
 // CHECK-NEXT: {"id": 0, "dtype": "F32", "shape": [16, 8], "storage": "Param", "index": 0},
 // CHECK-NEXT: {"id": 1, "dtype": "F32", "shape": [8], "storage": "Param", "index": 1},
@@ -37,7 +38,7 @@ module attributes {tp.model_type = "test"} {
   func.func @forward(%emb: tensor<16x8xf32> {tp.param = "emb.weight", tp.init = "normal", tp.init_std = 0.02 : f64},
                      %g: tensor<8xf32> {tp.param = "norm.weight", tp.init = "ones"},
                      %b: tensor<8xf32> {tp.param = "norm.bias", tp.init = "zeros"},
-                     %tokens: tensor<2x4xi32> {tp.input = "tokens"}) -> tensor<8x16xf32> {
+                     %tokens: tensor<2x4xi32> {tp.input = "tokens"}) -> (tensor<8x16xf32> {tp.output = "logits"}) {
     %0 = tp.embedding %emb, %tokens : (tensor<16x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32> loc("embed")
     %1 = tp.layer_norm %0, %g, %b {epsilon = 1.0e-3 : f64} : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
     %2 = tp.reshape %1 : (tensor<2x4x8xf32>) -> tensor<8x8xf32>

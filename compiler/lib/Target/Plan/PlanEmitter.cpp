@@ -325,11 +325,22 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
         builder, entry.dtype,
         builder.CreateVector(entry.shape.data(), entry.shape.size()),
         entry.storage, entry.offset, entry.index));
+  std::vector<flatbuffers::Offset<flatbuffers::String>> resultNames;
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    std::string name = "result" + std::to_string(i);
+    if (auto output = func.getResultAttrOfType<StringAttr>(i, "tp.output"))
+      name = output.str();
+    else if (auto grad = func.getResultAttrOfType<StringAttr>(i, "tp.grad_of"))
+      name = grad.str();
+    else if (func.getResultAttr(i, "tp.updates"))
+      name = "update";
+    resultNames.push_back(builder.CreateString(name));
+  }
   programs.push_back(fb::CreateProgram(
       builder, builder.CreateString(func.getSymName().str()),
       builder.CreateVector(tensors), builder.CreateVector(inputs),
       builder.CreateVector(steps), builder.CreateVector(results),
-      arenaAttr.getInt()));
+      arenaAttr.getInt(), builder.CreateVector(resultNames)));
   return success();
 }
 
