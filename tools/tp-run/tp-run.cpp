@@ -14,8 +14,12 @@
 // Without --weights (or --resume), parameters get the deterministic
 // initialisation that every plan of the same model shares. Every error is
 // one line on stderr and exit code 1.
+//
+// Under mpirun (mpirun -np N tp-run ...) every rank runs this program on a
+// plan whose grid has N ranks; only rank 0 prints normal output.
 
 #include "tpc/runtime/Checkpoint.h"
+#include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/Files.h"
 #include "tpc/runtime/Plan.h"
@@ -32,6 +36,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <streambuf>
 #include <sys/resource.h>
 
 using namespace tpc::runtime;
@@ -207,9 +212,8 @@ void writeOpStats(std::ostream &json,
   json << "\n  }\n";
 }
 
-/// Runs `name` on one batch and adds its results to `writer`: a scalar
-/// result is the loss; forward's tensor is the logits; a gradients result is
-/// named after the parameter it belongs to.
+/// Runs `name` on one batch and adds its results to `writer` under the
+/// plan's result names ("logits", "loss", a gradient's parameter name).
 void dumpProgram(const LoadedPlan &plan, ParamStore &params,
                  const std::string &name, const Batch &batch,
                  SafetensorsWriter &writer) {
@@ -218,18 +222,12 @@ void dumpProgram(const LoadedPlan &plan, ParamStore &params,
   if (runner.hasInput(tpc::plan::InputKind::Targets))
     runner.setInput(tpc::plan::InputKind::Targets, batch.targets);
   runner.run();
-  const auto &paramList = *plan.plan().params();
+  const auto *names = plan.program(name)->result_names();
   for (size_t i = 0; i < runner.numResults(); ++i) {
     std::vector<int64_t> shape = runner.resultShape(i);
-    std::string key;
-    if (shape.empty())
-      key = "loss";
-    else if (name == "forward")
-      key = "logits";
-    else if (name == "gradients")
-      key = paramList.Get(i - 1)->name()->str();
-    else
-      key = name + ".result" + std::to_string(i);
+    std::string key = names && i < names->size()
+                          ? names->Get(i)->str()
+                          : name + ".result" + std::to_string(i);
     writer.addF32(key, shape, runner.result(i));
   }
 }
@@ -390,13 +388,22 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
   return 0;
 }
 
-int run(const Options &o) {
+/// Everything before the first collective: a failure here happens on each
+/// rank on its own (a bad flag, plan, weights or token file), so all ranks
+/// can report it and stop together.
+struct Prepared {
+  LoadedPlan plan;
+  ParamStore params;
+  std::vector<int32_t> stream;
+};
+
+std::optional<Prepared> prepare(const Options &o) {
   if (o.threads)
     cpu::setNumThreads(o.threads);
-  LoadedPlan plan = LoadedPlan::load(o.plan, /*worldSize=*/1);
+  LoadedPlan plan = LoadedPlan::load(o.plan, Comm::world().size());
   if (o.printPlan) {
     plan.printJson(std::cout);
-    return 0;
+    return std::nullopt;
   }
   if (o.steps > 0 && !plan.program("train_step"))
     throw std::runtime_error(o.plan + ": has no train_step program (compile "
@@ -405,18 +412,67 @@ int run(const Options &o) {
                           ? ParamStore::initialise(plan)
                           : ParamStore::fromSafetensors(plan, o.weights);
   std::vector<int32_t> stream = readTokenFile(o.data);
+  return Prepared{std::move(plan), std::move(params), std::move(stream)};
+}
+
+int execute(const Options &o, Prepared &p) {
   if (o.steps > 0)
-    return trainRun(o, plan, params, stream);
-  return evaluate(o, plan, params, stream);
+    return trainRun(o, p.plan, p.params, p.stream);
+  return evaluate(o, p.plan, p.params, p.stream);
+}
+
+/// Swallows the normal output of ranks other than 0.
+class NullBuffer : public std::streambuf {
+protected:
+  int overflow(int c) override { return traits_type::not_eof(c); }
+  std::streamsize xsputn(const char *, std::streamsize n) override { return n; }
+};
+
+void printError(const Comm &world, const std::exception &error) {
+  std::ostringstream line;
+  line << "tp-run: error: ";
+  if (world.size() > 1)
+    line << "rank " << world.rank() << ": ";
+  line << error.what() << "\n";
+  std::cerr << line.str() << std::flush;
 }
 
 } // namespace
 
+// Every rank runs main. Errors are one line on stderr from each failing rank
+// ("tp-run: error: rank R: ..." when there are several) and exit code 1:
+// setup failures are agreed on over the world so all ranks exit cleanly;
+// a failure once the programs run aborts every rank (abortAll).
 int main(int argc, char **argv) {
+  Comm &world = Comm::world();
+  if (world.rank() != 0)
+    std::cout.rdbuf(new NullBuffer); // kept to the end: cout flushes at exit
+
+  Options options;
+  std::optional<Prepared> prepared;
+  bool ok = true;
   try {
-    return run(parseArgs(argc, argv));
+    options = parseArgs(argc, argv);
+    prepared = prepare(options);
   } catch (const std::exception &error) {
-    std::cerr << "tp-run: error: " << error.what() << "\n";
+    printError(world, error);
+    ok = false;
+  }
+  if (!world.allSucceeded(ok)) {
+    if (ok)
+      std::cerr << ("tp-run: error: rank " + std::to_string(world.rank()) +
+                    ": stopping: another rank failed to start\n")
+                << std::flush;
+    return 1;
+  }
+  if (!prepared)
+    return 0; // --print-plan
+  try {
+    return execute(options, *prepared);
+  } catch (const std::exception &error) {
+    printError(world, error);
+    if (world.size() > 1)
+      abortAll(1);
     return 1;
   }
 }

@@ -1,0 +1,161 @@
+// Communication: the world of ranks (MPI processes launched by mpirun, or a
+// single process without MPI) and grid communicators with float collectives
+// over sets of grid axes.
+//
+// MPI is initialised only when OpenMPI's mpirun launched the process (it sets
+// OMPI_COMM_WORLD_SIZE); a plain `tp-run plan ...` is a world of one rank that
+// never touches MPI (another launcher gives each process a world of its own).
+// MPI is finalised at exit, when Comm::world()'s static object is destroyed.
+// Thread level MPI_THREAD_FUNNELED: only the thread that first called
+// Comm::world() may communicate.
+//
+// Failing without hanging: all ranks must issue the same collectives in the
+// same order. A rank that fails before its first collective can exit on its
+// own (every rank reaches MPI_Finalize); to let all ranks print their error
+// and exit together, agree on the outcome with Comm::allSucceeded(). A rank
+// that fails once collectives may be in flight must call abortAll(), which
+// takes every rank down with MPI_Abort; returning or exiting instead would
+// leave the others blocked in their next collective.
+//
+// Communication accounting (the bandwidth-optimal, ring rule of the design,
+// per rank and per call on a group of n ranks; T = the tensor's bytes):
+//   all-gather      (n-1)/n * T, T = the gathered output, n * count * 4 bytes
+//   reduce-scatter  (n-1)/n * T, T = the full input, n * count * 4 bytes
+//   all-reduce     2(n-1)/n * T, T = the buffer
+//   all-to-all      (n-1)/n * T, T = one rank's whole send buffer
+//   broadcast       (n-1)/n * T, T = the buffer: the SUMMA rule ("the (n-1)
+//                   panels a rank receives") spread over the n broadcasts of
+//                   a panel loop, in which every rank is the root once.
+// That is, "all-gather and reduce-scatter over n ranks move (n-1)/n of the
+// full tensor, all-reduce 2(n-1)/n". Every call counts, also one on a
+// single-rank group (0 bytes) or in a world without MPI; a call rejected for
+// bad sizes (std::invalid_argument) does not.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+/// The world: every rank of this run.
+class Comm {
+public:
+  /// The world, created on first use (MPI_Init_thread when launched by
+  /// mpirun). Not copyable; lives until exit, which finalises MPI.
+  static Comm &world();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// Whether this run uses MPI (launched by mpirun, even with -np 1).
+  bool usesMpi() const { return mpi; }
+
+  /// Collective over the world: true if every rank passed `ok`. Without MPI,
+  /// `ok`. Lets all ranks stop together after a failure in a phase without
+  /// other collectives (each prints its own error, then all exit cleanly).
+  bool allSucceeded(bool ok) const;
+
+  Comm(const Comm &) = delete;
+  Comm &operator=(const Comm &) = delete;
+  ~Comm();
+
+private:
+  Comm();
+  int rank_ = 0, size_ = 1;
+  bool mpi = false;
+  bool initialisedHere = false; // MPI_Init was ours, so MPI_Finalize is too
+};
+
+/// Ends the whole run with exit code `code`: flushes std::cout and std::cerr,
+/// then MPI_Abort on the world when MPI is up (every rank terminates), else
+/// std::_Exit. A rank that fails after collectives may have begun must use
+/// this instead of returning, or the other ranks hang.
+[[noreturn]] void abortAll(int code);
+
+/// Totals of one kind of collective (accounting rule above).
+struct CommStats {
+  int64_t calls = 0;
+  double bytes = 0; // fractional: all-reduce volumes need not divide by n
+};
+
+/// One sub-communicator of a grid: the ranks sharing all coordinates outside
+/// `axes`, ordered by their coordinates along `axes` (row-major in the order
+/// of the list).
+struct CommGroup {
+  std::vector<int> axes;
+  MPI_Comm comm = MPI_COMM_NULL; // MPI_COMM_NULL when MPI is not in use
+  int rank = 0;                  // this rank's index in the group
+  int size = 1;
+  std::vector<int> worldRanks; // the members, in group rank order
+};
+
+/// A device grid over the world: ranks map row-major onto `shape`.
+/// Sub-communicators are created on first request with MPI_Comm_split, which
+/// is collective over the world: every rank must request the same axis lists
+/// in the same order. They are cached and freed when the GridComm is
+/// destroyed.
+class GridComm {
+public:
+  /// Throws std::runtime_error unless the grid's rank count equals the
+  /// world's size (before any collective, so every rank throws alike).
+  explicit GridComm(std::vector<int64_t> shape, Comm &world = Comm::world());
+  ~GridComm();
+  GridComm(const GridComm &) = delete;
+  GridComm &operator=(const GridComm &) = delete;
+
+  const std::vector<int64_t> &shape() const { return shape_; }
+  /// This rank's coordinates, row-major.
+  const std::vector<int64_t> &coords() const { return coords_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// The group over `axes` (distinct axes of the grid, in key order); the
+  /// same object, and MPI communicator, on every later request of the same
+  /// list. Throws std::invalid_argument for a bad axis list.
+  const CommGroup &group(const std::vector<int> &axes);
+
+  /// In-place sum over the group.
+  void allReduceSum(const std::vector<int> &axes, std::span<float> data);
+  /// Each rank contributes `in` (count floats); `out` (n * count) receives
+  /// all contributions in group rank order. `in` may be this rank's slice of
+  /// `out` (in place).
+  void allGather(const std::vector<int> &axes, std::span<const float> in,
+                 std::span<float> out);
+  /// `in` (n * count) is summed over the group; group rank r receives slice
+  /// r (count floats) in `out`, which must not overlap `in`.
+  void reduceScatterSum(const std::vector<int> &axes, std::span<const float> in,
+                        std::span<float> out);
+  /// `in` and `out` hold n equal blocks; block j of `in` goes to group rank
+  /// j, block i of `out` comes from group rank i. `in` may be `out`.
+  void allToAll(const std::vector<int> &axes, std::span<const float> in,
+                std::span<float> out);
+  /// `data` on group rank `root` is copied to every rank of the group.
+  void broadcast(const std::vector<int> &axes, std::span<float> data, int root);
+
+  /// Totals per kind: "all_gather", "all_reduce", "all_to_all", "broadcast",
+  /// "reduce_scatter" (kinds not yet called are absent).
+  std::map<std::string, CommStats> stats() const { return stats_; }
+  void resetStats() { stats_.clear(); }
+
+  /// Row-major coordinates of `rank` on `shape`, and back.
+  static std::vector<int64_t> coordsOf(const std::vector<int64_t> &shape,
+                                       int64_t rank);
+  static int64_t rankOf(const std::vector<int64_t> &shape,
+                        const std::vector<int64_t> &coords);
+
+private:
+  void account(const char *kind, double factor, size_t floats);
+
+  Comm &worldComm;
+  std::vector<int64_t> shape_, coords_;
+  int rank_ = 0, size_ = 1;
+  std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups;
+  std::map<std::string, CommStats> stats_;
+};
+
+} // namespace tpc::runtime

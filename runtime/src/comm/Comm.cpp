@@ -1,0 +1,298 @@
+// The MPI communication backend: the world, grid sub-communicators and float
+// collectives with ring-rule accounting (Comm.h).
+#include "tpc/runtime/Comm.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+
+namespace tpc::runtime {
+
+namespace {
+
+void check(int code, const char *call) {
+  if (code == MPI_SUCCESS)
+    return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    length = 0;
+  throw std::runtime_error(std::string(call) +
+                           " failed: " + std::string(text, size_t(length)));
+}
+
+bool mpiActive() {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  return initialised && !finalised;
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int mpiCount(size_t count, const char *what) {
+  if (count > size_t(INT_MAX))
+    throw std::invalid_argument(std::string(what) + ": " +
+                                std::to_string(count) +
+                                " floats exceed one MPI call's count");
+  return static_cast<int>(count);
+}
+
+void copyFloats(std::span<const float> in, std::span<float> out) {
+  if (!in.empty() && in.data() != out.data())
+    std::memmove(out.data(), in.data(), in.size() * sizeof(float));
+}
+
+} // namespace
+
+Comm::Comm() {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE"))
+    return; // not launched by mpirun: one rank, no MPI
+  int initialised = 0;
+  check(MPI_Initialized(&initialised), "MPI_Initialized");
+  if (!initialised) {
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+          "MPI_Init_thread");
+    initialisedHere = true;
+  }
+  mpi = true;
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+}
+
+Comm::~Comm() {
+  if (initialisedHere && mpiActive())
+    MPI_Finalize();
+}
+
+Comm &Comm::world() {
+  static Comm instance;
+  return instance;
+}
+
+bool Comm::allSucceeded(bool ok) const {
+  if (!mpi || !mpiActive())
+    return ok;
+  int mine = ok ? 1 : 0, all = 0;
+  check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD),
+        "MPI_Allreduce");
+  return all != 0;
+}
+
+void abortAll(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  if (mpiActive())
+    MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+std::vector<int64_t> GridComm::coordsOf(const std::vector<int64_t> &shape,
+                                        int64_t rank) {
+  std::vector<int64_t> coords(shape.size());
+  for (size_t i = shape.size(); i-- > 0;) {
+    coords[i] = rank % shape[i];
+    rank /= shape[i];
+  }
+  return coords;
+}
+
+int64_t GridComm::rankOf(const std::vector<int64_t> &shape,
+                         const std::vector<int64_t> &coords) {
+  int64_t rank = 0;
+  for (size_t i = 0; i < shape.size(); ++i)
+    rank = rank * shape[i] + coords[i];
+  return rank;
+}
+
+GridComm::GridComm(std::vector<int64_t> shape, Comm &world)
+    : worldComm(world), shape_(std::move(shape)) {
+  int64_t ranks = 1;
+  for (int64_t size : shape_) {
+    if (size < 1 || size > INT_MAX)
+      throw std::runtime_error("the grid " + shapeString(shape_) +
+                               " has an axis of size " + std::to_string(size));
+    ranks *= size;
+    if (ranks > INT_MAX)
+      throw std::runtime_error("the grid " + shapeString(shape_) +
+                               " has too many ranks");
+  }
+  if (ranks != world.size())
+    throw std::runtime_error("the plan's grid " + shapeString(shape_) +
+                             " has " + std::to_string(ranks) + " ranks, but " +
+                             std::to_string(world.size()) +
+                             (world.size() == 1 ? " is" : " are") + " running");
+  rank_ = world.rank();
+  size_ = world.size();
+  coords_ = coordsOf(shape_, rank_);
+}
+
+GridComm::~GridComm() {
+  const bool active = worldComm.usesMpi() && mpiActive();
+  for (auto &[axes, group] : groups)
+    if (active && group->comm != MPI_COMM_NULL)
+      MPI_Comm_free(&group->comm);
+}
+
+const CommGroup &GridComm::group(const std::vector<int> &axes) {
+  auto found = groups.find(axes);
+  if (found != groups.end())
+    return *found->second;
+
+  std::vector<bool> inSet(shape_.size(), false);
+  for (int axis : axes) {
+    if (axis < 0 || size_t(axis) >= shape_.size())
+      throw std::invalid_argument("grid axis " + std::to_string(axis) +
+                                  " is not an axis of the grid " +
+                                  shapeString(shape_));
+    if (inSet[size_t(axis)])
+      throw std::invalid_argument("grid axis " + std::to_string(axis) +
+                                  " appears twice in an axis set");
+    inSet[size_t(axis)] = true;
+  }
+
+  auto group = std::make_unique<CommGroup>();
+  group->axes = axes;
+  // color: the coordinates outside the set, row-major in axis order; key:
+  // the coordinates inside, row-major in the order of `axes`.
+  int64_t color = 0, key = 0, size = 1;
+  for (size_t i = 0; i < shape_.size(); ++i)
+    if (!inSet[i])
+      color = color * shape_[i] + coords_[i];
+  for (int axis : axes) {
+    key = key * shape_[size_t(axis)] + coords_[size_t(axis)];
+    size *= shape_[size_t(axis)];
+  }
+  group->rank = static_cast<int>(key);
+  group->size = static_cast<int>(size);
+  for (int64_t member = 0; member < size; ++member) {
+    std::vector<int64_t> coords = coords_;
+    int64_t rest = member;
+    for (size_t i = axes.size(); i-- > 0;) {
+      const size_t axis = size_t(axes[i]);
+      coords[axis] = rest % shape_[axis];
+      rest /= shape_[axis];
+    }
+    group->worldRanks.push_back(static_cast<int>(rankOf(shape_, coords)));
+  }
+
+  if (worldComm.usesMpi()) {
+    check(MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color),
+                         static_cast<int>(key), &group->comm),
+          "MPI_Comm_split");
+    int rank = 0, commSize = 0;
+    check(MPI_Comm_rank(group->comm, &rank), "MPI_Comm_rank");
+    check(MPI_Comm_size(group->comm, &commSize), "MPI_Comm_size");
+    if (rank != group->rank || commSize != group->size)
+      throw std::logic_error("MPI_Comm_split gave a group other than the "
+                             "grid's");
+  }
+  return *groups.emplace(axes, std::move(group)).first->second;
+}
+
+void GridComm::account(const char *kind, double factor, size_t floats) {
+  CommStats &s = stats_[kind];
+  s.calls += 1;
+  s.bytes += factor * double(floats) * double(sizeof(float));
+}
+
+void GridComm::allReduceSum(const std::vector<int> &axes,
+                            std::span<float> data) {
+  const CommGroup &g = group(axes);
+  const int n = g.size;
+  const int count = mpiCount(data.size(), "allReduceSum");
+  account("all_reduce", 2.0 * (n - 1) / n, data.size());
+  if (n == 1 || count == 0)
+    return;
+  check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM,
+                      g.comm),
+        "MPI_Allreduce");
+}
+
+void GridComm::allGather(const std::vector<int> &axes,
+                         std::span<const float> in, std::span<float> out) {
+  const CommGroup &g = group(axes);
+  const int n = g.size;
+  if (out.size() != size_t(n) * in.size())
+    throw std::invalid_argument("allGather: the output has " +
+                                std::to_string(out.size()) +
+                                " floats, expected " + std::to_string(n) +
+                                " x " + std::to_string(in.size()));
+  const int count = mpiCount(in.size(), "allGather");
+  account("all_gather", double(n - 1) / n, out.size());
+  if (n == 1)
+    return copyFloats(in, out);
+  if (count == 0)
+    return;
+  const bool inPlace = in.data() == out.data() + size_t(g.rank) * in.size();
+  check(MPI_Allgather(inPlace ? MPI_IN_PLACE : in.data(), count, MPI_FLOAT,
+                      out.data(), count, MPI_FLOAT, g.comm),
+        "MPI_Allgather");
+}
+
+void GridComm::reduceScatterSum(const std::vector<int> &axes,
+                                std::span<const float> in,
+                                std::span<float> out) {
+  const CommGroup &g = group(axes);
+  const int n = g.size;
+  if (in.size() != size_t(n) * out.size())
+    throw std::invalid_argument("reduceScatterSum: the input has " +
+                                std::to_string(in.size()) +
+                                " floats, expected " + std::to_string(n) +
+                                " x " + std::to_string(out.size()));
+  const int count = mpiCount(out.size(), "reduceScatterSum");
+  account("reduce_scatter", double(n - 1) / n, in.size());
+  if (n == 1)
+    return copyFloats(in, out);
+  if (count == 0)
+    return;
+  check(MPI_Reduce_scatter_block(in.data(), out.data(), count, MPI_FLOAT,
+                                 MPI_SUM, g.comm),
+        "MPI_Reduce_scatter_block");
+}
+
+void GridComm::allToAll(const std::vector<int> &axes, std::span<const float> in,
+                        std::span<float> out) {
+  const CommGroup &g = group(axes);
+  const int n = g.size;
+  if (in.size() != out.size() || in.size() % size_t(n) != 0)
+    throw std::invalid_argument(
+        "allToAll: input and output need the same size, a multiple of " +
+        std::to_string(n) + " blocks; got " + std::to_string(in.size()) +
+        " and " + std::to_string(out.size()) + " floats");
+  const int count = mpiCount(in.size() / size_t(n), "allToAll");
+  account("all_to_all", double(n - 1) / n, in.size());
+  if (n == 1)
+    return copyFloats(in, out);
+  if (count == 0)
+    return;
+  const bool inPlace = in.data() == out.data();
+  check(MPI_Alltoall(inPlace ? MPI_IN_PLACE : in.data(), count, MPI_FLOAT,
+                     out.data(), count, MPI_FLOAT, g.comm),
+        "MPI_Alltoall");
+}
+
+void GridComm::broadcast(const std::vector<int> &axes, std::span<float> data,
+                         int root) {
+  const CommGroup &g = group(axes);
+  const int n = g.size;
+  if (root < 0 || root >= n)
+    throw std::invalid_argument("broadcast: root " + std::to_string(root) +
+                                " is not a rank of a group of " +
+                                std::to_string(n));
+  const int count = mpiCount(data.size(), "broadcast");
+  account("broadcast", double(n - 1) / n, data.size());
+  if (n == 1 || count == 0)
+    return;
+  check(MPI_Bcast(data.data(), count, MPI_FLOAT, root, g.comm), "MPI_Bcast");
+}
+
+} // namespace tpc::runtime
