@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <functional>
 #include <random>
 
@@ -256,4 +257,108 @@ TEST(PlanLoader, RejectsResultsThatAreNeverComputed) {
   PlanSpec spec;
   spec.steps.pop_back();
   expectRejected(spec, "result tensor 4 is never computed");
+}
+
+namespace {
+/// A program that updates parameter 0 in place with AdamW, built from real
+/// flatbuffers; `resultStorage` are the storages of AdamW's three results.
+std::vector<uint8_t> adamwPlan(std::array<fb::Storage, 3> resultStorage) {
+  flatbuffers::FlatBufferBuilder b;
+  auto shape = [&](std::vector<int64_t> s) { return b.CreateVector(s); };
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors = {
+      fb::CreateTensor(b, fb::DType::F32, shape({4}), fb::Storage::Param, 0, 0),
+      fb::CreateTensor(b, fb::DType::F32, shape({4}), fb::Storage::Arena, 0, 0),
+      fb::CreateTensor(b, fb::DType::F32, shape({4}), fb::Storage::ExpAvg, 0,
+                       0),
+      fb::CreateTensor(b, fb::DType::F32, shape({4}), fb::Storage::ExpAvgSq, 0,
+                       0),
+      fb::CreateTensor(b, fb::DType::F32, shape({}), fb::Storage::Arena, 64, 0),
+      fb::CreateTensor(b, fb::DType::I64, shape({}), fb::Storage::Input, 0, 0),
+      fb::CreateTensor(b, fb::DType::F32, shape({}), fb::Storage::Arena, 128,
+                       0),
+      fb::CreateTensor(b, fb::DType::I32, shape({1, 1}), fb::Storage::Input, 0,
+                       1),
+      fb::CreateTensor(b, fb::DType::F32, shape({4}), resultStorage[0], 256, 0),
+      fb::CreateTensor(b, fb::DType::F32, shape({4}), resultStorage[1], 320, 0),
+      fb::CreateTensor(b, fb::DType::F32, shape({4}), resultStorage[2], 384,
+                       0)};
+  auto constant = [&](uint32_t result, double value) {
+    auto ops = b.CreateVector(std::vector<uint32_t>{});
+    auto res = b.CreateVector(std::vector<uint32_t>{result});
+    fb::StepBuilder step(b);
+    step.add_kind(fb::OpKind::Constant);
+    step.add_operands(ops);
+    step.add_results(res);
+    step.add_value(value);
+    return step.Finish();
+  };
+  std::vector<flatbuffers::Offset<fb::Step>> steps = {
+      constant(1, 0.5), constant(4, 0.1), constant(6, 1.0)};
+  auto ops = b.CreateVector(std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6});
+  auto res = b.CreateVector(std::vector<uint32_t>{8, 9, 10});
+  fb::StepBuilder adamw(b);
+  adamw.add_kind(fb::OpKind::AdamW);
+  adamw.add_operands(ops);
+  adamw.add_results(res);
+  adamw.add_beta1(0.9);
+  adamw.add_beta2(0.999);
+  adamw.add_epsilon(1e-8);
+  steps.push_back(adamw.Finish());
+  std::vector<flatbuffers::Offset<fb::Input>> inputs = {
+      fb::CreateInput(b, fb::InputKind::Step, 5),
+      fb::CreateInput(b, fb::InputKind::Tokens, 7)};
+  auto program = fb::CreateProgram(
+      b, b.CreateString("train_step"), b.CreateVector(tensors),
+      b.CreateVector(inputs), b.CreateVector(steps),
+      b.CreateVector(std::vector<uint32_t>{8}), 512);
+  std::vector<flatbuffers::Offset<fb::Param>> params = {fb::CreateParam(
+      b, b.CreateString("w"), fb::DType::F32, shape({4}), fb::Init::Ones)};
+  std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
+  auto plan =
+      fb::CreatePlan(b, kPlanVersionMajor, kPlanVersionMinor, 0, shape({1}), 0,
+                     0, b.CreateVector(params), b.CreateVector(programs));
+  fb::FinishPlanBuffer(b, plan);
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+} // namespace
+
+TEST(PlanLoader, AdamWUpdatesEachStorageInPlace) {
+  std::vector<uint8_t> bytes = adamwPlan(
+      {fb::Storage::Param, fb::Storage::ExpAvg, fb::Storage::ExpAvgSq});
+  LoadedPlan plan = load(bytes);
+  ParamStore params = ParamStore::initialise(plan);
+  ProgramRunner runner(plan, "train_step", params);
+  runner.setStep(1);
+  runner.run();
+  // Step 1 with g = 0.5, lr = 0.1, no decay: m = 0.05, v = 0.00025, and
+  // p = 1 - 0.1 * (0.05/0.1) / (sqrt(0.00025/0.001) + 1e-8) = 0.9.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(params[0][i], 0.9f, 1e-6f);
+    EXPECT_NEAR(params.expAvg(0)[i], 0.05f, 1e-7f);
+    EXPECT_NEAR(params.expAvgSq(0)[i], 0.00025f, 1e-9f);
+  }
+}
+
+TEST(PlanLoader, RejectsAdamWWritingAnotherStorage) {
+  // A moment written over the parameter (or the parameter over a moment)
+  // would alias state the plan says is separate.
+  std::vector<uint8_t> aliased = adamwPlan(
+      {fb::Storage::Param, fb::Storage::Param, fb::Storage::ExpAvgSq});
+  try {
+    load(aliased);
+    FAIL() << "accepted AdamW writing its first moment over the parameter";
+  } catch (const PlanError &error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("writes tensor 9, which is not "
+                        "in the arena"),
+              std::string::npos)
+        << error.what();
+  }
+  std::vector<uint8_t> swapped = adamwPlan(
+      {fb::Storage::ExpAvg, fb::Storage::ExpAvg, fb::Storage::ExpAvgSq});
+  EXPECT_THROW(load(swapped), PlanError);
+  // Results in the arena (no in-place update) are fine.
+  std::vector<uint8_t> arena =
+      adamwPlan({fb::Storage::Arena, fb::Storage::Arena, fb::Storage::Arena});
+  EXPECT_NO_THROW(load(arena));
 }
