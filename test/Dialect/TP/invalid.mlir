@@ -633,3 +633,61 @@ func.func @norm_squared_type(%x: tensor<4xf32>) {
   %0 = tp.norm_squared %x : (tensor<4xf32>) -> tensor<bf16>
   return
 }
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @all_reduce_not_partial(%x: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
+  // expected-error @+1 {{input is not a partial sum over grid axis 1}}
+  %0 = tp.all_reduce %x {grid_axes = array<i64: 1>} : tensor<8xf32, #tp.dist<@g, [[0]]>> -> tensor<8xf32, #tp.dist<@g, [[0]]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @all_gather_not_minor(%x: tensor<8xf32, #tp.dist<@g, [[0, 1]]>>) {
+  // expected-error @+1 {{grid axes [0] are not the minor end of the axes splitting dimension 0}}
+  %0 = tp.all_gather %x {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0, 1]]>> -> tensor<8xf32, #tp.dist<@g, [[1]]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @wrong_result_layout(%x: tensor<8x4xf32, #tp.dist<@g, [[], []], partial = [0]>>) {
+  // expected-error @+1 {{result layout of 'tensor<8x4xf32, #tp.dist<@g, [[0], []]>>' is not what this collective makes of 'tensor<8x4xf32, #tp.dist<@g, [[], []], partial = [0]>>'}}
+  %0 = tp.reduce_scatter %x {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x4xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x4xf32, #tp.dist<@g, [[0], []]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @all_to_all_same_dim(%x: tensor<8x4xf32, #tp.dist<@g, [[0], []]>>) {
+  // expected-error @+1 {{source and target dimensions are the same}}
+  %0 = tp.all_to_all %x {source_dim = 0 : i64, target_dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x4xf32, #tp.dist<@g, [[0], []]>> -> tensor<8x4xf32, #tp.dist<@g, [[0], []]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @collective_dim_range(%x: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
+  // expected-error @+1 {{dimension 3 is out of range for 'tensor<8xf32, #tp.dist<@g, [[0]]>>'}}
+  %0 = tp.all_gather %x {dim = 3 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0]]>> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @collective_uneven(%x: tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>>) {
+  // expected-error @+1 {{collectives need even splits}}
+  %0 = tp.all_gather %x {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>> -> tensor<8xf32>
+  return
+}

@@ -57,6 +57,21 @@ def TPAutodiff : Pass<"tp-autodiff", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect", "::mlir::func::FuncDialect"];
 }
 
+def TPLowerCollectives : Pass<"tp-lower-collectives", "::mlir::ModuleOp"> {
+  let summary = "Lower tp.redistribute to the cheapest collectives";
+  let description = [{
+    A pure layout-diff: pending partial sums are resolved first, with a
+    reduce-scatter wherever the target also splits a dimension on those grid
+    axes (an all-reduce followed by a slice, at half the cost) and an
+    all-reduce otherwise; splits the target does not want move to another
+    dimension with an all-to-all when the target splits that one on the same
+    axis, and are gathered otherwise; splits the target adds on unused axes
+    are taken locally, without communication. Redistributes that create a
+    partial sum are rejected.
+  }];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
   let summary = "Lower the global view to the per-rank (SPMD) program";
   let description = [{

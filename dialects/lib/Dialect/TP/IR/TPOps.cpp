@@ -946,6 +946,164 @@ LogicalResult RedistributeOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A layout as plain lists: per dim the splitting grid axes, and the
+/// partial axes. A type without #tp.dist is all empty (replicated).
+struct LayoutParts {
+  SmallVector<SmallVector<int64_t>> split;
+  SmallVector<int64_t> partial;
+  bool operator==(const LayoutParts &other) const {
+    return split == other.split && partial == other.partial;
+  }
+};
+
+LayoutParts partsOf(RankedTensorType type) {
+  LayoutParts parts;
+  parts.split.resize(type.getRank());
+  if (DistAttr dist = getDistLayout(type)) {
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      parts.split[d].assign(dist.getSplitAxes(d).begin(),
+                            dist.getSplitAxes(d).end());
+    parts.partial.assign(dist.getPartial().asArrayRef().begin(),
+                         dist.getPartial().asArrayRef().end());
+  }
+  return parts;
+}
+
+/// Removes `axes` from the end of `list`, or fails if they are not its end.
+LogicalResult dropSuffix(SmallVector<int64_t> &list, ArrayRef<int64_t> axes) {
+  if (axes.size() > list.size() ||
+      ArrayRef<int64_t>(list).take_back(axes.size()) != axes)
+    return failure();
+  list.resize(list.size() - axes.size());
+  return success();
+}
+} // namespace
+
+/// Checks a collective: the layouts are even and on one grid, `dim` is in
+/// range, and the result layout is the input's transformed by `apply`,
+/// which returns an empty string or why the op cannot apply.
+static LogicalResult
+verifyCollective(Operation *op, ArrayRef<int64_t> dims,
+                 function_ref<std::string(LayoutParts &)> apply) {
+  auto input = tensorTypeOf(op->getOperand(0));
+  auto result = tensorTypeOf(op->getResult(0));
+  if (input.getShape() != result.getShape() ||
+      input.getElementType() != result.getElementType())
+    return op->emitOpError()
+           << "changes only the layout: input " << input << " and result "
+           << result << " must have the same shape and element type";
+  DistAttr in = getDistLayout(input), out = getDistLayout(result);
+  if (in && out && in.getGrid() != out.getGrid())
+    return op->emitOpError() << "input and result layouts are on different "
+                                "grids";
+  for (DistAttr dist : {in, out})
+    if (dist && !dist.getSizes().empty())
+      return op->emitOpError() << "collectives need even splits";
+  for (int64_t dim : dims)
+    if (dim < 0 || dim >= input.getRank())
+      return op->emitOpError()
+             << "dimension " << dim << " is out of range for " << input;
+  LayoutParts expected = partsOf(input);
+  std::string why = apply(expected);
+  if (!why.empty())
+    return op->emitOpError() << why;
+  if (!(expected == partsOf(result)))
+    return op->emitOpError()
+           << "result layout of " << result
+           << " is not what this collective makes of " << input;
+  return success();
+}
+
+static std::string axesString(ArrayRef<int64_t> axes) {
+  std::string s = "[";
+  for (auto [i, a] : llvm::enumerate(axes))
+    s += (i ? ", " : "") + std::to_string(a);
+  return s + "]";
+}
+
+LogicalResult AllReduceOp::verify() {
+  return verifyCollective(*this, {}, [&](LayoutParts &parts) {
+    for (int64_t axis : getGridAxes()) {
+      auto it = llvm::find(parts.partial, axis);
+      if (it == parts.partial.end())
+        return "input is not a partial sum over grid axis " +
+               std::to_string(axis);
+      parts.partial.erase(it);
+    }
+    return std::string();
+  });
+}
+
+LogicalResult AllGatherOp::verify() {
+  return verifyCollective(*this, {int64_t(getDim())}, [&](LayoutParts &parts) {
+    if (failed(dropSuffix(parts.split[getDim()], getGridAxes())))
+      return "grid axes " + axesString(getGridAxes()) +
+             " are not the minor end of the axes splitting dimension " +
+             std::to_string(getDim());
+    return std::string();
+  });
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  return verifyCollective(*this, {int64_t(getDim())}, [&](LayoutParts &parts) {
+    for (int64_t axis : getGridAxes()) {
+      auto it = llvm::find(parts.partial, axis);
+      if (it == parts.partial.end())
+        return "input is not a partial sum over grid axis " +
+               std::to_string(axis);
+      parts.partial.erase(it);
+    }
+    llvm::append_range(parts.split[getDim()], getGridAxes());
+    return std::string();
+  });
+}
+
+LogicalResult AllToAllOp::verify() {
+  return verifyCollective(
+      *this, {int64_t(getSourceDim()), int64_t(getTargetDim())},
+      [&](LayoutParts &parts) {
+        if (getSourceDim() == getTargetDim())
+          return std::string("source and target dimensions are the same");
+        if (failed(dropSuffix(parts.split[getSourceDim()], getGridAxes())))
+          return "grid axes " + axesString(getGridAxes()) +
+                 " are not the minor end of the axes splitting dimension " +
+                 std::to_string(getSourceDim());
+        llvm::append_range(parts.split[getTargetDim()], getGridAxes());
+        return std::string();
+      });
+}
+
+// (A grid axis the input already uses cannot appear twice in the result's
+// layout: the #tp.dist verifier rejects that.)
+LogicalResult LocalSplitOp::verify() {
+  return verifyCollective(*this, {int64_t(getDim())}, [&](LayoutParts &parts) {
+    llvm::append_range(parts.split[getDim()], getGridAxes());
+    return std::string();
+  });
+}
+
+// Collectives change layouts, not values: every factor passes through.
+ShardingRule AllReduceOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule AllGatherOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule ReduceScatterOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule AllToAllOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule LocalSplitOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+
 ShardingRule RedistributeOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getInput()));
 }

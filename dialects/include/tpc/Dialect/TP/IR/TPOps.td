@@ -370,6 +370,67 @@ def TP_PadOp : TP_ComputeOp<"pad"> {
 // Layout change
 //===----------------------------------------------------------------------===//
 
+// A collective on the grid axes `grid_axes`: the result's #tp.dist layout
+// is the input's with exactly the change the op names, which the verifier
+// checks. Global view: shapes are unchanged.
+class TP_CollectiveOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
+  let summary = desc;
+  let results = (outs TP_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
+    "Sum a pending partial over grid axes"> {
+  let description = [{
+    Removes `grid_axes` from the input's partial axes; every rank of each
+    group ends with the full sum.
+  }];
+  let arguments = (ins TP_AnyTensor:$input, DenseI64ArrayAttr:$grid_axes);
+}
+
+def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
+    "Gather the shards of one dimension"> {
+  let description = [{
+    `grid_axes` must be the minor end of the axes splitting dimension `dim`;
+    they are removed from it.
+  }];
+  let arguments = (ins TP_AnyTensor:$input, I64Attr:$dim,
+                       DenseI64ArrayAttr:$grid_axes);
+}
+
+def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter",
+    "Sum a pending partial and keep one shard of a dimension"> {
+  let description = [{
+    Removes `grid_axes` from the partial axes and appends them to the axes
+    splitting `dim`: an all-reduce followed by a local slice, at the cost of
+    half the all-reduce.
+  }];
+  let arguments = (ins TP_AnyTensor:$input, I64Attr:$dim,
+                       DenseI64ArrayAttr:$grid_axes);
+}
+
+def TP_AllToAllOp : TP_CollectiveOp<"all_to_all",
+    "Move a split from one dimension to another"> {
+  let description = [{
+    `grid_axes` (the minor end of `source_dim`'s axes) move to the minor end
+    of `target_dim`'s axes.
+  }];
+  let arguments = (ins TP_AnyTensor:$input, I64Attr:$source_dim,
+                       I64Attr:$target_dim, DenseI64ArrayAttr:$grid_axes);
+}
+
+def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
+    "Keep one shard of a replicated dimension (no communication)"> {
+  let description = [{
+    Appends `grid_axes`, unused by the input's layout, to the axes splitting
+    `dim`: each rank keeps its own slice of data it already holds.
+  }];
+  let arguments = (ins TP_AnyTensor:$input, I64Attr:$dim,
+                       DenseI64ArrayAttr:$grid_axes);
+}
+
 def TP_RedistributeOp : TP_ComputeOp<"redistribute"> {
   let summary = "Change a value's distribution layout";
   let description = [{

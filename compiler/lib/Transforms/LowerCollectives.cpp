@@ -1,0 +1,188 @@
+//===- LowerCollectives.cpp - tp.redistribute -> collectives --------------===//
+
+#include "mlir/IR/PatternMatch.h"
+#include "tpc/Dialect/TP/IR/TPOps.h"
+#include "tpc/Transforms/Passes.h"
+
+namespace mlir::tp {
+#define GEN_PASS_DEF_TPLOWERCOLLECTIVES
+#include "tpc/Transforms/Passes.h.inc"
+} // namespace mlir::tp
+
+using namespace mlir;
+using namespace mlir::tp;
+
+namespace {
+/// A layout as lists (per dim the splitting axes, and the partial axes).
+struct Layout {
+  SmallVector<SmallVector<int64_t>> split;
+  SmallVector<int64_t> partial;
+};
+
+Layout layoutOf(RankedTensorType type) {
+  Layout layout;
+  layout.split.resize(type.getRank());
+  if (DistAttr dist = getDistLayout(type)) {
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      layout.split[d].assign(dist.getSplitAxes(d).begin(),
+                             dist.getSplitAxes(d).end());
+    layout.partial.assign(dist.getPartial().asArrayRef().begin(),
+                          dist.getPartial().asArrayRef().end());
+  }
+  return layout;
+}
+
+/// `layout` as a tensor type like `like`; no encoding when replicated.
+RankedTensorType typeWith(RankedTensorType like, FlatSymbolRefAttr grid,
+                          const Layout &layout) {
+  bool replicated =
+      layout.partial.empty() &&
+      llvm::all_of(layout.split, [](const auto &axes) { return axes.empty(); });
+  if (replicated)
+    return RankedTensorType::get(like.getShape(), like.getElementType());
+  MLIRContext *ctx = like.getContext();
+  SmallVector<DenseI64ArrayAttr> split;
+  for (const auto &axes : layout.split)
+    split.push_back(DenseI64ArrayAttr::get(ctx, axes));
+  auto dist = DistAttr::get(ctx, grid, split,
+                            DenseI64ArrayAttr::get(ctx, layout.partial), {});
+  return RankedTensorType::get(like.getShape(), like.getElementType(), dist);
+}
+
+bool isPrefix(ArrayRef<int64_t> prefix, ArrayRef<int64_t> list) {
+  return prefix.size() <= list.size() &&
+         list.take_front(prefix.size()) == prefix;
+}
+
+struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(RedistributeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto srcType = cast<RankedTensorType>(op.getInput().getType());
+    auto dstType = cast<RankedTensorType>(op.getResult().getType());
+    DistAttr srcDist = getDistLayout(srcType), dstDist = getDistLayout(dstType);
+    if ((srcDist && !srcDist.getSizes().empty()) ||
+        (dstDist && !dstDist.getSizes().empty()))
+      return op.emitOpError()
+             << "tp-lower-collectives: uneven splits are not supported yet";
+    FlatSymbolRefAttr grid =
+        srcDist ? srcDist.getGrid() : (dstDist ? dstDist.getGrid() : nullptr);
+    Layout current = layoutOf(srcType), target = layoutOf(dstType);
+    Location loc = op.getLoc();
+    Value value = op.getInput();
+    auto step = [&](auto build) {
+      RankedTensorType type = typeWith(srcType, grid, current);
+      value = build(type);
+    };
+
+    // 1. Pending partial sums the target does not keep.
+    SmallVector<int64_t> reduce;
+    for (int64_t axis : current.partial)
+      if (!llvm::is_contained(target.partial, axis))
+        reduce.push_back(axis);
+    for (int64_t axis : target.partial)
+      if (!llvm::is_contained(current.partial, axis))
+        return op.emitOpError()
+               << "tp-lower-collectives: cannot create a partial sum over "
+                  "grid axis "
+               << axis;
+    for (size_t d = 0; d < current.split.size() && !reduce.empty(); ++d) {
+      ArrayRef<int64_t> have = current.split[d], want = target.split[d];
+      if (!isPrefix(have, want) || have.size() == want.size())
+        continue;
+      SmallVector<int64_t> extra(want.drop_front(have.size()));
+      if (!llvm::all_of(
+              extra, [&](int64_t a) { return llvm::is_contained(reduce, a); }))
+        continue;
+      for (int64_t a : extra) {
+        llvm::erase(reduce, a);
+        llvm::erase(current.partial, a);
+      }
+      llvm::append_range(current.split[d], extra);
+      step([&](RankedTensorType type) {
+        return ReduceScatterOp::create(rewriter, loc, type, value,
+                                       rewriter.getI64IntegerAttr(d),
+                                       rewriter.getDenseI64ArrayAttr(extra));
+      });
+    }
+    if (!reduce.empty()) {
+      for (int64_t a : reduce)
+        llvm::erase(current.partial, a);
+      step([&](RankedTensorType type) {
+        return AllReduceOp::create(rewriter, loc, type, value,
+                                   rewriter.getDenseI64ArrayAttr(reduce));
+      });
+    }
+
+    // 2. Splits the target does not have: move them to the dimension that
+    // wants the axis next (all-to-all), else gather them; minor axes first.
+    for (size_t d = 0; d < current.split.size(); ++d) {
+      while (!isPrefix(current.split[d], target.split[d])) {
+        int64_t axis = current.split[d].back();
+        current.split[d].pop_back();
+        std::optional<size_t> to;
+        for (size_t e = 0; e < target.split.size(); ++e)
+          if (e != d && isPrefix(current.split[e], target.split[e]) &&
+              current.split[e].size() < target.split[e].size() &&
+              target.split[e][current.split[e].size()] == axis)
+            to = e;
+        if (to) {
+          current.split[*to].push_back(axis);
+          step([&](RankedTensorType type) {
+            return AllToAllOp::create(rewriter, loc, type, value,
+                                      rewriter.getI64IntegerAttr(d),
+                                      rewriter.getI64IntegerAttr(*to),
+                                      rewriter.getDenseI64ArrayAttr({axis}));
+          });
+        } else {
+          step([&](RankedTensorType type) {
+            return AllGatherOp::create(rewriter, loc, type, value,
+                                       rewriter.getI64IntegerAttr(d),
+                                       rewriter.getDenseI64ArrayAttr({axis}));
+          });
+        }
+      }
+    }
+
+    // 3. Splits the target adds on axes the value is replicated over.
+    for (size_t d = 0; d < current.split.size(); ++d) {
+      if (current.split[d].size() == target.split[d].size())
+        continue;
+      SmallVector<int64_t> extra(ArrayRef<int64_t>(target.split[d])
+                                     .drop_front(current.split[d].size()));
+      llvm::append_range(current.split[d], extra);
+      step([&](RankedTensorType type) {
+        return LocalSplitOp::create(rewriter, loc, type, value,
+                                    rewriter.getI64IntegerAttr(d),
+                                    rewriter.getDenseI64ArrayAttr(extra));
+      });
+    }
+    if (value.getType() != dstType)
+      return op.emitOpError() << "tp-lower-collectives: reached "
+                              << value.getType() << " instead of " << dstType;
+    rewriter.replaceOp(op, value);
+    return success();
+  }
+};
+
+struct TPLowerCollectives
+    : public tp::impl::TPLowerCollectivesBase<TPLowerCollectives> {
+  void runOnOperation() override {
+    SmallVector<RedistributeOp> ops;
+    getOperation().walk([&](RedistributeOp op) { ops.push_back(op); });
+    PatternRewriter rewriter(&getContext());
+    LowerRedistribute pattern(&getContext());
+    for (RedistributeOp op : ops) {
+      if (op.getInput().getType() == op.getResult().getType()) {
+        op.replaceAllUsesWith(op.getInput());
+        op.erase();
+        continue;
+      }
+      rewriter.setInsertionPoint(op);
+      if (failed(pattern.matchAndRewrite(op, rewriter)))
+        return signalPassFailure();
+    }
+  }
+};
+} // namespace
