@@ -6,3 +6,4 @@
 // CHECK-DAG: --tp-pipeline
 // CHECK-DAG: --tp-plan-memory
 // CHECK-DAG: --tp-print-sharding-rules
+// CHECK-DAG: --tp-report-communication

@@ -72,6 +72,20 @@ def TPLowerCollectives : Pass<"tp-lower-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPReportCommunication
+    : Pass<"tp-report-communication", "::mlir::ModuleOp"> {
+  let summary = "Report each function's communication volume per rank";
+  let description = [{
+    Sums the bytes each rank moves in every collective, by the ring rule the
+    runtime also counts with: over a group of n ranks, an all-gather or a
+    reduce-scatter moves (n-1)/n of the full (unsharded over the group)
+    tensor, an all-reduce 2(n-1)/n of it, an all-to-all (n-1)/n of the local
+    tensor, a local split nothing. Emits one remark per function with the
+    bytes and calls per collective kind and the total.
+  }];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
   let summary = "Lower the global view to the per-rank (SPMD) program";
   let description = [{

@@ -1,0 +1,96 @@
+//===- ReportCommunication.cpp - static communication volume --------------===//
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "tpc/Dialect/TP/IR/TPOps.h"
+#include "tpc/Transforms/Passes.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include <map>
+
+namespace mlir::tp {
+#define GEN_PASS_DEF_TPREPORTCOMMUNICATION
+#include "tpc/Transforms/Passes.h.inc"
+} // namespace mlir::tp
+
+using namespace mlir;
+using namespace mlir::tp;
+
+namespace {
+/// Bytes one rank holds of `type` under its layout.
+double localBytes(RankedTensorType type, ArrayRef<int64_t> gridShape) {
+  double bytes =
+      double(type.getNumElements()) * ((type.getElementTypeBitWidth() + 7) / 8);
+  if (DistAttr dist = getDistLayout(type))
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      for (int64_t axis : dist.getSplitAxes(d))
+        bytes /= double(gridShape[axis]);
+  return bytes;
+}
+
+struct Volume {
+  int64_t calls = 0;
+  double bytes = 0;
+};
+
+struct TPReportCommunication
+    : public tp::impl::TPReportCommunicationBase<TPReportCommunication> {
+  void runOnOperation() override {
+    SmallVector<int64_t> gridShape = {1};
+    auto grids = llvm::to_vector(getOperation().getOps<GridOp>());
+    if (!grids.empty())
+      gridShape.assign(grids.front().getShape().begin(),
+                       grids.front().getShape().end());
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      std::map<std::string, Volume> volumes;
+      func.walk([&](Operation *op) {
+        auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
+        if (!axesAttr || op->getNumOperands() != 1)
+          return;
+        double n = 1;
+        for (int64_t axis : axesAttr.asArrayRef())
+          n *= double(gridShape[axis]);
+        auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+        auto out = cast<RankedTensorType>(op->getResult(0).getType());
+        double fraction = (n - 1) / n;
+        std::optional<std::pair<std::string, double>> entry =
+            llvm::TypeSwitch<Operation *,
+                             std::optional<std::pair<std::string, double>>>(op)
+                .Case([&](AllReduceOp) {
+                  return std::make_pair(std::string("all_reduce"),
+                                        2 * fraction *
+                                            localBytes(in, gridShape));
+                })
+                .Case([&](AllGatherOp) {
+                  return std::make_pair(std::string("all_gather"),
+                                        fraction * localBytes(out, gridShape));
+                })
+                .Case([&](ReduceScatterOp) {
+                  return std::make_pair(std::string("reduce_scatter"),
+                                        fraction * localBytes(in, gridShape));
+                })
+                .Case([&](AllToAllOp) {
+                  return std::make_pair(std::string("all_to_all"),
+                                        fraction * localBytes(in, gridShape));
+                })
+                .Default([](Operation *) { return std::nullopt; });
+        if (!entry)
+          return;
+        Volume &v = volumes[entry->first];
+        v.calls += 1;
+        v.bytes += entry->second;
+      });
+      std::string text;
+      llvm::raw_string_ostream os(text);
+      double total = 0;
+      os << "communication per rank:";
+      for (const auto &[kind, v] : volumes) {
+        os << " " << kind << " " << llvm::format("%.10g", v.bytes) << " bytes ("
+           << v.calls << " calls),";
+        total += v.bytes;
+      }
+      os << " total " << llvm::format("%.10g", total) << " bytes";
+      func.emitRemark() << text;
+    }
+  }
+};
+} // namespace
