@@ -29,9 +29,45 @@ func.func @one_rank(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 tp.grid @g [2]
-// expected-error @+1 {{tp-partition: 'tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>>' is a pending partial sum; insert its reduction before partitioning}}
-func.func @partial(%x: tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>>) {
+func.func @nonlinear_partial(%x: tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>>) {
+  // expected-error @+1 {{tp-partition: consumes a pending partial sum but is not linear; reduce it first}}
+  %0 = tp.gelu %x : tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>>
   return
+}
+
+// -----
+
+tp.grid @g [2]
+func.func @split_statistics(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, %g: tensor<8xf32, #tp.dist<@g, [[0]]>>, %b: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
+  // expected-error @+1 {{tp-partition: a split statistics or replicated factor is not supported yet}}
+  %0 = tp.layer_norm %x, %g, %b : (tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>) -> tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2]
+func.func @rank_dependent(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{tp-partition: this op cannot run on split values yet}}
+  %0 = tp.embedding %t, %ids : (tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, tensor<4xi32>) -> tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>>
+  return
+}
+
+// -----
+
+// A partial sum flows through linear ops into its reduction; the
+// parameter's layout is kept on the argument for the plan.
+// CHECK-LABEL: func.func @linear_partial
+// CHECK-SAME: (%{{.*}}: tensor<4x4xf32>, %{{.*}}: tensor<4x8xf32> {tp.layout = #tp.dist<@g, {{\[\[}}0], []]>, tp.param = "w"})
+// CHECK: tp.matmul {{.*}} -> tensor<4x8xf32>
+// CHECK: tp.scale {{.*}} : tensor<4x8xf32>
+// CHECK: tp.all_reduce {{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+tp.grid @g [2]
+func.func @linear_partial(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, %w: tensor<8x8xf32, #tp.dist<@g, [[0], []]>> {tp.param = "w"}) -> tensor<4x8xf32> {
+  %0 = tp.matmul %x, %w : (tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, tensor<8x8xf32, #tp.dist<@g, [[0], []]>>) -> tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>>
+  %1 = tp.scale %0, 0.5 : tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>>
+  %2 = tp.all_reduce %1 {grid_axes = array<i64: 0>} : tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
 }
 
 // -----

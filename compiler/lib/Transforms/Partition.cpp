@@ -25,10 +25,6 @@ FailureOr<Type> localType(Type type, ArrayRef<int64_t> gridShape,
   DistAttr dist = getDistLayout(type);
   if (!dist)
     return type;
-  if (!dist.getPartial().empty())
-    return emitError(loc) << "tp-partition: " << type
-                          << " is a pending partial sum; insert its "
-                             "reduction before partitioning";
   SmallVector<int64_t> shape(tensor.getShape());
   for (auto [dim, size] : llvm::enumerate(shape)) {
     if (!dist.getDimSizes(dim).empty())
@@ -41,6 +37,99 @@ FailureOr<Type> localType(Type type, ArrayRef<int64_t> gridShape,
     size /= shards;
   }
   return RankedTensorType::get(shape, tensor.getElementType());
+}
+/// Ops whose kernels compute the same thing on a shard as on the whole,
+/// given shards along parallel or reduction factors (a reduction leaves a
+/// partial sum). Others depend on where their shard sits (an embedding's
+/// vocabulary offset, a causal mask's positions, a mean's global count) and
+/// are not supported on split values yet.
+bool isShardOblivious(Operation *op) {
+  if (auto softmax = dyn_cast<SoftmaxOp>(op))
+    return !softmax.getCausal();
+  return isa<MatmulOp, AddOp, SubOp, MulOp, DivOp, ScaleOp, GeluOp, SiluOp,
+             GeluGradOp, SiluGradOp, LayerNormOp, LayerNormGradOp, RmsNormOp,
+             RmsNormGradOp, SoftmaxGradOp, ReshapeOp, TransposeOp, ReduceSumOp,
+             ConstantOp, NormSquaredOp, AdamWOp, AllReduceOp, AllGatherOp,
+             ReduceScatterOp, AllToAllOp, LocalSplitOp>(op);
+}
+
+bool isSplit(Type type) {
+  DistAttr dist = getDistLayout(type);
+  return dist && llvm::any_of(dist.getSplit(), [](DenseI64ArrayAttr axes) {
+           return !axes.empty();
+         });
+}
+
+bool isPartial(Type type) {
+  DistAttr dist = getDistLayout(type);
+  return dist && !dist.getPartial().empty();
+}
+
+/// Checks that every op can run on its local shards: only shard-oblivious
+/// ops see split values, no statistics factor is split (its kernel would
+/// need an all-reduce inside), and pending partial sums only flow through
+/// linear ops into a reduction.
+LogicalResult checkShardedOps(ModuleOp module) {
+  WalkResult walk = module.walk([&](Operation *op) -> WalkResult {
+    if (isa<RedistributeOp>(op)) {
+      op->emitOpError() << "tp-partition: lower layout changes to "
+                           "collectives before partitioning";
+      return WalkResult::interrupt();
+    }
+    auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
+    if (!ruled)
+      return WalkResult::advance();
+    bool anySplit = llvm::any_of(op->getOperandTypes(), isSplit) ||
+                    llvm::any_of(op->getResultTypes(), isSplit);
+    if (anySplit && !isShardOblivious(op)) {
+      op->emitOpError() << "tp-partition: this op cannot run on split "
+                           "values yet";
+      return WalkResult::interrupt();
+    }
+    ShardingRule rule = ruled.getShardingRule();
+    auto checkStats = [&](TypeRange types,
+                          ArrayRef<TensorFactors> factors) -> bool {
+      for (auto [type, dims] : llvm::zip_equal(types, factors)) {
+        DistAttr dist = getDistLayout(type);
+        if (!dist)
+          continue;
+        for (auto [d, dimFactors] : llvm::enumerate(dims))
+          if (!dist.getSplitAxes(d).empty())
+            for (int64_t f : dimFactors)
+              if (rule.getKind(f) == FactorKind::Stats ||
+                  rule.getKind(f) == FactorKind::Replicated)
+                return false;
+      }
+      return true;
+    };
+    if (!checkStats(op->getOperandTypes(), rule.getOperandFactors()) ||
+        !checkStats(op->getResultTypes(), rule.getResultFactors())) {
+      op->emitOpError() << "tp-partition: a split statistics or replicated "
+                           "factor is not supported yet";
+      return WalkResult::interrupt();
+    }
+    bool partialIn = llvm::any_of(op->getOperandTypes(), isPartial);
+    bool linear = isa<AllReduceOp, ReduceScatterOp, ReshapeOp, TransposeOp,
+                      ScaleOp, AddOp, SubOp>(op);
+    if (partialIn && !linear) {
+      op->emitOpError() << "tp-partition: consumes a pending partial sum but "
+                           "is not linear; reduce it first";
+      return WalkResult::interrupt();
+    }
+    auto partialOf = [](Type type) -> ArrayRef<int64_t> {
+      DistAttr dist = getDistLayout(type);
+      return dist ? dist.getPartial().asArrayRef() : ArrayRef<int64_t>();
+    };
+    if (partialIn && isa<AddOp, SubOp>(op) &&
+        partialOf(op->getOperand(0).getType()) !=
+            partialOf(op->getOperand(1).getType())) {
+      op->emitOpError() << "tp-partition: adds a partial sum to a value that "
+                           "is not partial over the same axes";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
 }
 } // namespace
 
@@ -56,12 +145,17 @@ void TPPartition::runOnOperation() {
     gridShape.assign(grids.front().getShape().begin(),
                      grids.front().getShape().end());
 
+  if (failed(checkShardedOps(module)))
+    return signalPassFailure();
+  // Parameters keep their layout for the plan: the runtime loads and
+  // initialises each rank's block of them.
+  for (auto func : module.getOps<func::FuncOp>())
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (DistAttr dist = getDistLayout(func.getArgumentTypes()[i]))
+        if (func.getArgAttr(i, "tp.param"))
+          func.setArgAttr(i, "tp.layout", dist);
+
   WalkResult walk = module.walk([&](Operation *op) -> WalkResult {
-    if (isa<RedistributeOp>(op)) {
-      op->emitOpError() << "tp-partition: lower layout changes to "
-                           "collectives before partitioning";
-      return WalkResult::interrupt();
-    }
     for (Value result : op->getResults()) {
       FailureOr<Type> local =
           localType(result.getType(), gridShape, op->getLoc());

@@ -984,30 +984,55 @@ LogicalResult dropSuffix(SmallVector<int64_t> &list, ArrayRef<int64_t> axes) {
 }
 } // namespace
 
-/// Checks a collective: the layouts are even and on one grid, `dim` is in
-/// range, and the result layout is the input's transformed by `apply`,
-/// which returns an empty string or why the op cannot apply.
-static LogicalResult
-verifyCollective(Operation *op, ArrayRef<int64_t> dims,
-                 function_ref<std::string(LayoutParts &)> apply) {
+/// Checks a collective. In the global view the layouts are even and on one
+/// grid and the result layout is the input's transformed by `apply`, which
+/// returns an empty string or why the op cannot apply. After tp-partition
+/// (the module records `tp.grid_shape`) the types are local shards without
+/// layouts, and `localShape` gives the result shard for the input shard and
+/// the group size (empty: it does not divide).
+static LogicalResult verifyCollective(
+    Operation *op, ArrayRef<int64_t> dims,
+    function_ref<std::string(LayoutParts &)> apply,
+    function_ref<SmallVector<int64_t>(ArrayRef<int64_t>, int64_t)> localShape) {
   auto input = tensorTypeOf(op->getOperand(0));
   auto result = tensorTypeOf(op->getResult(0));
+  for (int64_t dim : dims)
+    if (dim < 0 || dim >= input.getRank())
+      return op->emitOpError()
+             << "dimension " << dim << " is out of range for " << input;
+  DistAttr in = getDistLayout(input), out = getDistLayout(result);
+  auto module = op->getParentOfType<ModuleOp>();
+  auto gridShape =
+      module ? module->getAttrOfType<DenseI64ArrayAttr>("tp.grid_shape")
+             : DenseI64ArrayAttr();
+  if (gridShape && !in && !out) {
+    int64_t groupSize = 1;
+    for (int64_t axis :
+         op->getAttrOfType<DenseI64ArrayAttr>("grid_axes").asArrayRef()) {
+      if (axis < 0 || axis >= gridShape.size())
+        return op->emitOpError() << "grid axis " << axis << " is out of range";
+      groupSize *= gridShape[axis];
+    }
+    SmallVector<int64_t> expected = localShape(input.getShape(), groupSize);
+    if (expected.size() != size_t(input.getRank()) ||
+        ArrayRef<int64_t>(expected) != result.getShape() ||
+        input.getElementType() != result.getElementType())
+      return op->emitOpError()
+             << "local result " << result << " does not match the local input "
+             << input << " over " << groupSize << " ranks";
+    return success();
+  }
   if (input.getShape() != result.getShape() ||
       input.getElementType() != result.getElementType())
     return op->emitOpError()
            << "changes only the layout: input " << input << " and result "
            << result << " must have the same shape and element type";
-  DistAttr in = getDistLayout(input), out = getDistLayout(result);
   if (in && out && in.getGrid() != out.getGrid())
     return op->emitOpError() << "input and result layouts are on different "
                                 "grids";
   for (DistAttr dist : {in, out})
     if (dist && !dist.getSizes().empty())
       return op->emitOpError() << "collectives need even splits";
-  for (int64_t dim : dims)
-    if (dim < 0 || dim >= input.getRank())
-      return op->emitOpError()
-             << "dimension " << dim << " is out of range for " << input;
   LayoutParts expected = partsOf(input);
   std::string why = apply(expected);
   if (!why.empty())
@@ -1026,65 +1051,108 @@ static std::string axesString(ArrayRef<int64_t> axes) {
   return s + "]";
 }
 
+/// Local shard shapes: `dim` multiplied (gathered) or divided (scattered,
+/// split) by the group size; empty when it does not divide.
+static SmallVector<int64_t> scaleDim(ArrayRef<int64_t> shape, int64_t dim,
+                                     int64_t times) {
+  SmallVector<int64_t> out(shape);
+  out[dim] *= times;
+  return out;
+}
+static SmallVector<int64_t> divideDim(ArrayRef<int64_t> shape, int64_t dim,
+                                      int64_t by) {
+  if (shape[dim] % by != 0)
+    return {};
+  SmallVector<int64_t> out(shape);
+  out[dim] /= by;
+  return out;
+}
+
+static std::string removePartial(LayoutParts &parts, ArrayRef<int64_t> axes) {
+  for (int64_t axis : axes) {
+    auto it = llvm::find(parts.partial, axis);
+    if (it == parts.partial.end())
+      return "input is not a partial sum over grid axis " +
+             std::to_string(axis);
+    parts.partial.erase(it);
+  }
+  return std::string();
+}
+
 LogicalResult AllReduceOp::verify() {
-  return verifyCollective(*this, {}, [&](LayoutParts &parts) {
-    for (int64_t axis : getGridAxes()) {
-      auto it = llvm::find(parts.partial, axis);
-      if (it == parts.partial.end())
-        return "input is not a partial sum over grid axis " +
-               std::to_string(axis);
-      parts.partial.erase(it);
-    }
-    return std::string();
-  });
+  return verifyCollective(
+      *this, {},
+      [&](LayoutParts &parts) { return removePartial(parts, getGridAxes()); },
+      [](ArrayRef<int64_t> shape, int64_t) {
+        return SmallVector<int64_t>(shape);
+      });
 }
 
 LogicalResult AllGatherOp::verify() {
-  return verifyCollective(*this, {int64_t(getDim())}, [&](LayoutParts &parts) {
-    if (failed(dropSuffix(parts.split[getDim()], getGridAxes())))
-      return "grid axes " + axesString(getGridAxes()) +
-             " are not the minor end of the axes splitting dimension " +
-             std::to_string(getDim());
-    return std::string();
-  });
+  int64_t dim = getDim();
+  return verifyCollective(
+      *this, {dim},
+      [&](LayoutParts &parts) -> std::string {
+        if (failed(dropSuffix(parts.split[dim], getGridAxes())))
+          return "grid axes " + axesString(getGridAxes()) +
+                 " are not the minor end of the axes splitting dimension " +
+                 std::to_string(dim);
+        return "";
+      },
+      [&](ArrayRef<int64_t> shape, int64_t n) {
+        return scaleDim(shape, dim, n);
+      });
 }
 
 LogicalResult ReduceScatterOp::verify() {
-  return verifyCollective(*this, {int64_t(getDim())}, [&](LayoutParts &parts) {
-    for (int64_t axis : getGridAxes()) {
-      auto it = llvm::find(parts.partial, axis);
-      if (it == parts.partial.end())
-        return "input is not a partial sum over grid axis " +
-               std::to_string(axis);
-      parts.partial.erase(it);
-    }
-    llvm::append_range(parts.split[getDim()], getGridAxes());
-    return std::string();
-  });
+  int64_t dim = getDim();
+  return verifyCollective(
+      *this, {dim},
+      [&](LayoutParts &parts) {
+        std::string why = removePartial(parts, getGridAxes());
+        llvm::append_range(parts.split[dim], getGridAxes());
+        return why;
+      },
+      [&](ArrayRef<int64_t> shape, int64_t n) {
+        return divideDim(shape, dim, n);
+      });
 }
 
 LogicalResult AllToAllOp::verify() {
+  int64_t source = getSourceDim(), target = getTargetDim();
   return verifyCollective(
-      *this, {int64_t(getSourceDim()), int64_t(getTargetDim())},
-      [&](LayoutParts &parts) {
-        if (getSourceDim() == getTargetDim())
-          return std::string("source and target dimensions are the same");
-        if (failed(dropSuffix(parts.split[getSourceDim()], getGridAxes())))
+      *this, {source, target},
+      [&](LayoutParts &parts) -> std::string {
+        if (source == target)
+          return "source and target dimensions are the same";
+        if (failed(dropSuffix(parts.split[source], getGridAxes())))
           return "grid axes " + axesString(getGridAxes()) +
                  " are not the minor end of the axes splitting dimension " +
-                 std::to_string(getSourceDim());
-        llvm::append_range(parts.split[getTargetDim()], getGridAxes());
-        return std::string();
+                 std::to_string(source);
+        llvm::append_range(parts.split[target], getGridAxes());
+        return "";
+      },
+      [&](ArrayRef<int64_t> shape, int64_t n) {
+        if (source == target)
+          return SmallVector<int64_t>();
+        SmallVector<int64_t> out = divideDim(shape, source, n);
+        return out.empty() ? out : scaleDim(out, target, n);
       });
 }
 
 // (A grid axis the input already uses cannot appear twice in the result's
 // layout: the #tp.dist verifier rejects that.)
 LogicalResult LocalSplitOp::verify() {
-  return verifyCollective(*this, {int64_t(getDim())}, [&](LayoutParts &parts) {
-    llvm::append_range(parts.split[getDim()], getGridAxes());
-    return std::string();
-  });
+  int64_t dim = getDim();
+  return verifyCollective(
+      *this, {dim},
+      [&](LayoutParts &parts) {
+        llvm::append_range(parts.split[dim], getGridAxes());
+        return std::string();
+      },
+      [&](ArrayRef<int64_t> shape, int64_t n) {
+        return divideDim(shape, dim, n);
+      });
 }
 
 // Collectives change layouts, not values: every factor passes through.
