@@ -15,6 +15,7 @@ config.test_exec_root = os.path.join(config.tpc_obj_root, "test")
 
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope --allow-unused-prefixes=false"
 config.substitutions.append(("%tpc_src_root", config.tpc_src_root))
+config.environment["OMPI_MCA_btl_base_warn_component_unused"] = "0"
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

@@ -1,5 +1,6 @@
 #include "tpc/runtime/Executor.h"
 
+#include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Init.h"
 #include "tpc/runtime/Safetensors.h"
 #include "tpc/runtime/cpu/Kernels.h"
@@ -18,11 +19,36 @@ using plan::Storage;
 // ParamStore
 //===----------------------------------------------------------------------===//
 
-ParamStore ParamStore::initialise(const LoadedPlan &loaded) {
+ParamBlock paramBlock(const LoadedPlan &loaded, const plan::Param &param,
+                      const std::vector<int64_t> &coords) {
+  ParamBlock block;
+  block.globalShape.assign(param.shape()->begin(), param.shape()->end());
+  block.offset.assign(block.globalShape.size(), 0);
+  block.shape = block.globalShape;
+  if (!param.split())
+    return block;
+  const auto &grid = *loaded.plan().grid();
+  for (size_t d = 0; d < param.split()->size(); ++d) {
+    int64_t shards = 1, index = 0;
+    for (int64_t axis : *param.split()->Get(d)->axes()) {
+      int64_t coord = coords.empty() ? 0 : coords[axis];
+      index = index * grid.Get(axis) + coord;
+      shards *= grid.Get(axis);
+    }
+    block.shape[d] = block.globalShape[d] / shards;
+    block.offset[d] = index * block.shape[d];
+  }
+  return block;
+}
+
+ParamStore ParamStore::initialise(const LoadedPlan &loaded,
+                                  const std::vector<int64_t> &coords) {
   ParamStore store;
   for (const plan::Param *param : *loaded.plan().params()) {
-    std::vector<int64_t> shape(param->shape()->begin(), param->shape()->end());
-    int64_t count = checkedElementCount(param->shape(), param->name()->str());
+    ParamBlock block = paramBlock(loaded, *param, coords);
+    int64_t count = 1;
+    for (int64_t d : block.shape)
+      count *= d;
     std::vector<float> values(count);
     switch (param->init()) {
     case plan::Init::Zeros:
@@ -30,13 +56,11 @@ ParamStore ParamStore::initialise(const LoadedPlan &loaded) {
     case plan::Init::Ones:
       std::fill(values.begin(), values.end(), 1.0f);
       break;
-    case plan::Init::Normal: {
-      std::vector<int64_t> zero(shape.size(), 0);
-      fillNormal(values, shape, {zero, shape},
+    case plan::Init::Normal:
+      fillNormal(values, block.globalShape, {block.offset, block.shape},
                  parameterKey(param->name()->str()),
                  static_cast<float>(param->init_std()));
       break;
-    }
     }
     store.values.push_back(std::move(values));
   }
@@ -44,7 +68,8 @@ ParamStore ParamStore::initialise(const LoadedPlan &loaded) {
 }
 
 ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
-                                       const std::string &path) {
+                                       const std::string &path,
+                                       const std::vector<int64_t> &coords) {
   SafetensorsFile file = SafetensorsFile::open(path);
   ParamStore store;
   for (const plan::Param *param : *loaded.plan().params()) {
@@ -53,8 +78,8 @@ ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
     if (!info)
       throw std::runtime_error(path + ": has no tensor '" + name +
                                "', which the plan needs");
-    std::vector<int64_t> shape(param->shape()->begin(), param->shape()->end());
-    if (info->shape != shape) {
+    ParamBlock block = paramBlock(loaded, *param, coords);
+    if (info->shape != block.globalShape) {
       auto str = [](const std::vector<int64_t> &s) {
         std::string r = "[";
         for (size_t i = 0; i < s.size(); ++i)
@@ -63,9 +88,20 @@ ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
       };
       throw std::runtime_error(path + ": tensor '" + name + "' has shape " +
                                str(info->shape) + ", the plan expects " +
-                               str(shape));
+                               str(block.globalShape));
     }
-    store.values.push_back(file.readAsF32(name));
+    std::vector<float> whole = file.readAsF32(name);
+    if (block.shape == block.globalShape) {
+      store.values.push_back(std::move(whole));
+      continue;
+    }
+    int64_t count = 1;
+    for (int64_t d : block.shape)
+      count *= d;
+    std::vector<float> local(count);
+    cpu::slice(whole.data(), block.globalShape, block.offset, local.data(),
+               block.shape);
+    store.values.push_back(std::move(local));
   }
   return store;
 }
@@ -109,8 +145,8 @@ uint64_t ParamStore::bytes() const {
 void ProgramRunner::FreeDeleter::operator()(void *p) const { std::free(p); }
 
 ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
-                             ParamStore &params)
-    : program(loaded.program(name)), params(params) {
+                             ParamStore &params, GridComm *comm)
+    : program(loaded.program(name)), params(params), comm(comm) {
   if (!program)
     throw PlanError("the plan has no program '" + name + "'");
   uint64_t bytes = (program->arena_bytes() + 63) / 64 * 64;
@@ -244,6 +280,98 @@ void ProgramRunner::run() {
     OpStats &stats = opStats[opKindName(step->kind())];
     stats.count += 1;
     stats.seconds += took.count();
+  }
+}
+
+/// Collectives on local shards. Group rank k holds shard k of the split
+/// dimension (the grid axes are listed major to minor, as GridComm orders
+/// its groups), so gathers and scatters reorder blocks around the
+/// contiguous buffers MPI exchanges with transposes of reshaped views.
+void ProgramRunner::collective(const plan::Step &step) {
+  if (!comm)
+    throw std::runtime_error("a collective step needs a communicator");
+  const uint32_t inId = step.operands()->Get(0), outId = step.results()->Get(0);
+  std::vector<int> axes(step.ints()->begin(), step.ints()->end());
+  const float *in = floatData(inId);
+  float *out = floatData(outId);
+  std::vector<int64_t> inShape(shape(inId).begin(), shape(inId).end());
+  const int64_t inCount = elements(inId), outCount = elements(outId);
+  const int64_t n = comm->group(axes).size;
+  // [outer, size(d), inner] around dimension d of `s`.
+  auto around = [](const std::vector<int64_t> &s, int64_t d) {
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i)
+      outer *= s[i];
+    for (size_t i = d + 1; i < s.size(); ++i)
+      inner *= s[i];
+    return std::array<int64_t, 3>{outer, s[d], inner};
+  };
+  const std::vector<int64_t> swap01 = {1, 0, 2, 3};
+  switch (step.kind()) {
+  case OpKind::AllReduce:
+    if (out != in)
+      std::memmove(out, in, inCount * sizeof(float));
+    comm->allReduceSum(axes, {out, size_t(outCount)});
+    return;
+  case OpKind::AllGather: {
+    // Gathered as [n, outer, s, inner]; the result is [outer, n, s, inner].
+    auto [outer, size, inner] = around(inShape, step.dim());
+    std::vector<float> gathered(n * inCount);
+    comm->allGather(axes, {in, size_t(inCount)}, gathered);
+    std::vector<int64_t> view = {n, outer, size, inner};
+    cpu::transpose(gathered.data(), view, swap01, out);
+    return;
+  }
+  case OpKind::ReduceScatter: {
+    // The input [outer, n, s, inner] as [n, outer, s, inner] blocks.
+    auto [outer, size, inner] = around(inShape, step.dim());
+    std::vector<int64_t> view = {outer, n, size / n, inner};
+    std::vector<float> blocks(inCount);
+    cpu::transpose(in, view, swap01, blocks.data());
+    comm->reduceScatterSum(axes, blocks, {out, size_t(outCount)});
+    return;
+  }
+  case OpKind::LocalSplit: {
+    std::vector<int64_t> offsets(inShape.size(), 0);
+    std::span<const int64_t> outShape = shape(outId);
+    offsets[step.dim()] = comm->group(axes).rank * outShape[step.dim()];
+    cpu::slice(in, inShape, offsets, out, outShape);
+    return;
+  }
+  case OpKind::AllToAll: {
+    // Chunk k of the target dimension goes to group rank k; the chunk from
+    // rank j lands at block j of the source dimension.
+    const int64_t src = step.dim(), dst = step.target_dim();
+    std::vector<int64_t> split = inShape; // target dim as [n, chunk]
+    split[dst] /= n;
+    split.insert(split.begin() + dst, n);
+    std::vector<int64_t> toFront(split.size());
+    toFront[0] = dst;
+    for (int64_t i = 0, k = 1; i < int64_t(split.size()); ++i)
+      if (i != dst)
+        toFront[k++] = i;
+    std::vector<float> send(inCount), received(inCount);
+    cpu::transpose(in, split, toFront, send.data());
+    comm->allToAll(axes, send, received);
+    // received: [n (source rank), rest...] with rest = split without the
+    // chunk axis; move the rank axis next to the source dimension.
+    std::vector<int64_t> rest(split.size() - 1);
+    for (int64_t i = 1; i < int64_t(split.size()); ++i)
+      rest[i - 1] = split[toFront[i]];
+    std::vector<int64_t> recvShape = {n};
+    recvShape.insert(recvShape.end(), rest.begin(), rest.end());
+    const int64_t srcInRest = src; // the chunk axis sat at dst, not src
+    std::vector<int64_t> perm;
+    for (int64_t i = 0; i < int64_t(rest.size()); ++i) {
+      if (i == srcInRest)
+        perm.push_back(0);
+      perm.push_back(i + 1);
+    }
+    cpu::transpose(received.data(), recvShape, perm, out);
+    return;
+  }
+  default:
+    throw PlanError("not a collective");
   }
 }
 
@@ -395,6 +523,13 @@ void ProgramRunner::execute(const plan::Step &step) {
   }
   case OpKind::ClipScale:
     *floatData(out) = cpu::clipScale(*in(0), in(1)[4]);
+    return;
+  case OpKind::AllReduce:
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+  case OpKind::AllToAll:
+  case OpKind::LocalSplit:
+    collective(step);
     return;
   case OpKind::AdamW:
     cpu::adamw(in(0), in(1), in(2), in(3), *in(4), stepValue(ops.Get(5)),

@@ -136,9 +136,13 @@ void ProgramChecker::checkTensors() {
         fail(what + " refers to parameter " + std::to_string(t.index()) +
              ", but the plan has " + std::to_string(params.size()));
       const plan::Param &p = *params.Get(t.index());
-      if (checkedElementCount(p.shape(),
-                              "parameter '" + p.name()->str() + "'") != count ||
-          p.dtype() != t.dtype())
+      int64_t local =
+          checkedElementCount(p.shape(), "parameter '" + p.name()->str() + "'");
+      if (p.split())
+        for (const plan::Axes *axes : *p.split())
+          for (int64_t axis : *axes->axes())
+            local /= plan.grid()->Get(axis); // axes checked by checkPlan
+      if (local != count || p.dtype() != t.dtype())
         fail(what + " views parameter '" + p.name()->str() +
              "' (or its optimizer state) with a different size or dtype");
       isWritten = true;
@@ -215,6 +219,11 @@ std::pair<int, int> arityOf(OpKind kind) {
   case OpKind::ReduceSum:
   case OpKind::ReduceMean:
   case OpKind::NormSquared:
+  case OpKind::AllReduce:
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+  case OpKind::AllToAll:
+  case OpKind::LocalSplit:
     return {1, 1};
   case OpKind::Embedding:
   case OpKind::EmbeddingGrad:
@@ -576,6 +585,53 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
     requireShape(out[0], shape, "result");
     break;
   }
+  case OpKind::AllReduce:
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+  case OpKind::AllToAll:
+  case OpKind::LocalSplit: {
+    // The group: distinct grid axes; its size scales the dims exchanged.
+    std::vector<int64_t> axes = toVector(step.ints());
+    std::set<int64_t> seen;
+    int64_t n = 1;
+    for (int64_t axis : axes) {
+      if (axis < 0 || axis >= int64_t(plan.grid()->size()) ||
+          !seen.insert(axis).second)
+        fail(at + ": invalid grid axes");
+      n *= plan.grid()->Get(axis);
+    }
+    if (axes.empty())
+      fail(at + ": a collective needs grid axes");
+    const int64_t rank = int64_t(in[0].shape.size());
+    auto checkDim = [&](int64_t d) {
+      if (d < 0 || d >= rank)
+        fail(at + ": dimension " + std::to_string(d) + " is out of range");
+    };
+    std::vector<int64_t> expected = in[0].shape;
+    auto divide = [&](int64_t d) {
+      if (expected[d] % n != 0)
+        fail(at + ": dimension " + std::to_string(d) + " of " +
+             shapeString(in[0].shape) + " does not divide among " +
+             std::to_string(n) + " ranks");
+      expected[d] /= n;
+    };
+    if (kind == OpKind::AllGather) {
+      checkDim(step.dim());
+      expected[step.dim()] *= n;
+    } else if (kind == OpKind::ReduceScatter || kind == OpKind::LocalSplit) {
+      checkDim(step.dim());
+      divide(step.dim());
+    } else if (kind == OpKind::AllToAll) {
+      checkDim(step.dim());
+      checkDim(step.target_dim());
+      if (step.dim() == step.target_dim())
+        fail(at + ": all-to-all source and target dimensions are the same");
+      divide(step.target_dim());
+      expected[step.dim()] *= n;
+    }
+    requireShape(out[0], expected, "result");
+    break;
+  }
   case OpKind::CrossEntropy: {
     requireRank(in[0], 1, "logits");
     std::vector<int64_t> tokens(in[0].shape.begin(), in[0].shape.end() - 1);
@@ -618,6 +674,26 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
       fail(what + ": parameter " + std::to_string(i) +
            " has an empty or repeated name '" + name + "'");
     checkedElementCount(param.shape(), what + ": parameter '" + name + "'");
+    if (param.split()) {
+      if (param.split()->size() != param.shape()->size())
+        fail(what + ": parameter '" + name + "' has a split for " +
+             std::to_string(param.split()->size()) + " of its " +
+             std::to_string(param.shape()->size()) + " dimensions");
+      std::set<int64_t> used;
+      for (size_t d = 0; d < param.split()->size(); ++d) {
+        int64_t shards = 1;
+        for (int64_t axis : *param.split()->Get(d)->axes()) {
+          if (axis < 0 || axis >= int64_t(p.grid()->size()) ||
+              !used.insert(axis).second)
+            fail(what + ": parameter '" + name + "' has invalid split axes");
+          shards *= p.grid()->Get(axis);
+        }
+        if (param.shape()->Get(d) % shards != 0)
+          fail(what + ": parameter '" + name + "' dimension " +
+               std::to_string(d) + " does not divide into " +
+               std::to_string(shards) + " shards");
+      }
+    }
     if (param.dtype() != DType::F32)
       fail(what + ": parameter '" + name + "' is " + dtypeName(param.dtype()) +
            "; this runtime computes in f32 only");
@@ -733,6 +809,14 @@ void LoadedPlan::printJson(std::ostream &os) const {
     jsonString(os, param.name()->str());
     os << ", \"dtype\": \"" << dtypeName(param.dtype()) << "\", \"shape\": ";
     jsonArray(os, param.shape());
+    if (param.split()) {
+      os << ", \"split\": [";
+      for (size_t d = 0; d < param.split()->size(); ++d) {
+        os << (d ? ", " : "");
+        jsonArray(os, param.split()->Get(d)->axes());
+      }
+      os << "]";
+    }
     os << ", \"init\": \"" << plan::EnumNameInit(param.init()) << "\"";
     if (param.init() == plan::Init::Normal)
       os << ", \"init_std\": " << param.init_std();
@@ -794,6 +878,11 @@ void LoadedPlan::printJson(std::ostream &os) const {
         os << ", \"epsilon\": " << s.epsilon();
       if (s.kind() == OpKind::Matmul && s.alpha() != 1.0)
         os << ", \"alpha\": " << s.alpha();
+      if (s.kind() == OpKind::AllGather || s.kind() == OpKind::ReduceScatter ||
+          s.kind() == OpKind::LocalSplit || s.kind() == OpKind::AllToAll)
+        os << ", \"dim\": " << s.dim();
+      if (s.kind() == OpKind::AllToAll)
+        os << ", \"target_dim\": " << s.target_dim();
       if (s.kind() == OpKind::Scale)
         os << ", \"factor\": " << s.factor();
       if (s.kind() == OpKind::Rotary)

@@ -21,7 +21,7 @@ int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep) {
 TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   std::span<const int32_t> stream, const TrainConfig &config,
                   std::ostream &log) {
-  ProgramRunner runner(plan, "train_step", params);
+  ProgramRunner runner(plan, "train_step", params, config.comm);
   std::vector<int64_t> shape = runner.tokensShape();
   TrainResult result;
   result.tokensPerStep = shape[0] * shape[1];

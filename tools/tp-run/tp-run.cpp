@@ -183,6 +183,9 @@ Options parseArgs(int argc, char **argv) {
   return o;
 }
 
+/// The communicator of the plan's grid, created once the plan is loaded.
+std::unique_ptr<GridComm> gridComm;
+
 std::string jsonEscape(const std::string &s) {
   std::string out;
   for (char c : s) {
@@ -197,6 +200,21 @@ int64_t maxRssBytes() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return int64_t(usage.ru_maxrss) * 1024;
+}
+
+/// Bytes this rank sent per collective kind (ring rule, as
+/// tp-report-communication computes them statically).
+void writeCommStats(std::ostream &json) {
+  json << "  \"communication\": {";
+  bool first = true;
+  if (gridComm)
+    for (const auto &[kind, s] : gridComm->stats()) {
+      json << (first ? "" : ",") << "\n    \"" << kind
+           << "\": {\"calls\": " << s.calls << ", \"bytes\": " << s.bytes
+           << "}";
+      first = false;
+    }
+  json << "\n  },\n";
 }
 
 void writeOpStats(std::ostream &json,
@@ -217,7 +235,7 @@ void writeOpStats(std::ostream &json,
 void dumpProgram(const LoadedPlan &plan, ParamStore &params,
                  const std::string &name, const Batch &batch,
                  SafetensorsWriter &writer) {
-  ProgramRunner runner(plan, name, params);
+  ProgramRunner runner(plan, name, params, gridComm.get());
   runner.setInput(tpc::plan::InputKind::Tokens, batch.tokens);
   if (runner.hasInput(tpc::plan::InputKind::Targets))
     runner.setInput(tpc::plan::InputKind::Targets, batch.targets);
@@ -237,7 +255,7 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   std::string name = o.program;
   if (name.empty())
     name = plan.program("loss") ? "loss" : "forward";
-  ProgramRunner runner(plan, name, params);
+  ProgramRunner runner(plan, name, params, gridComm.get());
   std::vector<int64_t> tokensShape = runner.tokensShape();
   const int64_t batch = tokensShape[0], seq = tokensShape[1];
   Batch window = cutBatch(stream, o.offset, batch, seq);
@@ -247,8 +265,10 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
 
   std::vector<double> seconds;
   for (int64_t r = 0; r < o.repeat; ++r) {
-    if (r + 1 == o.repeat)
-      runner.resetStats(); // per-op times of the last (warm) run
+    if (r + 1 == o.repeat) {
+      runner.resetStats(); // per-op times and traffic of the last run
+      gridComm->resetStats();
+    }
     auto start = std::chrono::steady_clock::now();
     runner.run();
     seconds.push_back(
@@ -303,6 +323,7 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
          << ", \"input_bytes\": " << runner.inputBytes()
          << ", \"planned_peak_bytes\": " << peak
          << ", \"max_rss_bytes\": " << maxRssBytes() << "},\n";
+    writeCommStats(json);
     writeOpStats(json, runner.stats());
     json << "}\n";
     writeFileAtomically(o.metrics, json.str());
@@ -325,6 +346,7 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
   config.checkpointEvery = o.checkpointEvery;
   config.checkpointDir = o.checkpointDir;
   config.resume = o.resume;
+  config.comm = gridComm.get();
   auto start = std::chrono::steady_clock::now();
   TrainResult result = train(plan, params, stream, config, std::cout);
   double total =
@@ -381,6 +403,7 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
            << ", \"seconds\": " << r.seconds << "}";
     }
     json << "\n  ],\n";
+    writeCommStats(json);
     writeOpStats(json, result.opStats);
     json << "}\n";
     writeFileAtomically(o.metrics, json.str());
@@ -408,9 +431,17 @@ std::optional<Prepared> prepare(const Options &o) {
   if (o.steps > 0 && !plan.program("train_step"))
     throw std::runtime_error(o.plan + ": has no train_step program (compile "
                                       "with tp-pipeline's train=true)");
-  ParamStore params = o.weights.empty()
-                          ? ParamStore::initialise(plan)
-                          : ParamStore::fromSafetensors(plan, o.weights);
+  gridComm = std::make_unique<GridComm>(std::vector<int64_t>(
+      plan.plan().grid()->begin(), plan.plan().grid()->end()));
+  if (gridComm->size() > 1 &&
+      (!o.checkpointDir.empty() || !o.resume.empty() || !o.exportDir.empty() ||
+       !o.dump.empty() || !o.dumpGrads.empty()))
+    throw std::runtime_error("checkpoints, export and dumps of a plan on "
+                             "more than one rank are not supported yet");
+  const std::vector<int64_t> &coords = gridComm->coords();
+  ParamStore params =
+      o.weights.empty() ? ParamStore::initialise(plan, coords)
+                        : ParamStore::fromSafetensors(plan, o.weights, coords);
   std::vector<int32_t> stream = readTokenFile(o.data);
   return Prepared{std::move(plan), std::move(params), std::move(stream)};
 }

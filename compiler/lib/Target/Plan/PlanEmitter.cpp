@@ -28,6 +28,7 @@ private:
   std::vector<flatbuffers::Offset<fb::Param>> params;
   llvm::StringMap<uint32_t> paramByName;
   SmallVector<SmallVector<int64_t>> paramShapes;
+  SmallVector<Attribute> paramLayouts;
   std::vector<flatbuffers::Offset<fb::Program>> programs;
 };
 
@@ -73,7 +74,8 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
   auto name = func.getArgAttrOfType<StringAttr>(argIdx, "tp.param");
   auto type = cast<RankedTensorType>(func.getArgumentTypes()[argIdx]);
   if (auto it = paramByName.find(name.getValue()); it != paramByName.end()) {
-    if (paramShapes[it->second] != type.getShape())
+    if (paramShapes[it->second] != type.getShape() ||
+        paramLayouts[it->second] != func.getArgAttr(argIdx, "tp.layout"))
       return func.emitOpError()
              << "plan: parameter '" << name.getValue() << "' has shape " << type
              << " here but a different shape elsewhere";
@@ -101,12 +103,28 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
                               << "' needs tp.init = \"normal\", \"zeros\" or "
                                  "\"ones\"";
   }
+  // A parameter split across ranks keeps its global shape here and its
+  // layout, from which each rank loads its own block.
+  auto layout = func.getArgAttrOfType<DistAttr>(argIdx, "tp.layout");
+  std::vector<flatbuffers::Offset<fb::Axes>> split;
+  SmallVector<int64_t> globalShape(type.getShape());
+  if (layout) {
+    auto grid = module->getAttrOfType<DenseI64ArrayAttr>("tp.grid_shape");
+    for (int64_t d = 0; d < int64_t(globalShape.size()); ++d) {
+      split.push_back(fb::CreateAxes(
+          builder, builder.CreateVector(layout.getSplitAxes(d).vec())));
+      for (int64_t axis : layout.getSplitAxes(d))
+        globalShape[d] *= grid[axis];
+    }
+  }
   uint32_t index = params.size();
   params.push_back(fb::CreateParam(
       builder, builder.CreateString(name.str()), *dtype,
-      builder.CreateVector(type.getShape().vec()), init, stddev));
+      builder.CreateVector(globalShape.data(), globalShape.size()), init,
+      stddev, split.empty() ? 0 : builder.CreateVector(split)));
   paramByName[name.getValue()] = index;
   paramShapes.emplace_back(type.getShape());
+  paramLayouts.push_back(func.getArgAttr(argIdx, "tp.layout"));
   return index;
 }
 
@@ -144,6 +162,11 @@ static FailureOr<fb::OpKind> opKindOf(Operation *op) {
       .Case([](NormSquaredOp) { return fb::OpKind::NormSquared; })
       .Case([](LrScheduleOp) { return fb::OpKind::LrSchedule; })
       .Case([](ClipScaleOp) { return fb::OpKind::ClipScale; })
+      .Case([](AllReduceOp) { return fb::OpKind::AllReduce; })
+      .Case([](AllGatherOp) { return fb::OpKind::AllGather; })
+      .Case([](ReduceScatterOp) { return fb::OpKind::ReduceScatter; })
+      .Case([](AllToAllOp) { return fb::OpKind::AllToAll; })
+      .Case([](LocalSplitOp) { return fb::OpKind::LocalSplit; })
       .Default([](Operation *op) -> FailureOr<fb::OpKind> {
         return op->emitOpError() << "has no runtime kernel in the plan format";
       });
@@ -271,6 +294,8 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       ints = builder.CreateVector(slice.getOffsets().vec());
     else if (auto pad = dyn_cast<PadOp>(op))
       ints = builder.CreateVector(pad.getOffsets().vec());
+    else if (auto axes = op.getAttrOfType<DenseI64ArrayAttr>("grid_axes"))
+      ints = builder.CreateVector(axes.asArrayRef().vec());
     else if (auto sum = dyn_cast<ReduceSumOp>(op))
       ints = builder.CreateVector(sum.getDims().vec());
     else if (auto mean = dyn_cast<ReduceMeanOp>(op))
@@ -303,6 +328,13 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
         })
         .Case([&](ScaleOp s) {
           step.add_factor(s.getFactorAttr().getValueAsDouble());
+        })
+        .Case([&](AllGatherOp c) { step.add_dim(c.getDim()); })
+        .Case([&](ReduceScatterOp c) { step.add_dim(c.getDim()); })
+        .Case([&](LocalSplitOp c) { step.add_dim(c.getDim()); })
+        .Case([&](AllToAllOp c) {
+          step.add_dim(c.getSourceDim());
+          step.add_target_dim(c.getTargetDim());
         })
         .Case([&](ConstantOp c) {
           step.add_value(c.getValueAttr().getValueAsDouble());
@@ -351,14 +383,6 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
     return module.emitError()
            << "plan: run tp-partition before emitting a plan";
   std::vector<int64_t> grid = gridAttr.asArrayRef().vec();
-  int64_t ranks = 1;
-  for (int64_t size : grid)
-    ranks *= size;
-  if (ranks != 1)
-    return module.emitError()
-           << "plan: grid of " << ranks
-           << " ranks, but only single-rank plans can be emitted so far";
-
   for (auto func : module.getOps<func::FuncOp>())
     if (!func.isExternal() && failed(emitProgram(func)))
       return failure();

@@ -15,17 +15,32 @@
 
 namespace tpc::runtime {
 
+class GridComm;
+
+/// This rank's block of a parameter: per dim the offset and size, from the
+/// parameter's split axes and the rank's grid coordinates (all zeros: one
+/// rank, or the first rank of every group).
+struct ParamBlock {
+  std::vector<int64_t> globalShape, offset, shape;
+};
+ParamBlock paramBlock(const LoadedPlan &plan, const plan::Param &param,
+                      const std::vector<int64_t> &coords);
+
 /// The plan's parameters as f32 host arrays, in plan order, and AdamW's
 /// moments for each (zeros until a train step writes them).
 class ParamStore {
 public:
   /// Sharding-independent deterministic initialisation (Init.h).
-  static ParamStore initialise(const LoadedPlan &plan);
+  /// With `coords`, only this rank's block of each split parameter.
+  static ParamStore initialise(const LoadedPlan &plan,
+                               const std::vector<int64_t> &coords = {});
   /// Loads every parameter by its HF name from a safetensors file
-  /// (f32/f16/bf16). Throws std::runtime_error if one is missing or its
-  /// shape differs; tensors the plan does not use are ignored.
+  /// (f32/f16/bf16), keeping this rank's block. Throws std::runtime_error if
+  /// one is missing or its shape differs; tensors the plan does not use are
+  /// ignored.
   static ParamStore fromSafetensors(const LoadedPlan &plan,
-                                    const std::string &path);
+                                    const std::string &path,
+                                    const std::vector<int64_t> &coords = {});
 
   std::vector<float> &operator[](size_t index) { return values[index]; }
   const std::vector<float> &operator[](size_t index) const {
@@ -52,9 +67,10 @@ struct OpStats {
 
 class ProgramRunner {
 public:
-  /// Throws PlanError if `plan` has no program `name`.
+  /// Throws PlanError if `plan` has no program `name`. Collectives run on
+  /// `comm` (required when the program has any).
   ProgramRunner(const LoadedPlan &plan, const std::string &name,
-                ParamStore &params);
+                ParamStore &params, GridComm *comm = nullptr);
 
   bool hasInput(plan::InputKind kind) const;
   /// Sets tokens or targets; throws if the size differs.
@@ -90,8 +106,11 @@ private:
   std::vector<uint64_t> &inputStorage(plan::InputKind kind, size_t bytes);
   void execute(const plan::Step &step);
 
+  void collective(const plan::Step &step);
+
   const plan::Program *program;
   ParamStore &params;
+  GridComm *comm;
   std::unique_ptr<std::byte, FreeDeleter> arena; // 64-byte aligned
   std::vector<std::vector<uint64_t>> inputs;     // 8-byte aligned bytes
   std::vector<std::vector<int64_t>> shapes;

@@ -21,6 +21,7 @@ struct TrainConfig {
   int64_t checkpointEvery = 0; // 0: only at the end if a directory is given
   std::string checkpointDir;
   std::string resume; // checkpoint directory (or its parent with `latest`)
+  GridComm *comm = nullptr; // the plan's grid, for collectives
 };
 
 struct StepRecord {

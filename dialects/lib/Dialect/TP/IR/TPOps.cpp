@@ -1135,8 +1135,8 @@ LogicalResult AllToAllOp::verify() {
       [&](ArrayRef<int64_t> shape, int64_t n) {
         if (source == target)
           return SmallVector<int64_t>();
-        SmallVector<int64_t> out = divideDim(shape, source, n);
-        return out.empty() ? out : scaleDim(out, target, n);
+        SmallVector<int64_t> out = divideDim(shape, target, n);
+        return out.empty() ? out : scaleDim(out, source, n);
       });
 }
 

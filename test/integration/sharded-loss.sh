@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A hand-sharded model on 2 MPI ranks against the same model on one rank:
+# tensor parallelism (a Megatron MLP: one all-reduce) and sequence
+# parallelism (local split, all-to-all round trip, all-gather,
+# reduce-scatter). The loss must match the one-rank run within 1e-5
+# relative, and the bytes the runtime counts per collective must equal
+# tp-report-communication's static figure.
+#
+#   sharded-loss.sh BUILD_DIR WORK_DIR
+set -euo pipefail
+build=$1 work=$2
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bin=$build/bin
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_base_warn_component_unused=0
+rm -rf "$work" && mkdir -p "$work"
+"$bin/tpc-tokenize" "$here/../tp-run/Inputs/text.txt" -o "$work/text.tokens" > /dev/null
+
+loss() { sed -n 's/^program loss: loss \([^,]*\),.*/\1/p'; }
+"$bin/tpc-opt" "$here/Inputs/mlp-plain.mlir" --tp-pipeline="train=false" -o "$work/plain.tpplan"
+reference=$("$bin/tp-run" "$work/plain.tpplan" --data "$work/text.tokens" --program loss | loss)
+
+for variant in tensor-parallel sequence-parallel; do
+  input=$here/Inputs/mlp-$variant.mlir
+  "$bin/tpc-opt" "$input" --tp-pipeline="train=false" -o "$work/$variant.tpplan"
+  actual=$(timeout 60 mpirun -np 2 --oversubscribe "$bin/tp-run" "$work/$variant.tpplan" \
+    --data "$work/text.tokens" --program loss --metrics "$work/$variant.json" | loss)
+  awk -v a="$actual" -v r="$reference" -v v="$variant" 'BEGIN {
+    rel = (a - r) / r; if (rel < 0) rel = -rel;
+    printf "%s: loss %s on 2 ranks, %s on 1 rank, rel %.2e\n", v, a, r, rel;
+    exit !(rel <= 1e-5) }'
+  # Static volume per kind, as "kind bytes" lines, against the runtime's.
+  static=$("$bin/tpc-opt" "$input" --tp-report-communication \
+             --mlir-print-op-on-diagnostic=false -o /dev/null 2>&1 |
+           grep -o '[a-z_]* [0-9.]* bytes ([0-9]* calls)' |
+           sed 's/ bytes (\([0-9]*\) calls)/ \1/' | sort)
+  runtime=$(grep -o '"[a-z_]*": {"calls": [0-9]*, "bytes": [0-9.]*}' "$work/$variant.json" |
+            sed 's/"\([a-z_]*\)": {"calls": \([0-9]*\), "bytes": \([0-9.]*\)}/\1 \3 \2/' | sort)
+  echo "$variant: static [$static] runtime [$runtime]" | tr '\n' ' '; echo
+  [ -n "$static" ] && [ "$static" = "$runtime" ]
+done
+echo "sharded-loss: PASS"
