@@ -385,8 +385,24 @@ void ProgramRunner::execute(const plan::Step &step) {
   switch (step.kind()) {
   case OpKind::Embedding: {
     auto table = inShape(0);
-    cpu::embedding(in(0), table[0], table[1], intData(ops.Get(1)),
-                   elements(ops.Get(1)), floatData(out));
+    int64_t firstRow = 0, fullVocab = table[0];
+    if (step.ints() && step.ints()->size()) {
+      // Vocabulary-parallel: this rank holds one block of the table's rows,
+      // numbered over the axes major to minor as parameter blocks are.
+      if (!comm)
+        throw std::runtime_error(
+            "a vocabulary-parallel embedding needs a communicator");
+      int64_t block = 0, blocks = 1;
+      for (int64_t axis : *step.ints()) {
+        block = block * comm->shape()[axis] + comm->coords()[axis];
+        blocks *= comm->shape()[axis];
+      }
+      firstRow = block * table[0];
+      fullVocab = blocks * table[0];
+    }
+    cpu::embeddingBlock(in(0), firstRow, table[0], fullVocab, table[1],
+                        intData(ops.Get(1)), elements(ops.Get(1)),
+                        floatData(out));
     return;
   }
   case OpKind::Matmul:

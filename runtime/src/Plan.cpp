@@ -378,6 +378,12 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
   case OpKind::Embedding: {
     if (in[0].shape.size() != 2)
       fail(at + ": table must be [vocab, hidden]");
+    // Optional vocabulary axes: distinct grid axes splitting the table.
+    std::set<int64_t> seen;
+    for (int64_t axis : toVector(step.ints()))
+      if (axis < 0 || axis >= int64_t(plan.grid()->size()) ||
+          !seen.insert(axis).second)
+        fail(at + ": invalid vocabulary grid axes");
     std::vector<int64_t> shape = in[1].shape;
     shape.push_back(in[0].shape[1]);
     requireShape(out[0], shape, "result");

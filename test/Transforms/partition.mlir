@@ -47,9 +47,39 @@ func.func @split_statistics(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, %g: te
 // -----
 
 tp.grid @g [2]
-func.func @rank_dependent(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, %ids: tensor<4xi32>) {
+func.func @rank_dependent(%x: tensor<4x8x8xf32, #tp.dist<@g, [[], [0], []]>>) {
   // expected-error @+1 {{tp-partition: this op cannot run on split values yet}}
-  %0 = tp.embedding %t, %ids : (tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, tensor<4xi32>) -> tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>>
+  %0 = tp.softmax %x {causal} : tensor<4x8x8xf32, #tp.dist<@g, [[], [0], []]>>
+  return
+}
+
+// -----
+
+// A vocabulary-split table: each rank holds 8 of the 16 rows and the
+// lookup leaves a partial sum; the vocabulary axes stay on the op.
+// CHECK-LABEL: func.func @vocab_parallel
+// CHECK: tp.embedding %{{.*}}, %{{.*}} {tp.vocab_axes = array<i64: 1, 0>} : (tensor<4x4xf32>, tensor<4xi32>) -> tensor<4x4xf32>
+tp.grid @g [2, 2, 2]
+func.func @vocab_parallel(%t: tensor<16x8xf32, #tp.dist<@g, [[1, 0], [2]]>>, %ids: tensor<4xi32>) {
+  %0 = tp.embedding %t, %ids : (tensor<16x8xf32, #tp.dist<@g, [[1, 0], [2]]>>, tensor<4xi32>) -> tensor<4x8xf32, #tp.dist<@g, [[], [2]], partial = [0, 1]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2]
+func.func @vocab_parallel_not_partial(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{tp-partition: a vocabulary-split embedding needs replicated ids and a result that is partial over exactly the table's vocabulary axes}}
+  %0 = tp.embedding %t, %ids : (tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, tensor<4xi32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @vocab_parallel_split_ids(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, %ids: tensor<4xi32, #tp.dist<@g, [[1]]>>) {
+  // expected-error @+1 {{tp-partition: a vocabulary-split embedding needs replicated ids}}
+  %0 = tp.embedding %t, %ids : (tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, tensor<4xi32, #tp.dist<@g, [[1]]>>) -> tensor<4x8xf32, #tp.dist<@g, [[1], []], partial = [0]>>
   return
 }
 

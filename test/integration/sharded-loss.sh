@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A hand-sharded model on 2 MPI ranks against the same model on one rank:
-# tensor parallelism (a Megatron MLP: one all-reduce) and sequence
+# tensor parallelism (a Megatron MLP: one all-reduce), sequence
 # parallelism (local split, all-to-all round trip, all-gather,
-# reduce-scatter). The loss must match the one-rank run within 1e-5
+# reduce-scatter) and a vocabulary-parallel embedding (each rank looks up
+# its half of the rows; an all-reduce completes it). The loss must match the one-rank run within 1e-5
 # relative, and the bytes the runtime counts per collective must equal
 # tp-report-communication's static figure.
 #
@@ -20,7 +21,7 @@ loss() { sed -n 's/^program loss: loss \([^,]*\),.*/\1/p'; }
 "$bin/tpc-opt" "$here/Inputs/mlp-plain.mlir" --tp-pipeline="train=false" -o "$work/plain.tpplan"
 reference=$("$bin/tp-run" "$work/plain.tpplan" --data "$work/text.tokens" --program loss | loss)
 
-for variant in tensor-parallel sequence-parallel; do
+for variant in tensor-parallel sequence-parallel vocab-parallel; do
   input=$here/Inputs/mlp-$variant.mlir
   "$bin/tpc-opt" "$input" --tp-pipeline="train=false" -o "$work/$variant.tpplan"
   actual=$(timeout 60 mpirun -np 2 --oversubscribe "$bin/tp-run" "$work/$variant.tpplan" \

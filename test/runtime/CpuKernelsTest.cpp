@@ -232,6 +232,38 @@ TEST(CpuKernels, Embedding) {
                 bigTable[size_t(bigIds[size_t(t)] * bigHidden + h)]);
 }
 
+// Vocabulary-parallel lookups: the blocks' results sum to the whole lookup,
+// each id found in exactly one block.
+TEST(CpuKernels, EmbeddingBlocksSumToTheWholeLookup) {
+  std::mt19937 rng(2);
+  const int64_t vocab = 12, hidden = 5, blocks = 3, rows = vocab / blocks;
+  std::vector<float> table = randomVector(vocab * hidden, rng);
+  std::vector<int32_t> ids = {0, 3, 4, 11, 8, 7, 4};
+  const size_t count = ids.size() * size_t(hidden);
+  std::vector<float> whole(count), sum(count, 0.0f), part(count, -1.0f);
+  embedding(table.data(), vocab, hidden, ids.data(), int64_t(ids.size()),
+            whole.data());
+  for (int64_t b = 0; b < blocks; ++b) {
+    embeddingBlock(table.data() + b * rows * hidden, b * rows, rows, vocab,
+                   hidden, ids.data(), int64_t(ids.size()), part.data());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      bool held = ids[t] / rows == b;
+      for (int64_t h = 0; h < hidden; ++h) {
+        float value = part[t * size_t(hidden) + size_t(h)];
+        EXPECT_EQ(value, held ? whole[t * size_t(hidden) + size_t(h)] : 0.0f)
+            << "block " << b << " token " << t;
+        sum[t * size_t(hidden) + size_t(h)] += value;
+      }
+    }
+  }
+  EXPECT_EQ(sum, whole);
+  // Ids are checked against the whole vocabulary, not the block.
+  std::vector<int32_t> tooLarge = {12};
+  EXPECT_THROW(embeddingBlock(table.data(), 0, rows, vocab, hidden,
+                              tooLarge.data(), 1, part.data()),
+               std::runtime_error);
+}
+
 TEST(CpuKernels, EmbeddingRejectsBadIds) {
   std::vector<float> table(4 * 3, 1.0f);
   std::vector<float> out(2 * 3);

@@ -38,6 +38,7 @@ struct PlanSpec {
     fb::OpKind kind;
     std::vector<uint32_t> operands, results;
     bool transposeRhs = false;
+    std::vector<int64_t> ints = {};
   };
   std::vector<S> steps = {
       {fb::OpKind::Embedding, {0, 1}, {2}},
@@ -62,11 +63,14 @@ struct PlanSpec {
     for (const S &s : steps) {
       auto ops = b.CreateVector(s.operands);
       auto res = b.CreateVector(s.results);
+      auto ints = s.ints.empty() ? 0 : b.CreateVector(s.ints);
       fb::StepBuilder step(b);
       step.add_kind(s.kind);
       step.add_operands(ops);
       step.add_results(res);
       step.add_transpose_rhs(s.transposeRhs);
+      if (!ints.IsNull())
+        step.add_ints(ints);
       ss.push_back(step.Finish());
     }
     std::vector<flatbuffers::Offset<fb::Input>> inputs = {
@@ -251,6 +255,19 @@ TEST(PlanLoader, RejectsUnknownKindsAndWrongArity) {
   PlanSpec adamw;
   adamw.steps[2].kind = fb::OpKind::AdamW;
   expectRejected(adamw, "expected 7 operands and 3 results, got 1 and 1");
+}
+
+TEST(PlanLoader, RejectsBadVocabularyAxes) {
+  PlanSpec outside;
+  outside.steps[0].ints = {1}; // the grid has one axis
+  expectRejected(outside, "step 0 (Embedding): invalid vocabulary grid axes");
+  PlanSpec twice;
+  twice.grid = {1, 1};
+  twice.steps[0].ints = {0, 0};
+  expectRejected(twice, "invalid vocabulary grid axes");
+  PlanSpec negative;
+  negative.steps[0].ints = {-1};
+  expectRejected(negative, "invalid vocabulary grid axes");
 }
 
 TEST(PlanLoader, RejectsResultsThatAreNeverComputed) {

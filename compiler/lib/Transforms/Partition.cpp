@@ -40,9 +40,9 @@ FailureOr<Type> localType(Type type, ArrayRef<int64_t> gridShape,
 }
 /// Ops whose kernels compute the same thing on a shard as on the whole,
 /// given shards along parallel or reduction factors (a reduction leaves a
-/// partial sum). Others depend on where their shard sits (an embedding's
-/// vocabulary offset, a causal mask's positions, a mean's global count) and
-/// are not supported on split values yet.
+/// partial sum). Others depend on where their shard sits (a causal mask's
+/// positions, a mean's global count) and are not supported on split values
+/// yet; a vocabulary-split embedding is handled on its own.
 bool isShardOblivious(Operation *op) {
   if (auto softmax = dyn_cast<SoftmaxOp>(op))
     return !softmax.getCausal();
@@ -65,6 +65,43 @@ bool isPartial(Type type) {
   return dist && !dist.getPartial().empty();
 }
 
+/// A vocabulary-parallel embedding (Megatron's VocabParallelEmbedding): the
+/// table's rows are split over some grid axes and each rank looks up only the
+/// ids in its block, leaving zeros elsewhere, so the result is a partial sum
+/// over exactly those axes. Returns the vocabulary axes (empty when the table
+/// is not split along the vocabulary) or failure with a diagnostic when the
+/// layouts do not describe that.
+FailureOr<SmallVector<int64_t>> vocabParallelAxes(EmbeddingOp op) {
+  DistAttr table = getDistLayout(op.getTable().getType());
+  DistAttr result = getDistLayout(op.getResult().getType());
+  auto splitAxes = [](DistAttr dist, int64_t dim) {
+    return dist ? SmallVector<int64_t>(dist.getSplitAxes(dim))
+                : SmallVector<int64_t>();
+  };
+  SmallVector<int64_t> vocab = splitAxes(table, 0);
+  if (vocab.empty())
+    return vocab;
+  SmallVector<int64_t> partial =
+      result ? SmallVector<int64_t>(result.getPartial().asArrayRef())
+             : SmallVector<int64_t>();
+  SmallVector<int64_t> sortedVocab = vocab;
+  llvm::sort(sortedVocab);
+  llvm::sort(partial);
+  int64_t resultRank = cast<RankedTensorType>(op.getType()).getRank();
+  bool idsSplit = isSplit(op.getIds().getType());
+  bool resultSplitBeforeHidden = false;
+  for (int64_t d = 0; d + 1 < resultRank; ++d)
+    resultSplitBeforeHidden |= !splitAxes(result, d).empty();
+  if (partial != sortedVocab || idsSplit || resultSplitBeforeHidden ||
+      splitAxes(table, 1) != splitAxes(result, resultRank - 1)) {
+    op.emitOpError() << "tp-partition: a vocabulary-split embedding needs "
+                        "replicated ids and a result that is partial over "
+                        "exactly the table's vocabulary axes";
+    return failure();
+  }
+  return vocab;
+}
+
 /// Checks that every op can run on its local shards: only shard-oblivious
 /// ops see split values, no statistics factor is split (its kernel would
 /// need an all-reduce inside), and pending partial sums only flow through
@@ -79,6 +116,13 @@ LogicalResult checkShardedOps(ModuleOp module) {
     auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
     if (!ruled)
       return WalkResult::advance();
+    if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+      FailureOr<SmallVector<int64_t>> vocab = vocabParallelAxes(embedding);
+      if (failed(vocab))
+        return WalkResult::interrupt();
+      if (!vocab->empty())
+        return WalkResult::advance();
+    }
     bool anySplit = llvm::any_of(op->getOperandTypes(), isSplit) ||
                     llvm::any_of(op->getResultTypes(), isSplit);
     if (anySplit && !isShardOblivious(op)) {
@@ -147,6 +191,13 @@ void TPPartition::runOnOperation() {
 
   if (failed(checkShardedOps(module)))
     return signalPassFailure();
+  // The layouts vanish below; a vocabulary-split embedding keeps its axes.
+  module.walk([&](EmbeddingOp op) {
+    SmallVector<int64_t> vocab = *vocabParallelAxes(op);
+    if (!vocab.empty())
+      op->setAttr(kVocabAxesAttrName,
+                  DenseI64ArrayAttr::get(op.getContext(), vocab));
+  });
   // Parameters keep their layout for the plan: the runtime loads and
   // initialises each rank's block of them.
   for (auto func : module.getOps<func::FuncOp>())

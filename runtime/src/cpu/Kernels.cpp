@@ -444,15 +444,27 @@ std::string shapeString(Shape shape) {
 
 void embedding(const float *table, int64_t vocab, int64_t hidden,
                const int32_t *ids, int64_t tokens, float *out) {
+  embeddingBlock(table, /*firstRow=*/0, vocab, vocab, hidden, ids, tokens, out);
+}
+
+void embeddingBlock(const float *table, int64_t firstRow, int64_t rows,
+                    int64_t fullVocab, int64_t hidden, const int32_t *ids,
+                    int64_t tokens, float *out) {
   for (int64_t t = 0; t < tokens; ++t)
-    if (ids[t] < 0 || ids[t] >= vocab)
-      throw std::runtime_error(
-          "embedding: id " + std::to_string(ids[t]) + " of token " +
-          std::to_string(t) + " is outside [0, " + std::to_string(vocab) + ")");
+    if (ids[t] < 0 || ids[t] >= fullVocab)
+      throw std::runtime_error("embedding: id " + std::to_string(ids[t]) +
+                               " of token " + std::to_string(t) +
+                               " is outside [0, " + std::to_string(fullVocab) +
+                               ")");
   parallelFor(tokens, rowGrain(hidden), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      std::memcpy(out + t * hidden, table + int64_t(ids[t]) * hidden,
-                  sizeof(float) * size_t(hidden));
+    for (int64_t t = begin; t < end; ++t) {
+      int64_t row = int64_t(ids[t]) - firstRow;
+      if (row >= 0 && row < rows)
+        std::memcpy(out + t * hidden, table + row * hidden,
+                    sizeof(float) * size_t(hidden));
+      else
+        std::memset(out + t * hidden, 0, sizeof(float) * size_t(hidden));
+    }
   });
 }
 

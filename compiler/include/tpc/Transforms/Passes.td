@@ -98,6 +98,11 @@ def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
     Communication must already be explicit: a remaining `tp.redistribute`
     or a pending partial sum is an error (collectives are inserted by the
     sharding passes). Uneven splits are not supported yet.
+
+    A `tp.embedding` whose table is split along the vocabulary (its result
+    partial over the same axes, as in Megatron's VocabParallelEmbedding)
+    keeps those axes as `tp.vocab_axes`: each rank looks up only the ids in
+    its block of rows and writes zeros for the rest.
   }];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }

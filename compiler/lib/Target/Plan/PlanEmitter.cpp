@@ -296,6 +296,9 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       ints = builder.CreateVector(pad.getOffsets().vec());
     else if (auto axes = op.getAttrOfType<DenseI64ArrayAttr>("grid_axes"))
       ints = builder.CreateVector(axes.asArrayRef().vec());
+    else if (auto axes =
+                 op.getAttrOfType<DenseI64ArrayAttr>(kVocabAxesAttrName))
+      ints = builder.CreateVector(axes.asArrayRef().vec());
     else if (auto sum = dyn_cast<ReduceSumOp>(op))
       ints = builder.CreateVector(sum.getDims().vec());
     else if (auto mean = dyn_cast<ReduceMeanOp>(op))

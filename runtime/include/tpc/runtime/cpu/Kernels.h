@@ -27,6 +27,14 @@ void parallelFor(int64_t count, int64_t grain,
 void embedding(const float *table, int64_t vocab, int64_t hidden,
                const int32_t *ids, int64_t tokens, float *out);
 
+/// The vocabulary-parallel lookup: `table` holds rows [firstRow, firstRow +
+/// rows) of a [fullVocab, hidden] table; out[t, :] is ids[t]'s row when this
+/// block holds it and zeros otherwise. Throws if an id is outside
+/// [0, fullVocab).
+void embeddingBlock(const float *table, int64_t firstRow, int64_t rows,
+                    int64_t fullVocab, int64_t hidden, const int32_t *ids,
+                    int64_t tokens, float *out);
+
 /// Batched matrix product with the semantics of tp.matmul: lhs is
 /// [b..., M, K] ([b..., K, M] if transposeLhs), rhs [b..., K, N]
 /// ([b..., N, K] if transposeRhs), out [b..., M, N]. Batch dims: either side

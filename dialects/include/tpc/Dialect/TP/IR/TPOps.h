@@ -15,6 +15,11 @@
 namespace mlir::tp {
 class GridOp;
 
+/// Set by tp-partition on a per-rank `tp.embedding` whose table is split
+/// along the vocabulary: the grid axes that split it. Each rank looks up only
+/// the ids in its block of rows and writes zeros for the rest.
+constexpr llvm::StringLiteral kVocabAxesAttrName = "tp.vocab_axes";
+
 /// Checks every #tp.dist layout in `op`'s operand and result types against
 /// the tp.grid it names: the grid exists, axes are in range, and each split
 /// dimension divides evenly or carries one size per shard.
