@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A hand-sharded model on 2 MPI ranks against the same model on one rank:
-# tensor parallelism (a Megatron MLP: one all-reduce), sequence
+# Hand-sharded models on several MPI ranks against the same model on one
+# rank: tensor parallelism (a Megatron MLP: one all-reduce), sequence
 # parallelism (local split, all-to-all round trip, all-gather,
 # reduce-scatter) and a vocabulary-parallel embedding (each rank looks up
-# its half of the rows; an all-reduce completes it). The loss must match the one-rank run within 1e-5
+# its block of rows; an all-reduce completes it) on 2 ranks and over both
+# axes of a 2x2 grid. The loss must match the one-rank run within 1e-5
 # relative, and the bytes the runtime counts per collective must equal
 # tp-report-communication's static figure.
 #
@@ -21,14 +22,15 @@ loss() { sed -n 's/^program loss: loss \([^,]*\),.*/\1/p'; }
 "$bin/tpc-opt" "$here/Inputs/mlp-plain.mlir" --tp-pipeline="train=false" -o "$work/plain.tpplan"
 reference=$("$bin/tp-run" "$work/plain.tpplan" --data "$work/text.tokens" --program loss | loss)
 
-for variant in tensor-parallel sequence-parallel vocab-parallel; do
+for run in tensor-parallel:2 sequence-parallel:2 vocab-parallel:2 vocab-parallel-2d:4; do
+  variant=${run%:*} ranks=${run#*:}
   input=$here/Inputs/mlp-$variant.mlir
   "$bin/tpc-opt" "$input" --tp-pipeline="train=false" -o "$work/$variant.tpplan"
-  actual=$(timeout 60 mpirun -np 2 --oversubscribe "$bin/tp-run" "$work/$variant.tpplan" \
+  actual=$(timeout 60 mpirun -np "$ranks" --oversubscribe "$bin/tp-run" "$work/$variant.tpplan" \
     --data "$work/text.tokens" --program loss --metrics "$work/$variant.json" | loss)
   awk -v a="$actual" -v r="$reference" -v v="$variant" 'BEGIN {
     rel = (a - r) / r; if (rel < 0) rel = -rel;
-    printf "%s: loss %s on 2 ranks, %s on 1 rank, rel %.2e\n", v, a, r, rel;
+    printf "%s: loss %s on several ranks, %s on 1 rank, rel %.2e\n", v, a, r, rel;
     exit !(rel <= 1e-5) }'
   # Static volume per kind, as "kind bytes" lines, against the runtime's.
   static=$("$bin/tpc-opt" "$input" --tp-report-communication \
