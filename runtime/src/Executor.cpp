@@ -375,6 +375,25 @@ void ProgramRunner::collective(const plan::Step &step) {
   }
 }
 
+/// This rank's block of a vocabulary split over the step's grid axes (the
+/// whole vocabulary when it names none): blocks are numbered over the axes
+/// major to minor, as parameter blocks are, and hold `size` entries each.
+ProgramRunner::VocabBlock ProgramRunner::vocabBlock(const plan::Step &step,
+                                                    int64_t size) const {
+  VocabBlock block;
+  if (!step.ints() || !step.ints()->size())
+    return block;
+  if (!comm)
+    throw std::runtime_error("a vocabulary-parallel step needs a communicator");
+  int64_t index = 0;
+  for (int64_t axis : *step.ints()) {
+    index = index * comm->shape()[axis] + comm->coords()[axis];
+    block.blocks *= comm->shape()[axis];
+  }
+  block.first = index * size;
+  return block;
+}
+
 void ProgramRunner::execute(const plan::Step &step) {
   const auto &ops = *step.operands();
   const uint32_t out = step.results()->Get(0);
@@ -385,23 +404,9 @@ void ProgramRunner::execute(const plan::Step &step) {
   switch (step.kind()) {
   case OpKind::Embedding: {
     auto table = inShape(0);
-    int64_t firstRow = 0, fullVocab = table[0];
-    if (step.ints() && step.ints()->size()) {
-      // Vocabulary-parallel: this rank holds one block of the table's rows,
-      // numbered over the axes major to minor as parameter blocks are.
-      if (!comm)
-        throw std::runtime_error(
-            "a vocabulary-parallel embedding needs a communicator");
-      int64_t block = 0, blocks = 1;
-      for (int64_t axis : *step.ints()) {
-        block = block * comm->shape()[axis] + comm->coords()[axis];
-        blocks *= comm->shape()[axis];
-      }
-      firstRow = block * table[0];
-      fullVocab = blocks * table[0];
-    }
-    cpu::embeddingBlock(in(0), firstRow, table[0], fullVocab, table[1],
-                        intData(ops.Get(1)), elements(ops.Get(1)),
+    VocabBlock block = vocabBlock(step, table[0]);
+    cpu::embeddingBlock(in(0), block.first, table[0], block.blocks * table[0],
+                        table[1], intData(ops.Get(1)), elements(ops.Get(1)),
                         floatData(out));
     return;
   }
@@ -479,8 +484,24 @@ void ProgramRunner::execute(const plan::Step &step) {
     return;
   case OpKind::CrossEntropy: {
     int64_t vocab = inShape(0).back();
-    *floatData(out) = cpu::crossEntropy(in(0), elements(ops.Get(0)) / vocab,
-                                        vocab, intData(ops.Get(1)));
+    int64_t tokens = elements(ops.Get(0)) / vocab;
+    if (!step.ints() || !step.ints()->size()) {
+      *floatData(out) =
+          cpu::crossEntropy(in(0), tokens, vocab, intData(ops.Get(1)));
+      return;
+    }
+    // Vocabulary-parallel: per-token statistics of this rank's columns,
+    // gathered from the whole group and combined alike on every rank.
+    VocabBlock block = vocabBlock(step, vocab);
+    std::vector<float> stats(size_t(3 * tokens)),
+        gathered(size_t(3 * tokens * block.blocks));
+    cpu::crossEntropyBlockStats(in(0), tokens, vocab, block.first,
+                                block.blocks * vocab, intData(ops.Get(1)),
+                                stats.data());
+    std::vector<int> axes(step.ints()->begin(), step.ints()->end());
+    comm->allGather(axes, stats, gathered);
+    *floatData(out) =
+        cpu::crossEntropyFromBlockStats(gathered.data(), block.blocks, tokens);
     return;
   }
   case OpKind::EmbeddingGrad: {

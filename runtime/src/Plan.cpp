@@ -374,16 +374,20 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
     requireShape(info, {}, name);
   };
 
-  switch (kind) {
-  case OpKind::Embedding: {
-    if (in[0].shape.size() != 2)
-      fail(at + ": table must be [vocab, hidden]");
-    // Optional vocabulary axes: distinct grid axes splitting the table.
+  // Optional vocabulary axes (Embedding, CrossEntropy): distinct grid axes.
+  auto checkVocabAxes = [&] {
     std::set<int64_t> seen;
     for (int64_t axis : toVector(step.ints()))
       if (axis < 0 || axis >= int64_t(plan.grid()->size()) ||
           !seen.insert(axis).second)
         fail(at + ": invalid vocabulary grid axes");
+  };
+
+  switch (kind) {
+  case OpKind::Embedding: {
+    if (in[0].shape.size() != 2)
+      fail(at + ": table must be [vocab, hidden]");
+    checkVocabAxes();
     std::vector<int64_t> shape = in[1].shape;
     shape.push_back(in[0].shape[1]);
     requireShape(out[0], shape, "result");
@@ -643,6 +647,7 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
     std::vector<int64_t> tokens(in[0].shape.begin(), in[0].shape.end() - 1);
     requireShape(in[1], tokens, "targets");
     requireShape(out[0], {}, "loss");
+    checkVocabAxes();
     break;
   }
   }

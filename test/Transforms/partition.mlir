@@ -67,6 +67,27 @@ func.func @vocab_parallel(%t: tensor<16x8xf32, #tp.dist<@g, [[1, 0], [2]]>>, %id
 
 // -----
 
+// A vocabulary-split cross-entropy: each rank holds a quarter of the logit
+// columns; the loss is whole on every rank.
+// CHECK-LABEL: func.func @vocab_parallel_loss
+// CHECK: tp.cross_entropy %{{.*}}, %{{.*}} {tp.vocab_axes = array<i64: 0, 1>} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+tp.grid @g [2, 2]
+func.func @vocab_parallel_loss(%logits: tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0, 1]]>>, %targets: tensor<2x8xi32>) -> tensor<f32> {
+  %0 = tp.cross_entropy %logits, %targets : (tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0, 1]]>>, tensor<2x8xi32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @vocab_parallel_loss_split_tokens(%logits: tensor<2x8x64xf32, #tp.dist<@g, [[1], [], [0]]>>, %targets: tensor<2x8xi32, #tp.dist<@g, [[1], []]>>) {
+  // expected-error @+1 {{tp-partition: a vocabulary-split cross_entropy needs logits split only along the vocabulary, replicated targets and a replicated loss}}
+  %0 = tp.cross_entropy %logits, %targets : (tensor<2x8x64xf32, #tp.dist<@g, [[1], [], [0]]>>, tensor<2x8xi32, #tp.dist<@g, [[1], []]>>) -> tensor<f32>
+  return
+}
+
+// -----
+
 tp.grid @g [2]
 func.func @vocab_parallel_not_partial(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, %ids: tensor<4xi32>) {
   // expected-error @+1 {{tp-partition: a vocabulary-split embedding needs replicated ids and a result that is partial over exactly the table's vocabulary axes}}

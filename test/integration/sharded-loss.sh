@@ -2,8 +2,9 @@
 # Hand-sharded models on several MPI ranks against the same model on one
 # rank: tensor parallelism (a Megatron MLP: one all-reduce), sequence
 # parallelism (local split, all-to-all round trip, all-gather,
-# reduce-scatter) and a vocabulary-parallel embedding (each rank looks up
-# its block of rows; an all-reduce completes it) on 2 ranks and over both
+# reduce-scatter) and vocabulary parallelism (each rank looks up its block
+# of embedding rows, an all-reduce completes it; a column-parallel head and
+# a cross-entropy over each rank's block of logits) on 2 ranks and over both
 # axes of a 2x2 grid. The loss must match the one-rank run within 1e-5
 # relative, and the bytes the runtime counts per collective must equal
 # tp-report-communication's static figure.

@@ -976,6 +976,45 @@ TEST(CpuKernels, CrossEntropy) {
   }
 }
 
+// Vocabulary-parallel: each block's statistics of its columns, combined,
+// give the double-precision reference loss (blocks whose ranges differ by
+// hundreds exercise the log-sum-exp rescaling).
+TEST(CpuKernels, CrossEntropyFromBlockStatsMatchesTheWholeRow) {
+  std::mt19937 rng(23);
+  for (auto [tokens, vocab, blocks, spread] :
+       {std::tuple<int64_t, int64_t, int64_t, float>{7, 12, 3, 5.0f},
+        {5, 16, 4, 300.0f},
+        {9, 1000, 2, 8.0f},
+        {3, 8, 8, 1.0f}}) {
+    SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab) + "/" +
+                 std::to_string(blocks));
+    std::vector<float> logits =
+        randomVector(tokens * vocab, rng, -spread, spread);
+    std::vector<int32_t> targets(static_cast<size_t>(tokens));
+    std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
+    for (int32_t &t : targets)
+      t = pick(rng);
+    const int64_t columns = vocab / blocks;
+    std::vector<float> stats(size_t(3 * tokens * blocks)),
+        block(size_t(tokens * columns));
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t t = 0; t < tokens; ++t)
+        std::copy_n(logits.begin() + t * vocab + b * columns, columns,
+                    block.begin() + t * columns);
+      crossEntropyBlockStats(block.data(), tokens, columns, b * columns, vocab,
+                             targets.data(), stats.data() + 3 * tokens * b);
+    }
+    float got = crossEntropyFromBlockStats(stats.data(), blocks, tokens);
+    double ref = refCrossEntropy(logits, tokens, vocab, targets);
+    EXPECT_NEAR(got, ref, 1e-5 * std::max(1.0, std::abs(ref)));
+  }
+  std::vector<float> logits(2 * 4), stats(2 * 3);
+  std::vector<int32_t> outside = {0, 8};
+  EXPECT_THROW(crossEntropyBlockStats(logits.data(), 2, 4, 4, 8, outside.data(),
+                                      stats.data()),
+               std::runtime_error);
+}
+
 TEST(CpuKernels, CrossEntropyRejectsBadTargets) {
   std::vector<float> logits(3 * 13, 0.5f);
   std::vector<int32_t> targets = {0, 12, 13};

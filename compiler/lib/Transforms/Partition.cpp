@@ -42,7 +42,8 @@ FailureOr<Type> localType(Type type, ArrayRef<int64_t> gridShape,
 /// given shards along parallel or reduction factors (a reduction leaves a
 /// partial sum). Others depend on where their shard sits (a causal mask's
 /// positions, a mean's global count) and are not supported on split values
-/// yet; a vocabulary-split embedding is handled on its own.
+/// yet; vocabulary-parallel embeddings and cross-entropies are handled on
+/// their own.
 bool isShardOblivious(Operation *op) {
   if (auto softmax = dyn_cast<SoftmaxOp>(op))
     return !softmax.getCausal();
@@ -65,6 +66,12 @@ bool isPartial(Type type) {
   return dist && !dist.getPartial().empty();
 }
 
+SmallVector<int64_t> splitAxesOf(Type type, int64_t dim) {
+  DistAttr dist = getDistLayout(type);
+  return dist ? SmallVector<int64_t>(dist.getSplitAxes(dim))
+              : SmallVector<int64_t>();
+}
+
 /// A vocabulary-parallel embedding (Megatron's VocabParallelEmbedding): the
 /// table's rows are split over some grid axes and each rank looks up only the
 /// ids in its block, leaving zeros elsewhere, so the result is a partial sum
@@ -72,34 +79,65 @@ bool isPartial(Type type) {
 /// is not split along the vocabulary) or failure with a diagnostic when the
 /// layouts do not describe that.
 FailureOr<SmallVector<int64_t>> vocabParallelAxes(EmbeddingOp op) {
-  DistAttr table = getDistLayout(op.getTable().getType());
-  DistAttr result = getDistLayout(op.getResult().getType());
-  auto splitAxes = [](DistAttr dist, int64_t dim) {
-    return dist ? SmallVector<int64_t>(dist.getSplitAxes(dim))
-                : SmallVector<int64_t>();
-  };
-  SmallVector<int64_t> vocab = splitAxes(table, 0);
+  Type table = op.getTable().getType(), result = op.getResult().getType();
+  SmallVector<int64_t> vocab = splitAxesOf(table, 0);
   if (vocab.empty())
     return vocab;
+  DistAttr resultDist = getDistLayout(result);
   SmallVector<int64_t> partial =
-      result ? SmallVector<int64_t>(result.getPartial().asArrayRef())
-             : SmallVector<int64_t>();
+      resultDist ? SmallVector<int64_t>(resultDist.getPartial().asArrayRef())
+                 : SmallVector<int64_t>();
   SmallVector<int64_t> sortedVocab = vocab;
   llvm::sort(sortedVocab);
   llvm::sort(partial);
-  int64_t resultRank = cast<RankedTensorType>(op.getType()).getRank();
-  bool idsSplit = isSplit(op.getIds().getType());
+  int64_t resultRank = cast<RankedTensorType>(result).getRank();
   bool resultSplitBeforeHidden = false;
   for (int64_t d = 0; d + 1 < resultRank; ++d)
-    resultSplitBeforeHidden |= !splitAxes(result, d).empty();
-  if (partial != sortedVocab || idsSplit || resultSplitBeforeHidden ||
-      splitAxes(table, 1) != splitAxes(result, resultRank - 1)) {
+    resultSplitBeforeHidden |= !splitAxesOf(result, d).empty();
+  if (partial != sortedVocab || isSplit(op.getIds().getType()) ||
+      resultSplitBeforeHidden ||
+      splitAxesOf(table, 1) != splitAxesOf(result, resultRank - 1)) {
     op.emitOpError() << "tp-partition: a vocabulary-split embedding needs "
                         "replicated ids and a result that is partial over "
                         "exactly the table's vocabulary axes";
     return failure();
   }
   return vocab;
+}
+
+/// A vocabulary-parallel cross-entropy (Megatron's
+/// vocab_parallel_cross_entropy): the logits' last dim is split over some
+/// grid axes; each rank reduces its columns to per-token statistics and one
+/// all-gather of them gives every rank the whole loss. Returns the
+/// vocabulary axes (empty when the logits are not split along the
+/// vocabulary) or failure with a diagnostic.
+FailureOr<SmallVector<int64_t>> vocabParallelAxes(CrossEntropyOp op) {
+  Type logits = op.getLogits().getType();
+  int64_t rank = cast<RankedTensorType>(logits).getRank();
+  SmallVector<int64_t> vocab = splitAxesOf(logits, rank - 1);
+  if (vocab.empty())
+    return vocab;
+  bool tokensSplit = false;
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    tokensSplit |= !splitAxesOf(logits, d).empty();
+  if (tokensSplit || isPartial(logits) || isSplit(op.getTargets().getType()) ||
+      getDistLayout(op.getType())) {
+    op.emitOpError() << "tp-partition: a vocabulary-split cross_entropy needs "
+                        "logits split only along the vocabulary, replicated "
+                        "targets and a replicated loss";
+    return failure();
+  }
+  return vocab;
+}
+
+/// The vocabulary axes of a vocabulary-parallel op (empty for any other op
+/// or layout), or failure with a diagnostic.
+FailureOr<SmallVector<int64_t>> vocabParallelAxes(Operation *op) {
+  if (auto embedding = dyn_cast<EmbeddingOp>(op))
+    return vocabParallelAxes(embedding);
+  if (auto crossEntropy = dyn_cast<CrossEntropyOp>(op))
+    return vocabParallelAxes(crossEntropy);
+  return SmallVector<int64_t>();
 }
 
 /// Checks that every op can run on its local shards: only shard-oblivious
@@ -116,13 +154,11 @@ LogicalResult checkShardedOps(ModuleOp module) {
     auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
     if (!ruled)
       return WalkResult::advance();
-    if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
-      FailureOr<SmallVector<int64_t>> vocab = vocabParallelAxes(embedding);
-      if (failed(vocab))
-        return WalkResult::interrupt();
-      if (!vocab->empty())
-        return WalkResult::advance();
-    }
+    FailureOr<SmallVector<int64_t>> vocab = vocabParallelAxes(op);
+    if (failed(vocab))
+      return WalkResult::interrupt();
+    if (!vocab->empty())
+      return WalkResult::advance();
     bool anySplit = llvm::any_of(op->getOperandTypes(), isSplit) ||
                     llvm::any_of(op->getResultTypes(), isSplit);
     if (anySplit && !isShardOblivious(op)) {
@@ -191,12 +227,12 @@ void TPPartition::runOnOperation() {
 
   if (failed(checkShardedOps(module)))
     return signalPassFailure();
-  // The layouts vanish below; a vocabulary-split embedding keeps its axes.
-  module.walk([&](EmbeddingOp op) {
+  // The layouts vanish below; vocabulary-parallel ops keep their axes.
+  module.walk([&](Operation *op) {
     SmallVector<int64_t> vocab = *vocabParallelAxes(op);
     if (!vocab.empty())
       op->setAttr(kVocabAxesAttrName,
-                  DenseI64ArrayAttr::get(op.getContext(), vocab));
+                  DenseI64ArrayAttr::get(op->getContext(), vocab));
   });
   // Parameters keep their layout for the plan: the runtime loads and
   // initialises each rank's block of them.

@@ -43,6 +43,24 @@ struct TPReportCommunication
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       std::map<std::string, Volume> volumes;
       func.walk([&](Operation *op) {
+        // A vocabulary-parallel cross-entropy gathers 3 floats per token
+        // (max, sum of exponentials, target logit) from each rank.
+        if (auto crossEntropy = dyn_cast<CrossEntropyOp>(op)) {
+          auto logits =
+              cast<RankedTensorType>(crossEntropy.getLogits().getType());
+          DistAttr dist = getDistLayout(logits);
+          if (!dist || dist.getSplitAxes(logits.getRank() - 1).empty())
+            return;
+          double n = 1;
+          for (int64_t axis : dist.getSplitAxes(logits.getRank() - 1))
+            n *= double(gridShape[axis]);
+          double tokens =
+              double(logits.getNumElements() / logits.getShape().back());
+          Volume &v = volumes["all_gather"];
+          v.calls += 1;
+          v.bytes += (n - 1) * 3 * tokens * sizeof(float);
+          return;
+        }
         auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
         if (!axesAttr || op->getNumOperands() != 1)
           return;

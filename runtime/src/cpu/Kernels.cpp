@@ -1253,6 +1253,49 @@ float crossEntropy(const float *logits, int64_t tokens, int64_t vocab,
   return static_cast<float>(total / double(tokens));
 }
 
+void crossEntropyBlockStats(const float *logits, int64_t tokens,
+                            int64_t columns, int64_t firstColumn,
+                            int64_t fullVocab, const int32_t *targets,
+                            float *stats) {
+  for (int64_t t = 0; t < tokens; ++t)
+    if (targets[t] < 0 || targets[t] >= fullVocab)
+      throw std::runtime_error("crossEntropy: target " +
+                               std::to_string(targets[t]) + " of token " +
+                               std::to_string(t) + " is outside [0, " +
+                               std::to_string(fullVocab) + ")");
+  parallelFor(tokens, rowGrain(columns, 8192), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float *row = logits + t * columns;
+      float m = maxFloat(row, columns);
+      int64_t column = int64_t(targets[t]) - firstColumn;
+      stats[3 * t] = m;
+      stats[3 * t + 1] = float(sumExpShifted(row, m, columns));
+      stats[3 * t + 2] = column >= 0 && column < columns ? row[column] : 0.0f;
+    }
+  });
+}
+
+float crossEntropyFromBlockStats(const float *stats, int64_t blocks,
+                                 int64_t tokens) {
+  if (tokens <= 0)
+    return 0.0f;
+  double total = 0.0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    // Rescale each block's sum to the row's global max (log-sum-exp).
+    float m = stats[3 * t];
+    for (int64_t b = 1; b < blocks; ++b)
+      m = std::max(m, stats[3 * (b * tokens + t)]);
+    double sum = 0.0, target = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float *block = stats + 3 * (b * tokens + t);
+      sum += double(block[1]) * std::exp(double(block[0]) - double(m));
+      target += double(block[2]);
+    }
+    total += std::log(sum) + double(m) - target;
+  }
+  return static_cast<float>(total / double(tokens));
+}
+
 //===----------------------------------------------------------------------===//
 // Backward and optimizer kernels
 //===----------------------------------------------------------------------===//

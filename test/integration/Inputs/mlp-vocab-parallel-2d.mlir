@@ -1,12 +1,13 @@
-// The embedding table's rows split over both axes of a 2x2 grid, minor axis
-// first: rank (i, j) holds block 2*j + i, as parameter blocks are numbered
-// over the listed axes major to minor. The rest is replicated.
+// The embedding table's rows and the head's columns split over both axes of
+// a 2x2 grid, minor axis first: rank (i, j) holds block 2*j + i, as
+// parameter blocks are numbered over the listed axes major to minor. The
+// cross-entropy reduces each rank's quarter of the logits.
 module attributes {tp.model_type = "test"} {
   tp.grid @g [2, 2]
   func.func @loss(%emb: tensor<128x16xf32, #tp.dist<@g, [[1, 0], []]>> {tp.param = "emb", tp.init = "normal", tp.init_std = 1.0 : f64},
                   %w1: tensor<16x64xf32> {tp.param = "w1", tp.init = "normal", tp.init_std = 0.25 : f64},
                   %w2: tensor<64x16xf32> {tp.param = "w2", tp.init = "normal", tp.init_std = 0.125 : f64},
-                  %head: tensor<16x128xf32> {tp.param = "head", tp.init = "normal", tp.init_std = 0.5 : f64},
+                  %head: tensor<16x128xf32, #tp.dist<@g, [[], [1, 0]]>> {tp.param = "head", tp.init = "normal", tp.init_std = 0.5 : f64},
                   %gain: tensor<16xf32> {tp.param = "gain", tp.init = "normal", tp.init_std = 1.0 : f64},
                   %tokens: tensor<2x8xi32> {tp.input = "tokens"},
                   %targets: tensor<2x8xi32> {tp.input = "targets"}) -> (tensor<f32> {tp.output = "loss"}) {
@@ -17,8 +18,8 @@ module attributes {tp.model_type = "test"} {
     %a = tp.gelu %h : tensor<2x8x64xf32>
     %y = tp.matmul %a, %w2 : (tensor<2x8x64xf32>, tensor<64x16xf32>) -> tensor<2x8x16xf32>
     %r = tp.add %xg, %y : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
-    %logits = tp.matmul %r, %head : (tensor<2x8x16xf32>, tensor<16x128xf32>) -> tensor<2x8x128xf32>
-    %l = tp.cross_entropy %logits, %targets : (tensor<2x8x128xf32>, tensor<2x8xi32>) -> tensor<f32>
+    %logits = tp.matmul %r, %head : (tensor<2x8x16xf32>, tensor<16x128xf32, #tp.dist<@g, [[], [1, 0]]>>) -> tensor<2x8x128xf32, #tp.dist<@g, [[], [], [1, 0]]>>
+    %l = tp.cross_entropy %logits, %targets : (tensor<2x8x128xf32, #tp.dist<@g, [[], [], [1, 0]]>>, tensor<2x8xi32>) -> tensor<f32>
     return %l : tensor<f32>
   }
 }

@@ -1,13 +1,14 @@
-// The same model with a vocabulary-parallel embedding (Megatron's
-// VocabParallelEmbedding) in front of the Megatron MLP on 2 ranks: each rank
-// holds half the table's rows, looks up only the ids in its half and leaves
-// zeros for the rest, and an all-reduce completes the lookup.
+// The same model with Megatron's vocabulary-parallel ends around its MLP on
+// 2 ranks: each rank holds half the embedding table's rows, looks up only
+// the ids in its half (zeros for the rest) and an all-reduce completes the
+// lookup; the output head is column-parallel and the cross-entropy reduces
+// each rank's half of the logits, combined by one all-gather in its step.
 module attributes {tp.model_type = "test"} {
   tp.grid @g [2]
   func.func @loss(%emb: tensor<128x16xf32, #tp.dist<@g, [[0], []]>> {tp.param = "emb", tp.init = "normal", tp.init_std = 1.0 : f64},
                   %w1: tensor<16x64xf32, #tp.dist<@g, [[], [0]]>> {tp.param = "w1", tp.init = "normal", tp.init_std = 0.25 : f64},
                   %w2: tensor<64x16xf32, #tp.dist<@g, [[0], []]>> {tp.param = "w2", tp.init = "normal", tp.init_std = 0.125 : f64},
-                  %head: tensor<16x128xf32> {tp.param = "head", tp.init = "normal", tp.init_std = 0.5 : f64},
+                  %head: tensor<16x128xf32, #tp.dist<@g, [[], [0]]>> {tp.param = "head", tp.init = "normal", tp.init_std = 0.5 : f64},
                   %gain: tensor<16xf32> {tp.param = "gain", tp.init = "normal", tp.init_std = 1.0 : f64},
                   %tokens: tensor<2x8xi32> {tp.input = "tokens"},
                   %targets: tensor<2x8xi32> {tp.input = "targets"}) -> (tensor<f32> {tp.output = "loss"}) {
@@ -19,8 +20,8 @@ module attributes {tp.model_type = "test"} {
     %yp = tp.matmul %a, %w2 : (tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>, tensor<64x16xf32, #tp.dist<@g, [[0], []]>>) -> tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0]>>
     %y = tp.all_reduce %yp {grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0]>> -> tensor<2x8x16xf32>
     %r = tp.add %xg, %y : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
-    %logits = tp.matmul %r, %head : (tensor<2x8x16xf32>, tensor<16x128xf32>) -> tensor<2x8x128xf32>
-    %l = tp.cross_entropy %logits, %targets : (tensor<2x8x128xf32>, tensor<2x8xi32>) -> tensor<f32>
+    %logits = tp.matmul %r, %head : (tensor<2x8x16xf32>, tensor<16x128xf32, #tp.dist<@g, [[], [0]]>>) -> tensor<2x8x128xf32, #tp.dist<@g, [[], [], [0]]>>
+    %l = tp.cross_entropy %logits, %targets : (tensor<2x8x128xf32, #tp.dist<@g, [[], [], [0]]>>, tensor<2x8xi32>) -> tensor<f32>
     return %l : tensor<f32>
   }
 }

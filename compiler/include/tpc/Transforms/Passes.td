@@ -80,7 +80,9 @@ def TPReportCommunication
     runtime also counts with: over a group of n ranks, an all-gather or a
     reduce-scatter moves (n-1)/n of the full (unsharded over the group)
     tensor, an all-reduce 2(n-1)/n of it, an all-to-all (n-1)/n of the local
-    tensor, a local split nothing. Emits one remark per function with the
+    tensor, a local split nothing. A `tp.cross_entropy` with logits split
+    along the vocabulary counts as the all-gather of 3 floats per token that
+    its step performs. Emits one remark per function with the
     bytes and calls per collective kind and the total.
   }];
   let dependentDialects = ["::mlir::tp::TPDialect"];
@@ -102,7 +104,10 @@ def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
     A `tp.embedding` whose table is split along the vocabulary (its result
     partial over the same axes, as in Megatron's VocabParallelEmbedding)
     keeps those axes as `tp.vocab_axes`: each rank looks up only the ids in
-    its block of rows and writes zeros for the rest.
+    its block of rows and writes zeros for the rest. So does a
+    `tp.cross_entropy` whose logits are split along the vocabulary (and
+    nowhere else): each rank reduces its block of columns to per-token
+    statistics that one all-gather inside the step combines into the loss.
   }];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }

@@ -107,6 +107,11 @@ private:
   void execute(const plan::Step &step);
 
   void collective(const plan::Step &step);
+  struct VocabBlock {
+    int64_t first = 0;  // the block's first vocabulary entry
+    int64_t blocks = 1; // how many blocks the vocabulary is split into
+  };
+  VocabBlock vocabBlock(const plan::Step &step, int64_t size) const;
 
   const plan::Program *program;
   ParamStore &params;

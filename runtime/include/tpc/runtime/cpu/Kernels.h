@@ -95,6 +95,21 @@ void reduce(const float *in, Shape inShape, std::span<const int64_t> dims,
 float crossEntropy(const float *logits, int64_t tokens, int64_t vocab,
                    const int32_t *targets);
 
+/// Vocabulary-parallel cross-entropy, per block: `logits` [tokens, columns]
+/// holds columns [firstColumn, firstColumn + columns) of fullVocab-wide rows.
+/// Writes per token {max, sum of exp(logit - max), the target's logit when
+/// this block holds it else 0} into `stats` [tokens, 3]. Throws if a target
+/// is outside [0, fullVocab).
+void crossEntropyBlockStats(const float *logits, int64_t tokens,
+                            int64_t columns, int64_t firstColumn,
+                            int64_t fullVocab, const int32_t *targets,
+                            float *stats);
+
+/// The mean loss from every block's statistics, `stats` [blocks, tokens, 3]
+/// (in block order, so every rank computes the same value).
+float crossEntropyFromBlockStats(const float *stats, int64_t blocks,
+                                 int64_t tokens);
+
 //===----------------------------------------------------------------------===//
 // Backward and optimizer kernels. Every kernel is bit-reproducible for a
 // fixed thread count (reductions combine per-thread partials in a fixed
