@@ -939,6 +939,16 @@ TEST(CpuKernels, Reduce) {
 // crossEntropy
 //===----------------------------------------------------------------------===//
 
+/// `tokens` targets drawn uniformly from [0, vocab).
+std::vector<int32_t> randomTargets(int64_t tokens, int64_t vocab,
+                                   std::mt19937 &rng) {
+  std::vector<int32_t> targets(static_cast<size_t>(tokens));
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
+  for (int32_t &t : targets)
+    t = pick(rng);
+  return targets;
+}
+
 double refCrossEntropy(const std::vector<float> &logits, int64_t tokens,
                        int64_t vocab, const std::vector<int32_t> &targets) {
   double total = 0.0;
@@ -966,10 +976,7 @@ TEST(CpuKernels, CrossEntropy) {
     SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab));
     std::vector<float> logits =
         randomVector(tokens * vocab, rng, -spread, spread);
-    std::vector<int32_t> targets(static_cast<size_t>(tokens));
-    std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
-    for (int32_t &t : targets)
-      t = pick(rng);
+    std::vector<int32_t> targets = randomTargets(tokens, vocab, rng);
     float got = crossEntropy(logits.data(), tokens, vocab, targets.data());
     double ref = refCrossEntropy(logits, tokens, vocab, targets);
     EXPECT_NEAR(got, ref, 1e-5 * std::max(1.0, std::abs(ref)));
@@ -990,10 +997,7 @@ TEST(CpuKernels, CrossEntropyFromBlockStatsMatchesTheWholeRow) {
                  std::to_string(blocks));
     std::vector<float> logits =
         randomVector(tokens * vocab, rng, -spread, spread);
-    std::vector<int32_t> targets(static_cast<size_t>(tokens));
-    std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
-    for (int32_t &t : targets)
-      t = pick(rng);
+    std::vector<int32_t> targets = randomTargets(tokens, vocab, rng);
     const int64_t columns = vocab / blocks;
     std::vector<float> stats(size_t(3 * tokens * blocks)),
         block(size_t(tokens * columns));
@@ -1671,10 +1675,7 @@ TEST(CpuKernels, CrossEntropyGrad) {
     SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab));
     std::vector<float> logits =
         randomVector(tokens * vocab, rng, -spread, spread);
-    std::vector<int32_t> targets(static_cast<size_t>(tokens));
-    std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
-    for (int32_t &t : targets)
-      t = pick(rng);
+    std::vector<int32_t> targets = randomTargets(tokens, vocab, rng);
     // A confident, correct prediction: p(target) near 1.
     if (vocab > 1) {
       targets[0] = 1;

@@ -442,6 +442,18 @@ std::string shapeString(Shape shape) {
 // embedding
 //===----------------------------------------------------------------------===//
 
+/// Throws "KERNEL: WHAT ID of token T is outside [0, LIMIT)" for the first
+/// index outside [0, limit).
+static void checkIndices(const char *kernel, const char *what,
+                         const int32_t *indices, int64_t count, int64_t limit) {
+  for (int64_t t = 0; t < count; ++t)
+    if (indices[t] < 0 || indices[t] >= limit)
+      throw std::runtime_error(std::string(kernel) + ": " + what + " " +
+                               std::to_string(indices[t]) + " of token " +
+                               std::to_string(t) + " is outside [0, " +
+                               std::to_string(limit) + ")");
+}
+
 void embedding(const float *table, int64_t vocab, int64_t hidden,
                const int32_t *ids, int64_t tokens, float *out) {
   embeddingBlock(table, /*firstRow=*/0, vocab, vocab, hidden, ids, tokens, out);
@@ -450,12 +462,7 @@ void embedding(const float *table, int64_t vocab, int64_t hidden,
 void embeddingBlock(const float *table, int64_t firstRow, int64_t rows,
                     int64_t fullVocab, int64_t hidden, const int32_t *ids,
                     int64_t tokens, float *out) {
-  for (int64_t t = 0; t < tokens; ++t)
-    if (ids[t] < 0 || ids[t] >= fullVocab)
-      throw std::runtime_error("embedding: id " + std::to_string(ids[t]) +
-                               " of token " + std::to_string(t) +
-                               " is outside [0, " + std::to_string(fullVocab) +
-                               ")");
+  checkIndices("embedding", "id", ids, tokens, fullVocab);
   parallelFor(tokens, rowGrain(hidden), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       int64_t row = int64_t(ids[t]) - firstRow;
@@ -1231,11 +1238,7 @@ void reduce(const float *in, Shape inShape, std::span<const int64_t> dims,
 
 float crossEntropy(const float *logits, int64_t tokens, int64_t vocab,
                    const int32_t *targets) {
-  for (int64_t t = 0; t < tokens; ++t)
-    if (targets[t] < 0 || targets[t] >= vocab)
-      throw std::runtime_error(
-          "crossEntropy: target " + std::to_string(targets[t]) + " of token " +
-          std::to_string(t) + " is outside [0, " + std::to_string(vocab) + ")");
+  checkIndices("crossEntropy", "target", targets, tokens, vocab);
   if (tokens <= 0)
     return 0.0f;
   std::vector<double> losses(static_cast<size_t>(tokens));
@@ -1257,12 +1260,7 @@ void crossEntropyBlockStats(const float *logits, int64_t tokens,
                             int64_t columns, int64_t firstColumn,
                             int64_t fullVocab, const int32_t *targets,
                             float *stats) {
-  for (int64_t t = 0; t < tokens; ++t)
-    if (targets[t] < 0 || targets[t] >= fullVocab)
-      throw std::runtime_error("crossEntropy: target " +
-                               std::to_string(targets[t]) + " of token " +
-                               std::to_string(t) + " is outside [0, " +
-                               std::to_string(fullVocab) + ")");
+  checkIndices("crossEntropy", "target", targets, tokens, fullVocab);
   parallelFor(tokens, rowGrain(columns, 8192), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float *row = logits + t * columns;
@@ -1506,11 +1504,7 @@ void adamwRange(const float *param, const float *grad, const float *expAvg,
 
 void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
                    int64_t vocab, int64_t hidden, float *tableGrad) {
-  for (int64_t t = 0; t < tokens; ++t)
-    if (ids[t] < 0 || ids[t] >= vocab)
-      throw std::runtime_error(
-          "embeddingGrad: id " + std::to_string(ids[t]) + " of token " +
-          std::to_string(t) + " is outside [0, " + std::to_string(vocab) + ")");
+  checkIndices("embeddingGrad", "id", ids, tokens, vocab);
   if (vocab <= 0 || hidden <= 0)
     return;
   // Tokens bucketed by id (a stable counting sort): the tokens of id v are
@@ -1649,12 +1643,7 @@ void softmaxGrad(const float *resultGrad, const float *result, float *inputGrad,
 void crossEntropyGrad(const float *logits, const int32_t *targets,
                       float lossGrad, int64_t tokens, int64_t vocab,
                       float *logitsGrad) {
-  for (int64_t t = 0; t < tokens; ++t)
-    if (targets[t] < 0 || targets[t] >= vocab)
-      throw std::runtime_error("crossEntropyGrad: target " +
-                               std::to_string(targets[t]) + " of token " +
-                               std::to_string(t) + " is outside [0, " +
-                               std::to_string(vocab) + ")");
+  checkIndices("crossEntropyGrad", "target", targets, tokens, vocab);
   if (tokens <= 0)
     return;
   double scale = double(lossGrad) / double(tokens);
