@@ -1032,18 +1032,25 @@ void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
   });
 }
 
+/// Checks that `window` at `offsets` lies inside `whole` (slice reads such a
+/// window, pad writes one); throws "KERNEL: ..." otherwise.
+static void checkWindow(const char *kernel, Shape whole, Shape window,
+                        std::span<const int64_t> offsets) {
+  size_t rank = whole.size();
+  if (offsets.size() != rank || window.size() != rank)
+    throw std::runtime_error(std::string(kernel) + ": rank mismatch");
+  for (size_t d = 0; d < rank; ++d)
+    if (offsets[d] < 0 || window[d] < 0 || offsets[d] + window[d] > whole[d])
+      throw std::runtime_error(
+          std::string(kernel) + ": window " + std::to_string(offsets[d]) + "+" +
+          std::to_string(window[d]) + " of dim " + std::to_string(d) +
+          " exceeds its size " + std::to_string(whole[d]));
+}
+
 void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
            float *out, Shape outShape) {
   size_t rank = inShape.size();
-  if (offsets.size() != rank || outShape.size() != rank)
-    throw std::runtime_error("slice: rank mismatch");
-  for (size_t d = 0; d < rank; ++d)
-    if (offsets[d] < 0 || outShape[d] < 0 ||
-        offsets[d] + outShape[d] > inShape[d])
-      throw std::runtime_error("slice: window " + std::to_string(offsets[d]) +
-                               "+" + std::to_string(outShape[d]) + " of dim " +
-                               std::to_string(d) + " exceeds its size " +
-                               std::to_string(inShape[d]));
+  checkWindow("slice", inShape, outShape, offsets);
   int64_t total = product(outShape);
   if (total == 0)
     return;
@@ -1667,15 +1674,7 @@ void crossEntropyGrad(const float *logits, const int32_t *targets,
 void pad(const float *in, Shape inShape, std::span<const int64_t> offsets,
          float *out, Shape outShape) {
   size_t rank = outShape.size();
-  if (offsets.size() != rank || inShape.size() != rank)
-    throw std::runtime_error("pad: rank mismatch");
-  for (size_t d = 0; d < rank; ++d)
-    if (offsets[d] < 0 || inShape[d] < 0 ||
-        offsets[d] + inShape[d] > outShape[d])
-      throw std::runtime_error("pad: window " + std::to_string(offsets[d]) +
-                               "+" + std::to_string(inShape[d]) + " of dim " +
-                               std::to_string(d) + " exceeds its size " +
-                               std::to_string(outShape[d]));
+  checkWindow("pad", outShape, inShape, offsets);
   int64_t total = product(outShape);
   if (total == 0)
     return;
