@@ -131,6 +131,18 @@ protected:
     return file(name, join(edit(parts.header), parts.data));
   }
 
+  /// The base file with the first `from` in its header replaced by `to` must
+  /// fail to open with a message mentioning `needle`.
+  void expectHeaderEditRejected(const std::string &name, std::string_view from,
+                                std::string_view to,
+                                const std::string &needle) {
+    expectOpenError(withHeader(name,
+                               [&](std::string h) {
+                                 return replaced(std::move(h), from, to);
+                               }),
+                    needle);
+  }
+
   /// open(path) must throw a one-line std::runtime_error that starts with
   /// the path and mentions `needle`.
   static void expectOpenError(const std::string &p, const std::string &needle) {
@@ -597,11 +609,7 @@ TEST_F(SafetensorsTest, RejectsBadHeaderLength) {
 TEST_F(SafetensorsTest, RejectsInvalidJson) {
   auto bad = [&](const char *name, std::string_view from, std::string_view to,
                  const std::string &needle) {
-    expectOpenError(withHeader(name,
-                               [&](std::string h) {
-                                 return replaced(std::move(h), from, to);
-                               }),
-                    needle);
+    expectHeaderEditRejected(name, from, to, needle);
   };
   bad("missing-comma.st", "[2,2]", "[2 2]", "invalid JSON in header at byte");
   bad("missing-colon.st", R"("a":)", R"("a")", "invalid JSON");
@@ -633,11 +641,7 @@ TEST_F(SafetensorsTest, RejectsNonObjectHeader) {
 TEST_F(SafetensorsTest, RejectsBadTensorEntries) {
   auto bad = [&](const char *name, std::string_view from, std::string_view to,
                  const std::string &needle) {
-    expectOpenError(withHeader(name,
-                               [&](std::string h) {
-                                 return replaced(std::move(h), from, to);
-                               }),
-                    needle);
+    expectHeaderEditRejected(name, from, to, needle);
   };
   bad("f64.st", R"("F32")", R"("F64")",
       R"(tensor 'a': unsupported dtype "F64")");
@@ -781,12 +785,7 @@ TEST_F(SafetensorsTest, RejectsDuplicateNames) {
 TEST_F(SafetensorsTest, RejectsBadMetadata) {
   auto bad = [&](const char *name, std::string_view to,
                  const std::string &needle) {
-    expectOpenError(withHeader(name,
-                               [&](std::string h) {
-                                 return replaced(std::move(h),
-                                                 R"({"format":"pt"})", to);
-                               }),
-                    needle);
+    expectHeaderEditRejected(name, R"({"format":"pt"})", to, needle);
   };
   bad("meta-num.st", R"({"format":1})",
       R"("__metadata__" value for key 'format' must be a string, found a )"
