@@ -11,16 +11,7 @@ build=${BUILD_DIR:-$root/build}
 batch=${1:-4}
 runs=${2:-3}
 work=$build/bench/gpt2-small-train
-mkdir -p "$work"
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
-
-"$root/tools/build.sh" >/dev/null
-"$build/bin/tpc-import" "$root/bench/gpt2-small/config.json" --batch "$batch" \
-  --seq 256 -o "$work/model.mlir"
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-  "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}"
+source "$root/bench/gpt2-small-setup.sh"
 for remat in none layer; do
   "$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline="remat=$remat" \
     -o "$work/model-$remat.tpplan"
