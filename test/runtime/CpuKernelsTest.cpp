@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <numbers>
 #include <numeric>
@@ -32,6 +33,17 @@ int64_t numel(const Dims &shape) {
   for (int64_t d : shape)
     n *= d;
   return n;
+}
+
+/// `run` must throw a std::runtime_error whose message is `message`.
+void expectRuntimeError(const std::function<void()> &run,
+                        const std::string &message) {
+  try {
+    run();
+    ADD_FAILURE() << "no exception; expected: " << message;
+  } catch (const std::runtime_error &e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
 }
 
 std::vector<float> randomVector(int64_t n, std::mt19937 &rng, float lo = -1.0f,
@@ -268,13 +280,9 @@ TEST(CpuKernels, EmbeddingRejectsBadIds) {
   std::vector<float> table(4 * 3, 1.0f);
   std::vector<float> out(2 * 3);
   std::vector<int32_t> tooLarge = {1, 4};
-  try {
-    embedding(table.data(), 4, 3, tooLarge.data(), 2, out.data());
-    FAIL() << "no exception";
-  } catch (const std::runtime_error &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "embedding: id 4 of token 1 is outside [0, 4)");
-  }
+  expectRuntimeError(
+      [&] { embedding(table.data(), 4, 3, tooLarge.data(), 2, out.data()); },
+      "embedding: id 4 of token 1 is outside [0, 4)");
   std::vector<int32_t> negative = {-1, 0};
   EXPECT_THROW(embedding(table.data(), 4, 3, negative.data(), 2, out.data()),
                std::runtime_error);
@@ -1022,21 +1030,13 @@ TEST(CpuKernels, CrossEntropyFromBlockStatsMatchesTheWholeRow) {
 TEST(CpuKernels, CrossEntropyRejectsBadTargets) {
   std::vector<float> logits(3 * 13, 0.5f);
   std::vector<int32_t> targets = {0, 12, 13};
-  try {
-    crossEntropy(logits.data(), 3, 13, targets.data());
-    FAIL() << "no exception";
-  } catch (const std::runtime_error &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "crossEntropy: target 13 of token 2 is outside [0, 13)");
-  }
+  expectRuntimeError(
+      [&] { crossEntropy(logits.data(), 3, 13, targets.data()); },
+      "crossEntropy: target 13 of token 2 is outside [0, 13)");
   targets = {-1, 0, 0};
-  try {
-    crossEntropy(logits.data(), 3, 13, targets.data());
-    FAIL() << "no exception";
-  } catch (const std::runtime_error &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "crossEntropy: target -1 of token 0 is outside [0, 13)");
-  }
+  expectRuntimeError(
+      [&] { crossEntropy(logits.data(), 3, 13, targets.data()); },
+      "crossEntropy: target -1 of token 0 is outside [0, 13)");
 }
 
 //===----------------------------------------------------------------------===//
@@ -1325,21 +1325,17 @@ TEST(CpuKernels, EmbeddingGradRejectsBadIds) {
   std::vector<float> grad(2 * 3, 1.0f);
   std::vector<float> table(4 * 3);
   std::vector<int32_t> tooLarge = {1, 4};
-  try {
-    embeddingGrad(grad.data(), tooLarge.data(), 2, 4, 3, table.data());
-    FAIL() << "no exception";
-  } catch (const std::runtime_error &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "embeddingGrad: id 4 of token 1 is outside [0, 4)");
-  }
+  expectRuntimeError(
+      [&] {
+        embeddingGrad(grad.data(), tooLarge.data(), 2, 4, 3, table.data());
+      },
+      "embeddingGrad: id 4 of token 1 is outside [0, 4)");
   std::vector<int32_t> negative = {0, -1};
-  try {
-    embeddingGrad(grad.data(), negative.data(), 2, 4, 3, table.data());
-    FAIL() << "no exception";
-  } catch (const std::runtime_error &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "embeddingGrad: id -1 of token 1 is outside [0, 4)");
-  }
+  expectRuntimeError(
+      [&] {
+        embeddingGrad(grad.data(), negative.data(), 2, 4, 3, table.data());
+      },
+      "embeddingGrad: id -1 of token 1 is outside [0, 4)");
 }
 
 TEST(CpuKernels, GeluGrad) {
@@ -1719,13 +1715,12 @@ TEST(CpuKernels, CrossEntropyGradMatchesForwardFiniteDifferences) {
 TEST(CpuKernels, CrossEntropyGradRejectsBadTargets) {
   std::vector<float> logits(3 * 13, 0.5f), grad(3 * 13);
   std::vector<int32_t> targets = {0, 13, 12};
-  try {
-    crossEntropyGrad(logits.data(), targets.data(), 1.0f, 3, 13, grad.data());
-    FAIL() << "no exception";
-  } catch (const std::runtime_error &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "crossEntropyGrad: target 13 of token 1 is outside [0, 13)");
-  }
+  expectRuntimeError(
+      [&] {
+        crossEntropyGrad(logits.data(), targets.data(), 1.0f, 3, 13,
+                         grad.data());
+      },
+      "crossEntropyGrad: target 13 of token 1 is outside [0, 13)");
   targets = {0, 0, -2};
   EXPECT_THROW(
       crossEntropyGrad(logits.data(), targets.data(), 1.0f, 3, 13, grad.data()),
@@ -1787,13 +1782,9 @@ TEST(CpuKernels, PadRejectsBadWindows) {
   std::vector<float> in(6), out(20);
   Dims inShape = {2, 3}, outShape = {4, 5};
   Dims offsets = {2, 3};
-  try {
-    pad(in.data(), inShape, offsets, out.data(), outShape);
-    FAIL() << "no exception";
-  } catch (const std::runtime_error &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "pad: window 3+3 of dim 1 exceeds its size 5");
-  }
+  expectRuntimeError(
+      [&] { pad(in.data(), inShape, offsets, out.data(), outShape); },
+      "pad: window 3+3 of dim 1 exceeds its size 5");
   Dims negative = {-1, 0}, shortOffsets = {0};
   EXPECT_THROW(pad(in.data(), inShape, negative, out.data(), outShape),
                std::runtime_error);
