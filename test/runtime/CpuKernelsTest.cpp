@@ -577,6 +577,47 @@ TEST(CpuKernels, Silu) {
 // Norms
 //===----------------------------------------------------------------------===//
 
+/// Double-precision layer norm of x [rows, cols] (two-pass variance).
+std::vector<double> refLayerNorm(const std::vector<float> &x,
+                                 const std::vector<float> &gamma,
+                                 const std::vector<float> &beta, int64_t rows,
+                                 int64_t cols, double eps) {
+  std::vector<double> ref(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *row = x.data() + r * cols;
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < cols; ++i)
+      mean += row[i];
+    mean /= double(cols);
+    for (int64_t i = 0; i < cols; ++i)
+      var += (row[i] - mean) * (row[i] - mean);
+    var /= double(cols);
+    for (int64_t i = 0; i < cols; ++i)
+      ref[size_t(r * cols + i)] =
+          (row[i] - mean) / std::sqrt(var + eps) * gamma[size_t(i)] +
+          beta[size_t(i)];
+  }
+  return ref;
+}
+
+/// Double-precision RMS norm of x [rows, cols].
+std::vector<double> refRmsNorm(const std::vector<float> &x,
+                               const std::vector<float> &gamma, int64_t rows,
+                               int64_t cols, double eps) {
+  std::vector<double> ref(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *row = x.data() + r * cols;
+    double ms = 0.0;
+    for (int64_t i = 0; i < cols; ++i)
+      ms += double(row[i]) * row[i];
+    ms /= double(cols);
+    for (int64_t i = 0; i < cols; ++i)
+      ref[size_t(r * cols + i)] =
+          row[i] / std::sqrt(ms + eps) * gamma[size_t(i)];
+  }
+  return ref;
+}
+
 TEST(CpuKernels, LayerNorm) {
   std::mt19937 rng(12);
   for (auto [rows, cols] :
@@ -589,21 +630,8 @@ TEST(CpuKernels, LayerNorm) {
     std::vector<float> y(x.size());
     const float eps = 1e-5f;
     layerNorm(x.data(), gamma.data(), beta.data(), y.data(), rows, cols, eps);
-    std::vector<double> ref(x.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *row = x.data() + r * cols;
-      double mean = 0.0, var = 0.0;
-      for (int64_t i = 0; i < cols; ++i)
-        mean += row[i];
-      mean /= double(cols);
-      for (int64_t i = 0; i < cols; ++i)
-        var += (row[i] - mean) * (row[i] - mean);
-      var /= double(cols);
-      for (int64_t i = 0; i < cols; ++i)
-        ref[size_t(r * cols + i)] =
-            (row[i] - mean) / std::sqrt(var + double(eps)) * gamma[size_t(i)] +
-            beta[size_t(i)];
-    }
+    std::vector<double> ref =
+        refLayerNorm(x, gamma, beta, rows, cols, double(eps));
     EXPECT_TRUE(closeToMax(y, ref));
   }
 }
@@ -618,17 +646,7 @@ TEST(CpuKernels, RmsNorm) {
     std::vector<float> y(x.size());
     const float eps = 1e-6f;
     rmsNorm(x.data(), gamma.data(), y.data(), rows, cols, eps);
-    std::vector<double> ref(x.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *row = x.data() + r * cols;
-      double ms = 0.0;
-      for (int64_t i = 0; i < cols; ++i)
-        ms += double(row[i]) * row[i];
-      ms /= double(cols);
-      for (int64_t i = 0; i < cols; ++i)
-        ref[size_t(r * cols + i)] =
-            row[i] / std::sqrt(ms + double(eps)) * gamma[size_t(i)];
-    }
+    std::vector<double> ref = refRmsNorm(x, gamma, rows, cols, double(eps));
     EXPECT_TRUE(closeToMax(y, ref));
   }
 }
@@ -1112,38 +1130,14 @@ TEST(CpuKernels, InPlace) {
   layerNorm(buffer.data(), gamma.data(), beta.data(), buffer.data(), rows, cols,
             1e-5f);
   {
-    std::vector<double> ref(x.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *row = x.data() + r * cols;
-      double mean = 0.0, var = 0.0;
-      for (int64_t i = 0; i < cols; ++i)
-        mean += row[i];
-      mean /= double(cols);
-      for (int64_t i = 0; i < cols; ++i)
-        var += (row[i] - mean) * (row[i] - mean);
-      var /= double(cols);
-      for (int64_t i = 0; i < cols; ++i)
-        ref[size_t(r * cols + i)] =
-            (row[i] - mean) / std::sqrt(var + 1e-5) * gamma[size_t(i)] +
-            beta[size_t(i)];
-    }
+    std::vector<double> ref = refLayerNorm(x, gamma, beta, rows, cols, 1e-5);
     EXPECT_TRUE(closeToMax(buffer, ref)) << "layerNorm";
   }
 
   buffer = x;
   rmsNorm(buffer.data(), gamma.data(), buffer.data(), rows, cols, 1e-6f);
   {
-    std::vector<double> ref(x.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *row = x.data() + r * cols;
-      double ms = 0.0;
-      for (int64_t i = 0; i < cols; ++i)
-        ms += double(row[i]) * row[i];
-      ms /= double(cols);
-      for (int64_t i = 0; i < cols; ++i)
-        ref[size_t(r * cols + i)] =
-            row[i] / std::sqrt(ms + 1e-6) * gamma[size_t(i)];
-    }
+    std::vector<double> ref = refRmsNorm(x, gamma, rows, cols, 1e-6);
     EXPECT_TRUE(closeToMax(buffer, ref)) << "rmsNorm";
   }
 
