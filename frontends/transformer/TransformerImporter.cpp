@@ -218,6 +218,9 @@ struct ParamSpec {
   SmallVector<int64_t> shape;
   Init init;
   double stddev;
+  /// The shape in HF checkpoints when the IR views the parameter in another
+  /// shape with the same row-major layout (empty: the same shape).
+  SmallVector<int64_t> hfShape;
 };
 
 /// Emits one function (forward or loss) of a transformer. Parameters are
@@ -239,10 +242,10 @@ private:
     return RankedTensorType::get(shape, element ? element : f32);
   }
   Value param(const std::string &name, ArrayRef<int64_t> shape, Init init,
-              double stddev = 0.0);
-  Value weight(const std::string &name, ArrayRef<int64_t> shape,
-               double stddev) {
-    return param(name, shape, Init::Normal, stddev);
+              double stddev = 0.0, ArrayRef<int64_t> hfShape = {});
+  Value weight(const std::string &name, ArrayRef<int64_t> shape, double stddev,
+               ArrayRef<int64_t> hfShape = {}) {
+    return param(name, shape, Init::Normal, stddev, hfShape);
   }
 
   // Ops, with result types inferred from their operands.
@@ -295,12 +298,13 @@ private:
 } // namespace
 
 Value ModelEmitter::param(const std::string &name, ArrayRef<int64_t> shape,
-                          Init init, double stddev) {
+                          Init init, double stddev, ArrayRef<int64_t> hfShape) {
   auto it = paramIndex.find(name);
   if (it != paramIndex.end())
     return body->getArgument(it->second);
   paramIndex[name] = params.size();
-  params.push_back({name, SmallVector<int64_t>(shape), init, stddev});
+  params.push_back({name, SmallVector<int64_t>(shape), init, stddev,
+                    SmallVector<int64_t>(hfShape)});
   return body->insertArgument(params.size() - 1, tensor(shape),
                               NameLoc::get(b.getStringAttr(name)));
 }
@@ -376,12 +380,21 @@ Value ModelEmitter::gpt2(Value tokens) {
                                      b.getF64FloatAttr(config.normEpsilon));
     };
     setLoc(p + ".attn");
-    Value qkv = linear(layerNorm(x, p + ".ln_1"), p + ".attn.c_attn", h, 3 * h,
-                       /*bias=*/true, std);
-    qkv = reshape(qkv, {batch, seq, 3, nh, d});
+    // c_attn's [h, 3h] weight is viewed as [h, 3, h] (and its bias as
+    // [3, h]), the same bytes, so that q, k and v are slices along an unsplit
+    // dimension and the heads a whole dimension that tensor parallelism can
+    // split (Megatron splits the fused QKV by heads).
+    Value attnIn = layerNorm(x, p + ".ln_1");
+    Value qkvWeight =
+        weight(p + ".attn.c_attn.weight", {h, 3, h}, std, {h, 3 * h});
+    Value qkvBias = param(p + ".attn.c_attn.bias", {3, h}, Init::Zeros,
+                          /*stddev=*/0.0, {3 * h});
     auto head = [&](int64_t which) {
-      Value part = slice(qkv, {0, 0, which, 0, 0}, {batch, seq, 1, nh, d});
-      return transpose(reshape(part, {batch, seq, nh, d}), {0, 2, 1, 3});
+      Value w = reshape(slice(qkvWeight, {0, which, 0}, {h, 1, h}), {h, h});
+      Value bias = reshape(slice(qkvBias, {which, 0}, {1, h}), {h});
+      Value part = reshape(add(matmul(attnIn, w, /*transposeRhs=*/false), bias),
+                           {batch, seq, nh, d});
+      return transpose(part, {0, 2, 1, 3});
     };
     Value ctx = attention(head(0), head(1), head(2));
     ctx = reshape(transpose(ctx, {0, 2, 1, 3}), {batch, seq, h});
@@ -500,6 +513,8 @@ func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
     func.setArgAttr(idx, "tp.init", b.getStringAttr(init));
     if (spec.init == Init::Normal)
       func.setArgAttr(idx, "tp.init_std", b.getF64FloatAttr(spec.stddev));
+    if (!spec.hfShape.empty())
+      func.setArgAttr(idx, "tp.hf_shape", b.getDenseI64ArrayAttr(spec.hfShape));
   }
   func.setArgAttr(params.size(), "tp.input", b.getStringAttr("tokens"));
   if (withLoss)

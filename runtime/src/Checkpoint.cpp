@@ -31,16 +31,13 @@ std::string stepName(int64_t step) {
   return os.str();
 }
 
-std::vector<int64_t> shapeOf(const plan::Param &param) {
-  return {param.shape()->begin(), param.shape()->end()};
-}
 } // namespace
 
 std::string planFingerprint(const LoadedPlan &plan) {
   std::string description;
   for (const plan::Param *param : *plan.plan().params()) {
     description += param->name()->str() + "[";
-    for (int64_t d : *param->shape())
+    for (int64_t d : fileShape(*param))
       description += std::to_string(d) + ",";
     description += "];";
   }
@@ -77,10 +74,10 @@ std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
     for (size_t i = 0; i < paramList.size(); ++i) {
       const plan::Param &param = *paramList.Get(i);
       std::string hfName = param.name()->str();
-      writer.addF32(hfName, shapeOf(param), params[i]);
-      writer.addF32("optimizer.exp_avg." + hfName, shapeOf(param),
+      writer.addF32(hfName, fileShape(param), params[i]);
+      writer.addF32("optimizer.exp_avg." + hfName, fileShape(param),
                     params.expAvg(i));
-      writer.addF32("optimizer.exp_avg_sq." + hfName, shapeOf(param),
+      writer.addF32("optimizer.exp_avg_sq." + hfName, fileShape(param),
                     params.expAvgSq(i));
     }
     const std::string stateFile =
@@ -173,7 +170,7 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
     std::string hfName = param.name()->str();
     auto load = [&](const std::string &name, std::vector<float> &into) {
       const TensorInfo &info = file.get(name);
-      if (info.dtype != DType::F32 || info.shape != shapeOf(param))
+      if (info.dtype != DType::F32 || info.shape != fileShape(param))
         throw std::runtime_error(file.path() + ": tensor '" + name +
                                  "' is not f32 of the parameter's shape");
       into = file.readAsF32(name);
@@ -197,7 +194,7 @@ void exportHuggingFace(const std::string &dir, const LoadedPlan &plan,
   writer.setMetadata("format", "pt");
   const auto &paramList = *plan.plan().params();
   for (size_t i = 0; i < paramList.size(); ++i)
-    writer.addF32(paramList.Get(i)->name()->str(), shapeOf(*paramList.Get(i)),
+    writer.addF32(paramList.Get(i)->name()->str(), fileShape(*paramList.Get(i)),
                   params[i]);
   writer.write((fs::path(dir) / "model.safetensors").string());
   writeFileAtomically((fs::path(dir) / "config.json").string(),

@@ -79,7 +79,7 @@ ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
       throw std::runtime_error(path + ": has no tensor '" + name +
                                "', which the plan needs");
     ParamBlock block = paramBlock(loaded, *param, coords);
-    if (info->shape != block.globalShape) {
+    if (info->shape != fileShape(*param)) {
       auto str = [](const std::vector<int64_t> &s) {
         std::string r = "[";
         for (size_t i = 0; i < s.size(); ++i)
@@ -88,7 +88,7 @@ ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
       };
       throw std::runtime_error(path + ": tensor '" + name + "' has shape " +
                                str(info->shape) + ", the plan expects " +
-                               str(block.globalShape));
+                               str(fileShape(*param)));
     }
     std::vector<float> whole = file.readAsF32(name);
     if (block.shape == block.globalShape) {

@@ -684,7 +684,15 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
     if (name.empty() || !names.insert(name).second)
       fail(what + ": parameter " + std::to_string(i) +
            " has an empty or repeated name '" + name + "'");
-    checkedElementCount(param.shape(), what + ": parameter '" + name + "'");
+    int64_t count =
+        checkedElementCount(param.shape(), what + ": parameter '" + name + "'");
+    if (param.hf_shape() &&
+        checkedElementCount(param.hf_shape(), what + ": parameter '" + name +
+                                                  "' hf_shape") != count)
+      fail(what + ": parameter '" + name + "' has an hf_shape of " +
+           shapeString(toVector(param.hf_shape())) +
+           " whose element count differs from its shape " +
+           shapeString(toVector(param.shape())));
     if (param.split()) {
       if (param.split()->size() != param.shape()->size())
         fail(what + ": parameter '" + name + "' has a split for " +
@@ -727,6 +735,11 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
   }
 }
 } // namespace
+
+std::vector<int64_t> fileShape(const plan::Param &param) {
+  const auto *shape = param.hf_shape() ? param.hf_shape() : param.shape();
+  return {shape->begin(), shape->end()};
+}
 
 int64_t checkedElementCount(const flatbuffers::Vector<int64_t> *shape,
                             const std::string &what) {

@@ -175,6 +175,7 @@ TEST(PlanLoader, ByteFlipsNeverCrash) {
 TEST(PlanLoader, RejectsOtherVersions) {
   PlanSpec newer;
   newer.major = kPlanVersionMajor + 1;
+  newer.minor = 0;
   expectRejected(newer, "plan format version 2.0 is not supported");
   PlanSpec minor;
   minor.minor = kPlanVersionMinor + 1;

@@ -246,6 +246,10 @@ void dumpProgram(const LoadedPlan &plan, ParamStore &params,
     std::string key = names && i < names->size()
                           ? names->Get(i)->str()
                           : name + ".result" + std::to_string(i);
+    // A gradient is named after its parameter and takes its file shape.
+    for (const tpc::plan::Param *param : *plan.plan().params())
+      if (param->name()->str() == key)
+        shape = fileShape(*param);
     writer.addF32(key, shape, runner.result(i));
   }
 }

@@ -5,7 +5,7 @@
 // RUN: tpc-opt %s --tp-pipeline="train=false" -o %t.tpplan
 // RUN: tp-run %t.tpplan --print-plan | FileCheck %s
 
-// CHECK: "version": "1.0",
+// CHECK: "version": "1.1",
 // CHECK-NEXT: "grid": [1],
 // CHECK-NEXT: "model_type": "test",
 // CHECK-NEXT: "params": [

@@ -117,11 +117,27 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
         globalShape[d] *= grid[axis];
     }
   }
+  // A parameter the program views in another shape than its checkpoints
+  // (GPT-2's fused QKV as [h, 3, h]) keeps the file's shape for loading.
+  flatbuffers::Offset<flatbuffers::Vector<int64_t>> hfShape = 0;
+  if (auto attr =
+          func.getArgAttrOfType<DenseI64ArrayAttr>(argIdx, "tp.hf_shape")) {
+    int64_t fileCount = 1, count = 1;
+    for (int64_t d : attr.asArrayRef())
+      fileCount *= d;
+    for (int64_t d : globalShape)
+      count *= d;
+    if (fileCount != count)
+      return func.emitOpError()
+             << "plan: parameter '" << name.getValue() << "' has tp.hf_shape "
+             << attr << " with another element count than its shape";
+    hfShape = builder.CreateVector(attr.asArrayRef().vec());
+  }
   uint32_t index = params.size();
   params.push_back(fb::CreateParam(
       builder, builder.CreateString(name.str()), *dtype,
       builder.CreateVector(globalShape.data(), globalShape.size()), init,
-      stddev, split.empty() ? 0 : builder.CreateVector(split)));
+      stddev, split.empty() ? 0 : builder.CreateVector(split), hfShape));
   paramByName[name.getValue()] = index;
   paramShapes.emplace_back(type.getShape());
   paramLayouts.push_back(func.getArgAttr(argIdx, "tp.layout"));

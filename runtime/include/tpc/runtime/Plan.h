@@ -17,7 +17,7 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 0;
+inline constexpr uint32_t kPlanVersionMinor = 1;
 
 class PlanError : public std::runtime_error {
 public:
@@ -48,6 +48,10 @@ private:
   std::shared_ptr<std::vector<uint64_t>> storage; // 8-byte aligned bytes
   const plan::Plan *root = nullptr;
 };
+
+/// The parameter's shape in safetensors files (checkpoints, exports, HF
+/// weights): `hf_shape` when the plan views it in another shape, else `shape`.
+std::vector<int64_t> fileShape(const plan::Param &param);
 
 /// Element count of a shape; throws PlanError on negative dims or overflow.
 int64_t checkedElementCount(const flatbuffers::Vector<int64_t> *shape,
