@@ -506,8 +506,10 @@ void ProgramRunner::execute(const plan::Step &step) {
   }
   case OpKind::EmbeddingGrad: {
     std::span<const int64_t> table = outShape;
-    cpu::embeddingGrad(in(0), intData(ops.Get(1)), elements(ops.Get(1)),
-                       table[0], table[1], floatData(out));
+    VocabBlock block = vocabBlock(step, table[0]);
+    cpu::embeddingGradBlock(in(0), intData(ops.Get(1)), elements(ops.Get(1)),
+                            block.first, table[0], block.blocks * table[0],
+                            table[1], floatData(out));
     return;
   }
   case OpKind::GeluGrad:
@@ -537,9 +539,25 @@ void ProgramRunner::execute(const plan::Step &step) {
     return;
   }
   case OpKind::CrossEntropyGrad: {
-    int64_t vocab = outShape.back();
-    cpu::crossEntropyGrad(in(0), intData(ops.Get(1)), *in(2), outCount / vocab,
-                          vocab, floatData(out));
+    int64_t vocab = outShape.back(), tokens = outCount / vocab;
+    if (!step.ints() || !step.ints()->size()) {
+      cpu::crossEntropyGrad(in(0), intData(ops.Get(1)), *in(2), tokens, vocab,
+                            floatData(out));
+      return;
+    }
+    // Vocabulary-parallel: the same gathered statistics as the loss step,
+    // then the softmax of this rank's columns.
+    VocabBlock block = vocabBlock(step, vocab);
+    std::vector<float> stats(size_t(3 * tokens)),
+        gathered(size_t(3 * tokens * block.blocks));
+    cpu::crossEntropyBlockStats(in(0), tokens, vocab, block.first,
+                                block.blocks * vocab, intData(ops.Get(1)),
+                                stats.data());
+    std::vector<int> axes(step.ints()->begin(), step.ints()->end());
+    comm->allGather(axes, stats, gathered);
+    cpu::crossEntropyGradFromBlockStats(
+        in(0), intData(ops.Get(1)), *in(2), tokens, vocab, block.first,
+        gathered.data(), block.blocks, floatData(out));
     return;
   }
   case OpKind::Constant:

@@ -374,7 +374,8 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
     requireShape(info, {}, name);
   };
 
-  // Optional vocabulary axes (Embedding, CrossEntropy): distinct grid axes.
+  // Optional vocabulary axes (Embedding, CrossEntropy and their gradients):
+  // distinct grid axes.
   auto checkVocabAxes = [&] {
     std::set<int64_t> seen;
     for (int64_t axis : toVector(step.ints()))
@@ -396,6 +397,7 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
   case OpKind::EmbeddingGrad: {
     if (out[0].shape.size() != 2)
       fail(at + ": table_grad must be [vocab, hidden]");
+    checkVocabAxes();
     std::vector<int64_t> shape = in[1].shape;
     shape.push_back(out[0].shape[1]);
     requireShape(in[0], shape, "result_grad");
@@ -425,6 +427,7 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
     requireShape(in[1], tokens, "targets");
     requireScalar(in[2], "loss_grad");
     requireShape(out[0], in[0].shape, "logits_grad");
+    checkVocabAxes();
     break;
   }
   case OpKind::Constant:

@@ -39,7 +39,7 @@ func.func @nonlinear_partial(%x: tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>
 
 tp.grid @g [2]
 func.func @split_statistics(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, %g: tensor<8xf32, #tp.dist<@g, [[0]]>>, %b: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
-  // expected-error @+1 {{tp-partition: a split statistics or replicated factor is not supported yet}}
+  // expected-error @+1 {{tp-partition: this op cannot run with dimension 1 of operand #0 split}}
   %0 = tp.layer_norm %x, %g, %b : (tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>) -> tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>
   return
 }
@@ -48,7 +48,8 @@ func.func @split_statistics(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, %g: te
 
 tp.grid @g [2]
 func.func @rank_dependent(%x: tensor<4x8x8xf32, #tp.dist<@g, [[], [0], []]>>) {
-  // expected-error @+1 {{tp-partition: this op cannot run on split values yet}}
+  // A causal mask needs the global query and key positions.
+  // expected-error @+1 {{tp-partition: this op cannot run with dimension 1 of operand #0 split}}
   %0 = tp.softmax %x {causal} : tensor<4x8x8xf32, #tp.dist<@g, [[], [0], []]>>
   return
 }
@@ -81,7 +82,7 @@ func.func @vocab_parallel_loss(%logits: tensor<2x8x64xf32, #tp.dist<@g, [[], [],
 
 tp.grid @g [2, 2]
 func.func @vocab_parallel_loss_split_tokens(%logits: tensor<2x8x64xf32, #tp.dist<@g, [[1], [], [0]]>>, %targets: tensor<2x8xi32, #tp.dist<@g, [[1], []]>>) {
-  // expected-error @+1 {{tp-partition: a vocabulary-split cross_entropy needs logits split only along the vocabulary, replicated targets and a replicated loss}}
+  // expected-error @+1 {{tp-partition: a vocabulary-split tp.cross_entropy needs logits split only along the vocabulary, replicated targets and a result laid out like a whole loss or the logits}}
   %0 = tp.cross_entropy %logits, %targets : (tensor<2x8x64xf32, #tp.dist<@g, [[1], [], [0]]>>, tensor<2x8xi32, #tp.dist<@g, [[1], []]>>) -> tensor<f32>
   return
 }

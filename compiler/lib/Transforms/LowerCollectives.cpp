@@ -13,42 +13,6 @@ using namespace mlir;
 using namespace mlir::tp;
 
 namespace {
-/// A layout as lists (per dim the splitting axes, and the partial axes).
-struct Layout {
-  SmallVector<SmallVector<int64_t>> split;
-  SmallVector<int64_t> partial;
-};
-
-Layout layoutOf(RankedTensorType type) {
-  Layout layout;
-  layout.split.resize(type.getRank());
-  if (DistAttr dist = getDistLayout(type)) {
-    for (int64_t d = 0; d < type.getRank(); ++d)
-      layout.split[d].assign(dist.getSplitAxes(d).begin(),
-                             dist.getSplitAxes(d).end());
-    layout.partial.assign(dist.getPartial().asArrayRef().begin(),
-                          dist.getPartial().asArrayRef().end());
-  }
-  return layout;
-}
-
-/// `layout` as a tensor type like `like`; no encoding when replicated.
-RankedTensorType typeWith(RankedTensorType like, FlatSymbolRefAttr grid,
-                          const Layout &layout) {
-  bool replicated =
-      layout.partial.empty() &&
-      llvm::all_of(layout.split, [](const auto &axes) { return axes.empty(); });
-  if (replicated)
-    return RankedTensorType::get(like.getShape(), like.getElementType());
-  MLIRContext *ctx = like.getContext();
-  SmallVector<DenseI64ArrayAttr> split;
-  for (const auto &axes : layout.split)
-    split.push_back(DenseI64ArrayAttr::get(ctx, axes));
-  auto dist = DistAttr::get(ctx, grid, split,
-                            DenseI64ArrayAttr::get(ctx, layout.partial), {});
-  return RankedTensorType::get(like.getShape(), like.getElementType(), dist);
-}
-
 bool isPrefix(ArrayRef<int64_t> prefix, ArrayRef<int64_t> list) {
   return prefix.size() <= list.size() &&
          list.take_front(prefix.size()) == prefix;
@@ -68,11 +32,11 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
              << "tp-lower-collectives: uneven splits are not supported yet";
     FlatSymbolRefAttr grid =
         srcDist ? srcDist.getGrid() : (dstDist ? dstDist.getGrid() : nullptr);
-    Layout current = layoutOf(srcType), target = layoutOf(dstType);
+    Layout current = getLayout(srcType), target = getLayout(dstType);
     Location loc = op.getLoc();
     Value value = op.getInput();
     auto step = [&](auto build) {
-      RankedTensorType type = typeWith(srcType, grid, current);
+      RankedTensorType type = withLayout(srcType, grid, current);
       value = build(type);
     };
 

@@ -38,22 +38,6 @@ FailureOr<Type> localType(Type type, ArrayRef<int64_t> gridShape,
   }
   return RankedTensorType::get(shape, tensor.getElementType());
 }
-/// Ops whose kernels compute the same thing on a shard as on the whole,
-/// given shards along parallel or reduction factors (a reduction leaves a
-/// partial sum). Others depend on where their shard sits (a causal mask's
-/// positions, a mean's global count) and are not supported on split values
-/// yet; vocabulary-parallel embeddings and cross-entropies are handled on
-/// their own.
-bool isShardOblivious(Operation *op) {
-  if (auto softmax = dyn_cast<SoftmaxOp>(op))
-    return !softmax.getCausal();
-  return isa<MatmulOp, AddOp, SubOp, MulOp, DivOp, ScaleOp, GeluOp, SiluOp,
-             GeluGradOp, SiluGradOp, LayerNormOp, LayerNormGradOp, RmsNormOp,
-             RmsNormGradOp, SoftmaxGradOp, ReshapeOp, TransposeOp, ReduceSumOp,
-             ConstantOp, NormSquaredOp, AdamWOp, AllReduceOp, AllGatherOp,
-             ReduceScatterOp, AllToAllOp, LocalSplitOp>(op);
-}
-
 bool isSplit(Type type) {
   DistAttr dist = getDistLayout(type);
   return dist && llvm::any_of(dist.getSplit(), [](DenseI64ArrayAttr axes) {
@@ -106,25 +90,47 @@ FailureOr<SmallVector<int64_t>> vocabParallelAxes(EmbeddingOp op) {
 }
 
 /// A vocabulary-parallel cross-entropy (Megatron's
-/// vocab_parallel_cross_entropy): the logits' last dim is split over some
-/// grid axes; each rank reduces its columns to per-token statistics and one
-/// all-gather of them gives every rank the whole loss. Returns the
-/// vocabulary axes (empty when the logits are not split along the
-/// vocabulary) or failure with a diagnostic.
-FailureOr<SmallVector<int64_t>> vocabParallelAxes(CrossEntropyOp op) {
-  Type logits = op.getLogits().getType();
-  int64_t rank = cast<RankedTensorType>(logits).getRank();
-  SmallVector<int64_t> vocab = splitAxesOf(logits, rank - 1);
+/// vocab_parallel_cross_entropy) or its gradient: the logits' last dim is
+/// split over some grid axes; each rank reduces its columns to per-token
+/// statistics and one all-gather of them gives every rank the whole loss
+/// (or the softmax of its own columns). Returns the vocabulary axes (empty
+/// when the logits are not split along the vocabulary) or failure with a
+/// diagnostic.
+FailureOr<SmallVector<int64_t>>
+crossEntropyVocabAxes(Operation *op, Value logits, Value targets) {
+  int64_t rank = cast<RankedTensorType>(logits.getType()).getRank();
+  SmallVector<int64_t> vocab = splitAxesOf(logits.getType(), rank - 1);
   if (vocab.empty())
     return vocab;
   bool tokensSplit = false;
   for (int64_t d = 0; d + 1 < rank; ++d)
-    tokensSplit |= !splitAxesOf(logits, d).empty();
-  if (tokensSplit || isPartial(logits) || isSplit(op.getTargets().getType()) ||
-      getDistLayout(op.getType())) {
-    op.emitOpError() << "tp-partition: a vocabulary-split cross_entropy needs "
-                        "logits split only along the vocabulary, replicated "
-                        "targets and a replicated loss";
+    tokensSplit |= !splitAxesOf(logits.getType(), d).empty();
+  Type result = op->getResult(0).getType();
+  bool resultMatches = isa<CrossEntropyOp>(op) ? !getDistLayout(result)
+                                               : result == logits.getType();
+  if (tokensSplit || isPartial(logits.getType()) ||
+      isSplit(targets.getType()) || !resultMatches) {
+    op->emitOpError() << "tp-partition: a vocabulary-split " << op->getName()
+                      << " needs logits split only along the vocabulary, "
+                         "replicated targets and a result laid out like a "
+                         "whole loss or the logits";
+    return failure();
+  }
+  return vocab;
+}
+
+/// A vocabulary-parallel embedding gradient: the table gradient's rows are
+/// split and each rank scatters only the ids in its block.
+FailureOr<SmallVector<int64_t>> vocabParallelAxes(EmbeddingGradOp op) {
+  Type result = op.getResult().getType();
+  SmallVector<int64_t> vocab = splitAxesOf(result, 0);
+  if (vocab.empty())
+    return vocab;
+  if (isSplit(op.getIds().getType()) || isPartial(result) ||
+      isSplit(op.getResultGrad().getType()) ||
+      isPartial(op.getResultGrad().getType())) {
+    op.emitOpError() << "tp-partition: a vocabulary-split embedding_grad "
+                        "needs replicated ids and output gradient";
     return failure();
   }
   return vocab;
@@ -135,15 +141,21 @@ FailureOr<SmallVector<int64_t>> vocabParallelAxes(CrossEntropyOp op) {
 FailureOr<SmallVector<int64_t>> vocabParallelAxes(Operation *op) {
   if (auto embedding = dyn_cast<EmbeddingOp>(op))
     return vocabParallelAxes(embedding);
+  if (auto embeddingGrad = dyn_cast<EmbeddingGradOp>(op))
+    return vocabParallelAxes(embeddingGrad);
   if (auto crossEntropy = dyn_cast<CrossEntropyOp>(op))
-    return vocabParallelAxes(crossEntropy);
+    return crossEntropyVocabAxes(op, crossEntropy.getLogits(),
+                                 crossEntropy.getTargets());
+  if (auto crossEntropyGrad = dyn_cast<CrossEntropyGradOp>(op))
+    return crossEntropyVocabAxes(op, crossEntropyGrad.getLogits(),
+                                 crossEntropyGrad.getTargets());
   return SmallVector<int64_t>();
 }
 
-/// Checks that every op can run on its local shards: only shard-oblivious
-/// ops see split values, no statistics factor is split (its kernel would
-/// need an all-reduce inside), and pending partial sums only flow through
-/// linear ops into a reduction.
+/// Checks that every op can run on its local shards: every split dimension
+/// splits a factor the op's kernel supports splitting (isSplittableFactor;
+/// vocabulary-parallel ops get their axes), and pending partial sums only
+/// flow through linear ops into a reduction.
 LogicalResult checkShardedOps(ModuleOp module) {
   WalkResult walk = module.walk([&](Operation *op) -> WalkResult {
     if (isa<RedistributeOp>(op)) {
@@ -154,43 +166,38 @@ LogicalResult checkShardedOps(ModuleOp module) {
     auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
     if (!ruled)
       return WalkResult::advance();
-    FailureOr<SmallVector<int64_t>> vocab = vocabParallelAxes(op);
-    if (failed(vocab))
+    if (failed(vocabParallelAxes(op)))
       return WalkResult::interrupt();
-    if (!vocab->empty())
-      return WalkResult::advance();
-    bool anySplit = llvm::any_of(op->getOperandTypes(), isSplit) ||
-                    llvm::any_of(op->getResultTypes(), isSplit);
-    if (anySplit && !isShardOblivious(op)) {
-      op->emitOpError() << "tp-partition: this op cannot run on split "
-                           "values yet";
-      return WalkResult::interrupt();
-    }
     ShardingRule rule = ruled.getShardingRule();
-    auto checkStats = [&](TypeRange types,
-                          ArrayRef<TensorFactors> factors) -> bool {
-      for (auto [type, dims] : llvm::zip_equal(types, factors)) {
+    auto checkSplits = [&](TypeRange types, ArrayRef<TensorFactors> factors,
+                           StringRef what) -> bool {
+      for (auto [index, entry] :
+           llvm::enumerate(llvm::zip_equal(types, factors))) {
+        auto [type, dims] = entry;
         DistAttr dist = getDistLayout(type);
         if (!dist)
           continue;
-        for (auto [d, dimFactors] : llvm::enumerate(dims))
-          if (!dist.getSplitAxes(d).empty())
-            for (int64_t f : dimFactors)
-              if (rule.getKind(f) == FactorKind::Stats ||
-                  rule.getKind(f) == FactorKind::Replicated)
-                return false;
+        for (auto [d, dimFactors] : llvm::enumerate(dims)) {
+          if (dist.getSplitAxes(d).empty())
+            continue;
+          if (dimFactors.empty() ||
+              !isSplittableFactor(op, rule, dimFactors.front())) {
+            op->emitOpError()
+                << "tp-partition: this op cannot run with dimension " << d
+                << " of " << what << " #" << index << " split";
+            return false;
+          }
+        }
       }
       return true;
     };
-    if (!checkStats(op->getOperandTypes(), rule.getOperandFactors()) ||
-        !checkStats(op->getResultTypes(), rule.getResultFactors())) {
-      op->emitOpError() << "tp-partition: a split statistics or replicated "
-                           "factor is not supported yet";
+    if (!checkSplits(op->getOperandTypes(), rule.getOperandFactors(),
+                     "operand") ||
+        !checkSplits(op->getResultTypes(), rule.getResultFactors(), "result"))
       return WalkResult::interrupt();
-    }
     bool partialIn = llvm::any_of(op->getOperandTypes(), isPartial);
     bool linear = isa<AllReduceOp, ReduceScatterOp, ReshapeOp, TransposeOp,
-                      ScaleOp, AddOp, SubOp>(op);
+                      SliceOp, PadOp, ScaleOp, ReduceSumOp, AddOp, SubOp>(op);
     if (partialIn && !linear) {
       op->emitOpError() << "tp-partition: consumes a pending partial sum but "
                            "is not linear; reduce it first";

@@ -43,11 +43,11 @@ struct TPReportCommunication
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       std::map<std::string, Volume> volumes;
       func.walk([&](Operation *op) {
-        // A vocabulary-parallel cross-entropy gathers 3 floats per token
-        // (max, sum of exponentials, target logit) from each rank.
-        if (auto crossEntropy = dyn_cast<CrossEntropyOp>(op)) {
-          auto logits =
-              cast<RankedTensorType>(crossEntropy.getLogits().getType());
+        // A vocabulary-parallel cross-entropy, and its gradient, gathers 3
+        // floats per token (max, sum of exponentials, target logit) from
+        // each rank.
+        if (isa<CrossEntropyOp, CrossEntropyGradOp>(op)) {
+          auto logits = cast<RankedTensorType>(op->getOperand(0).getType());
           DistAttr dist = getDistLayout(logits);
           if (!dist || dist.getSplitAxes(logits.getRank() - 1).empty())
             return;

@@ -1511,21 +1511,35 @@ void adamwRange(const float *param, const float *grad, const float *expAvg,
 
 void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
                    int64_t vocab, int64_t hidden, float *tableGrad) {
-  checkIndices("embeddingGrad", "id", ids, tokens, vocab);
+  embeddingGradBlock(resultGrad, ids, tokens, /*firstRow=*/0, vocab, vocab,
+                     hidden, tableGrad);
+}
+
+void embeddingGradBlock(const float *resultGrad, const int32_t *ids,
+                        int64_t tokens, int64_t firstRow, int64_t rows,
+                        int64_t fullVocab, int64_t hidden, float *tableGrad) {
+  checkIndices("embeddingGrad", "id", ids, tokens, fullVocab);
+  const int64_t vocab = rows;
   if (vocab <= 0 || hidden <= 0)
     return;
-  // Tokens bucketed by id (a stable counting sort): the tokens of id v are
-  // order[start[v] .. start[v + 1]), in token order.
+  auto inBlock = [&](int64_t t) {
+    int64_t row = int64_t(ids[t]) - firstRow;
+    return row >= 0 && row < rows;
+  };
+  // This block's tokens bucketed by row (a stable counting sort): the tokens
+  // of row v are order[start[v] .. start[v + 1]), in token order.
   std::vector<int64_t> start(size_t(vocab) + 1, 0);
   for (int64_t t = 0; t < tokens; ++t)
-    ++start[size_t(ids[t]) + 1];
+    if (inBlock(t))
+      ++start[size_t(ids[t] - firstRow) + 1];
   for (size_t v = 0; v < size_t(vocab); ++v)
     start[v + 1] += start[v];
-  std::vector<int64_t> order(size_t(std::max<int64_t>(tokens, 0)));
+  std::vector<int64_t> order(size_t(start.back()));
   {
     std::vector<int64_t> next(start.begin(), start.end() - 1);
     for (int64_t t = 0; t < tokens; ++t)
-      order[size_t(next[size_t(ids[t])]++)] = t;
+      if (inBlock(t))
+        order[size_t(next[size_t(ids[t] - firstRow)]++)] = t;
   }
   // Each output row is written once, by whichever chunk owns it: zeros, a
   // copy, or a double sum in token order.
@@ -1667,6 +1681,40 @@ void crossEntropyGrad(const float *logits, const int32_t *targets,
       // (p - 1) scale with 1 - p = (sum of the other exps) / sum, free of
       // the cancellation in p - 1 when p is near 1.
       out[target] = static_cast<float>(-scale * ((sum - expTarget) / sum));
+    }
+  });
+}
+
+void crossEntropyGradFromBlockStats(const float *logits, const int32_t *targets,
+                                    float lossGrad, int64_t tokens,
+                                    int64_t columns, int64_t firstColumn,
+                                    const float *stats, int64_t blocks,
+                                    float *logitsGrad) {
+  if (tokens <= 0)
+    return;
+  double scale = double(lossGrad) / double(tokens);
+  parallelFor(tokens, rowGrain(columns, 8192), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      // The row's global max and sum of exps, combined in block order as
+      // crossEntropyFromBlockStats does.
+      float m = stats[3 * t];
+      for (int64_t b = 1; b < blocks; ++b)
+        m = std::max(m, stats[3 * (b * tokens + t)]);
+      double sum = 0.0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float *block = stats + 3 * (b * tokens + t);
+        sum += double(block[1]) * std::exp(double(block[0]) - double(m));
+      }
+      const float *row = logits + t * columns;
+      float *out = logitsGrad + t * columns; // may be row
+      int64_t target = int64_t(targets[t]) - firstColumn;
+      double expTarget = target >= 0 && target < columns
+                             ? std::exp(double(row[target]) - double(m))
+                             : 0.0;
+      expShiftedStore(row, m, out, columns);
+      scaleInPlace(out, static_cast<float>(scale / sum), columns);
+      if (target >= 0 && target < columns)
+        out[target] = static_cast<float>(-scale * ((sum - expTarget) / sum));
     }
   });
 }

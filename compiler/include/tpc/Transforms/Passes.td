@@ -57,6 +57,52 @@ def TPAutodiff : Pass<"tp-autodiff", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect", "::mlir::func::FuncDialect"];
 }
 
+def TPShard : Pass<"tp-shard", "::mlir::ModuleOp"> {
+  let summary = "Give every value a distribution layout from the sharding rules";
+  let description = [{
+    Adds `tp.grid @tp` and walks each function in program order (@train_step
+    first, so that every function gets the same parameter layouts). For each
+    op it assigns grid axes to the factors of the op's sharding rule: the
+    splits its operands already carry, the scheme's choices, and for a
+    pending partial sum either keeping it (linear ops) or resolving it. Among
+    the candidate assignments it keeps the one whose operand
+    redistributions move the fewest bytes (ring rule; a redistribution
+    already made for the same value and layout is free), inserts
+    `tp.redistribute` where an operand's layout differs, and derives the
+    results' layouts: split where a split factor indexes them, partial over
+    split reduction factors they lack. Only splits the op's kernel supports
+    are assigned (`isSplittableFactor`).
+
+    Parameters (and their AdamW moments) start undecided; the first op that
+    uses one decides its layout, back through the slices, reshapes and
+    transposes between them. The 1D scheme (Megatron-LM): a weight used by a
+    matmul whose input has an unsplit contraction is split along its output
+    features (column-parallel); one whose input arrives split along the
+    contraction follows that split (row-parallel, the result a partial sum);
+    an embedding table is split along the vocabulary. Partial sums are
+    resolved right before the first op that is not linear in them, to a
+    replicated value (all-reduce) or, with `seq-parallel`, split along the
+    sequence (reduce-scatter); the sequence-split activations are gathered
+    where a column-parallel matmul needs them whole. A gradient consumed by
+    AdamW is steered to its parameter's layout. Function results keep the
+    layout of the argument they update (`tp.updates`) and are replicated
+    otherwise.
+
+    A dimension the grid cannot split evenly (heads, features, vocabulary)
+    is an error naming it.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", "\"1d\"",
+           "Tensor-parallel scheme: 1d (Megatron-LM)">,
+    Option<"grid", "grid", "std::string", "\"1\"",
+           "Grid shape, e.g. 4 (1d)">,
+    Option<"seqParallel", "seq-parallel", "bool", "false",
+           "Split layer-norm and residual regions along the sequence "
+           "(Megatron's sequence parallelism)">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPLowerCollectives : Pass<"tp-lower-collectives", "::mlir::ModuleOp"> {
   let summary = "Lower tp.redistribute to the cheapest collectives";
   let description = [{
@@ -80,9 +126,9 @@ def TPReportCommunication
     runtime also counts with: over a group of n ranks, an all-gather or a
     reduce-scatter moves (n-1)/n of the full (unsharded over the group)
     tensor, an all-reduce 2(n-1)/n of it, an all-to-all (n-1)/n of the local
-    tensor, a local split nothing. A `tp.cross_entropy` with logits split
-    along the vocabulary counts as the all-gather of 3 floats per token that
-    its step performs. Emits one remark per function with the
+    tensor, a local split nothing. A `tp.cross_entropy` or `tp.cross_entropy_grad` with
+    logits split along the vocabulary counts as the all-gather of 3 floats
+    per token that its step performs. Emits one remark per function with the
     bytes and calls per collective kind and the total.
   }];
   let dependentDialects = ["::mlir::tp::TPDialect"];

@@ -28,6 +28,50 @@ DistAttr mlir::tp::getDistLayout(Type type) {
                     : DistAttr();
 }
 
+Layout Layout::replicated(int64_t rank) {
+  Layout layout;
+  layout.split.resize(rank);
+  return layout;
+}
+
+bool Layout::isReplicated() const {
+  return partial.empty() &&
+         llvm::all_of(split, [](const auto &axes) { return axes.empty(); });
+}
+
+SmallVector<int64_t> Layout::usedAxes() const {
+  SmallVector<int64_t> axes(partial.begin(), partial.end());
+  for (const auto &dimAxes : split)
+    axes.append(dimAxes.begin(), dimAxes.end());
+  return axes;
+}
+
+Layout mlir::tp::getLayout(RankedTensorType type) {
+  Layout layout = Layout::replicated(type.getRank());
+  if (DistAttr dist = getDistLayout(type)) {
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      layout.split[d].assign(dist.getSplitAxes(d).begin(),
+                             dist.getSplitAxes(d).end());
+    layout.partial.assign(dist.getPartial().asArrayRef().begin(),
+                          dist.getPartial().asArrayRef().end());
+  }
+  return layout;
+}
+
+RankedTensorType mlir::tp::withLayout(RankedTensorType type,
+                                      FlatSymbolRefAttr grid,
+                                      const Layout &layout) {
+  if (layout.isReplicated())
+    return RankedTensorType::get(type.getShape(), type.getElementType());
+  MLIRContext *ctx = type.getContext();
+  SmallVector<DenseI64ArrayAttr> split;
+  for (const auto &axes : layout.split)
+    split.push_back(DenseI64ArrayAttr::get(ctx, axes));
+  auto dist = DistAttr::get(ctx, grid, split,
+                            DenseI64ArrayAttr::get(ctx, layout.partial), {});
+  return RankedTensorType::get(type.getShape(), type.getElementType(), dist);
+}
+
 bool DistAttr::isReplicated() const {
   return getPartial().empty() &&
          llvm::all_of(getSplit(),

@@ -1206,3 +1206,35 @@ void RedistributeOp::getCanonicalizationPatterns(RewritePatternSet &results,
 
 #define GET_OP_CLASSES
 #include "tpc/Dialect/TP/IR/TPOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Which factors kernels can split
+//===----------------------------------------------------------------------===//
+
+/// True if `factor` indexes dimension `dim` (negative: from the end) of
+/// operand `operandIdx` in `rule`.
+static bool indexesOperandDim(const ShardingRule &rule, unsigned operandIdx,
+                              int64_t dim, int64_t factor) {
+  const TensorFactors &dims = rule.getOperandFactors()[operandIdx];
+  if (dim < 0)
+    dim += static_cast<int64_t>(dims.size());
+  return dim >= 0 && dim < static_cast<int64_t>(dims.size()) &&
+         llvm::is_contained(dims[dim], factor);
+}
+
+bool mlir::tp::isSplittableFactor(Operation *op, const ShardingRule &rule,
+                                  int64_t factor) {
+  FactorKind kind = rule.getKind(factor);
+  if (kind == FactorKind::Replicated)
+    return false;
+  if (isa<CrossEntropyOp, CrossEntropyGradOp>(op))
+    return indexesOperandDim(rule, 0, -1, factor);
+  if (kind == FactorKind::Stats)
+    return false;
+  if (auto softmax = dyn_cast<SoftmaxOp>(op); softmax && softmax.getCausal())
+    return !indexesOperandDim(rule, 0, -1, factor) &&
+           !indexesOperandDim(rule, 0, -2, factor);
+  if (isa<RotaryOp>(op))
+    return !indexesOperandDim(rule, 0, -2, factor);
+  return !isa<ReduceMeanOp>(op);
+}

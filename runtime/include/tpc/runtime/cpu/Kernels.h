@@ -121,6 +121,13 @@ float crossEntropyFromBlockStats(const float *stats, int64_t blocks,
 /// Throws if an id is outside [0, vocab).
 void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
                    int64_t vocab, int64_t hidden, float *tableGrad);
+/// The vocabulary-parallel embeddingGrad: `tableGrad` [rows, hidden] is rows
+/// [firstRow, firstRow + rows) of the [fullVocab, hidden] gradient; tokens
+/// whose id lies outside the block are skipped. Throws if an id is outside
+/// [0, fullVocab).
+void embeddingGradBlock(const float *resultGrad, const int32_t *ids,
+                        int64_t tokens, int64_t firstRow, int64_t rows,
+                        int64_t fullVocab, int64_t hidden, float *tableGrad);
 
 /// inputGrad = resultGrad * d gelu(x)/dx (tanh form, as `gelu`).
 void geluGrad(const float *resultGrad, const float *input, float *inputGrad,
@@ -151,6 +158,16 @@ void softmaxGrad(const float *resultGrad, const float *result, float *inputGrad,
 void crossEntropyGrad(const float *logits, const int32_t *targets,
                       float lossGrad, int64_t tokens, int64_t vocab,
                       float *logitsGrad);
+/// The vocabulary-parallel crossEntropyGrad: `logits` and `logitsGrad`
+/// [tokens, columns] are columns [firstColumn, firstColumn + columns) of
+/// the rows; `stats` [blocks, tokens, 3] are every block's
+/// crossEntropyBlockStats, from which each row's softmax is normalised.
+/// Targets are checked by crossEntropyBlockStats.
+void crossEntropyGradFromBlockStats(const float *logits, const int32_t *targets,
+                                    float lossGrad, int64_t tokens,
+                                    int64_t columns, int64_t firstColumn,
+                                    const float *stats, int64_t blocks,
+                                    float *logitsGrad);
 
 /// out = zeros(outShape) with in placed at `offsets` (the gradient of
 /// `slice`).

@@ -114,6 +114,17 @@ private:
   ShardingRule rule;
 };
 
+/// Whether `op`'s kernel computes its shard correctly when `factor` of its
+/// rule `rule` is split across ranks (each result then partial over the split
+/// reduction factors it lacks). False for replicated factors; for statistics
+/// factors except a cross-entropy's vocabulary (whose step combines per-rank
+/// statistics); and where a kernel depends on global positions or counts: a
+/// causal softmax's last two dims, rotary positions, a mean, and a
+/// cross-entropy's tokens (the mean's count). Sharding passes assign only
+/// such splits; tp-partition rejects others.
+bool isSplittableFactor(Operation *op, const ShardingRule &rule,
+                        int64_t factor);
+
 } // namespace mlir::tp
 
 #endif // TPC_DIALECT_TP_IR_SHARDINGRULE_H

@@ -1,0 +1,637 @@
+//===- Shard.cpp - distribution layouts from sharding rules ---------------===//
+//
+// tp-shard: every value gets a #tp.dist layout, chosen op by op in program
+// order from the op's sharding rule (see Passes.td for the policy). The only
+// scheme-specific code is `schemeClaims`; everything else reads the rules.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "tpc/Dialect/TP/IR/TPOps.h"
+#include "tpc/Transforms/Passes.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <limits>
+#include <optional>
+
+namespace mlir::tp {
+#define GEN_PASS_DEF_TPSHARD
+#include "tpc/Transforms/Passes.h.inc"
+} // namespace mlir::tp
+
+using namespace mlir;
+using namespace mlir::tp;
+
+namespace {
+using Axes = SmallVector<int64_t, 2>;
+
+/// Grid axes per factor of a rule; empty: the factor is not split.
+using Assignment = SmallVector<Axes>;
+
+/// "Factor `factor` split over `axes`", proposed by an operand's layout, the
+/// scheme or a wanted result layout.
+struct Claim {
+  int64_t factor;
+  Axes axes;
+};
+
+constexpr double kInfiniteCost = std::numeric_limits<double>::infinity();
+/// Moving a parameter costs this many times its bytes: the schemes keep
+/// weights in place and move activations.
+constexpr double kParameterCostFactor = 1000.0;
+
+RankedTensorType tensorType(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+double bytesOf(RankedTensorType type) {
+  return double(type.getNumElements()) *
+         double(std::max<unsigned>(1, type.getElementTypeBitWidth() / 8));
+}
+
+bool isViewOp(Operation *op) {
+  return isa<SliceOp, ReshapeOp, TransposeOp>(op);
+}
+
+class Sharder {
+public:
+  Sharder(ModuleOp module, SmallVector<int64_t> gridShape, bool seqParallel)
+      : module(module), gridShape(std::move(gridShape)),
+        seqParallel(seqParallel) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult shardFunction(func::FuncOp func);
+  LogicalResult shardOp(Operation *op);
+  /// Gives the undecided value `value` the layout `layout` (or as close as
+  /// its deferred view ops can produce).
+  LogicalResult decide(Value value, const Layout &layout);
+
+  // Layout arithmetic.
+  int64_t shardsOf(ArrayRef<int64_t> axes) const {
+    int64_t shards = 1;
+    for (int64_t axis : axes)
+      shards *= gridShape[axis];
+    return shards;
+  }
+  /// The claims a value's splits make on the factors of `dims`; fails with
+  /// a diagnostic when a split dimension does not divide.
+  FailureOr<SmallVector<Claim>>
+  claimsOf(Operation *op, const ShardingRule &rule, const TensorFactors &dims,
+           const Layout &layout, StringRef what, unsigned index);
+  /// The layout a tensor indexed by `dims` takes under `assignment`, or
+  /// nullopt when a split factor is a minor part of a dimension.
+  std::optional<Layout> layoutUnder(const TensorFactors &dims,
+                                    const Assignment &assignment) const;
+  double redistributionCost(Value value, const Layout &from,
+                            const Layout &to) const;
+  Value redistribute(Value value, const Layout &to, Operation *before);
+  std::optional<Layout> hintFor(Value value);
+  /// The scheme's claims for `op` (Megatron's column-parallel weights and
+  /// vocabulary-parallel embedding), given its operands' claims.
+  FailureOr<SmallVector<Claim>>
+  schemeClaims(Operation *op, const ShardingRule &rule,
+               ArrayRef<std::optional<SmallVector<Claim>>> operandClaims);
+  std::string describe(Value value) const;
+
+  bool isFree(Value value) const { return undecided.contains(value); }
+  bool isArgument(Value value) const { return isa<BlockArgument>(value); }
+
+  ModuleOp module;
+  SmallVector<int64_t> gridShape;
+  bool seqParallel;
+  FlatSymbolRefAttr gridRef;
+  int64_t batch = -1, seq = -1;
+
+  /// Parameter (and moment) layouts by "name" or "name#state", shared by
+  /// all functions.
+  llvm::StringMap<Layout> parameterLayouts;
+  /// Parameters and the results of deferred view ops of them whose layout
+  /// is not decided yet.
+  llvm::DenseSet<Value> undecided;
+  llvm::DenseSet<Operation *> deferred;
+  /// Redistributions made so far: (value, layout type) -> result.
+  DenseMap<std::pair<Value, Type>, Value> redistributed;
+  DenseMap<Value, std::optional<Layout>> hints;
+};
+
+std::string Sharder::describe(Value value) const {
+  // Follow view ops back to a parameter to name it.
+  Value root = value;
+  while (Operation *def = root.getDefiningOp()) {
+    if (!isViewOp(def))
+      break;
+    root = def->getOperand(0);
+  }
+  if (auto arg = dyn_cast<BlockArgument>(root))
+    if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+      if (auto name =
+              func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tp.param"))
+        return ("parameter '" + name.getValue() + "'").str();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << value.getType();
+  return text;
+}
+
+FailureOr<SmallVector<Claim>>
+Sharder::claimsOf(Operation *op, const ShardingRule &rule,
+                  const TensorFactors &dims, const Layout &layout,
+                  StringRef what, unsigned index) {
+  SmallVector<Claim> claims;
+  for (auto [d, axes] : llvm::enumerate(layout.split)) {
+    if (axes.empty() || dims[d].empty())
+      continue;
+    int64_t factor = dims[d].front();
+    if (!isSplittableFactor(op, rule, factor))
+      continue;
+    int64_t size = rule.getFactors()[factor].size, shards = shardsOf(axes);
+    if (size % shards != 0)
+      return op->emitOpError()
+             << "tp-shard: cannot split dimension " << d << " of " << what
+             << " #" << index << " further: its leading factor has size "
+             << size << ", which " << shards << " ranks do not divide";
+    claims.push_back({factor, Axes(axes)});
+  }
+  return claims;
+}
+
+std::optional<Layout> Sharder::layoutUnder(const TensorFactors &dims,
+                                           const Assignment &assignment) const {
+  Layout layout = Layout::replicated(dims.size());
+  for (auto [d, factors] : llvm::enumerate(dims)) {
+    for (auto [i, factor] : llvm::enumerate(factors)) {
+      if (assignment[factor].empty())
+        continue;
+      if (i != 0)
+        return std::nullopt;
+      layout.split[d] = assignment[factor];
+    }
+  }
+  return layout;
+}
+
+double Sharder::redistributionCost(Value value, const Layout &from,
+                                   const Layout &to) const {
+  if (from == to)
+    return 0.0;
+  for (int64_t axis : to.partial)
+    if (!llvm::is_contained(from.partial, axis))
+      return kInfiniteCost;
+  RankedTensorType type = tensorType(value);
+  // Token ids and targets stay as they are: collectives move floats.
+  if (!isa<FloatType>(type.getElementType()))
+    return kInfiniteCost;
+  if (redistributed.count({value, withLayout(type, gridRef, to)}))
+    return 0.0;
+  double bytes = bytesOf(type), cost = 0.0;
+  Axes reduced;
+  for (int64_t axis : from.partial)
+    if (!llvm::is_contained(to.partial, axis))
+      reduced.push_back(axis);
+  if (!reduced.empty()) {
+    double n = double(shardsOf(reduced));
+    // A reduce-scatter where the target splits a dimension on the reduced
+    // axes, half an all-reduce.
+    bool scatters = llvm::any_of(to.split, [&](const auto &axes) {
+      return llvm::any_of(
+          axes, [&](int64_t a) { return llvm::is_contained(reduced, a); });
+    });
+    cost += (scatters ? 1.0 : 2.0) * (n - 1) / n * bytes;
+  }
+  for (auto [have, want] : llvm::zip_equal(from.split, to.split))
+    for (int64_t axis : have)
+      if (!llvm::is_contained(want, axis)) {
+        double n = double(gridShape[axis]);
+        cost += (n - 1) / n * bytes;
+      }
+  if (isArgument(value))
+    cost *= kParameterCostFactor;
+  return cost;
+}
+
+Value Sharder::redistribute(Value value, const Layout &to, Operation *before) {
+  RankedTensorType type = withLayout(tensorType(value), gridRef, to);
+  if (type == value.getType())
+    return value;
+  auto it = redistributed.find({value, type});
+  if (it != redistributed.end()) {
+    Operation *def = it->second.getDefiningOp();
+    if (def->getBlock() == before->getBlock() && def->isBeforeInBlock(before))
+      return it->second;
+  }
+  OpBuilder builder(before);
+  Value result = RedistributeOp::create(builder, before->getLoc(), type, value);
+  redistributed[{value, type}] = result;
+  return result;
+}
+
+/// The layout a gradient should arrive in: its parameter's, when AdamW (or a
+/// sum feeding it) consumes it.
+std::optional<Layout> Sharder::hintFor(Value value) {
+  auto it = hints.find(value);
+  if (it != hints.end())
+    return it->second;
+  hints[value] = std::nullopt; // cuts cycles; there are none in SSA
+  std::optional<Layout> hint;
+  for (OpOperand &use : value.getUses()) {
+    Operation *user = use.getOwner();
+    if (auto adamw = dyn_cast<AdamWOp>(user)) {
+      if (use.getOperandNumber() == 1 && !isFree(adamw.getParam()))
+        hint = getLayout(tensorType(adamw.getParam()));
+    } else if (isa<AddOp, SubOp>(user) &&
+               user->getResult(0).getType() == value.getType()) {
+      hint = hintFor(user->getResult(0));
+    }
+    if (hint)
+      break;
+  }
+  hints[value] = hint;
+  return hint;
+}
+
+FailureOr<SmallVector<Claim>> Sharder::schemeClaims(
+    Operation *op, const ShardingRule &rule,
+    ArrayRef<std::optional<SmallVector<Claim>>> operandClaims) {
+  SmallVector<Claim> claims;
+  Axes allAxes;
+  for (int64_t axis = 0; axis < int64_t(gridShape.size()); ++axis)
+    allAxes.push_back(axis);
+  int64_t shards = shardsOf(allAxes);
+  auto claimAll = [&](Value weight, int64_t factor,
+                      StringRef what) -> LogicalResult {
+    int64_t size = rule.getFactors()[factor].size;
+    if (size % shards != 0)
+      return op->emitOpError()
+             << "tp-shard: cannot split the " << what << " (size " << size
+             << ") of " << describe(weight) << " over " << shards << " ranks";
+    claims.push_back({factor, allAxes});
+    return success();
+  };
+  if (auto matmul = dyn_cast<MatmulOp>(op)) {
+    // Megatron: a weight whose input is not split along the contraction is
+    // split along its output features (column-parallel); otherwise it
+    // follows the input's split (row-parallel).
+    Value rhs = matmul.getRhs();
+    if (!isFree(rhs) || tensorType(rhs).getRank() != 2 || !operandClaims[0])
+      return claims;
+    bool contractionSplit =
+        llvm::any_of(*operandClaims[0], [&](const Claim &c) {
+          return rule.getKind(c.factor) == FactorKind::Reduction;
+        });
+    if (contractionSplit)
+      return claims;
+    const DimFactors &out = rule.getResultFactors()[0].back();
+    if (!out.empty() && failed(claimAll(rhs, out.front(), "output features")))
+      return failure();
+    return claims;
+  }
+  if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+    // Megatron's VocabParallelEmbedding.
+    if (!isFree(embedding.getTable()))
+      return claims;
+    const DimFactors &vocab = rule.getOperandFactors()[0].front();
+    if (!vocab.empty() &&
+        failed(claimAll(embedding.getTable(), vocab.front(), "vocabulary")))
+      return failure();
+  }
+  return claims;
+}
+
+/// Whether `op` passes a pending partial sum in operand `index` through to
+/// its results (the op is linear in it), given the operands' layouts.
+bool keepsPartial(Operation *op, unsigned index,
+                  ArrayRef<std::optional<Layout>> layouts) {
+  if (!layouts[index] || layouts[index]->partial.empty())
+    return false;
+  if (isa<ReshapeOp, TransposeOp, SliceOp, PadOp, ScaleOp, ReduceSumOp>(op))
+    return true;
+  if (isa<AddOp, SubOp>(op)) {
+    if (!layouts[0] || !layouts[1])
+      return false;
+    Axes lhs = layouts[0]->partial, rhs = layouts[1]->partial;
+    llvm::sort(lhs);
+    llvm::sort(rhs);
+    return lhs == rhs;
+  }
+  return false;
+}
+
+LogicalResult Sharder::shardOp(Operation *op) {
+  auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
+  if (!ruled)
+    return op->emitOpError() << "tp-shard: has no sharding rule";
+  ShardingRule rule = ruled.getShardingRule();
+  unsigned numOperands = op->getNumOperands();
+  int64_t numFactors = rule.getFactors().size();
+
+  SmallVector<std::optional<Layout>> layouts;
+  for (Value operand : op->getOperands())
+    layouts.push_back(isFree(operand)
+                          ? std::nullopt
+                          : std::optional(getLayout(tensorType(operand))));
+  SmallVector<bool> keep;
+  Axes keptPartial;
+  for (unsigned i = 0; i < numOperands; ++i) {
+    keep.push_back(keepsPartial(op, i, layouts));
+    if (keep.back())
+      keptPartial = layouts[i]->partial;
+  }
+
+  // Each decided operand's claims (from its splits, not its partial sum).
+  SmallVector<std::optional<SmallVector<Claim>>> operandClaims;
+  for (unsigned i = 0; i < numOperands; ++i) {
+    if (!layouts[i]) {
+      operandClaims.push_back(std::nullopt);
+      continue;
+    }
+    FailureOr<SmallVector<Claim>> claims = claimsOf(
+        op, rule, rule.getOperandFactors()[i], *layouts[i], "operand", i);
+    if (failed(claims))
+      return failure();
+    operandClaims.push_back(std::move(*claims));
+  }
+  FailureOr<SmallVector<Claim>> scheme = schemeClaims(op, rule, operandClaims);
+  if (failed(scheme))
+    return failure();
+
+  // Seeds, in order of preference on equal cost: parameters' splits, other
+  // operands', a resolved partial sum scattered along the sequence
+  // (sequence parallelism), a gradient's wanted layout, nothing.
+  SmallVector<SmallVector<Claim>> seeds;
+  for (bool arguments : {true, false})
+    for (unsigned i = 0; i < numOperands; ++i)
+      if (operandClaims[i] && isArgument(op->getOperand(i)) == arguments)
+        seeds.push_back(*operandClaims[i]);
+  if (seqParallel) {
+    for (unsigned i = 0; i < numOperands; ++i) {
+      RankedTensorType type = tensorType(op->getOperand(i));
+      if (!layouts[i] || layouts[i]->partial.empty() || keep[i] ||
+          type.getRank() < 3 || type.getDimSize(0) != batch ||
+          type.getDimSize(1) != seq)
+        continue;
+      const DimFactors &seqFactors = rule.getOperandFactors()[i][1];
+      if (seqFactors.empty() ||
+          !isSplittableFactor(op, rule, seqFactors.front()) ||
+          rule.getFactors()[seqFactors.front()].size %
+                  shardsOf(layouts[i]->partial) !=
+              0)
+        continue;
+      seeds.push_back({{seqFactors.front(), layouts[i]->partial}});
+    }
+  }
+  SmallVector<std::optional<Layout>> resultHints;
+  for (auto [r, result] : llvm::enumerate(op->getResults())) {
+    resultHints.push_back(hintFor(result));
+    if (!resultHints.back())
+      continue;
+    FailureOr<SmallVector<Claim>> claims = claimsOf(
+        op, rule, rule.getResultFactors()[r], *resultHints.back(), "result", r);
+    if (failed(claims))
+      return failure();
+    seeds.push_back(std::move(*claims));
+  }
+  // Last, nothing but the scheme's claims (and no merging): always
+  // expressible, whatever the operands hold.
+  seeds.push_back({});
+  const size_t bareSeed = seeds.size() - 1;
+
+  struct Candidate {
+    Assignment assignment;
+    SmallVector<Layout> operands, results;
+    double cost = kInfiniteCost;
+    int64_t splitWork = 0;
+  };
+  std::optional<Candidate> best;
+  for (auto [seedIndex, seed] : llvm::enumerate(seeds)) {
+    Candidate candidate;
+    candidate.assignment.assign(numFactors, Axes());
+    DenseSet<int64_t> used(keptPartial.begin(), keptPartial.end());
+    auto apply = [&](const Claim &claim) {
+      if (!candidate.assignment[claim.factor].empty() ||
+          llvm::any_of(claim.axes, [&](int64_t a) { return used.contains(a); }))
+        return;
+      candidate.assignment[claim.factor] = claim.axes;
+      used.insert(claim.axes.begin(), claim.axes.end());
+    };
+    llvm::for_each(*scheme, apply);
+    llvm::for_each(seed, apply);
+    for (bool arguments : {true, false})
+      for (unsigned i = 0; i < numOperands && seedIndex != bareSeed; ++i)
+        if (operandClaims[i] && isArgument(op->getOperand(i)) == arguments)
+          llvm::for_each(*operandClaims[i], apply);
+
+    bool valid = true;
+    candidate.cost = 0.0;
+    for (unsigned i = 0; i < numOperands && valid; ++i) {
+      std::optional<Layout> layout =
+          layoutUnder(rule.getOperandFactors()[i], candidate.assignment);
+      if (!layout) {
+        valid = false;
+        break;
+      }
+      if (keep[i])
+        layout->partial = layouts[i]->partial;
+      if (layouts[i])
+        candidate.cost +=
+            redistributionCost(op->getOperand(i), *layouts[i], *layout);
+      candidate.operands.push_back(std::move(*layout));
+    }
+    for (unsigned r = 0; r < op->getNumResults() && valid; ++r) {
+      std::optional<Layout> layout =
+          layoutUnder(rule.getResultFactors()[r], candidate.assignment);
+      if (!layout) {
+        valid = false;
+        break;
+      }
+      layout->partial = keptPartial;
+      for (int64_t f = 0; f < numFactors; ++f)
+        if (!candidate.assignment[f].empty() &&
+            rule.getKind(f) == FactorKind::Reduction &&
+            !rule.indexesResult(f, r))
+          llvm::append_range(layout->partial, candidate.assignment[f]);
+      if (resultHints[r])
+        candidate.cost +=
+            redistributionCost(op->getResult(r), *layout, *resultHints[r]);
+      candidate.results.push_back(std::move(*layout));
+    }
+    if (!valid)
+      continue;
+    candidate.splitWork = 1;
+    for (const Axes &axes : candidate.assignment)
+      candidate.splitWork *= shardsOf(axes);
+    if (!best || candidate.cost < best->cost ||
+        (candidate.cost == best->cost && candidate.splitWork > best->splitWork))
+      best = std::move(candidate);
+  }
+  if (!best || best->cost == kInfiniteCost)
+    return op->emitOpError()
+           << "tp-shard: found no layout assignment for this op";
+
+  for (unsigned i = 0; i < numOperands; ++i) {
+    Value operand = op->getOperand(i);
+    if (isFree(operand) && failed(decide(operand, best->operands[i])))
+      return failure();
+    op->setOperand(i, redistribute(op->getOperand(i), best->operands[i], op));
+  }
+  for (auto [result, layout] : llvm::zip_equal(op->getResults(), best->results))
+    result.setType(withLayout(tensorType(result), gridRef, layout));
+  return success();
+}
+
+LogicalResult Sharder::decide(Value value, const Layout &layout) {
+  if (!undecided.erase(value))
+    return success();
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    arg.setType(withLayout(tensorType(arg), gridRef, layout));
+    auto func = cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    std::string key =
+        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tp.param").str();
+    if (auto state =
+            func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tp.state"))
+      key += "#" + state.str();
+    parameterLayouts[key] = layout;
+    return success();
+  }
+  // A deferred view op: pull the layout back through its rule, decide its
+  // input, then shard it in its place.
+  Operation *view = value.getDefiningOp();
+  auto ruled = cast<ShardingRuleOpInterface>(view);
+  ShardingRule rule = ruled.getShardingRule();
+  FailureOr<SmallVector<Claim>> claims =
+      claimsOf(view, rule, rule.getResultFactors()[0], layout, "result", 0);
+  if (failed(claims))
+    return failure();
+  Assignment assignment(rule.getFactors().size());
+  for (const Claim &claim : *claims)
+    assignment[claim.factor] = claim.axes;
+  std::optional<Layout> input =
+      layoutUnder(rule.getOperandFactors()[0], assignment);
+  if (failed(decide(view->getOperand(0),
+                    input ? *input
+                          : Layout::replicated(
+                                tensorType(view->getOperand(0)).getRank()))))
+    return failure();
+  deferred.erase(view);
+  return shardOp(view);
+}
+
+LogicalResult Sharder::shardFunction(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  for (BlockArgument arg : body.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    if (auto input = func.getArgAttrOfType<StringAttr>(i, "tp.input");
+        input && input.getValue() == "tokens") {
+      batch = tensorType(arg).getDimSize(0);
+      seq = tensorType(arg).getDimSize(1);
+    }
+    auto name = func.getArgAttrOfType<StringAttr>(i, "tp.param");
+    if (!name)
+      continue;
+    std::string key = name.str();
+    if (auto state = func.getArgAttrOfType<StringAttr>(i, "tp.state"))
+      key += "#" + state.str();
+    auto it = parameterLayouts.find(key);
+    if (it != parameterLayouts.end())
+      arg.setType(withLayout(tensorType(arg), gridRef, it->second));
+    else
+      undecided.insert(arg);
+  }
+
+  for (Operation &op : llvm::make_early_inc_range(body)) {
+    if (isa<func::ReturnOp, RedistributeOp>(op))
+      continue;
+    if (deferred.contains(&op))
+      continue;
+    if (isViewOp(&op) && isFree(op.getOperand(0))) {
+      deferred.insert(&op);
+      undecided.insert(op.getResult(0));
+      continue;
+    }
+    if (failed(shardOp(&op)))
+      return failure();
+  }
+  // Parameters nothing decided stay replicated; then views left over.
+  for (BlockArgument arg : body.getArguments())
+    if (isFree(arg) &&
+        failed(decide(arg, Layout::replicated(tensorType(arg).getRank()))))
+      return failure();
+  for (Operation &op : body)
+    if (deferred.contains(&op)) {
+      deferred.erase(&op);
+      undecided.erase(op.getResult(0));
+      if (failed(shardOp(&op)))
+        return failure();
+    }
+
+  // Results: an update keeps its argument's layout; the rest are whole.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  for (unsigned r = 0; r < ret.getNumOperands(); ++r) {
+    Value value = ret.getOperand(r);
+    Layout target = Layout::replicated(tensorType(value).getRank());
+    if (auto updates = func.getResultAttrOfType<IntegerAttr>(r, "tp.updates"))
+      target = getLayout(tensorType(body.getArgument(updates.getInt())));
+    ret.setOperand(r, redistribute(value, target, ret));
+  }
+  func.setFunctionType(FunctionType::get(
+      func.getContext(), body.getArgumentTypes(), ret.getOperandTypes()));
+  return success();
+}
+
+LogicalResult Sharder::run() {
+  if (!module.getOps<GridOp>().empty())
+    return module.emitError() << "tp-shard: the module already has a tp.grid";
+  OpBuilder builder(module.getBodyRegion());
+  builder.setInsertionPointToStart(module.getBody());
+  auto grid = GridOp::create(builder, module.getLoc(), "tp",
+                             builder.getDenseI64ArrayAttr(gridShape));
+  gridRef = FlatSymbolRefAttr::get(grid.getSymNameAttr());
+
+  SmallVector<func::FuncOp> funcs;
+  if (auto step = module.lookupSymbol<func::FuncOp>("train_step"))
+    funcs.push_back(step);
+  for (auto func : module.getOps<func::FuncOp>())
+    if (func.getName() != "train_step")
+      funcs.push_back(func);
+  for (func::FuncOp func : funcs) {
+    hints.clear();
+    redistributed.clear();
+    if (failed(shardFunction(func)))
+      return failure();
+  }
+  return success();
+}
+
+struct TPShard : public tp::impl::TPShardBase<TPShard> {
+  using TPShardBase::TPShardBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (mode != "1d") {
+      module.emitError() << "tp-shard: mode '" << mode
+                         << "' is not implemented (available: 1d)";
+      return signalPassFailure();
+    }
+    SmallVector<int64_t> shape;
+    for (StringRef part : llvm::split(StringRef(grid), 'x')) {
+      int64_t size;
+      if (part.getAsInteger(10, size) || size < 1) {
+        module.emitError() << "tp-shard: grid '" << grid
+                           << "' is not a shape like 4 or 2x2";
+        return signalPassFailure();
+      }
+      shape.push_back(size);
+    }
+    if (shape.size() != 1) {
+      module.emitError() << "tp-shard: mode 1d needs a one-axis grid, got '"
+                         << grid << "'";
+      return signalPassFailure();
+    }
+    if (failed(Sharder(module, shape, seqParallel).run()))
+      return signalPassFailure();
+  }
+};
+} // namespace
