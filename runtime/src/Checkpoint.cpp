@@ -127,7 +127,8 @@ std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
 }
 
 CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
-                               ParamStore &params) {
+                               ParamStore &params,
+                               const std::vector<int64_t> &coords) {
   fs::path dir = path;
   fs::path latest = dir / "latest";
   if (fs::exists(latest)) {
@@ -173,7 +174,7 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
       if (info.dtype != DType::F32 || info.shape != fileShape(param))
         throw std::runtime_error(file.path() + ": tensor '" + name +
                                  "' is not f32 of the parameter's shape");
-      into = file.readAsF32(name);
+      into = sliceBlock(file.readAsF32(name), paramBlock(plan, param, coords));
     };
     load(hfName, params[i]);
     load("optimizer.exp_avg." + hfName, params.expAvg(i));

@@ -41,6 +41,70 @@ ParamBlock paramBlock(const LoadedPlan &loaded, const plan::Param &param,
   return block;
 }
 
+namespace {
+/// Copies `block` (block.shape, at block.offset) into the row-major `whole`
+/// of block.globalShape; the inverse of cpu::slice.
+void placeBlock(const float *blockData, const ParamBlock &block, float *whole) {
+  const size_t rank = block.globalShape.size();
+  if (rank == 0) {
+    whole[0] = blockData[0];
+    return;
+  }
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < rank; ++d)
+    rows *= block.shape[d];
+  const int64_t rowLength = block.shape[rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d)
+      offset = offset * block.globalShape[d] + block.offset[d] + index[d];
+    std::memcpy(whole + offset, blockData + row * rowLength,
+                sizeof(float) * size_t(rowLength));
+    for (size_t d = rank - 1; d-- > 0;) {
+      if (++index[d] < block.shape[d])
+        break;
+      index[d] = 0;
+    }
+  }
+}
+
+/// Gathers one parameter-shaped array from every rank's block.
+std::vector<float> gatherParam(const LoadedPlan &plan, const plan::Param &param,
+                               const std::vector<float> &local,
+                               GridComm &comm) {
+  if (!param.split())
+    return local;
+  std::vector<float> all(local.size() * size_t(comm.size()));
+  comm.gatherState(local, all);
+  ParamBlock whole = paramBlock(plan, param, {});
+  int64_t count = 1;
+  for (int64_t d : whole.globalShape)
+    count *= d;
+  std::vector<float> result(static_cast<size_t>(count));
+  for (int rank = 0; rank < comm.size(); ++rank) {
+    ParamBlock block =
+        paramBlock(plan, param, GridComm::coordsOf(comm.shape(), rank));
+    placeBlock(all.data() + size_t(rank) * local.size(), block, result.data());
+  }
+  return result;
+}
+
+} // namespace
+
+std::vector<float> sliceBlock(const std::vector<float> &whole,
+                              const ParamBlock &block) {
+  if (block.shape == block.globalShape)
+    return whole;
+  int64_t count = 1;
+  for (int64_t d : block.shape)
+    count *= d;
+  std::vector<float> local(static_cast<size_t>(count));
+  cpu::slice(whole.data(), block.globalShape, block.offset, local.data(),
+             block.shape);
+  return local;
+}
+
 ParamStore ParamStore::initialise(const LoadedPlan &loaded,
                                   const std::vector<int64_t> &coords) {
   ParamStore store;
@@ -90,20 +154,24 @@ ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
                                str(info->shape) + ", the plan expects " +
                                str(fileShape(*param)));
     }
-    std::vector<float> whole = file.readAsF32(name);
-    if (block.shape == block.globalShape) {
-      store.values.push_back(std::move(whole));
-      continue;
-    }
-    int64_t count = 1;
-    for (int64_t d : block.shape)
-      count *= d;
-    std::vector<float> local(count);
-    cpu::slice(whole.data(), block.globalShape, block.offset, local.data(),
-               block.shape);
-    store.values.push_back(std::move(local));
+    store.values.push_back(sliceBlock(file.readAsF32(name), block));
   }
   return store;
+}
+
+ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
+  ParamStore whole;
+  const auto &params = *plan.plan().params();
+  bool moments = !moments1.empty();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const plan::Param &param = *params.Get(i);
+    whole.values.push_back(gatherParam(plan, param, values[i], comm));
+    if (moments) {
+      whole.moments1.push_back(gatherParam(plan, param, expAvg(i), comm));
+      whole.moments2.push_back(gatherParam(plan, param, expAvgSq(i), comm));
+    }
+  }
+  return whole;
 }
 
 std::vector<float> &ParamStore::expAvg(size_t index) {

@@ -1,5 +1,6 @@
 #include "tpc/runtime/Training.h"
 
+#include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Tokens.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
@@ -26,7 +27,9 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   TrainResult result;
   result.tokensPerStep = shape[0] * shape[1];
   if (!config.resume.empty()) {
-    CheckpointState state = readCheckpoint(config.resume, plan, params);
+    CheckpointState state = readCheckpoint(
+        config.resume, plan, params,
+        config.comm ? config.comm->coords() : std::vector<int64_t>());
     result.firstStep = state.step + 1;
     log << "resumed from step " << state.step << " (" << config.resume << ")\n";
   }
@@ -66,9 +69,18 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     bool last = step == config.steps;
     if (!config.checkpointDir.empty() && (periodic || last)) {
       state.step = step;
-      std::string where =
-          writeCheckpoint(config.checkpointDir, plan, params, state);
-      log << "checkpoint: " << where << "\n";
+      // Checkpoints hold whole parameters, written by rank 0.
+      if (config.comm && config.comm->size() > 1) {
+        ParamStore whole = params.gathered(plan, *config.comm);
+        if (config.comm->rank() == 0)
+          log << "checkpoint: "
+              << writeCheckpoint(config.checkpointDir, plan, whole, state)
+              << "\n";
+      } else {
+        log << "checkpoint: "
+            << writeCheckpoint(config.checkpointDir, plan, params, state)
+            << "\n";
+      }
     }
   }
   result.arenaBytes = runner.arenaBytes();

@@ -186,6 +186,10 @@ Options parseArgs(int argc, char **argv) {
 /// The communicator of the plan's grid, created once the plan is loaded.
 std::unique_ptr<GridComm> gridComm;
 
+/// Files (metrics, dumps, exports, plots) are written by the first rank:
+/// every rank computes the same whole values.
+bool isFirstRank() { return Comm::world().rank() == 0; }
+
 std::string jsonEscape(const std::string &s) {
   std::string out;
   for (char c : s) {
@@ -298,12 +302,14 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
     for (const char *program : {"forward", "loss"})
       if (plan.program(program))
         dumpProgram(plan, params, program, window, writer);
-    writer.write(o.dump);
+    if (isFirstRank())
+      writer.write(o.dump);
   }
   if (!o.dumpGrads.empty()) {
     SafetensorsWriter writer;
     dumpProgram(plan, params, "gradients", window, writer);
-    writer.write(o.dumpGrads);
+    if (isFirstRank())
+      writer.write(o.dumpGrads);
   }
 
   if (!o.metrics.empty()) {
@@ -330,7 +336,8 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
     writeCommStats(json);
     writeOpStats(json, runner.stats());
     json << "}\n";
-    writeFileAtomically(o.metrics, json.str());
+    if (isFirstRank())
+      writeFileAtomically(o.metrics, json.str());
   }
   return 0;
 }
@@ -358,11 +365,18 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
           .count();
 
   if (!o.exportDir.empty()) {
-    exportHuggingFace(o.exportDir, plan, params);
+    // One model.safetensors of whole parameters, written by rank 0.
+    if (gridComm->size() > 1) {
+      ParamStore whole = params.gathered(plan, *gridComm);
+      if (isFirstRank())
+        exportHuggingFace(o.exportDir, plan, whole);
+    } else {
+      exportHuggingFace(o.exportDir, plan, params);
+    }
     std::cout << "exported: " << o.exportDir << "/{model.safetensors,"
               << "config.json}\n";
   }
-  if (!o.plot.empty()) {
+  if (!o.plot.empty() && isFirstRank()) {
     std::vector<int64_t> steps;
     std::vector<double> losses;
     for (const StepRecord &r : result.records) {
@@ -410,7 +424,8 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
     writeCommStats(json);
     writeOpStats(json, result.opStats);
     json << "}\n";
-    writeFileAtomically(o.metrics, json.str());
+    if (isFirstRank())
+      writeFileAtomically(o.metrics, json.str());
   }
   return 0;
 }
@@ -437,11 +452,6 @@ std::optional<Prepared> prepare(const Options &o) {
                                       "with tp-pipeline's train=true)");
   gridComm = std::make_unique<GridComm>(std::vector<int64_t>(
       plan.plan().grid()->begin(), plan.plan().grid()->end()));
-  if (gridComm->size() > 1 &&
-      (!o.checkpointDir.empty() || !o.resume.empty() || !o.exportDir.empty() ||
-       !o.dump.empty() || !o.dumpGrads.empty()))
-    throw std::runtime_error("checkpoints, export and dumps of a plan on "
-                             "more than one rank are not supported yet");
   const std::vector<int64_t> &coords = gridComm->coords();
   ParamStore params =
       o.weights.empty() ? ParamStore::initialise(plan, coords)

@@ -21,6 +21,16 @@ void mlir::tp::buildPipeline(OpPassManager &pm,
   }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  if (options.mode != ParallelMode::None) {
+    TPShardOptions shard;
+    shard.mode = "1d";
+    shard.grid = options.grid;
+    shard.seqParallel = options.seqParallel;
+    pm.addPass(createTPShard(shard));
+    pm.addPass(createTPLowerCollectives());
+    // The static volume per rank, as remarks; tp-run counts the same.
+    pm.addPass(createTPReportCommunication());
+  }
   pm.addPass(createTPPartition());
   pm.addPass(createTPPlanMemory());
 }

@@ -107,7 +107,9 @@ struct TPReportCommunication
         total += v.bytes;
       }
       os << " total " << llvm::format("%.10g", total) << " bytes";
-      func.emitRemark() << text;
+      // Named in the text; a location would print the whole function.
+      mlir::emitRemark(UnknownLoc::get(func.getContext()))
+          << "@" << func.getName() << " " << text;
     }
   }
 };

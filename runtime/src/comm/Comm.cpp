@@ -238,6 +238,26 @@ void GridComm::allGather(const std::vector<int> &axes,
         "MPI_Allgather");
 }
 
+void GridComm::gatherState(std::span<const float> in, std::span<float> out) {
+  std::vector<int> axes;
+  for (size_t axis = 0; axis < shape_.size(); ++axis)
+    axes.push_back(int(axis));
+  const CommGroup &g = group(axes);
+  if (out.size() != size_t(g.size) * in.size())
+    throw std::invalid_argument("gatherState: the output has " +
+                                std::to_string(out.size()) +
+                                " floats, expected " + std::to_string(g.size) +
+                                " x " + std::to_string(in.size()));
+  const int count = mpiCount(in.size(), "gatherState");
+  if (g.size == 1)
+    return copyFloats(in, out);
+  if (count == 0)
+    return;
+  check(MPI_Allgather(in.data(), count, MPI_FLOAT, out.data(), count, MPI_FLOAT,
+                      g.comm),
+        "MPI_Allgather");
+}
+
 void GridComm::reduceScatterSum(const std::vector<int> &axes,
                                 std::span<const float> in,
                                 std::span<float> out) {

@@ -9,14 +9,24 @@
 namespace mlir::tp {
 
 /// How the training step is distributed. Later schemes add values here.
-enum class ParallelMode { None };
+enum class ParallelMode { None, OneD };
 
 struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
   Option<ParallelMode> mode{
       *this, "mode", llvm::cl::desc("Tensor-parallel scheme"),
       llvm::cl::init(ParallelMode::None),
       llvm::cl::values(
-          clEnumValN(ParallelMode::None, "none", "One rank, no distribution"))};
+          clEnumValN(ParallelMode::None, "none", "One rank, no distribution"),
+          clEnumValN(ParallelMode::OneD, "1d",
+                     "1D tensor parallelism (Megatron-LM) over grid=t"))};
+  Option<std::string> grid{*this, "grid",
+                           llvm::cl::desc("Grid shape for the scheme, e.g. 4"),
+                           llvm::cl::init("1")};
+  Option<bool> seqParallel{
+      *this, "seq_parallel",
+      llvm::cl::desc("Sequence parallelism: split layer-norm and residual "
+                     "regions along the sequence (1d)"),
+      llvm::cl::init(false)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),

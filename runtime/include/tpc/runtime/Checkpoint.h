@@ -25,16 +25,19 @@ struct CheckpointState {
 /// Identifies the parameter set (names and shapes) a checkpoint belongs to.
 std::string planFingerprint(const LoadedPlan &plan);
 
-/// Writes a checkpoint of `params` after `state.step` steps; returns its
-/// directory.
+/// Writes a checkpoint of `params` (whole parameters: gather a sharded
+/// store first) after `state.step` steps; returns its directory.
 std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
                             const ParamStore &params,
                             const CheckpointState &state);
 
-/// Loads a checkpoint directory, or the one DIR/latest names, into `params`.
-/// Throws std::runtime_error if it is incomplete or belongs to another model.
+/// Loads a checkpoint directory, or the one DIR/latest names, into `params`
+/// (this rank's blocks, for the grid coordinates `coords`; checkpoints hold
+/// whole parameters, so a run may resume on another grid). Throws
+/// std::runtime_error if it is incomplete or belongs to another model.
 CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
-                               ParamStore &params);
+                               ParamStore &params,
+                               const std::vector<int64_t> &coords = {});
 
 /// Writes DIR/model.safetensors (the parameters under their HF names, f32)
 /// and DIR/config.json (the model's config), so that HuggingFace's

@@ -134,6 +134,10 @@ public:
   /// j, block i of `out` comes from group rank i. `in` may be `out`.
   void allToAll(const std::vector<int> &axes, std::span<const float> in,
                 std::span<float> out);
+  /// Every rank's `in` (count floats) into `out` (size() * count) in world
+  /// rank order, over the whole grid. For moving state outside the training
+  /// step (checkpoints, exports): not counted in stats().
+  void gatherState(std::span<const float> in, std::span<float> out);
   /// `data` on group rank `root` is copied to every rank of the group.
   void broadcast(const std::vector<int> &axes, std::span<float> data, int root);
 

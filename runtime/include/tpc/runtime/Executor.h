@@ -25,6 +25,9 @@ struct ParamBlock {
 };
 ParamBlock paramBlock(const LoadedPlan &plan, const plan::Param &param,
                       const std::vector<int64_t> &coords);
+/// `block` cut out of the whole parameter-shaped array `whole`.
+std::vector<float> sliceBlock(const std::vector<float> &whole,
+                              const ParamBlock &block);
 
 /// The plan's parameters as f32 host arrays, in plan order, and AdamW's
 /// moments for each (zeros until a train step writes them).
@@ -41,6 +44,11 @@ public:
   static ParamStore fromSafetensors(const LoadedPlan &plan,
                                     const std::string &path,
                                     const std::vector<int64_t> &coords = {});
+
+  /// The whole parameters (and moments, if any) from every rank's blocks,
+  /// on every rank: collective over `comm`'s grid, not counted as step
+  /// traffic.
+  ParamStore gathered(const LoadedPlan &plan, GridComm &comm) const;
 
   std::vector<float> &operator[](size_t index) { return values[index]; }
   const std::vector<float> &operator[](size_t index) const {

@@ -1,0 +1,177 @@
+"""Checks for tensor-parallel training runs (tensor-parallel-training.sh).
+
+  losses A.json B.json       every step's loss of B equals A's within --rel
+  weights A.safetensors B... B's parameters equal A's: |b - a| / |a| (2-norms)
+                             within --rel over the whole model and within
+                             --tensor-rel for every tensor (AdamW normalises
+                             the rounding noise of small, cancelling
+                             gradients, e.g. of zero-initialised biases), or
+                             bit for bit (--exact)
+  volume CONFIG METRICS STATIC --ranks T --batch B --seq S [--seq-parallel]
+                             the bytes each rank sent per step (tp-run's
+                             metrics) and tpc-opt's static report for
+                             @train_step both equal the documented formula
+                             (docs/communication.md), per collective kind
+"""
+
+import argparse
+import json
+import re
+import sys
+
+import numpy as np
+from safetensors.numpy import load_file
+
+
+def losses(args):
+    a = [r["loss"] for r in json.load(open(args.a))["loss_curve"]]
+    b = [r["loss"] for r in json.load(open(args.b))["loss_curve"]]
+    if len(a) != len(b):
+        sys.exit(f"losses: {len(b)} steps against {len(a)}")
+    worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    print(f"losses: {len(a)} steps, worst rel {worst:.2e}")
+    if worst > args.rel:
+        sys.exit(f"losses differ: {a} vs {b}")
+
+
+def weights(args):
+    a, b = load_file(args.a), load_file(args.b)
+    if sorted(a) != sorted(b):
+        sys.exit(f"weights: tensor names differ: {sorted(a)} vs {sorted(b)}")
+    worst, where, total_diff, total_norm = 0.0, "", 0.0, 0.0
+    for name in sorted(a):
+        x, y = a[name].astype(np.float64), b[name].astype(np.float64)
+        if x.shape != y.shape:
+            sys.exit(f"weights: '{name}' has shape {y.shape}, "
+                     f"expected {x.shape}")
+        if args.exact:
+            if not np.array_equal(a[name].view(np.uint32),
+                                  b[name].view(np.uint32)):
+                sys.exit(f"weights: '{name}' differs in its bits")
+            continue
+        if args.key_bias_bound is not None and name.endswith(
+                ".attn.c_attn.bias"):
+            # GPT-2's key bias adds the same q.b_k to every score of a query,
+            # which softmax ignores: its gradient is zero up to rounding, and
+            # AdamW, which normalises gradients, moves it by rounding noise in
+            # any implementation. It must stay that: within the bound of
+            # zero. The query and value biases are compared as usual.
+            h = x.shape[0] // 3
+            for values in (x[h:2 * h], y[h:2 * h]):
+                if np.max(np.abs(values)) > args.key_bias_bound:
+                    sys.exit(f"weights: the key bias of '{name}' moved "
+                             f"{np.max(np.abs(values)):.2e}, more than noise")
+            x, y = np.delete(x, np.s_[h:2 * h]), np.delete(y, np.s_[h:2 * h])
+        # Relative error of the tensor (2-norms) and of the whole model.
+        diff = float(np.sum((y - x) ** 2))
+        total_diff += diff
+        total_norm += float(np.sum(x ** 2))
+        rel = diff ** 0.5 / (float(np.linalg.norm(x)) or 1.0)
+        if rel > worst:
+            worst, where = rel, name
+    if args.exact:
+        print(f"weights: {len(a)} tensors, bit-identical")
+        return
+    model = (total_diff / total_norm) ** 0.5
+    print(f"weights: {len(a)} tensors, model rel {model:.2e}, worst tensor "
+          f"rel {worst:.2e} ({where})")
+    if model > args.rel or worst > args.tensor_rel:
+        sys.exit(f"weights differ beyond {args.rel} (model) or "
+                 f"{args.tensor_rel} (a tensor)")
+
+
+def expected_volume(config, ranks, batch, seq, seq_parallel):
+    """Bytes per rank per step, by collective kind (docs/communication.md)."""
+    n, tokens, f = ranks, batch * seq, 4
+    ring = (n - 1) / n
+    gpt2 = config["model_type"] == "gpt2"
+    h = config["n_embd"] if gpt2 else config["hidden_size"]
+    layers = config["n_layer"] if gpt2 else config["num_hidden_layers"]
+    tied = config.get("tie_word_embeddings", gpt2)
+    # Parameters split across ranks: one scalar all-reduce each for the
+    # global gradient norm. GPT-2: c_attn weight and bias, attn.c_proj
+    # weight, c_fc weight and bias, mlp.c_proj weight; LLaMA: q, k, v, o,
+    # gate, up, down. Plus the embedding and an untied head.
+    split = (6 if gpt2 else 7) * layers + (1 if tied else 2)
+    # The activations' all-reduces (or all-gather + reduce-scatter pairs):
+    # 4 per layer (2 forward, 2 backward), the embedding's forward
+    # (and its backward gather with sequence parallelism) and the head's
+    # backward (and its forward gather).
+    activation = (4 * layers + 2) * ring * tokens * h * f
+    # Vocabulary-parallel cross-entropy and its gradient: one all-gather of
+    # 3 floats per token each.
+    loss = 2 * (n - 1) * 3 * tokens * f
+    scalars = 2 * ring * f * split
+    volume = {"all_gather": loss}
+    if not seq_parallel:
+        volume["all_reduce"] = 2 * activation + scalars
+    else:
+        volume["all_gather"] += activation
+        volume["reduce_scatter"] = activation
+        # Replicated parameters whose gradients are summed over sequence
+        # shards: norm weights (and biases), GPT-2's row-parallel biases.
+        vectors = 6 * layers + 2 if gpt2 else 2 * layers + 1
+        volume["all_reduce"] = scalars + 2 * ring * h * f * vectors
+        if gpt2:  # learned positions: the [seq, h] gradient is gathered
+            volume["all_gather"] += ring * seq * h * f
+    return volume
+
+
+def volume(args):
+    config = json.load(open(args.config))
+    want = expected_volume(config, args.ranks, args.batch, args.seq,
+                           args.seq_parallel)
+    metrics = json.load(open(args.metrics))
+    steps = metrics["steps"] - metrics["first_step"] + 1
+    runtime = {k: v["bytes"] / steps for k, v in metrics["communication"].items()
+               if v["bytes"] > 0}
+    static = {}
+    for line in open(args.static):
+        m = re.search(r"@train_step communication per rank:(.*) total", line)
+        if m:
+            for kind, size in re.findall(r"([a-z_]+) ([0-9.e+]+) bytes", m[1]):
+                if float(size) > 0:
+                    static[kind] = float(size)
+    want = {k: v for k, v in want.items() if v > 0}
+    print(f"volume per rank per step: formula {want}, runtime {runtime}, "
+          f"static {static}")
+    for name, got in (("runtime", runtime), ("static", static)):
+        if sorted(got) != sorted(want) or any(
+                abs(got[k] - want[k]) > 1e-6 * want[k] for k in want):
+            sys.exit(f"volume: the {name} bytes differ from the formula")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("losses")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--rel", type=float, default=1e-5)
+    p.set_defaults(run=losses)
+    p = sub.add_parser("weights")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--rel", type=float, default=1e-5,
+                   help="bound on |b - a| / |a| over all parameters")
+    p.add_argument("--tensor-rel", type=float, default=1e-4,
+                   help="bound on |b - a| / |a| per tensor")
+    p.add_argument("--exact", action="store_true")
+    p.add_argument("--key-bias-bound", type=float,
+                   help="GPT-2: how far AdamW may move the key biases from 0")
+    p.set_defaults(run=weights)
+    p = sub.add_parser("volume")
+    p.add_argument("config")
+    p.add_argument("metrics")
+    p.add_argument("static")
+    p.add_argument("--ranks", type=int, required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--seq-parallel", action="store_true")
+    p.set_defaults(run=volume)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
