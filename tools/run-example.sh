@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The main job on the bundled default: builds tpc (installing dependencies
 # first if needed), imports the bundled GPT-2 config (byte-level vocabulary),
-# compiles it to a training plan and trains it on English text from Debian's
-# `fortunes` package, then draws the loss curve and exports the model in
-# HuggingFace layout. STEPS=N overrides the 400 steps.
+# compiles it to a 1D tensor-parallel training plan and trains it on RANKS
+# MPI ranks (default 2, one per core of a 2-core machine) on English text
+# from Debian's `fortunes` package, then draws the loss curve and exports the
+# model in HuggingFace layout. STEPS=N overrides the 400 steps.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 config=$root/examples/gpt2-bytes/config.json
 steps=${STEPS:-400}
+ranks=${RANKS:-2}
 work=$build/example
 fortunes=/usr/share/games/fortunes
 mkdir -p "$work"
@@ -23,8 +25,12 @@ bin=$build/bin
 set -x
 "$bin/tpc-tokenize" "$work/fortunes.txt" -o "$work/fortunes.tokens"
 "$bin/tpc-import" "$config" --batch 8 --seq 128 -o "$work/model.mlir"
-"$bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/model.tpplan"
-"$bin/tp-run" "$work/model.tpplan" --data "$work/fortunes.tokens" \
+"$bin/tpc-opt" "$work/model.mlir" --tp-pipeline="mode=1d grid=$ranks" \
+  -o "$work/model.tpplan"
+# OpenMPI refuses root unless told; each rank computes on one thread.
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+mpirun -np "$ranks" --oversubscribe -x OPENBLAS_NUM_THREADS=1 \
+  "$bin/tp-run" "$work/model.tpplan" --data "$work/fortunes.tokens" --threads 1 \
   --steps "$steps" --lr 1e-3 --warmup 40 \
   --checkpoint-dir "$work/checkpoints" --checkpoint-every 100 \
   --metrics "$work/train.json" --plot "$work/loss.svg" --export "$work/export"

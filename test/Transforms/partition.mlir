@@ -139,3 +139,26 @@ func.func @uneven(%x: tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>>) {
   %0 = tp.gelu %x : tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>>
   return
 }
+
+// -----
+
+// Vocabulary-parallel gradients: the logits' gradient columns and the table
+// gradient's rows split; both keep their vocabulary axes.
+// CHECK-LABEL: func.func @vocab_parallel_grads
+// CHECK: tp.cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} {tp.vocab_axes = array<i64: 0>} : (tensor<2x8x32xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x32xf32>
+// CHECK: tp.embedding_grad %{{.*}}, %{{.*}} {tp.vocab_axes = array<i64: 0>} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<32x16xf32>
+tp.grid @g [2]
+func.func @vocab_parallel_grads(%logits: tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>, %targets: tensor<2x8xi32>, %dloss: tensor<f32>, %dy: tensor<2x8x16xf32>) {
+  %0 = tp.cross_entropy_grad %logits, %targets, %dloss : (tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>
+  %1 = tp.embedding_grad %dy, %targets : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<64x16xf32, #tp.dist<@g, [[0], []]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2]
+func.func @vocab_parallel_grad_split_tokens(%dy: tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{tp-partition: a vocabulary-split embedding_grad needs replicated ids and output gradient}}
+  %0 = tp.embedding_grad %dy, %ids : (tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>, tensor<2x8xi32>) -> tensor<64x16xf32, #tp.dist<@g, [[0], []]>>
+  return
+}

@@ -19,8 +19,6 @@ import json
 import re
 import sys
 
-import numpy as np
-from safetensors.numpy import load_file
 
 
 def losses(args):
@@ -35,6 +33,9 @@ def losses(args):
 
 
 def weights(args):
+    import numpy as np
+    from safetensors.numpy import load_file
+
     a, b = load_file(args.a), load_file(args.b)
     if sorted(a) != sorted(b):
         sys.exit(f"weights: tensor names differ: {sorted(a)} vs {sorted(b)}")
@@ -122,9 +123,8 @@ def volume(args):
     want = expected_volume(config, args.ranks, args.batch, args.seq,
                            args.seq_parallel)
     metrics = json.load(open(args.metrics))
-    steps = metrics["steps"] - metrics["first_step"] + 1
-    runtime = {k: v["bytes"] / steps for k, v in metrics["communication"].items()
-               if v["bytes"] > 0}
+    runtime = {k: v["bytes_per_step"]
+               for k, v in metrics["communication"].items() if v["bytes"] > 0}
     static = {}
     for line in open(args.static):
         m = re.search(r"@train_step communication per rank:(.*) total", line)

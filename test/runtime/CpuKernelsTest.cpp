@@ -1315,6 +1315,31 @@ TEST(CpuKernels, EmbeddingGrad) {
   EXPECT_EQ(table, std::vector<float>(4 * 3, 0.0f));
 }
 
+// Vocabulary-parallel: each block scatters only the ids it holds; the blocks
+// stacked are the whole gradient, bit for bit (the same sums in token order).
+TEST(CpuKernels, EmbeddingGradBlocksStackToTheWholeGradient) {
+  std::mt19937 rng(31);
+  const int64_t vocab = 12, hidden = 5, blocks = 3, rows = vocab / blocks;
+  std::vector<int32_t> ids = {0, 3, 4, 11, 8, 7, 4, 3, 3, 9};
+  const int64_t tokens = int64_t(ids.size());
+  std::vector<float> grad = randomVector(tokens * hidden, rng);
+  std::vector<float> whole(size_t(vocab * hidden)), stacked;
+  embeddingGrad(grad.data(), ids.data(), tokens, vocab, hidden, whole.data());
+  for (int64_t b = 0; b < blocks; ++b) {
+    std::vector<float> part(size_t(rows * hidden), 99.0f);
+    embeddingGradBlock(grad.data(), ids.data(), tokens, b * rows, rows, vocab,
+                       hidden, part.data());
+    stacked.insert(stacked.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(stacked, whole);
+  // Ids are checked against the whole vocabulary, not the block.
+  std::vector<int32_t> tooLarge = {12};
+  std::vector<float> part(size_t(rows * hidden));
+  EXPECT_THROW(embeddingGradBlock(grad.data(), tooLarge.data(), 1, 0, rows,
+                                  vocab, hidden, part.data()),
+               std::runtime_error);
+}
+
 TEST(CpuKernels, EmbeddingGradRejectsBadIds) {
   std::vector<float> grad(2 * 3, 1.0f);
   std::vector<float> table(4 * 3);
@@ -1652,6 +1677,50 @@ std::vector<double> refCrossEntropyGrad(const std::vector<float> &logits,
     }
   }
   return grad;
+}
+
+// Vocabulary-parallel gradient: each block's columns, normalised with every
+// block's gathered statistics, are the whole gradient's columns.
+TEST(CpuKernels, CrossEntropyGradFromBlockStatsMatchesTheWholeRow) {
+  std::mt19937 rng(41);
+  for (auto [tokens, vocab, blocks, spread] :
+       {std::tuple<int64_t, int64_t, int64_t, float>{7, 12, 3, 5.0f},
+        {5, 16, 4, 300.0f},
+        {9, 1000, 2, 8.0f},
+        {3, 8, 8, 1.0f}}) {
+    SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab) + "/" +
+                 std::to_string(blocks));
+    std::vector<float> logits =
+        randomVector(tokens * vocab, rng, -spread, spread);
+    std::vector<int32_t> targets = randomTargets(tokens, vocab, rng);
+    const float lossGrad = 0.75f;
+    const int64_t columns = vocab / blocks;
+    auto blockOf = [&](int64_t b) {
+      std::vector<float> block(size_t(tokens * columns));
+      for (int64_t t = 0; t < tokens; ++t)
+        std::copy_n(logits.begin() + t * vocab + b * columns, columns,
+                    block.begin() + t * columns);
+      return block;
+    };
+    std::vector<float> stats(size_t(3 * tokens * blocks));
+    for (int64_t b = 0; b < blocks; ++b)
+      crossEntropyBlockStats(blockOf(b).data(), tokens, columns, b * columns,
+                             vocab, targets.data(),
+                             stats.data() + 3 * tokens * b);
+    std::vector<double> ref =
+        refCrossEntropyGrad(logits, tokens, vocab, targets, lossGrad);
+    std::vector<float> whole(size_t(tokens * vocab));
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::vector<float> block = blockOf(b), grad(block.size(), 99.0f);
+      crossEntropyGradFromBlockStats(block.data(), targets.data(), lossGrad,
+                                     tokens, columns, b * columns, stats.data(),
+                                     blocks, grad.data());
+      for (int64_t t = 0; t < tokens; ++t)
+        std::copy_n(grad.begin() + t * columns, columns,
+                    whole.begin() + t * vocab + b * columns);
+    }
+    EXPECT_TRUE(closeElementwise(whole, ref, 1e-5, 1e-12));
+  }
 }
 
 TEST(CpuKernels, CrossEntropyGrad) {

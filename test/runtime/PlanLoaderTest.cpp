@@ -48,13 +48,15 @@ struct PlanSpec {
   std::vector<uint32_t> results = {4};
   uint64_t arena = 256;
   std::vector<int64_t> paramShape = {5, 4};
+  std::vector<int64_t> paramFileShape = {}; // hf_shape; empty: absent
   uint32_t inputTensor = 1;
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
-    auto param =
-        fb::CreateParam(b, b.CreateString("wte"), fb::DType::F32,
-                        b.CreateVector(paramShape), fb::Init::Normal, 0.5);
+    auto param = fb::CreateParam(
+        b, b.CreateString("wte"), fb::DType::F32, b.CreateVector(paramShape),
+        fb::Init::Normal, 0.5, 0,
+        paramFileShape.empty() ? 0 : b.CreateVector(paramFileShape));
     std::vector<flatbuffers::Offset<fb::Tensor>> ts;
     for (const T &t : tensors)
       ts.push_back(fb::CreateTensor(b, t.dtype, b.CreateVector(t.shape),
@@ -269,6 +271,22 @@ TEST(PlanLoader, RejectsBadVocabularyAxes) {
   PlanSpec negative;
   negative.steps[0].ints = {-1};
   expectRejected(negative, "invalid vocabulary grid axes");
+}
+
+// A parameter viewed in another shape than its files (GPT-2's fused QKV as
+// [h, 3, h]) must hold as many elements as the file shape.
+TEST(PlanLoader, ChecksTheParameterFileShape) {
+  PlanSpec viewed;
+  viewed.paramFileShape = {20};
+  LoadedPlan plan = load(viewed.build());
+  EXPECT_EQ(fileShape(*plan.plan().params()->Get(0)),
+            std::vector<int64_t>({20}));
+  EXPECT_EQ(fileShape(*load(PlanSpec().build()).plan().params()->Get(0)),
+            std::vector<int64_t>({5, 4}));
+  PlanSpec mismatch;
+  mismatch.paramFileShape = {4, 4};
+  expectRejected(mismatch, "parameter 'wte' has an hf_shape of [4,4] whose "
+                           "element count differs from its shape [5,4]");
 }
 
 TEST(PlanLoader, RejectsResultsThatAreNeverComputed) {

@@ -207,17 +207,20 @@ int64_t maxRssBytes() {
 }
 
 /// Bytes this rank sent per collective kind (ring rule, as
-/// tp-report-communication computes them statically).
-void writeCommStats(std::ostream &json) {
+/// tp-report-communication computes them statically) over `runs` runs of
+/// the program, in total and per run (per training step).
+void writeCommStats(std::ostream &json,
+                    const std::map<std::string, CommStats> &stats,
+                    int64_t runs) {
   json << "  \"communication\": {";
   bool first = true;
-  if (gridComm)
-    for (const auto &[kind, s] : gridComm->stats()) {
-      json << (first ? "" : ",") << "\n    \"" << kind
-           << "\": {\"calls\": " << s.calls << ", \"bytes\": " << s.bytes
-           << "}";
-      first = false;
-    }
+  for (const auto &[kind, s] : stats) {
+    json << (first ? "" : ",") << "\n    \"" << kind
+         << "\": {\"calls\": " << s.calls << ", \"bytes\": " << s.bytes
+         << ", \"bytes_per_step\": "
+         << s.bytes / double(std::max<int64_t>(runs, 1)) << "}";
+    first = false;
+  }
   json << "\n  },\n";
 }
 
@@ -283,6 +286,8 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count());
   }
+  // The last run's traffic, before any dump runs programs again.
+  const std::map<std::string, CommStats> commStats = gridComm->stats();
   std::vector<double> sorted = seconds;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
@@ -333,7 +338,7 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
          << ", \"input_bytes\": " << runner.inputBytes()
          << ", \"planned_peak_bytes\": " << peak
          << ", \"max_rss_bytes\": " << maxRssBytes() << "},\n";
-    writeCommStats(json);
+    writeCommStats(json, commStats, 1);
     writeOpStats(json, runner.stats());
     json << "}\n";
     if (isFirstRank())
@@ -421,7 +426,7 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
            << ", \"seconds\": " << r.seconds << "}";
     }
     json << "\n  ],\n";
-    writeCommStats(json);
+    writeCommStats(json, gridComm->stats(), int64_t(result.records.size()));
     writeOpStats(json, result.opStats);
     json << "}\n";
     if (isFirstRank())
