@@ -462,6 +462,22 @@ ProgramRunner::VocabBlock ProgramRunner::vocabBlock(const plan::Step &step,
   return block;
 }
 
+/// Per-token {max, sum of exps, target logit} of this rank's `vocab` logit
+/// columns, all-gathered over the step's vocabulary axes: [blocks, tokens, 3]
+/// in block order.
+std::vector<float> ProgramRunner::gatheredCrossEntropyStats(
+    const plan::Step &step, const VocabBlock &block, const float *logits,
+    int64_t tokens, int64_t vocab) {
+  std::vector<float> stats(size_t(3 * tokens)),
+      gathered(size_t(3 * tokens * block.blocks));
+  cpu::crossEntropyBlockStats(logits, tokens, vocab, block.first,
+                              block.blocks * vocab,
+                              intData(step.operands()->Get(1)), stats.data());
+  std::vector<int> axes(step.ints()->begin(), step.ints()->end());
+  comm->allGather(axes, stats, gathered);
+  return gathered;
+}
+
 void ProgramRunner::execute(const plan::Step &step) {
   const auto &ops = *step.operands();
   const uint32_t out = step.results()->Get(0);
@@ -558,18 +574,13 @@ void ProgramRunner::execute(const plan::Step &step) {
           cpu::crossEntropy(in(0), tokens, vocab, intData(ops.Get(1)));
       return;
     }
-    // Vocabulary-parallel: per-token statistics of this rank's columns,
-    // gathered from the whole group and combined alike on every rank.
+    // Vocabulary-parallel: every block's statistics, combined alike on every
+    // rank.
     VocabBlock block = vocabBlock(step, vocab);
-    std::vector<float> stats(size_t(3 * tokens)),
-        gathered(size_t(3 * tokens * block.blocks));
-    cpu::crossEntropyBlockStats(in(0), tokens, vocab, block.first,
-                                block.blocks * vocab, intData(ops.Get(1)),
-                                stats.data());
-    std::vector<int> axes(step.ints()->begin(), step.ints()->end());
-    comm->allGather(axes, stats, gathered);
+    std::vector<float> stats =
+        gatheredCrossEntropyStats(step, block, in(0), tokens, vocab);
     *floatData(out) =
-        cpu::crossEntropyFromBlockStats(gathered.data(), block.blocks, tokens);
+        cpu::crossEntropyFromBlockStats(stats.data(), block.blocks, tokens);
     return;
   }
   case OpKind::EmbeddingGrad: {
@@ -613,19 +624,14 @@ void ProgramRunner::execute(const plan::Step &step) {
                             floatData(out));
       return;
     }
-    // Vocabulary-parallel: the same gathered statistics as the loss step,
-    // then the softmax of this rank's columns.
+    // Vocabulary-parallel: the loss step's statistics, then the softmax of
+    // this rank's columns.
     VocabBlock block = vocabBlock(step, vocab);
-    std::vector<float> stats(size_t(3 * tokens)),
-        gathered(size_t(3 * tokens * block.blocks));
-    cpu::crossEntropyBlockStats(in(0), tokens, vocab, block.first,
-                                block.blocks * vocab, intData(ops.Get(1)),
-                                stats.data());
-    std::vector<int> axes(step.ints()->begin(), step.ints()->end());
-    comm->allGather(axes, stats, gathered);
+    std::vector<float> stats =
+        gatheredCrossEntropyStats(step, block, in(0), tokens, vocab);
     cpu::crossEntropyGradFromBlockStats(
         in(0), intData(ops.Get(1)), *in(2), tokens, vocab, block.first,
-        gathered.data(), block.blocks, floatData(out));
+        stats.data(), block.blocks, floatData(out));
     return;
   }
   case OpKind::Constant:

@@ -1009,6 +1009,19 @@ TEST(CpuKernels, CrossEntropy) {
   }
 }
 
+namespace {
+/// Columns [b * columns, (b + 1) * columns) of the rows of a
+/// [tokens, vocab] matrix.
+std::vector<float> columnBlock(const std::vector<float> &logits, int64_t tokens,
+                               int64_t vocab, int64_t b, int64_t columns) {
+  std::vector<float> block(size_t(tokens * columns));
+  for (int64_t t = 0; t < tokens; ++t)
+    std::copy_n(logits.begin() + t * vocab + b * columns, columns,
+                block.begin() + t * columns);
+  return block;
+}
+} // namespace
+
 // Vocabulary-parallel: each block's statistics of its columns, combined,
 // give the double-precision reference loss (blocks whose ranges differ by
 // hundreds exercise the log-sum-exp rescaling).
@@ -1025,15 +1038,12 @@ TEST(CpuKernels, CrossEntropyFromBlockStatsMatchesTheWholeRow) {
         randomVector(tokens * vocab, rng, -spread, spread);
     std::vector<int32_t> targets = randomTargets(tokens, vocab, rng);
     const int64_t columns = vocab / blocks;
-    std::vector<float> stats(size_t(3 * tokens * blocks)),
-        block(size_t(tokens * columns));
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (int64_t t = 0; t < tokens; ++t)
-        std::copy_n(logits.begin() + t * vocab + b * columns, columns,
-                    block.begin() + t * columns);
-      crossEntropyBlockStats(block.data(), tokens, columns, b * columns, vocab,
-                             targets.data(), stats.data() + 3 * tokens * b);
-    }
+    std::vector<float> stats(size_t(3 * tokens * blocks));
+    for (int64_t b = 0; b < blocks; ++b)
+      crossEntropyBlockStats(
+          columnBlock(logits, tokens, vocab, b, columns).data(), tokens,
+          columns, b * columns, vocab, targets.data(),
+          stats.data() + 3 * tokens * b);
     float got = crossEntropyFromBlockStats(stats.data(), blocks, tokens);
     double ref = refCrossEntropy(logits, tokens, vocab, targets);
     EXPECT_NEAR(got, ref, 1e-5 * std::max(1.0, std::abs(ref)));
@@ -1696,11 +1706,7 @@ TEST(CpuKernels, CrossEntropyGradFromBlockStatsMatchesTheWholeRow) {
     const float lossGrad = 0.75f;
     const int64_t columns = vocab / blocks;
     auto blockOf = [&](int64_t b) {
-      std::vector<float> block(size_t(tokens * columns));
-      for (int64_t t = 0; t < tokens; ++t)
-        std::copy_n(logits.begin() + t * vocab + b * columns, columns,
-                    block.begin() + t * columns);
-      return block;
+      return columnBlock(logits, tokens, vocab, b, columns);
     };
     std::vector<float> stats(size_t(3 * tokens * blocks));
     for (int64_t b = 0; b < blocks; ++b)

@@ -120,6 +120,10 @@ private:
     int64_t blocks = 1; // how many blocks the vocabulary is split into
   };
   VocabBlock vocabBlock(const plan::Step &step, int64_t size) const;
+  std::vector<float> gatheredCrossEntropyStats(const plan::Step &step,
+                                               const VocabBlock &block,
+                                               const float *logits,
+                                               int64_t tokens, int64_t vocab);
 
   const plan::Program *program;
   ParamStore &params;
