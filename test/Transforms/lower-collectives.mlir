@@ -57,6 +57,26 @@ func.func @local_split(%x: tensor<8x16xf32>) -> tensor<8x16xf32, #tp.dist<@g, [[
   return %0 : tensor<8x16xf32, #tp.dist<@g, [[], [0, 1]]>>
 }
 
+// An explicit all-reduce whose only use slices it locally on the same axes
+// is a reduce-scatter; with another use it stays.
+// CHECK-LABEL: func.func @all_reduce_then_slice
+// CHECK-NEXT: %[[R:.*]] = tp.reduce_scatter %arg0 {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []]>>
+// CHECK-NEXT: return %[[R]]
+func.func @all_reduce_then_slice(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>>) -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>> {
+  %0 = tp.all_reduce %x {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32>
+  %1 = tp.local_split %0 {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
+  return %1 : tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
+}
+
+// CHECK-LABEL: func.func @all_reduce_used_twice
+// CHECK-NEXT: tp.all_reduce
+// CHECK-NEXT: tp.local_split
+func.func @all_reduce_used_twice(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>>) -> (tensor<8x16xf32>, tensor<8x16xf32, #tp.dist<@g, [[1], []]>>) {
+  %0 = tp.all_reduce %x {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32>
+  %1 = tp.local_split %0 {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
+  return %0, %1 : tensor<8x16xf32>, tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
+}
+
 // Several steps: the partial sum first (reduce-scatter on the dimension the
 // target splits by that axis), then the unwanted split gathered.
 // CHECK-LABEL: func.func @combined

@@ -130,6 +130,27 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
   }
 };
 
+/// An all-reduce whose only use takes a local slice over the same grid axes
+/// is a reduce-scatter, at half the volume: each rank needs only its slice
+/// of the sum.
+void fuseAllReduceThenSlice(ModuleOp module) {
+  SmallVector<LocalSplitOp> splits;
+  module.walk([&](LocalSplitOp split) { splits.push_back(split); });
+  for (LocalSplitOp split : splits) {
+    auto allReduce = split.getInput().getDefiningOp<AllReduceOp>();
+    if (!allReduce || !allReduce->hasOneUse() ||
+        allReduce.getGridAxes() != split.getGridAxes())
+      continue;
+    OpBuilder builder(split);
+    Value fused = ReduceScatterOp::create(
+        builder, split.getLoc(), split.getType(), allReduce.getInput(),
+        split.getDimAttr(), split.getGridAxesAttr());
+    split.replaceAllUsesWith(fused);
+    split.erase();
+    allReduce.erase();
+  }
+}
+
 struct TPLowerCollectives
     : public tp::impl::TPLowerCollectivesBase<TPLowerCollectives> {
   void runOnOperation() override {
@@ -147,6 +168,7 @@ struct TPLowerCollectives
       if (failed(pattern.matchAndRewrite(op, rewriter)))
         return signalPassFailure();
     }
+    fuseAllReduceThenSlice(getOperation());
   }
 };
 } // namespace

@@ -113,7 +113,9 @@ def TPLowerCollectives : Pass<"tp-lower-collectives", "::mlir::ModuleOp"> {
     dimension with an all-to-all when the target splits that one on the same
     axis, and are gathered otherwise; splits the target adds on unused axes
     are taken locally, without communication. Redistributes that create a
-    partial sum are rejected.
+    partial sum are rejected. Finally an explicit `tp.all_reduce` whose only
+    use is a `tp.local_split` over the same axes becomes one
+    `tp.reduce_scatter`.
   }];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
