@@ -55,6 +55,7 @@
 // GPT2-TRAIN: tp.cross_entropy {{.*}} {tp.vocab_axes = array<i64: 0>} : (tensor<2x8x32xf32>, tensor<2x8xi32>) -> tensor<f32>
 // GPT2-TRAIN: tp.cross_entropy_grad {{.*}} {tp.vocab_axes = array<i64: 0>}
 // GPT2-TRAIN-COUNT-3: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+// GPT2-TRAIN-NOT: tp.all_reduce
 // GPT2-TRAIN: tp.embedding_grad {{.*}} {tp.vocab_axes = array<i64: 0>} : (tensor<2x8x32xf32>, tensor<2x8xi32>) -> tensor<32x32xf32>
 // GPT2-TRAIN-COUNT-7: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<f32> -> tensor<f32>
 // GPT2-TRAIN-NOT: tp.all_reduce
@@ -108,6 +109,31 @@
 // LLAMA-NEXT: tp.redistribute %[[RES2]]
 // LLAMA-NOT: tp.redistribute
 // LLAMA: tp.cross_entropy
+
+// The LLaMA training step, partitioned: each rank holds half the heads (q
+// [16, 32], k and v one key-value head [8, 32]), three activation
+// all-reduces forward and three backward, one scalar per split parameter
+// (q, k, v, o, gate, up, down, embedding, head).
+// RUN: tpc-opt %S/Inputs/llama-block.mlir --tp-autodiff --canonicalize --cse \
+// RUN:   --tp-shard=grid=2 --tp-lower-collectives --tp-partition \
+// RUN:   | FileCheck %s --check-prefix=LLAMA-TRAIN
+// LLAMA-TRAIN-LABEL: func.func @train_step(
+// LLAMA-TRAIN-SAME: tensor<16x32xf32> {{{.*}}tp.param = "model.layers.0.self_attn.q_proj.weight"}
+// LLAMA-TRAIN-SAME: tensor<8x32xf32> {{{.*}}tp.param = "model.layers.0.self_attn.k_proj.weight"}
+// LLAMA-TRAIN-SAME: tensor<8x32xf32> {{{.*}}tp.param = "model.layers.0.self_attn.v_proj.weight"}
+// LLAMA-TRAIN-SAME: tensor<32x16xf32> {{{.*}}tp.param = "model.layers.0.self_attn.o_proj.weight"}
+// LLAMA-TRAIN: tp.embedding {{.*}} {tp.vocab_axes = array<i64: 0>}
+// LLAMA-TRAIN-COUNT-3: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+// LLAMA-TRAIN-NOT: tp.all_reduce
+// LLAMA-TRAIN: tp.cross_entropy {{.*}} {tp.vocab_axes = array<i64: 0>}
+// LLAMA-TRAIN: tp.cross_entropy_grad {{.*}} {tp.vocab_axes = array<i64: 0>}
+// LLAMA-TRAIN-COUNT-3: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+// LLAMA-TRAIN-NOT: tp.all_reduce
+// LLAMA-TRAIN: tp.embedding_grad {{.*}} {tp.vocab_axes = array<i64: 0>}
+// LLAMA-TRAIN-COUNT-9: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<f32> -> tensor<f32>
+// LLAMA-TRAIN-NOT: tp.all_reduce
+// LLAMA-TRAIN-NOT: tp.all_gather
+// LLAMA-TRAIN: return
 
 // Shapes the grid cannot split, and bad options.
 // RUN: not tpc-opt %S/Inputs/gpt2-block.mlir --tp-shard=grid=3 2>&1 | FileCheck %s --check-prefix=UNEVEN

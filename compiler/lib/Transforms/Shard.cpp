@@ -1,8 +1,9 @@
 //===- Shard.cpp - distribution layouts from sharding rules ---------------===//
 //
 // tp-shard: every value gets a #tp.dist layout, chosen op by op in program
-// order from the op's sharding rule (see Passes.td for the policy). The only
-// scheme-specific code is `schemeClaims`; everything else reads the rules.
+// order from the op's sharding rule (see Passes.td for the policy). The
+// scheme-specific code is `schemeClaims` (which weights split how) and the
+// sequence-parallel seed in `shardOp`; everything else reads the rules.
 //
 //===----------------------------------------------------------------------===//
 
