@@ -89,11 +89,9 @@ def expected_volume(config, ranks, batch, seq, seq_parallel):
     h = config["n_embd"] if gpt2 else config["hidden_size"]
     layers = config["n_layer"] if gpt2 else config["num_hidden_layers"]
     tied = config.get("tie_word_embeddings", gpt2)
-    # Parameters split across ranks: one scalar all-reduce each for the
-    # global gradient norm. GPT-2: c_attn weight and bias, attn.c_proj
-    # weight, c_fc weight and bias, mlp.c_proj weight; LLaMA: q, k, v, o,
-    # gate, up, down. Plus the embedding and an untied head.
-    split = (6 if gpt2 else 7) * layers + (1 if tied else 2)
+    # The global gradient norm: the split parameters' squared norms are
+    # summed locally and all-reduced once (one float).
+    scalars = 2 * ring * f
     # The activations' all-reduces (or all-gather + reduce-scatter pairs):
     # 4 per layer (2 forward, 2 backward), the embedding's forward
     # (and its backward gather with sequence parallelism) and the head's
@@ -102,7 +100,6 @@ def expected_volume(config, ranks, batch, seq, seq_parallel):
     # Vocabulary-parallel cross-entropy and its gradient: one all-gather of
     # 3 floats per token each.
     loss = 2 * (n - 1) * 3 * tokens * f
-    scalars = 2 * ring * f * split
     volume = {"all_gather": loss}
     if not seq_parallel:
         volume["all_reduce"] = 2 * activation + scalars

@@ -66,6 +66,7 @@ public:
 
 private:
   LogicalResult shardFunction(func::FuncOp func);
+  void reduceScalarSumsOnce(func::FuncOp func);
   LogicalResult shardOp(Operation *op);
   /// Gives the undecided value `value` the layout `layout` (or as close as
   /// its deferred view ops can produce).
@@ -568,6 +569,9 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
         return failure();
     }
 
+  reduceScalarSumsOnce(func);
+  redistributed.clear(); // it may name redistributes erased just now
+
   // Results: an update keeps its argument's layout; the rest are whole.
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   for (unsigned r = 0; r < ret.getNumOperands(); ++r) {
@@ -580,6 +584,87 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
   func.setFunctionType(FunctionType::get(
       func.getContext(), body.getArgumentTypes(), ret.getOperandTypes()));
   return success();
+}
+
+/// A sum of scalars some of which are partial sums (the global gradient
+/// norm: one squared norm per parameter, those of split parameters partial)
+/// gets one all-reduce per partial term when shardOp meets the adds in
+/// order. Regroup it: add the partial terms first, reduce that once, then
+/// add the whole terms (Megatron-LM likewise reduces the local norms once).
+void Sharder::reduceScalarSumsOnce(func::FuncOp func) {
+  auto isScalarAdd = [](Operation *op) {
+    auto add = dyn_cast_or_null<AddOp>(op);
+    return add && tensorType(add.getResult()).getRank() == 0 &&
+           tensorType(add.getLhs()).getRank() == 0 &&
+           tensorType(add.getRhs()).getRank() == 0;
+  };
+  SmallVector<AddOp> roots;
+  func.walk([&](AddOp add) {
+    // A root: a scalar add not feeding another scalar add of its chain.
+    if (!isScalarAdd(add))
+      return;
+    if (add->hasOneUse() && isScalarAdd(*add->user_begin()))
+      return;
+    roots.push_back(add);
+  });
+  for (AddOp root : roots) {
+    // Leaves of the chain of single-use scalar adds ending at `root`.
+    SmallVector<Value> leaves;
+    SmallVector<Operation *> adds;
+    SmallVector<Value> work = {root.getResult()};
+    while (!work.empty()) {
+      Value value = work.pop_back_val();
+      Operation *def = value.getDefiningOp();
+      if (isScalarAdd(def) && (def == root || def->hasOneUse())) {
+        adds.push_back(def);
+        work.push_back(def->getOperand(1));
+        work.push_back(def->getOperand(0));
+        continue;
+      }
+      leaves.push_back(value);
+    }
+    // Partial terms, reduced one by one: redistributes of a partial scalar
+    // to a whole one, used only here.
+    SmallVector<Value> partial, whole;
+    std::optional<Axes> axes;
+    for (Value leaf : leaves) {
+      auto reduce = leaf.getDefiningOp<RedistributeOp>();
+      if (reduce && reduce->hasOneUse() &&
+          getLayout(tensorType(reduce.getResult())).isReplicated()) {
+        Layout from = getLayout(tensorType(reduce.getInput()));
+        if (llvm::all_of(from.split, [](const auto &a) { return a.empty(); }) &&
+            (!axes || *axes == from.partial)) {
+          axes = from.partial;
+          partial.push_back(reduce.getInput());
+          continue;
+        }
+      }
+      whole.push_back(leaf);
+    }
+    if (partial.size() < 2)
+      continue;
+    OpBuilder builder(root);
+    Location loc = root.getLoc();
+    auto add = [&](Value lhs, Value rhs) -> Value {
+      return AddOp::create(builder, loc, lhs.getType(), lhs, rhs);
+    };
+    Value sum = partial.front();
+    for (Value term : ArrayRef<Value>(partial).drop_front())
+      sum = add(sum, term);
+    sum = RedistributeOp::create(
+        builder, loc, withLayout(tensorType(sum), gridRef, Layout()), sum);
+    for (Value term : whole)
+      sum = add(term, sum);
+    root.getResult().replaceAllUsesWith(sum);
+    // The old adds (root first, then its operands' adds), then the
+    // per-term reductions.
+    for (Operation *op : adds)
+      op->erase();
+    for (Value leaf : leaves)
+      if (auto reduce = leaf.getDefiningOp<RedistributeOp>();
+          reduce && reduce->use_empty())
+        reduce->erase();
+  }
 }
 
 LogicalResult Sharder::run() {
