@@ -1020,40 +1020,27 @@ std::vector<float> columnBlock(const std::vector<float> &logits, int64_t tokens,
                 block.begin() + t * columns);
   return block;
 }
-} // namespace
 
-// Vocabulary-parallel: each block's statistics of its columns, combined,
-// give the double-precision reference loss (blocks whose ranges differ by
-// hundreds exercise the log-sum-exp rescaling).
-TEST(CpuKernels, CrossEntropyFromBlockStatsMatchesTheWholeRow) {
-  std::mt19937 rng(23);
-  for (auto [tokens, vocab, blocks, spread] :
-       {std::tuple<int64_t, int64_t, int64_t, float>{7, 12, 3, 5.0f},
-        {5, 16, 4, 300.0f},
-        {9, 1000, 2, 8.0f},
-        {3, 8, 8, 1.0f}}) {
-    SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab) + "/" +
-                 std::to_string(blocks));
-    std::vector<float> logits =
-        randomVector(tokens * vocab, rng, -spread, spread);
-    std::vector<int32_t> targets = randomTargets(tokens, vocab, rng);
-    const int64_t columns = vocab / blocks;
-    std::vector<float> stats(size_t(3 * tokens * blocks));
-    for (int64_t b = 0; b < blocks; ++b)
-      crossEntropyBlockStats(
-          columnBlock(logits, tokens, vocab, b, columns).data(), tokens,
-          columns, b * columns, vocab, targets.data(),
-          stats.data() + 3 * tokens * b);
-    float got = crossEntropyFromBlockStats(stats.data(), blocks, tokens);
-    double ref = refCrossEntropy(logits, tokens, vocab, targets);
-    EXPECT_NEAR(got, ref, 1e-5 * std::max(1.0, std::abs(ref)));
-  }
-  std::vector<float> logits(2 * 4), stats(2 * 3);
-  std::vector<int32_t> outside = {0, 8};
-  EXPECT_THROW(crossEntropyBlockStats(logits.data(), 2, 4, 4, 8, outside.data(),
-                                      stats.data()),
-               std::runtime_error);
+/// Cases of the vocabulary-parallel tests: tokens, vocab, blocks and the
+/// logits' spread (hundreds apart exercises the log-sum-exp rescaling).
+const std::tuple<int64_t, int64_t, int64_t, float> kVocabBlockCases[] = {
+    {7, 12, 3, 5.0f}, {5, 16, 4, 300.0f}, {9, 1000, 2, 8.0f}, {3, 8, 8, 1.0f}};
+
+/// Every block's crossEntropyBlockStats, [blocks, tokens, 3], as the
+/// vocabulary-parallel steps all-gather them.
+std::vector<float> allBlockStats(const std::vector<float> &logits,
+                                 const std::vector<int32_t> &targets,
+                                 int64_t tokens, int64_t vocab,
+                                 int64_t blocks) {
+  const int64_t columns = vocab / blocks;
+  std::vector<float> stats(size_t(3 * tokens * blocks));
+  for (int64_t b = 0; b < blocks; ++b)
+    crossEntropyBlockStats(
+        columnBlock(logits, tokens, vocab, b, columns).data(), tokens, columns,
+        b * columns, vocab, targets.data(), stats.data() + 3 * tokens * b);
+  return stats;
 }
+} // namespace
 
 TEST(CpuKernels, CrossEntropyRejectsBadTargets) {
   std::vector<float> logits(3 * 13, 0.5f);
@@ -1689,35 +1676,32 @@ std::vector<double> refCrossEntropyGrad(const std::vector<float> &logits,
   return grad;
 }
 
-// Vocabulary-parallel gradient: each block's columns, normalised with every
-// block's gathered statistics, are the whole gradient's columns.
-TEST(CpuKernels, CrossEntropyGradFromBlockStatsMatchesTheWholeRow) {
-  std::mt19937 rng(41);
-  for (auto [tokens, vocab, blocks, spread] :
-       {std::tuple<int64_t, int64_t, int64_t, float>{7, 12, 3, 5.0f},
-        {5, 16, 4, 300.0f},
-        {9, 1000, 2, 8.0f},
-        {3, 8, 8, 1.0f}}) {
+// Vocabulary-parallel: each block's statistics of its columns, combined,
+// give the double-precision reference loss (blocks whose ranges differ by
+// hundreds exercise the log-sum-exp rescaling), and each block's gradient
+// columns, normalised with every block's statistics, are the whole
+// gradient's.
+TEST(CpuKernels, CrossEntropyFromBlockStatsMatchesTheWholeRow) {
+  std::mt19937 rng(23);
+  for (auto [tokens, vocab, blocks, spread] : kVocabBlockCases) {
     SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab) + "/" +
                  std::to_string(blocks));
     std::vector<float> logits =
         randomVector(tokens * vocab, rng, -spread, spread);
     std::vector<int32_t> targets = randomTargets(tokens, vocab, rng);
+    std::vector<float> stats =
+        allBlockStats(logits, targets, tokens, vocab, blocks);
+    float got = crossEntropyFromBlockStats(stats.data(), blocks, tokens);
+    double ref = refCrossEntropy(logits, tokens, vocab, targets);
+    EXPECT_NEAR(got, ref, 1e-5 * std::max(1.0, std::abs(ref)));
     const float lossGrad = 0.75f;
     const int64_t columns = vocab / blocks;
-    auto blockOf = [&](int64_t b) {
-      return columnBlock(logits, tokens, vocab, b, columns);
-    };
-    std::vector<float> stats(size_t(3 * tokens * blocks));
-    for (int64_t b = 0; b < blocks; ++b)
-      crossEntropyBlockStats(blockOf(b).data(), tokens, columns, b * columns,
-                             vocab, targets.data(),
-                             stats.data() + 3 * tokens * b);
-    std::vector<double> ref =
+    std::vector<double> refGrad =
         refCrossEntropyGrad(logits, tokens, vocab, targets, lossGrad);
     std::vector<float> whole(size_t(tokens * vocab));
     for (int64_t b = 0; b < blocks; ++b) {
-      std::vector<float> block = blockOf(b), grad(block.size(), 99.0f);
+      std::vector<float> block = columnBlock(logits, tokens, vocab, b, columns),
+                         grad(block.size(), 99.0f);
       crossEntropyGradFromBlockStats(block.data(), targets.data(), lossGrad,
                                      tokens, columns, b * columns, stats.data(),
                                      blocks, grad.data());
@@ -1725,8 +1709,13 @@ TEST(CpuKernels, CrossEntropyGradFromBlockStatsMatchesTheWholeRow) {
         std::copy_n(grad.begin() + t * columns, columns,
                     whole.begin() + t * vocab + b * columns);
     }
-    EXPECT_TRUE(closeElementwise(whole, ref, 1e-5, 1e-12));
+    EXPECT_TRUE(closeElementwise(whole, refGrad, 1e-5, 1e-12));
   }
+  std::vector<float> logits(2 * 4), stats(2 * 3);
+  std::vector<int32_t> outside = {0, 8};
+  EXPECT_THROW(crossEntropyBlockStats(logits.data(), 2, 4, 4, 8, outside.data(),
+                                      stats.data()),
+               std::runtime_error);
 }
 
 TEST(CpuKernels, CrossEntropyGrad) {
