@@ -219,15 +219,28 @@ void GridComm::allReduceSum(const std::vector<int> &axes,
 
 void GridComm::allGather(const std::vector<int> &axes,
                          std::span<const float> in, std::span<float> out) {
-  const CommGroup &g = group(axes);
+  gatherOver(group(axes), in, out, "allGather", /*counted=*/true);
+}
+
+void GridComm::gatherState(std::span<const float> in, std::span<float> out) {
+  std::vector<int> axes;
+  for (size_t axis = 0; axis < shape_.size(); ++axis)
+    axes.push_back(int(axis));
+  gatherOver(group(axes), in, out, "gatherState", /*counted=*/false);
+}
+
+void GridComm::gatherOver(const CommGroup &g, std::span<const float> in,
+                          std::span<float> out, const char *what,
+                          bool counted) {
   const int n = g.size;
   if (out.size() != size_t(n) * in.size())
-    throw std::invalid_argument("allGather: the output has " +
+    throw std::invalid_argument(std::string(what) + ": the output has " +
                                 std::to_string(out.size()) +
                                 " floats, expected " + std::to_string(n) +
                                 " x " + std::to_string(in.size()));
-  const int count = mpiCount(in.size(), "allGather");
-  account("all_gather", double(n - 1) / n, out.size());
+  const int count = mpiCount(in.size(), what);
+  if (counted)
+    account("all_gather", double(n - 1) / n, out.size());
   if (n == 1)
     return copyFloats(in, out);
   if (count == 0)
@@ -235,26 +248,6 @@ void GridComm::allGather(const std::vector<int> &axes,
   const bool inPlace = in.data() == out.data() + size_t(g.rank) * in.size();
   check(MPI_Allgather(inPlace ? MPI_IN_PLACE : in.data(), count, MPI_FLOAT,
                       out.data(), count, MPI_FLOAT, g.comm),
-        "MPI_Allgather");
-}
-
-void GridComm::gatherState(std::span<const float> in, std::span<float> out) {
-  std::vector<int> axes;
-  for (size_t axis = 0; axis < shape_.size(); ++axis)
-    axes.push_back(int(axis));
-  const CommGroup &g = group(axes);
-  if (out.size() != size_t(g.size) * in.size())
-    throw std::invalid_argument("gatherState: the output has " +
-                                std::to_string(out.size()) +
-                                " floats, expected " + std::to_string(g.size) +
-                                " x " + std::to_string(in.size()));
-  const int count = mpiCount(in.size(), "gatherState");
-  if (g.size == 1)
-    return copyFloats(in, out);
-  if (count == 0)
-    return;
-  check(MPI_Allgather(in.data(), count, MPI_FLOAT, out.data(), count, MPI_FLOAT,
-                      g.comm),
         "MPI_Allgather");
 }
 

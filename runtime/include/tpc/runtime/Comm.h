@@ -154,6 +154,11 @@ public:
 
 private:
   void account(const char *kind, double factor, size_t floats);
+  /// MPI_Allgather over `g` (`in` may be this rank's slice of `out`),
+  /// counted as an all-gather when `counted`; `what` names the caller in
+  /// size errors.
+  void gatherOver(const CommGroup &g, std::span<const float> in,
+                  std::span<float> out, const char *what, bool counted);
 
   Comm &worldComm;
   std::vector<int64_t> shape_, coords_;
