@@ -33,6 +33,15 @@ std::string stepName(int64_t step) {
 
 } // namespace
 
+void writeHyperparametersJson(std::ostream &os,
+                              const std::array<float, 5> &hyperparameters) {
+  os << "{\"peak_lr\": " << hyperparameters[0]
+     << ", \"min_lr\": " << hyperparameters[1]
+     << ", \"warmup_steps\": " << hyperparameters[2]
+     << ", \"decay_steps\": " << hyperparameters[3]
+     << ", \"max_grad_norm\": " << hyperparameters[4] << "}";
+}
+
 std::string planFingerprint(const LoadedPlan &plan) {
   std::string description;
   for (const plan::Param *param : *plan.plan().params()) {
@@ -95,12 +104,9 @@ std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
              << "\",\n"
              << "  \"plan_fingerprint\": \"" << fingerprint << "\",\n"
              << "  \"tokens_per_step\": " << state.tokensPerStep << ",\n"
-             << "  \"hyperparameters\": {\"peak_lr\": "
-             << state.hyperparameters[0]
-             << ", \"min_lr\": " << state.hyperparameters[1]
-             << ", \"warmup_steps\": " << state.hyperparameters[2]
-             << ", \"decay_steps\": " << state.hyperparameters[3]
-             << ", \"max_grad_norm\": " << state.hyperparameters[4] << "},\n"
+             << "  \"hyperparameters\": ";
+    writeHyperparametersJson(manifest, state.hyperparameters);
+    manifest << ",\n"
              << "  \"files\": [{\"name\": \"state.safetensors\", \"bytes\": "
              << fs::file_size(stateFile) << "}]\n}\n";
     writeFileAtomically((fs::path(tmp) / "manifest.json").string(),

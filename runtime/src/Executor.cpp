@@ -174,6 +174,16 @@ ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
   return whole;
 }
 
+void writeWholeParams(const LoadedPlan &plan, const ParamStore &params,
+                      GridComm *comm,
+                      const std::function<void(const ParamStore &)> &write) {
+  if (!comm || comm->size() == 1)
+    return write(params);
+  ParamStore whole = params.gathered(plan, *comm);
+  if (comm->rank() == 0)
+    write(whole);
+}
+
 std::vector<float> &ParamStore::expAvg(size_t index) {
   return const_cast<std::vector<float> &>(
       static_cast<const ParamStore *>(this)->expAvg(index));

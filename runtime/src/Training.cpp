@@ -70,17 +70,11 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     if (!config.checkpointDir.empty() && (periodic || last)) {
       state.step = step;
       // Checkpoints hold whole parameters, written by rank 0.
-      if (config.comm && config.comm->size() > 1) {
-        ParamStore whole = params.gathered(plan, *config.comm);
-        if (config.comm->rank() == 0)
-          log << "checkpoint: "
-              << writeCheckpoint(config.checkpointDir, plan, whole, state)
-              << "\n";
-      } else {
+      writeWholeParams(plan, params, config.comm, [&](const ParamStore &whole) {
         log << "checkpoint: "
-            << writeCheckpoint(config.checkpointDir, plan, params, state)
+            << writeCheckpoint(config.checkpointDir, plan, whole, state)
             << "\n";
-      }
+      });
     }
   }
   result.arenaBytes = runner.arenaBytes();

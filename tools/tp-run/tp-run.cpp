@@ -371,13 +371,10 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
 
   if (!o.exportDir.empty()) {
     // One model.safetensors of whole parameters, written by rank 0.
-    if (gridComm->size() > 1) {
-      ParamStore whole = params.gathered(plan, *gridComm);
-      if (isFirstRank())
-        exportHuggingFace(o.exportDir, plan, whole);
-    } else {
-      exportHuggingFace(o.exportDir, plan, params);
-    }
+    writeWholeParams(plan, params, gridComm.get(),
+                     [&](const ParamStore &whole) {
+                       exportHuggingFace(o.exportDir, plan, whole);
+                     });
     std::cout << "exported: " << o.exportDir << "/{model.safetensors,"
               << "config.json}\n";
   }
@@ -406,12 +403,9 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
          << (stepSeconds > 0
                  ? result.tokensPerStep * result.records.size() / stepSeconds
                  : 0.0)
-         << ",\n  \"hyperparameters\": {\"peak_lr\": "
-         << config.hyperparameters[0]
-         << ", \"min_lr\": " << config.hyperparameters[1]
-         << ", \"warmup_steps\": " << config.hyperparameters[2]
-         << ", \"decay_steps\": " << config.hyperparameters[3]
-         << ", \"max_grad_norm\": " << config.hyperparameters[4] << "},\n"
+         << ",\n  \"hyperparameters\": ";
+    writeHyperparametersJson(json, config.hyperparameters);
+    json << ",\n"
          << "  \"memory\": {\"arena_bytes\": " << result.arenaBytes
          << ", \"param_and_optimizer_bytes\": " << result.paramBytes
          << ", \"input_bytes\": " << result.inputBytes

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <ostream>
 #include <string>
 
 namespace tpc::runtime {
@@ -21,6 +22,12 @@ struct CheckpointState {
   std::array<float, 5> hyperparameters{};
   int64_t tokensPerStep = 0;
 };
+
+/// Writes `{"peak_lr": .., "min_lr": .., "warmup_steps": .., "decay_steps":
+/// .., "max_grad_norm": ..}` in `os`'s number format (checkpoint manifests
+/// and tp-run's metrics).
+void writeHyperparametersJson(std::ostream &os,
+                              const std::array<float, 5> &hyperparameters);
 
 /// Identifies the parameter set (names and shapes) a checkpoint belongs to.
 std::string planFingerprint(const LoadedPlan &plan);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -66,6 +67,13 @@ private:
   // Allocated on first use: inference never pays for them.
   mutable std::vector<std::vector<float>> moments1, moments2;
 };
+
+/// Calls `write` with whole parameters on the first rank only: `params`
+/// itself when `comm` is null or has one rank, else the store gathered from
+/// every rank (collective over `comm`: every rank must call this).
+void writeWholeParams(const LoadedPlan &plan, const ParamStore &params,
+                      GridComm *comm,
+                      const std::function<void(const ParamStore &)> &write);
 
 /// Time spent per op kind.
 struct OpStats {
