@@ -41,11 +41,9 @@ steps = [r["seconds"] for r in m["loss_curve"]][1:]
 n = len(m["loss_curve"])
 collective = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "LocalSplit")
 comm = sum(v["seconds"] for k, v in m["ops"].items() if k in collective) / n
-crossentropy = sum(v["seconds"] for k, v in m["ops"].items()
-                   if k.startswith("CrossEntropy")) / n
 sent = {k: v["bytes_per_step"] for k, v in m["communication"].items()
         if v["bytes"]}
-print(f"{statistics.median(steps):.3f} {comm:.3f} {crossentropy:.3f} "
+print(f"{statistics.median(steps):.3f} {comm:.3f} "
       f"{json.dumps(sent, sort_keys=True).replace(' ', '')}")
 PY
 }
@@ -58,7 +56,7 @@ run() { # NAME RANKS THREADS PLAN
     -x OPENBLAS_CORETYPE -x OPENBLAS_NUM_THREADS="$threads" \
     "$build/bin/tp-run" "$plan" --data "$work/text.tokens" --steps "$steps" \
     --threads "$threads" --metrics "$work/$name.json" > "$work/$name.log"
-  read -r median comm loss sent < <(summary "$work/$name.json")
+  read -r median comm sent < <(summary "$work/$name.json")
   printf "%-22s %d rank(s) x %d thread(s): median step %7.3f s, collectives %6.3f s/step, %s\n" \
     "$name" "$ranks" "$threads" "$median" "$comm" "$sent"
   eval "median_${name//-/_}=$median comm_${name//-/_}=$comm"

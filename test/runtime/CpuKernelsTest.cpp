@@ -991,14 +991,18 @@ double refCrossEntropy(const std::vector<float> &logits, int64_t tokens,
   return total / double(tokens);
 }
 
+/// Cases of the cross-entropy tests: tokens, vocab and the logits' spread
+/// (one class; hundreds apart; GPT-2's vocabulary).
+const std::tuple<int64_t, int64_t, float> kCrossEntropyCases[] = {
+    {7, 13, 5.0f},
+    {1, 1, 1.0f},
+    {5, 17, 300.0f},
+    {33, 5000, 8.0f},
+    {4, 50257, 10.0f}};
+
 TEST(CpuKernels, CrossEntropy) {
   std::mt19937 rng(22);
-  for (auto [tokens, vocab, spread] :
-       {std::tuple<int64_t, int64_t, float>{7, 13, 5.0f},
-        {1, 1, 1.0f},
-        {5, 17, 300.0f},
-        {33, 5000, 8.0f},
-        {4, 50257, 10.0f}}) {
+  for (auto [tokens, vocab, spread] : kCrossEntropyCases) {
     SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab));
     std::vector<float> logits =
         randomVector(tokens * vocab, rng, -spread, spread);
@@ -1720,12 +1724,7 @@ TEST(CpuKernels, CrossEntropyFromBlockStatsMatchesTheWholeRow) {
 
 TEST(CpuKernels, CrossEntropyGrad) {
   std::mt19937 rng(40);
-  for (auto [tokens, vocab, spread] :
-       {std::tuple<int64_t, int64_t, float>{7, 13, 5.0f},
-        {1, 1, 1.0f},
-        {5, 17, 300.0f},
-        {33, 5000, 8.0f},
-        {4, 50257, 10.0f}}) {
+  for (auto [tokens, vocab, spread] : kCrossEntropyCases) {
     SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab));
     std::vector<float> logits =
         randomVector(tokens * vocab, rng, -spread, spread);
