@@ -364,10 +364,13 @@ LogicalResult Sharder::shardOp(Operation *op) {
   // operands', a resolved partial sum scattered along the sequence
   // (sequence parallelism), a gradient's wanted layout, nothing.
   SmallVector<SmallVector<Claim>> seeds;
+  SmallVector<unsigned> claimOrder; // decided operands, parameters first
   for (bool arguments : {true, false})
     for (unsigned i = 0; i < numOperands; ++i)
       if (operandClaims[i] && isArgument(op->getOperand(i)) == arguments)
-        seeds.push_back(*operandClaims[i]);
+        claimOrder.push_back(i);
+  for (unsigned i : claimOrder)
+    seeds.push_back(*operandClaims[i]);
   if (seqParallel) {
     for (unsigned i = 0; i < numOperands; ++i) {
       RankedTensorType type = tensorType(op->getOperand(i));
@@ -421,10 +424,9 @@ LogicalResult Sharder::shardOp(Operation *op) {
     };
     llvm::for_each(*scheme, apply);
     llvm::for_each(seed, apply);
-    for (bool arguments : {true, false})
-      for (unsigned i = 0; i < numOperands && seedIndex != bareSeed; ++i)
-        if (operandClaims[i] && isArgument(op->getOperand(i)) == arguments)
-          llvm::for_each(*operandClaims[i], apply);
+    if (seedIndex != bareSeed)
+      for (unsigned i : claimOrder)
+        llvm::for_each(*operandClaims[i], apply);
 
     bool valid = true;
     candidate.cost = 0.0;
