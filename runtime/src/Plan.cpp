@@ -125,6 +125,10 @@ void ProgramChecker::checkTensors() {
       if (t.dtype() != DType::F32)
         fail(what + " is an activation of type " + dtypeName(t.dtype()) +
              "; activations are f32");
+      // The arena is 64-byte aligned; kernels load whole elements.
+      if (t.offset() % dtypeSize(t.dtype()) != 0)
+        fail(what + " starts at byte " + std::to_string(t.offset()) +
+             ", not a multiple of its element size");
       if (t.offset() > arena || bytes > arena - t.offset())
         fail(what + " occupies bytes [" + std::to_string(t.offset()) + ", " +
              std::to_string(t.offset() + bytes) + ") beyond the arena of " +
@@ -757,12 +761,46 @@ int64_t checkedElementCount(const flatbuffers::Vector<int64_t> *shape,
   return count;
 }
 
+namespace {
+/// The flatbuffers Verifier checks a vector's 4-byte length prefix but not
+/// that 8-byte elements are 8-byte aligned: a crafted plan could turn every
+/// later read of its shapes into a misaligned load (undefined behaviour).
+void checkAligned(const flatbuffers::Vector<int64_t> *vector,
+                  const std::string &what) {
+  if (vector && vector->size() > 0 && // nothing to load from an empty one
+      reinterpret_cast<uintptr_t>(vector->data()) % alignof(int64_t) != 0)
+    fail(what + " is not 8-byte aligned (corrupt plan)");
+}
+
+void checkAlignment(const plan::Plan &p, const std::string &what) {
+  checkAligned(p.grid(), what + ": the grid");
+  if (p.params())
+    for (const plan::Param *param : *p.params()) {
+      checkAligned(param->shape(), what + ": a parameter shape");
+      checkAligned(param->hf_shape(), what + ": a parameter hf_shape");
+      if (param->split())
+        for (const plan::Axes *axes : *param->split())
+          checkAligned(axes->axes(), what + ": a parameter split");
+    }
+  if (p.programs())
+    for (const plan::Program *program : *p.programs()) {
+      if (program->tensors())
+        for (const plan::Tensor *tensor : *program->tensors())
+          checkAligned(tensor->shape(), what + ": a tensor shape");
+      if (program->steps())
+        for (const plan::Step *step : *program->steps())
+          checkAligned(step->ints(), what + ": a step's integers");
+    }
+}
+} // namespace
+
 LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
                                  int64_t worldSize, const std::string &what) {
   LoadedPlan result;
   result.storage =
       std::make_shared<std::vector<uint64_t>>((size + 7) / 8, uint64_t(0));
-  std::memcpy(result.storage->data(), data, size);
+  if (size > 0) // an empty input may come with a null pointer
+    std::memcpy(result.storage->data(), data, size);
   const auto *bytes = reinterpret_cast<const uint8_t *>(result.storage->data());
   if (size < 8 || !plan::PlanBufferHasIdentifier(bytes))
     fail(what + ": not a tpc plan (missing the TPPL file identifier)");
@@ -771,6 +809,7 @@ LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
   if (!plan::VerifyPlanBuffer(verifier))
     fail(what + ": corrupt plan (flatbuffers verification failed)");
   result.root = plan::GetPlan(bytes);
+  checkAlignment(*result.root, what);
   checkPlan(*result.root, worldSize, what);
   return result;
 }

@@ -3,12 +3,16 @@
 // flips that must always end in a PlanError, never a crash.
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/Plan.h"
+#include "tpc/runtime/SanitizerDefaults.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <functional>
 #include <random>
+
+// The tests of tpc-runtime-tests run in one program; its ASan defaults.
+TPC_ASAN_DEFAULT_OPTIONS("")
 
 using namespace tpc::runtime;
 namespace fb = tpc::plan;
@@ -198,6 +202,10 @@ TEST(PlanLoader, RejectsTensorsOutsideTheArena) {
   PlanSpec spec;
   spec.tensors[3].offset = 200; // 120 bytes from 200 > 256
   expectRejected(spec, "occupies bytes [200, 320) beyond the arena of 256");
+  PlanSpec misaligned;
+  misaligned.tensors[3].offset = 2; // kernels load whole f32 elements
+  expectRejected(misaligned,
+                 "starts at byte 2, not a multiple of its element size");
 }
 
 TEST(PlanLoader, RejectsHugeOrNegativeShapes) {
