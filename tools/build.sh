@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Installs the dependencies (if missing), configures the build directory (once)
-# and builds everything. BUILD_DIR overrides the default ./build.
+# and builds everything. BUILD_DIR overrides the default ./build; SANITIZE=1
+# configures an ASan+UBSan build with the libFuzzer targets (run-tests.sh
+# builds one in $BUILD_DIR/sanitize).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 
 "$root/tools/install-deps.sh"
 
+extra=()
+if [ "${SANITIZE:-0}" = 1 ]; then
+  extra=(-DTPC_SANITIZE=ON -DTPC_FUZZ=ON)
+fi
 if [ ! -f "$build/build.ninja" ]; then
-  cmake -G Ninja -S "$root" -B "$build" \
+  cmake -G Ninja -S "$root" -B "$build" "${extra[@]}" \
     -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
     -DLLVM_USE_LINKER=lld \

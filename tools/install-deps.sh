@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # Compiler side: LLVM/MLIR 22 (static libs, tblgen, lit, FileCheck), fast compiler and linker.
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22 lld-22 libzstd-dev
+  # ASan, UBSan and libFuzzer runtimes for the sanitizer build (test/fuzz).
+  libclang-rt-22-dev
   # Build system and unit tests.
   cmake ninja-build libgtest-dev googletest clang-format
   # Runtime: MPI, plan files, BLAS.

@@ -9,6 +9,7 @@
 // one rank and leave the others waiting); ctest's timeout catches a hang.
 
 #include "tpc/runtime/Comm.h"
+#include "tpc/runtime/SanitizerDefaults.h"
 
 #include <gtest/gtest.h>
 
@@ -18,6 +19,8 @@
 #include <sstream>
 
 using namespace tpc::runtime;
+
+TPC_ASAN_DEFAULT_OPTIONS(":detect_leaks=0") // an MPI program
 
 namespace {
 

@@ -25,6 +25,7 @@
 #include "tpc/runtime/Plan.h"
 #include "tpc/runtime/Plot.h"
 #include "tpc/runtime/Safetensors.h"
+#include "tpc/runtime/SanitizerDefaults.h"
 #include "tpc/runtime/Tokens.h"
 #include "tpc/runtime/Training.h"
 #include "tpc/runtime/cpu/Kernels.h"
@@ -40,6 +41,8 @@
 #include <sys/resource.h>
 
 using namespace tpc::runtime;
+
+TPC_ASAN_DEFAULT_OPTIONS(":detect_leaks=0") // an MPI program
 
 namespace {
 
