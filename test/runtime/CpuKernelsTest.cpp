@@ -1590,6 +1590,78 @@ TEST(CpuKernels, RmsNormGradMatchesForwardFiniteDifferences) {
   EXPECT_TRUE(closeToMax(dgamma, numGamma, 2e-3)) << "gammaGrad";
 }
 
+/// Rows whose variance (layer norm) or mean square (RMS norm) is a multiple
+/// f of eps, f from 0 to 100: there eps weighs as much as the data, so an
+/// eps added in the wrong place (outside the square root, or to the
+/// standard deviation) is far outside the tolerance. eps is not a default.
+struct NearEpsRows {
+  static constexpr float kEps = 1e-3f;
+  static constexpr int64_t kCols = 257;
+  std::vector<float> x, gamma, beta, dy;
+  int64_t rows = 0;
+
+  /// `offset` is every row's mean (0 for RMS norm, whose scale is the mean
+  /// square itself).
+  NearEpsRows(std::mt19937 &rng, float offset) {
+    const std::vector<double> multiples = {0, 0.01, 0.1, 0.5, 1, 2, 10, 100};
+    rows = int64_t(multiples.size());
+    for (double f : multiples) {
+      std::vector<float> z = randomVector(kCols, rng);
+      double mean = 0.0, square = 0.0;
+      for (float v : z)
+        mean += v / double(kCols);
+      for (float v : z)
+        square += (v - mean) * (v - mean) / double(kCols);
+      // Zero mean and exactly the target variance (up to float rounding).
+      const double scale = std::sqrt(f * kEps / square);
+      for (float v : z)
+        x.push_back(float(offset + (v - mean) * scale));
+    }
+    gamma = randomVector(kCols, rng, 0.5f, 1.5f);
+    beta = randomVector(kCols, rng);
+    dy = randomVector(rows * kCols, rng);
+  }
+};
+
+TEST(CpuKernels, LayerNormWithVarianceNearEps) {
+  std::mt19937 rng(38);
+  NearEpsRows in(rng, 3.0f);
+  const int64_t rows = in.rows, cols = in.kCols;
+  std::vector<float> y(in.x.size());
+  layerNorm(in.x.data(), in.gamma.data(), in.beta.data(), y.data(), rows, cols,
+            in.kEps);
+  EXPECT_TRUE(closeToMax(
+      y, refLayerNorm(in.x, in.gamma, in.beta, rows, cols, in.kEps), 1e-4));
+
+  std::vector<float> dx(in.x.size()), dgamma(static_cast<size_t>(cols)),
+      dbeta(static_cast<size_t>(cols));
+  layerNormGrad(in.dy.data(), in.x.data(), in.gamma.data(), dx.data(),
+                dgamma.data(), dbeta.data(), rows, cols, in.kEps);
+  std::vector<double> refDx, refGamma, refBeta;
+  refLayerNormGrad(in.dy, in.x, in.gamma, rows, cols, in.kEps, refDx, refGamma,
+                   refBeta);
+  EXPECT_TRUE(closeToMax(dx, refDx, 1e-4)) << "inputGrad";
+  EXPECT_TRUE(closeToMax(dgamma, refGamma, 1e-4)) << "gammaGrad";
+}
+
+TEST(CpuKernels, RmsNormWithMeanSquareNearEps) {
+  std::mt19937 rng(39);
+  NearEpsRows in(rng, 0.0f);
+  const int64_t rows = in.rows, cols = in.kCols;
+  std::vector<float> y(in.x.size());
+  rmsNorm(in.x.data(), in.gamma.data(), y.data(), rows, cols, in.kEps);
+  EXPECT_TRUE(
+      closeToMax(y, refRmsNorm(in.x, in.gamma, rows, cols, in.kEps), 1e-4));
+
+  std::vector<float> dx(in.x.size()), dgamma(static_cast<size_t>(cols));
+  rmsNormGrad(in.dy.data(), in.x.data(), in.gamma.data(), dx.data(),
+              dgamma.data(), rows, cols, in.kEps);
+  std::vector<double> refDx, refGamma;
+  refRmsNormGrad(in.dy, in.x, in.gamma, rows, cols, in.kEps, refDx, refGamma);
+  EXPECT_TRUE(closeToMax(dx, refDx, 1e-4)) << "inputGrad";
+  EXPECT_TRUE(closeToMax(dgamma, refGamma, 1e-4)) << "gammaGrad";
+}
+
 /// Softmax backward through its Jacobian dy_j/dx_i = y_j (delta_ij - y_i).
 std::vector<double> refSoftmaxGrad(const std::vector<float> &dy,
                                    const std::vector<float> &y, int64_t rows,
