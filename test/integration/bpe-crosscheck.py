@@ -99,22 +99,41 @@ def main():
     vocab, merges = args.fixtures / "vocab.json", args.fixtures / "merges.txt"
     ok = True
 
+    def check_bpe(merges, label, stem):
+        """tpc-tokenize with `merges` against GPT2Tokenizer: (same, ids)."""
+        out = args.work / f"{stem}.tokens"
+        result = run([args.tokenize, *inputs, "-o", str(out), "--vocab",
+                      str(vocab), "--merges", str(merges)])
+        if result.returncode != 0:
+            sys.exit(f"bpe-crosscheck: tpc-tokenize failed: {result.stderr.strip()}")
+        print(result.stdout.strip())
+        ours = read_tokens(out)
+        # split_special_tokens: "<|endoftext|>" in the text is plain text, as
+        # for tpc-tokenize.
+        reference_tokenizer = GPT2Tokenizer(str(vocab), str(merges),
+                                            split_special_tokens=True)
+        reference = reference_tokenizer.encode(text)
+        decode = lambda ids: reference_tokenizer.decode(
+            ids, clean_up_tokenization_spaces=False)
+        return compare(ours, reference, decode, label), reference
+
     # GPT-2 BPE.
-    out = args.work / "bpe.tokens"
-    result = run([args.tokenize, *inputs, "-o", str(out), "--vocab", str(vocab),
-                  "--merges", str(merges)])
-    if result.returncode != 0:
-        sys.exit(f"bpe-crosscheck: tpc-tokenize failed: {result.stderr.strip()}")
-    print(result.stdout.strip())
-    ours = read_tokens(out)
-    # split_special_tokens: "<|endoftext|>" in the text is plain text, as for
-    # tpc-tokenize.
-    reference_tokenizer = GPT2Tokenizer(str(vocab), str(merges),
-                                        split_special_tokens=True)
-    reference = reference_tokenizer.encode(text)
-    decode = lambda ids: reference_tokenizer.decode(
-        ids, clean_up_tokenization_spaces=False)
-    ok &= compare(ours, reference, decode, "BPE")
+    same, reference = check_bpe(merges, "BPE", "bpe")
+    ok &= same
+
+    # A merges file that repeats pairs: GPT2Tokenizer's rank dict keeps the
+    # last occurrence, so the first three merges drop to the lowest priority.
+    # The repeat must change the encoding, or this check would prove nothing.
+    lines = merges.read_text(encoding="utf-8").splitlines()
+    repeated = args.work / "repeated-merges.txt"
+    repeated.write_text("\n".join(lines + lines[1:4]) + "\n", encoding="utf-8")
+    same, repeated_reference = check_bpe(repeated, "BPE with repeated merges",
+                                         "repeated")
+    ok &= same
+    if repeated_reference == reference:
+        print("bpe-crosscheck: repeating merges changed no token; the check "
+              "has no teeth", file=sys.stderr)
+        ok = False
 
     # Byte-level.
     out = args.work / "bytes.tokens"
@@ -137,7 +156,7 @@ def main():
 
     if not ok:
         return 1
-    print(f"bpe-crosscheck: {len(ours)} tokens of {len(raw)} bytes "
+    print(f"bpe-crosscheck: {len(reference)} tokens of {len(raw)} bytes "
           f"({len(inputs)} files) match GPT2Tokenizer")
     return 0
 
