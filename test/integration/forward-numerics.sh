@@ -15,15 +15,18 @@ if [ ! -x "$python" ]; then
   exit 1
 fi
 rm -rf "$work" && mkdir -p "$work"
+# Non-default norm epsilons and rope_theta: an importer that ignored one of
+# them would still pass with the defaults.
 case "$model" in
   gpt2)
     "$python" "$here/reference.py" make-model --model-type gpt2 --out "$work" \
-      --seed 11 --batch 2 --seq 24 --layers 3 --hidden 96 --heads 4 --vocab 128 ;;
+      --seed 11 --batch 2 --seq 24 --layers 3 --hidden 96 --heads 4 --vocab 128 \
+      --norm-eps 1e-3 ;;
   llama)
     # Grouped-query attention (6 query heads over 2 key/value heads), untied.
     "$python" "$here/reference.py" make-model --model-type llama --out "$work" \
       --seed 12 --batch 2 --seq 24 --layers 3 --hidden 96 --heads 6 --kv-heads 2 \
-      --intermediate 256 --vocab 128 --no-tie --rope-theta 10000 ;;
+      --intermediate 256 --vocab 128 --no-tie --rope-theta 500000 --norm-eps 1e-3 ;;
   *) echo "forward-numerics: unknown model '$model'" >&2; exit 2 ;;
 esac
 "$bin/tpc-import" "$work/config.json" --batch 2 --seq 24 -o "$work/model.mlir"

@@ -23,14 +23,17 @@ if [ ! -x "$python" ]; then
 fi
 rm -rf "$work" && mkdir -p "$work"
 batch=2 seq=16
+# Non-default norm epsilons and rope_theta, as in forward-numerics.sh.
 case "$model" in
   gpt2)
     $ref make-model --model-type gpt2 --out "$work" --seed 21 --batch $batch \
-      --seq $seq --layers 2 --hidden 64 --heads 4 --vocab 96 --tokens 200 ;;
+      --seq $seq --layers 2 --hidden 64 --heads 4 --vocab 96 --tokens 200 \
+      --norm-eps 2e-3 ;;
   llama)
     $ref make-model --model-type llama --out "$work" --seed 22 --batch $batch \
       --seq $seq --layers 2 --hidden 64 --heads 4 --kv-heads 2 \
-      --intermediate 160 --vocab 96 --no-tie --tokens 200 ;;
+      --intermediate 160 --vocab 96 --no-tie --tokens 200 --rope-theta 500000 \
+      --norm-eps 1e-4 ;;
   *) echo "training-numerics: unknown model '$model'" >&2; exit 2 ;;
 esac
 "$bin/tpc-import" "$work/config.json" --batch $batch --seq $seq -o "$work/model.mlir"
