@@ -22,6 +22,8 @@
 #include "tpc/Target/Plan/PlanEmitter.h"
 #include "tpc/Transforms/Passes.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -72,6 +74,45 @@ static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
   return success();
 }
 
+/// MlirOptMain writing `outputFilename` atomically. Left to itself it
+/// truncates the output before the passes run and deletes it when they fail,
+/// which destroys a user's file (or the input itself, for `x.mlir -o
+/// x.mlir`). Here it writes a temporary file beside the output, renamed over
+/// it only on success; a failure leaves the old file as it was.
+static LogicalResult runIntoFile(int argc, char **argv, StringRef inputFilename,
+                                 StringRef outputFilename,
+                                 DialectRegistry &registry) {
+  // Standard output, /dev/null or a pipe: nothing to keep, nothing to
+  // replace (renaming over a device node would be worse than truncating it).
+  llvm::sys::fs::file_status status;
+  if (outputFilename == "-" ||
+      (!llvm::sys::fs::status(outputFilename, status) &&
+       status.type() != llvm::sys::fs::file_type::regular_file))
+    return MlirOptMain(argc, argv, inputFilename, outputFilename, registry);
+  SmallString<128> temporary;
+  int fd = -1;
+  if (std::error_code error = llvm::sys::fs::createUniqueFile(
+          outputFilename + ".tmp-%%%%%%", fd, temporary)) {
+    llvm::errs() << "tpc-opt: error: " << outputFilename
+                 << ": cannot create a file beside it: " << error.message()
+                 << "\n";
+    return failure();
+  }
+  llvm::sys::Process::SafelyCloseFileDescriptor(fd);
+  if (failed(MlirOptMain(argc, argv, inputFilename, temporary, registry))) {
+    llvm::sys::fs::remove(temporary);
+    return failure();
+  }
+  if (std::error_code error =
+          llvm::sys::fs::rename(temporary, outputFilename)) {
+    llvm::sys::fs::remove(temporary);
+    llvm::errs() << "tpc-opt: error: " << outputFilename
+                 << ": cannot write: " << error.message() << "\n";
+    return failure();
+  }
+  return success();
+}
+
 int main(int argc, char **argv) {
   registerTransformsPasses();
   tp::registerTPCPasses();
@@ -88,5 +129,5 @@ int main(int argc, char **argv) {
   if (StringRef(outputFilename).ends_with(".tpplan"))
     return asMainReturnCode(emitPlan(inputFilename, outputFilename, registry));
   return asMainReturnCode(
-      MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
+      runIntoFile(argc, argv, inputFilename, outputFilename, registry));
 }
