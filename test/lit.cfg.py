@@ -1,5 +1,6 @@
 # -*- Python -*-
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -8,13 +9,16 @@ config.name = "TPC"
 # RUN lines go through /bin/sh so that tests can check exact exit codes.
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "runtime", "Inputs"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "json-query.py", "runtime", "fuzz", "Inputs"]
 
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.tpc_obj_root, "test")
 
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope --allow-unused-prefixes=false"
 config.substitutions.append(("%tpc_src_root", config.tpc_src_root))
+# Tests read JSON (metrics, manifests, plan dumps) with a JSON parser.
+config.substitutions.append(
+    ("%json", sys.executable + " " + os.path.join(config.tpc_src_root, "test", "json-query.py")))
 config.environment["OMPI_MCA_btl_base_warn_component_unused"] = "0"
 
 llvm_config.use_default_substitutions()

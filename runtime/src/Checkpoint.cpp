@@ -1,9 +1,13 @@
 #include "tpc/runtime/Checkpoint.h"
 
+#include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/Files.h"
 #include "tpc/runtime/Init.h"
 #include "tpc/runtime/Safetensors.h"
 
+#include <nlohmann/json.hpp>
+
+#include <cmath>
 #include <cstdio>
 #include <fcntl.h>
 #include <filesystem>
@@ -25,21 +29,115 @@ void syncPath(const std::string &path) {
   }
 }
 
+/// Version 2 added the XXH3 checksum of each file.
+constexpr int kCheckpointVersion = 2;
+
+constexpr std::array<const char *, 5> kHyperparameterNames = {
+    "peak_lr", "min_lr", "warmup_steps", "decay_steps", "max_grad_norm"};
+
 std::string stepName(int64_t step) {
   std::ostringstream os;
   os << "step-" << std::setw(8) << std::setfill('0') << step;
   return os.str();
 }
 
+/// Checks DIR/manifest.json against the plan and the files beside it: every
+/// field present with its type and range, the fingerprint of this plan's
+/// parameters, and each file's size and XXH3 checksum. Returns its step.
+int64_t checkManifest(const fs::path &dir, const LoadedPlan &plan) {
+  const std::string path = (dir / "manifest.json").string();
+  auto fail = [&](const std::string &what) -> std::runtime_error {
+    return std::runtime_error(path + ": " + what);
+  };
+  nlohmann::json manifest;
+  {
+    std::ifstream in(path);
+    if (!in)
+      throw fail("cannot read");
+    try {
+      manifest = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception &error) {
+      throw fail(std::string("invalid JSON: ") + error.what());
+    }
+  }
+  if (!manifest.is_object())
+    throw fail("not a JSON object");
+  auto field = [&](const char *key, nlohmann::json::value_t type,
+                   const char *typeName) -> const nlohmann::json & {
+    auto it = manifest.find(key);
+    if (it == manifest.end())
+      throw fail(std::string("missing \"") + key + "\"");
+    bool ok = it->type() == type ||
+              (type == nlohmann::json::value_t::number_integer &&
+               it->is_number_unsigned());
+    if (!ok)
+      throw fail(std::string("\"") + key + "\" must be " + typeName);
+    return *it;
+  };
+  using Type = nlohmann::json::value_t;
+  if (field("format", Type::string, "a string") != "tpc-checkpoint")
+    throw fail("not a tpc checkpoint manifest");
+  const nlohmann::json &version =
+      field("version", Type::number_integer, "an integer");
+  if (version != kCheckpointVersion)
+    throw fail("format version " + version.dump() + "; this tp-run reads " +
+               std::to_string(kCheckpointVersion) +
+               " (version 1 predates checksums)");
+  const int64_t step =
+      field("step", Type::number_integer, "an integer").get<int64_t>();
+  if (step < 0)
+    throw fail("\"step\" is negative");
+  field("model_type", Type::string, "a string");
+  if (field("plan_fingerprint", Type::string, "a string") !=
+      planFingerprint(plan))
+    throw fail("belongs to a model with other parameters than this plan's");
+  if (field("tokens_per_step", Type::number_integer, "an integer")
+          .get<int64_t>() <= 0)
+    throw fail("\"tokens_per_step\" must be positive");
+  const nlohmann::json &hyper =
+      field("hyperparameters", Type::object, "an object");
+  for (const char *name : kHyperparameterNames) {
+    auto it = hyper.find(name);
+    if (it == hyper.end() || !it->is_number() ||
+        !std::isfinite(it->get<double>()))
+      throw fail(std::string("hyperparameter \"") + name +
+                 "\" must be a finite number");
+  }
+  const nlohmann::json &files = field("files", Type::array, "an array");
+  if (files.size() != 1 || !files[0].is_object() ||
+      files[0].value("name", "") != "state.safetensors")
+    throw fail("\"files\" must list state.safetensors alone");
+  const nlohmann::json &entry = files[0];
+  const std::string state = (dir / "state.safetensors").string();
+  std::error_code error;
+  const uintmax_t bytes = fs::file_size(state, error);
+  if (error)
+    throw std::runtime_error(state + ": " + error.message());
+  if (!entry.contains("bytes") || !entry["bytes"].is_number_unsigned() ||
+      entry["bytes"].get<uintmax_t>() != bytes)
+    throw std::runtime_error(state + ": " + std::to_string(bytes) +
+                             " bytes, but the manifest records " +
+                             (entry.contains("bytes") ? entry["bytes"].dump()
+                                                      : std::string("none")));
+  if (!entry.contains("xxh3_64") || !entry["xxh3_64"].is_string())
+    throw fail("state.safetensors has no \"xxh3_64\" checksum");
+  const std::string actual = checksumHex(fileChecksum(state));
+  if (entry["xxh3_64"] != actual)
+    throw std::runtime_error(state + ": content checksum " + actual +
+                             " differs from the " + "manifest's " +
+                             entry["xxh3_64"].get<std::string>() +
+                             " (the checkpoint is corrupt)");
+  return step;
+}
+
 } // namespace
 
-void writeHyperparametersJson(std::ostream &os,
-                              const std::array<float, 5> &hyperparameters) {
-  os << "{\"peak_lr\": " << hyperparameters[0]
-     << ", \"min_lr\": " << hyperparameters[1]
-     << ", \"warmup_steps\": " << hyperparameters[2]
-     << ", \"decay_steps\": " << hyperparameters[3]
-     << ", \"max_grad_norm\": " << hyperparameters[4] << "}";
+nlohmann::ordered_json
+hyperparametersJson(const std::array<float, 5> &hyperparameters) {
+  nlohmann::ordered_json json;
+  for (size_t i = 0; i < kHyperparameterNames.size(); ++i)
+    json[kHyperparameterNames[i]] = shortestDouble(hyperparameters[i]);
+  return json;
 }
 
 std::string planFingerprint(const LoadedPlan &plan) {
@@ -54,6 +152,10 @@ std::string planFingerprint(const LoadedPlan &plan) {
   os << std::hex << std::setw(16) << std::setfill('0')
      << parameterKey(description);
   return os.str();
+}
+
+std::string checkpointPath(const std::string &dir, int64_t step) {
+  return (fs::path(dir) / stepName(step)).string();
 }
 
 std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
@@ -93,24 +195,20 @@ std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
         (fs::path(tmp) / "state.safetensors").string();
     writer.write(stateFile);
 
-    std::ostringstream manifest;
-    manifest << std::setprecision(9) << "{\n"
-             << "  \"format\": \"tpc-checkpoint\",\n"
-             << "  \"version\": 1,\n"
-             << "  \"step\": " << state.step << ",\n"
-             << "  \"model_type\": \""
-             << (plan.plan().model_type() ? plan.plan().model_type()->str()
-                                          : "")
-             << "\",\n"
-             << "  \"plan_fingerprint\": \"" << fingerprint << "\",\n"
-             << "  \"tokens_per_step\": " << state.tokensPerStep << ",\n"
-             << "  \"hyperparameters\": ";
-    writeHyperparametersJson(manifest, state.hyperparameters);
-    manifest << ",\n"
-             << "  \"files\": [{\"name\": \"state.safetensors\", \"bytes\": "
-             << fs::file_size(stateFile) << "}]\n}\n";
+    nlohmann::ordered_json manifest;
+    manifest["format"] = "tpc-checkpoint";
+    manifest["version"] = kCheckpointVersion;
+    manifest["step"] = state.step;
+    manifest["model_type"] =
+        plan.plan().model_type() ? plan.plan().model_type()->str() : "";
+    manifest["plan_fingerprint"] = fingerprint;
+    manifest["tokens_per_step"] = state.tokensPerStep;
+    manifest["hyperparameters"] = hyperparametersJson(state.hyperparameters);
+    manifest["files"] = {{{"name", "state.safetensors"},
+                          {"bytes", fs::file_size(stateFile)},
+                          {"xxh3_64", checksumHex(fileChecksum(stateFile))}}};
     writeFileAtomically((fs::path(tmp) / "manifest.json").string(),
-                        manifest.str());
+                        manifest.dump(2) + "\n");
     syncPath(tmp);
     // Replace an existing checkpoint of the same step (a resumed run
     // writing it again) only once the new one is complete.
@@ -149,6 +247,7 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
   if (!fs::exists(dir / "manifest.json"))
     throw std::runtime_error(dir.string() +
                              ": not a checkpoint (no manifest.json)");
+  const int64_t manifestStep = checkManifest(dir, plan);
   SafetensorsFile file =
       SafetensorsFile::open((dir / "state.safetensors").string());
   const auto &meta = file.metadata();
@@ -166,11 +265,11 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
                              ": belongs to a model with other parameters "
                              "than this plan's");
   CheckpointState state;
-  try {
-    state.step = std::stoll(get("tpc.step"));
-  } catch (const std::logic_error &) {
-    throw std::runtime_error(file.path() + ": invalid tpc.step");
-  }
+  if (get("tpc.step") != std::to_string(manifestStep))
+    throw std::runtime_error(file.path() + ": its step (" + get("tpc.step") +
+                             ") is not the manifest's (" +
+                             std::to_string(manifestStep) + ")");
+  state.step = manifestStep;
   const auto &paramList = *plan.plan().params();
   for (size_t i = 0; i < paramList.size(); ++i) {
     const plan::Param &param = *paramList.Get(i);

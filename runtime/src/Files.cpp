@@ -1,6 +1,9 @@
 #include "tpc/runtime/Files.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +33,17 @@ void writeFileAtomically(const std::string &path, std::string_view data) {
     throw std::runtime_error(path +
                              ": cannot rename into place: " + error.message());
   }
+}
+
+double shortestDouble(float value) {
+  if (!std::isfinite(value))
+    return value;
+  char text[32];
+  auto [end, error] = std::to_chars(text, text + sizeof(text) - 1, value);
+  if (error != std::errc())
+    return value;
+  *end = '\0';
+  return std::strtod(text, nullptr);
 }
 
 } // namespace tpc::runtime

@@ -5,6 +5,7 @@
 #include "tpc/runtime/cpu/Kernels.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -36,6 +37,9 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   runner.setHyperparameters(config.hyperparameters);
   const auto &h = config.hyperparameters;
   CheckpointState state{0, h, result.tokensPerStep};
+  // Where a run that diverges can restart from.
+  std::string lastCheckpoint =
+      config.resume.empty() ? std::string() : config.resume;
   for (int64_t step = result.firstStep; step <= config.steps; ++step) {
     Batch batch =
         cutBatch(stream, batchOffset(step, stream.size(), result.tokensPerStep),
@@ -51,14 +55,29 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     double loss = runner.result(0)[0];
     double lr = cpu::learningRate(step, h[0], h[1], h[2], h[3]);
     result.records.push_back({step, loss, lr, seconds});
-    char line[200];
+    char lossText[32];
+    if (std::isfinite(loss))
+      std::snprintf(lossText, sizeof(lossText), "%.4f", loss);
+    else // not printf's "-nan"
+      std::snprintf(lossText, sizeof(lossText), "%s",
+                    std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"));
+    char line[240];
     std::snprintf(line, sizeof(line),
-                  "step %lld/%lld | loss %.4f | lr %.3e | %.0f tokens/s | "
+                  "step %lld/%lld | loss %s | lr %.3e | %.0f tokens/s | "
                   "%.1f ms/step\n",
                   static_cast<long long>(step),
-                  static_cast<long long>(config.steps), loss, lr,
+                  static_cast<long long>(config.steps), lossText, lr,
                   result.tokensPerStep / seconds, seconds * 1e3);
     log << line << std::flush;
+    if (!std::isfinite(loss)) {
+      result.stoppedBecause =
+          "step " + std::to_string(step) + ": the loss is " +
+          (std::isnan(loss) ? "NaN" : "infinite") +
+          "; training stopped. Last good checkpoint: " +
+          (lastCheckpoint.empty() ? std::string("none (use --checkpoint-dir)")
+                                  : lastCheckpoint);
+      break;
+    }
     for (const auto &[kind, stats] : runner.stats()) {
       result.opStats[kind].count += stats.count;
       result.opStats[kind].seconds += stats.seconds;
@@ -75,6 +94,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
             << writeCheckpoint(config.checkpointDir, plan, whole, state)
             << "\n";
       });
+      lastCheckpoint = checkpointPath(config.checkpointDir, step);
     }
   }
   result.arenaBytes = runner.arenaBytes();

@@ -38,8 +38,9 @@ for run in tensor-parallel:2 sequence-parallel:2 vocab-parallel:2 vocab-parallel
              --mlir-print-op-on-diagnostic=false -o /dev/null 2>&1 |
            grep -o '[a-z_]* [0-9.]* bytes ([0-9]* calls)' |
            sed 's/ bytes (\([0-9]*\) calls)/ \1/' | sort)
-  runtime=$(grep -o '"[a-z_]*": {"calls": [0-9]*, "bytes": [0-9.]*' "$work/$variant.json" |
-            sed 's/"\([a-z_]*\)": {"calls": \([0-9]*\), "bytes": \([0-9.]*\)/\1 \3 \2/' | sort)
+  runtime=$(python3 -c 'import json, sys
+for kind, s in json.load(open(sys.argv[1]))["communication"].items():
+    print(kind, s["bytes"], s["calls"])' "$work/$variant.json" | sort)
   echo "$variant: static [$static] runtime [$runtime]" | tr '\n' ' '; echo
   [ -n "$static" ] && [ "$static" = "$runtime" ]
 done

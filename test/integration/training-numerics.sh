@@ -74,7 +74,13 @@ echo "== resume"
   --metrics "$work/resumed.json" --export "$work/export-resumed" \
   > "$work/resumed.log"
 grep -q "resumed from step 10" "$work/resumed.log"
-losses() { grep -o '"step": [0-9]*, "loss": [^,]*' "$1" | awk -F'[:,]' '$2 > 10'; }
+# Steps 11-20 of a metrics file, read with a JSON parser; repr() prints each
+# loss exactly, so equal lines mean bit-identical losses.
+losses() {
+  "$python" -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["loss_curve"]:
+    if r["step"] > 10: print(r["step"], repr(r["loss"]))' "$1"
+}
 diff <(losses "$work/train.json") <(losses "$work/resumed.json")
 [ "$(losses "$work/resumed.json" | wc -l)" -eq 10 ]
 cmp "$work/export/model.safetensors" "$work/export-resumed/model.safetensors"

@@ -30,6 +30,8 @@
 #include "tpc/runtime/Training.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -193,16 +195,6 @@ std::unique_ptr<GridComm> gridComm;
 /// every rank computes the same whole values.
 bool isFirstRank() { return Comm::world().rank() == 0; }
 
-std::string jsonEscape(const std::string &s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 int64_t maxRssBytes() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
@@ -211,33 +203,25 @@ int64_t maxRssBytes() {
 
 /// Bytes this rank sent per collective kind (ring rule, as
 /// tp-report-communication computes them statically) over `runs` runs of
-/// the program, in total and per run (per training step).
-void writeCommStats(std::ostream &json,
-                    const std::map<std::string, CommStats> &stats,
-                    int64_t runs) {
-  json << "  \"communication\": {";
-  bool first = true;
-  for (const auto &[kind, s] : stats) {
-    json << (first ? "" : ",") << "\n    \"" << kind
-         << "\": {\"calls\": " << s.calls << ", \"bytes\": " << s.bytes
-         << ", \"bytes_per_step\": "
-         << s.bytes / double(std::max<int64_t>(runs, 1)) << "}";
-    first = false;
-  }
-  json << "\n  },\n";
+/// the program, in total and per run (per training step), in whole bytes as
+/// the static report prints them.
+nlohmann::ordered_json
+commStatsJson(const std::map<std::string, CommStats> &stats, int64_t runs) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  for (const auto &[kind, s] : stats)
+    json[kind] = {
+        {"calls", s.calls},
+        {"bytes", std::llround(s.bytes)},
+        {"bytes_per_step", std::llround(s.bytes / std::max<int64_t>(runs, 1))}};
+  return json;
 }
 
-void writeOpStats(std::ostream &json,
-                  const std::map<std::string, OpStats> &stats) {
-  json << "  \"ops\": {";
-  bool first = true;
-  for (const auto &[kind, s] : stats) {
-    json << (first ? "" : ",") << "\n    \"" << kind
-         << "\": {\"count\": " << s.count << ", \"seconds\": " << s.seconds
-         << "}";
-    first = false;
-  }
-  json << "\n  }\n";
+nlohmann::ordered_json
+opStatsJson(const std::map<std::string, OpStats> &stats) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  for (const auto &[kind, s] : stats)
+    json[kind] = {{"count", s.count}, {"seconds", s.seconds}};
+  return json;
 }
 
 /// Runs `name` on one batch and adds its results to `writer` under the
@@ -323,29 +307,29 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   if (!o.metrics.empty()) {
     const uint64_t peak =
         runner.arenaBytes() + params.bytes() + runner.inputBytes();
-    std::ostringstream json;
-    json << std::setprecision(10) << "{\n  \"program\": \"" << jsonEscape(name)
-         << "\",\n";
+    // nlohmann writes a NaN or infinite number as null: the file stays
+    // valid JSON whatever the loss did.
+    nlohmann::ordered_json json;
+    json["program"] = name;
     if (loss)
-      json << "  \"loss\": " << *loss << ",\n";
-    json << "  \"batch\": " << batch << ",\n  \"seq\": " << seq
-         << ",\n  \"tokens\": " << batch * seq
-         << ",\n  \"threads\": " << cpu::numThreads()
-         << ",\n  \"runs\": " << seconds.size() << ",\n  \"seconds\": [";
-    for (size_t i = 0; i < seconds.size(); ++i)
-      json << (i ? ", " : "") << seconds[i];
-    json << "],\n  \"seconds_median\": " << median
-         << ",\n  \"tokens_per_second\": " << tokensPerSecond
-         << ",\n  \"memory\": {\"arena_bytes\": " << runner.arenaBytes()
-         << ", \"param_bytes\": " << params.bytes()
-         << ", \"input_bytes\": " << runner.inputBytes()
-         << ", \"planned_peak_bytes\": " << peak
-         << ", \"max_rss_bytes\": " << maxRssBytes() << "},\n";
-    writeCommStats(json, commStats, 1);
-    writeOpStats(json, runner.stats());
-    json << "}\n";
+      json["loss"] = *loss;
+    json["batch"] = batch;
+    json["seq"] = seq;
+    json["tokens"] = batch * seq;
+    json["threads"] = cpu::numThreads();
+    json["runs"] = seconds.size();
+    json["seconds"] = seconds;
+    json["seconds_median"] = median;
+    json["tokens_per_second"] = tokensPerSecond;
+    json["memory"] = {{"arena_bytes", runner.arenaBytes()},
+                      {"param_bytes", params.bytes()},
+                      {"input_bytes", runner.inputBytes()},
+                      {"planned_peak_bytes", peak},
+                      {"max_rss_bytes", maxRssBytes()}};
+    json["communication"] = commStatsJson(commStats, 1);
+    json["ops"] = opStatsJson(runner.stats());
     if (isFirstRank())
-      writeFileAtomically(o.metrics, json.str());
+      writeFileAtomically(o.metrics, json.dump(2) + "\n");
   }
   return 0;
 }
@@ -372,7 +356,7 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
 
-  if (!o.exportDir.empty()) {
+  if (!o.exportDir.empty() && result.stoppedBecause.empty()) {
     // One model.safetensors of whole parameters, written by rank 0.
     writeWholeParams(plan, params, gridComm.get(),
                      [&](const ParamStore &whole) {
@@ -385,6 +369,8 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
     std::vector<int64_t> steps;
     std::vector<double> losses;
     for (const StepRecord &r : result.records) {
+      if (!std::isfinite(r.loss))
+        continue; // the step that stopped a diverging run
       steps.push_back(r.step);
       losses.push_back(r.loss);
     }
@@ -392,43 +378,43 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
     std::cout << "loss curve: " << o.plot << "\n";
   }
   if (!o.metrics.empty()) {
-    std::ostringstream json;
     double stepSeconds = 0;
     for (const StepRecord &r : result.records)
       stepSeconds += r.seconds;
-    json << std::setprecision(10) << "{\n  \"program\": \"train_step\",\n"
-         << "  \"tokens_per_step\": " << result.tokensPerStep
-         << ",\n  \"first_step\": " << result.firstStep
-         << ",\n  \"steps\": " << o.steps
-         << ",\n  \"threads\": " << cpu::numThreads()
-         << ",\n  \"seconds_total\": " << total
-         << ",\n  \"tokens_per_second\": "
-         << (stepSeconds > 0
-                 ? result.tokensPerStep * result.records.size() / stepSeconds
-                 : 0.0)
-         << ",\n  \"hyperparameters\": ";
-    writeHyperparametersJson(json, config.hyperparameters);
-    json << ",\n"
-         << "  \"memory\": {\"arena_bytes\": " << result.arenaBytes
-         << ", \"param_and_optimizer_bytes\": " << result.paramBytes
-         << ", \"input_bytes\": " << result.inputBytes
-         << ", \"planned_peak_bytes\": "
-         << result.arenaBytes + result.paramBytes + result.inputBytes
-         << ", \"max_rss_bytes\": " << maxRssBytes() << "},\n"
-         << "  \"loss_curve\": [";
-    for (size_t i = 0; i < result.records.size(); ++i) {
-      const StepRecord &r = result.records[i];
-      json << (i ? "," : "") << "\n    {\"step\": " << r.step
-           << ", \"loss\": " << r.loss << ", \"lr\": " << r.learningRate
-           << ", \"seconds\": " << r.seconds << "}";
-    }
-    json << "\n  ],\n";
-    writeCommStats(json, gridComm->stats(), int64_t(result.records.size()));
-    writeOpStats(json, result.opStats);
-    json << "}\n";
+    nlohmann::ordered_json json;
+    json["program"] = "train_step";
+    json["tokens_per_step"] = result.tokensPerStep;
+    json["first_step"] = result.firstStep;
+    json["steps"] = o.steps;
+    json["threads"] = cpu::numThreads();
+    json["seconds_total"] = total;
+    json["tokens_per_second"] =
+        stepSeconds > 0
+            ? result.tokensPerStep * result.records.size() / stepSeconds
+            : 0.0;
+    json["hyperparameters"] = hyperparametersJson(config.hyperparameters);
+    json["memory"] = {
+        {"arena_bytes", result.arenaBytes},
+        {"param_and_optimizer_bytes", result.paramBytes},
+        {"input_bytes", result.inputBytes},
+        {"planned_peak_bytes",
+         result.arenaBytes + result.paramBytes + result.inputBytes},
+        {"max_rss_bytes", maxRssBytes()}};
+    nlohmann::ordered_json curve = nlohmann::ordered_json::array();
+    for (const StepRecord &r : result.records)
+      curve.push_back({{"step", r.step},
+                       {"loss", r.loss},
+                       {"lr", r.learningRate},
+                       {"seconds", r.seconds}});
+    json["loss_curve"] = std::move(curve);
+    json["communication"] =
+        commStatsJson(gridComm->stats(), int64_t(result.records.size()));
+    json["ops"] = opStatsJson(result.opStats);
     if (isFirstRank())
-      writeFileAtomically(o.metrics, json.str());
+      writeFileAtomically(o.metrics, json.dump(2) + "\n");
   }
+  if (!result.stoppedBecause.empty())
+    throw std::runtime_error(result.stoppedBecause);
   return 0;
 }
 

@@ -4,7 +4,7 @@
 #include "tpc/Dialect/TP/IR/TPOps.h"
 #include "tpc/Transforms/Passes.h"
 #include "llvm/ADT/TypeSwitch.h"
-#include "llvm/Support/Format.h"
+#include <cmath>
 #include <map>
 
 namespace mlir::tp {
@@ -102,11 +102,13 @@ struct TPReportCommunication
       double total = 0;
       os << "communication per rank:";
       for (const auto &[kind, v] : volumes) {
-        os << " " << kind << " " << llvm::format("%.10g", v.bytes) << " bytes ("
+        os << " " << kind << " " << std::llround(v.bytes) << " bytes ("
            << v.calls << " calls),";
         total += v.bytes;
       }
-      os << " total " << llvm::format("%.10g", total) << " bytes";
+      // Whole bytes, as tp-run's metrics count them (the ring rule's
+      // fractions round the same way on both sides).
+      os << " total " << std::llround(total) << " bytes";
       // Named in the text; a location would print the whole function.
       mlir::emitRemark(UnknownLoc::get(func.getContext()))
           << "@" << func.getName() << " " << text;

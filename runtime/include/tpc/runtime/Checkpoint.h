@@ -3,12 +3,16 @@
 // A checkpoint is a directory DIR/step-NNNNNNNN holding state.safetensors
 // (every parameter by HF name, and AdamW's moments as
 // "optimizer.exp_avg.<name>" / "optimizer.exp_avg_sq.<name>", all f32, bit
-// exact) and manifest.json. It is built in a temporary directory and renamed
+// exact) and manifest.json (docs/formats.md: step, plan fingerprint,
+// hyperparameters, and each file's size and XXH3 checksum, all checked on
+// resume). It is built in a temporary directory and renamed
 // into place, then DIR/latest is replaced (temp + rename) to name it: a crash
 // at any point leaves the previous checkpoint intact.
 #pragma once
 
 #include "tpc/runtime/Executor.h"
+
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <cstdint>
@@ -23,14 +27,16 @@ struct CheckpointState {
   int64_t tokensPerStep = 0;
 };
 
-/// Writes `{"peak_lr": .., "min_lr": .., "warmup_steps": .., "decay_steps":
-/// .., "max_grad_norm": ..}` in `os`'s number format (checkpoint manifests
-/// and tp-run's metrics).
-void writeHyperparametersJson(std::ostream &os,
-                              const std::array<float, 5> &hyperparameters);
+/// `{"peak_lr": .., "min_lr": .., "warmup_steps": .., "decay_steps": ..,
+/// "max_grad_norm": ..}` (checkpoint manifests and tp-run's metrics).
+nlohmann::ordered_json
+hyperparametersJson(const std::array<float, 5> &hyperparameters);
 
 /// Identifies the parameter set (names and shapes) a checkpoint belongs to.
 std::string planFingerprint(const LoadedPlan &plan);
+
+/// The directory writeCheckpoint writes for `step` under `dir`.
+std::string checkpointPath(const std::string &dir, int64_t step);
 
 /// Writes a checkpoint of `params` (whole parameters: gather a sharded
 /// store first) after `state.step` steps; returns its directory.

@@ -11,4 +11,9 @@ namespace tpc::runtime {
 /// ("<path>: ...") and leaves neither a partial file nor the temporary one.
 void writeFileAtomically(const std::string &path, std::string_view data);
 
+/// The double closest to the shortest decimal that reads back as `value`
+/// (0.001f -> 0.001, not 0.0010000000474974513), for JSON written for
+/// people; non-finite values are returned as they are.
+double shortestDouble(float value);
+
 } // namespace tpc::runtime

@@ -37,6 +37,10 @@ struct TrainResult {
   std::map<std::string, OpStats> opStats; // summed over all steps
   uint64_t arenaBytes = 0, paramBytes = 0, inputBytes = 0;
   int64_t tokensPerStep = 0;
+  /// Set when training stopped early: the step's loss was not finite. It
+  /// names the step and the last good checkpoint; the records end with that
+  /// step, so metrics and plots can still be written.
+  std::string stoppedBecause;
 };
 
 /// The batch offset of a 1-based step: consecutive windows of batch*seq
@@ -45,7 +49,8 @@ int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep);
 
 /// Runs @train_step from step 1 (or after the resumed checkpoint) through
 /// config.steps, printing one progress line per step to `log`, writing
-/// checkpoints as configured.
+/// checkpoints as configured. A step whose loss is NaN or infinite ends the
+/// run there (see TrainResult::stoppedBecause), before its checkpoint.
 TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   std::span<const int32_t> stream, const TrainConfig &config,
                   std::ostream &log);
