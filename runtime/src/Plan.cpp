@@ -1,5 +1,7 @@
 #include "tpc/runtime/Plan.h"
 
+#include "tpc/runtime/Checksum.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -799,6 +801,7 @@ LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
   LoadedPlan result;
   result.storage =
       std::make_shared<std::vector<uint64_t>>((size + 7) / 8, uint64_t(0));
+  result.size = size;
   if (size > 0) // an empty input may come with a null pointer
     std::memcpy(result.storage->data(), data, size);
   const auto *bytes = reinterpret_cast<const uint8_t *>(result.storage->data());
@@ -826,6 +829,25 @@ LoadedPlan LoadedPlan::load(const std::string &path, int64_t worldSize) {
   if (!file.read(bytes.data(), size))
     fail(path + ": cannot read the plan file");
   return fromBytes(bytes.data(), bytes.size(), worldSize, path);
+}
+
+uint64_t LoadedPlan::contentChecksum() const {
+  return tpc::runtime::contentChecksum(
+      {reinterpret_cast<const std::byte *>(storage->data()), size});
+}
+
+int64_t LoadedPlan::vocabularySize() const {
+  for (const plan::Program *program : *root->programs())
+    for (const plan::Step *step : *program->steps()) {
+      if (step->kind() != OpKind::Embedding)
+        continue;
+      // The loader checked the operand, its storage and the index.
+      const plan::Tensor &table =
+          *program->tensors()->Get(step->operands()->Get(0));
+      if (table.storage() == Storage::Param)
+        return root->params()->Get(table.index())->shape()->Get(0);
+    }
+  return 0;
 }
 
 const plan::Program *LoadedPlan::program(const std::string &name) const {

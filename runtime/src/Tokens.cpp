@@ -23,6 +23,16 @@ uint64_t readLE64(const unsigned char *p) {
 }
 } // namespace
 
+void checkTokenIds(std::span<const int32_t> tokens, int64_t vocab,
+                   const std::string &what) {
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      throw std::runtime_error(what + ": token " + std::to_string(i) +
+                               " has id " + std::to_string(tokens[i]) +
+                               ", outside the vocabulary of " +
+                               std::to_string(vocab));
+}
+
 std::vector<int32_t> readTokenFile(const std::string &path) {
   std::ifstream file(path, std::ios::binary | std::ios::ate);
   if (!file)

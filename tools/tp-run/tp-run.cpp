@@ -19,6 +19,7 @@
 // plan whose grid has N ranks; only rank 0 prints normal output.
 
 #include "tpc/runtime/Checkpoint.h"
+#include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/Files.h"
@@ -133,9 +134,13 @@ Options parseArgs(int argc, char **argv) {
       o.offset = parseInt(arg, value(), 0);
     else if (arg == "--repeat")
       o.repeat = parseInt(arg, value(), 1);
-    else if (arg == "--threads")
+    else if (arg == "--threads") {
       o.threads = static_cast<int>(parseInt(arg, value(), 1));
-    else if (arg == "--print-plan")
+      if (o.threads > cpu::maxThreads())
+        usageError(
+            "--threads must be at most " + std::to_string(cpu::maxThreads()) +
+            " (4 per hardware thread), got " + std::to_string(o.threads));
+    } else if (arg == "--print-plan")
       o.printPlan = true;
     else if (arg == "--steps")
       o.steps = parseInt(arg, value(), 1);
@@ -427,9 +432,27 @@ struct Prepared {
   std::vector<int32_t> stream;
 };
 
+/// Every file and directory the run will write can be written: checked
+/// before anything long starts, on the rank that writes them.
+void checkOutputs(const Options &o) {
+  if (!isFirstRank())
+    return;
+  for (auto [path, flag] : {std::pair{&o.metrics, "--metrics"},
+                            {&o.plot, "--plot"},
+                            {&o.dump, "--dump"},
+                            {&o.dumpGrads, "--dump-grads"}})
+    if (!path->empty())
+      checkWritableFile(*path, flag);
+  for (auto [path, flag] : {std::pair{&o.exportDir, "--export"},
+                            {&o.checkpointDir, "--checkpoint-dir"}})
+    if (!path->empty())
+      checkWritableDirectory(*path, flag);
+}
+
 std::optional<Prepared> prepare(const Options &o) {
   if (o.threads)
     cpu::setNumThreads(o.threads);
+  checkOutputs(o);
   LoadedPlan plan = LoadedPlan::load(o.plan, Comm::world().size());
   if (o.printPlan) {
     plan.printJson(std::cout);
@@ -445,7 +468,32 @@ std::optional<Prepared> prepare(const Options &o) {
       o.weights.empty() ? ParamStore::initialise(plan, coords)
                         : ParamStore::fromSafetensors(plan, o.weights, coords);
   std::vector<int32_t> stream = readTokenFile(o.data);
+  if (int64_t vocab = plan.vocabularySize())
+    checkTokenIds(stream, vocab, o.data);
   return Prepared{std::move(plan), std::move(params), std::move(stream)};
+}
+
+/// What every rank must agree on before the first collective: a rank given
+/// another plan, data or schedule would otherwise deadlock or train on
+/// garbage. Returns the first thing that differs, or an empty string.
+std::string disagreement(const Comm &world, const Options &o,
+                         const Prepared &p) {
+  std::ostringstream schedule;
+  schedule << std::setprecision(17) << o.steps << ' ' << o.lr << ' '
+           << o.minLr.value_or(-1) << ' ' << o.warmup.value_or(-1) << ' '
+           << o.decaySteps.value_or(-1) << ' ' << o.clip << ' '
+           << o.checkpointEvery << ' ' << o.offset << ' ' << o.repeat << ' '
+           << o.program << ' ' << o.weights.empty() << o.resume.empty();
+  const std::string options = schedule.str();
+  const std::pair<uint64_t, const char *> checks[] = {
+      {p.plan.contentChecksum(), "plan files"},
+      {contentChecksum(std::as_bytes(std::span(p.stream))), "token data"},
+      {contentChecksum(std::as_bytes(std::span(options))),
+       "options (steps, schedule, program, offset, weights or resume)"}};
+  for (const auto &[checksum, what] : checks)
+    if (!world.allEqual(checksum))
+      return what;
+  return {};
 }
 
 int execute(const Options &o, Prepared &p) {
@@ -500,6 +548,15 @@ int main(int argc, char **argv) {
   }
   if (!prepared)
     return 0; // --print-plan
+  if (std::string what = disagreement(world, options, *prepared);
+      !what.empty()) {
+    std::cerr << ("tp-run: error: rank " + std::to_string(world.rank()) +
+                  ": the ranks were given different " + what +
+                  "; every rank must run the same command on the same "
+                  "files\n")
+              << std::flush;
+    return 1;
+  }
   try {
     return execute(options, *prepared);
   } catch (const std::exception &error) {

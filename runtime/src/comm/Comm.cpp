@@ -87,6 +87,17 @@ bool Comm::allSucceeded(bool ok) const {
   return all != 0;
 }
 
+bool Comm::allEqual(uint64_t value) const {
+  if (!mpi || !mpiActive())
+    return true;
+  uint64_t low = 0, high = 0;
+  check(MPI_Allreduce(&value, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD),
+        "MPI_Allreduce");
+  check(MPI_Allreduce(&value, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD),
+        "MPI_Allreduce");
+  return low == high;
+}
+
 void abortAll(int code) {
   std::cout.flush();
   std::cerr.flush();

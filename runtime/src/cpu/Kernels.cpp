@@ -189,6 +189,11 @@ PoolHolder &poolHolder() {
 
 } // namespace
 
+int maxThreads() {
+  return std::max(16,
+                  4 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 void setNumThreads(int threads) {
   if (threads <= 0)
     threads = defaultThreadCount();

@@ -59,6 +59,9 @@ public:
   /// `ok`. Lets all ranks stop together after a failure in a phase without
   /// other collectives (each prints its own error, then all exit cleanly).
   bool allSucceeded(bool ok) const;
+  /// True on every rank when every rank passed the same value (collective
+  /// over the world; true without MPI).
+  bool allEqual(uint64_t value) const;
 
   Comm(const Comm &) = delete;
   Comm &operator=(const Comm &) = delete;

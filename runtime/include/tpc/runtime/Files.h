@@ -11,6 +11,17 @@ namespace tpc::runtime {
 /// ("<path>: ...") and leaves neither a partial file nor the temporary one.
 void writeFileAtomically(const std::string &path, std::string_view data);
 
+/// Checks, without creating or changing anything, that `path` can be
+/// written atomically (as writeFileAtomically does): it is not a directory,
+/// and its directory exists and is writable. Throws std::runtime_error
+/// ("<flag> <path>: ...").
+void checkWritableFile(const std::string &path, const std::string &flag);
+
+/// Checks that `path` is a writable directory, or can be created as one
+/// (its nearest existing ancestor is a writable directory). Throws
+/// std::runtime_error ("<flag> <path>: ...").
+void checkWritableDirectory(const std::string &path, const std::string &flag);
+
 /// The double closest to the shortest decimal that reads back as `value`
 /// (0.001f -> 0.001, not 0.0010000000474974513), for JSON written for
 /// people; non-finite values are returned as they are.

@@ -41,11 +41,18 @@ public:
   /// The program called `name`, or null.
   const plan::Program *program(const std::string &name) const;
 
+  /// XXH3-64 of the plan file's bytes (ranks compare it at start-up).
+  uint64_t contentChecksum() const;
+  /// The vocabulary size: rows of the table the token ids index (the
+  /// embedding's parameter, whole), or 0 if no program embeds tokens.
+  int64_t vocabularySize() const;
+
   /// Writes the plan as JSON (stable key order) for tests and debugging.
   void printJson(std::ostream &os) const;
 
 private:
   std::shared_ptr<std::vector<uint64_t>> storage; // 8-byte aligned bytes
+  size_t size = 0;                                // bytes of the plan file
   const plan::Plan *root = nullptr;
 };
 

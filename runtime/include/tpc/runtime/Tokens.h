@@ -12,6 +12,11 @@ namespace tpc::runtime {
 /// magic, the count or the file size is wrong, or an id exceeds INT32_MAX.
 std::vector<int32_t> readTokenFile(const std::string &path);
 
+/// Throws std::runtime_error ("<what>: token I has id X, outside the
+/// vocabulary of V") for the first id that is not in [0, vocab).
+void checkTokenIds(std::span<const int32_t> tokens, int64_t vocab,
+                   const std::string &what);
+
 /// Writes a token file atomically (temp file + rename).
 void writeTokenFile(const std::string &path, std::span<const int32_t> tokens);
 

@@ -16,6 +16,9 @@ using Shape = std::span<const int64_t>;
 
 /// Threads used by parallelFor (and OpenBLAS); 0 = hardware concurrency.
 void setNumThreads(int threads);
+/// The most threads setNumThreads accepts from a user: 4 per hardware
+/// thread (at least 16); far more only thrash or exhaust the process.
+int maxThreads();
 int numThreads();
 /// Runs body(begin, end) over [0, count) in contiguous chunks of at least
 /// `grain` items on the kernel thread pool; runs inline when one chunk.

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Ranks given different plans, data or options must fail fast with one line
+# each, never deadlock in a collective: tp-run compares checksums of all
+# three across ranks before the first step. mpirun's MPMD form
+# ("-np 1 A : -np 1 B") gives each rank its own command line.
+#
+#   ranks-disagree.sh BUILD_DIR MPIEXEC WORK_DIR
+set -euo pipefail
+build=$1 mpiexec=$2 work=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+inputs=$here/../tp-run/Inputs
+bin=$build/bin
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+export OMPI_MCA_btl_base_warn_component_unused=0
+
+rm -rf "$work" && mkdir -p "$work"
+"$bin/tpc-tokenize" "$inputs/text.txt" -o "$work/a.tokens" >/dev/null
+"$bin/tpc-tokenize" "$inputs/text.txt" "$inputs/text.txt" -o "$work/b.tokens" >/dev/null
+for seq in 8 16; do
+  "$bin/tpc-import" "$inputs/gpt2-bytes.json" --batch 2 --seq $seq -o "$work/s$seq.mlir"
+  "$bin/tpc-opt" "$work/s$seq.mlir" --tp-pipeline="mode=1d grid=2" \
+    -o "$work/s$seq.tpplan" 2>/dev/null
+done
+
+# expect NAME WHAT RANK0-ARGS -- RANK1-ARGS
+expect() {
+  local name=$1 what=$2
+  shift 2
+  local first=() second=()
+  while [ "$1" != "--" ]; do first+=("$1"); shift; done
+  shift
+  second=("$@")
+  local status=0
+  timeout 60 "$mpiexec" --oversubscribe -np 1 "$bin/tp-run" "${first[@]}" : \
+    -np 1 "$bin/tp-run" "${second[@]}" > "$work/$name.txt" 2>&1 || status=$?
+  if [ "$status" -eq 0 ] || [ "$status" -eq 124 ]; then
+    cat "$work/$name.txt"
+    echo "ranks-disagree: $name: exit status $status (0: ran anyway, 124: hung)" >&2
+    exit 1
+  fi
+  for rank in 0 1; do
+    if ! grep -qx "tp-run: error: rank $rank: the ranks were given different $what; every rank must run the same command on the same files" \
+        "$work/$name.txt"; then
+      cat "$work/$name.txt"
+      echo "ranks-disagree: $name: rank $rank did not report different $what" >&2
+      exit 1
+    fi
+  done
+  echo "ranks-disagree: $name: exit status $status, both ranks named the $what"
+}
+
+expect data "token data" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
+  "$work/s8.tpplan" --data "$work/b.tokens" --steps 2
+expect plans "plan files" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
+  "$work/s16.tpplan" --data "$work/a.tokens" --steps 2
+expect steps "options (steps, schedule, program, offset, weights or resume)" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 3
+expect lr "options (steps, schedule, program, offset, weights or resume)" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 1e-3 -- \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 2e-3
+
+# The same command on both ranks still trains.
+timeout 60 "$mpiexec" --oversubscribe -np 2 "$bin/tp-run" "$work/s8.tpplan" \
+  --data "$work/a.tokens" --steps 2 | grep -q "step 2/2"
+echo "ranks-disagree: PASS"
