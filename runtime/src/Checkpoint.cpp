@@ -8,12 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <sys/file.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -152,6 +155,56 @@ std::string planFingerprint(const LoadedPlan &plan) {
   os << std::hex << std::setw(16) << std::setfill('0')
      << parameterKey(description);
   return os.str();
+}
+
+CheckpointDirLock::CheckpointDirLock(const std::string &dir) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error)
+    throw std::runtime_error(
+        dir + ": cannot create the checkpoint directory: " + error.message());
+  const std::string path = (fs::path(dir) / ".lock").string();
+  fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw std::runtime_error(path + ": cannot open the lock file");
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char owner[32] = {};
+    ssize_t n = ::pread(fd, owner, sizeof(owner) - 1, 0);
+    ::close(fd);
+    std::string pid(owner, n > 0 ? size_t(n) : 0);
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' '))
+      pid.pop_back();
+    // The pid the holder wrote, if that process still lives (a lock taken
+    // by other means leaves an older run's pid in the file).
+    char *end = nullptr;
+    long holder = std::strtol(pid.c_str(), &end, 10);
+    bool known = !pid.empty() && *end == '\0' && holder > 0 &&
+                 ::kill(pid_t(holder), 0) == 0;
+    throw std::runtime_error(dir + ": in use by another run" +
+                             (known ? " (pid " + pid + ")" : std::string()));
+  }
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+    throw std::runtime_error(path + ": cannot write the lock file");
+  // What writeCheckpoint and writeFileAtomically name their temporaries:
+  // ".step-NNNNNNNN.tmp-PID", "step-NNNNNNNN.old-PID", "latest.tmp.PID".
+  for (const fs::directory_entry &entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const bool leftover =
+        (name.rfind(".step-", 0) == 0 && name.find(".tmp-") != name.npos) ||
+        (name.rfind("step-", 0) == 0 && name.find(".old-") != name.npos) ||
+        name.rfind("latest.tmp.", 0) == 0;
+    if (leftover) {
+      fs::remove_all(entry.path(), error);
+      removed.push_back(entry.path().string());
+    }
+  }
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd >= 0)
+    ::close(fd); // releases the lock; the file stays for the next run
 }
 
 std::string checkpointPath(const std::string &dir, int64_t step) {

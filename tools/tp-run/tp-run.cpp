@@ -430,6 +430,8 @@ struct Prepared {
   LoadedPlan plan;
   ParamStore params;
   std::vector<int32_t> stream;
+  /// Held by the rank that writes checkpoints, for the whole run.
+  std::unique_ptr<CheckpointDirLock> checkpointLock;
 };
 
 /// Every file and directory the run will write can be written: checked
@@ -470,7 +472,14 @@ std::optional<Prepared> prepare(const Options &o) {
   std::vector<int32_t> stream = readTokenFile(o.data);
   if (int64_t vocab = plan.vocabularySize())
     checkTokenIds(stream, vocab, o.data);
-  return Prepared{std::move(plan), std::move(params), std::move(stream)};
+  std::unique_ptr<CheckpointDirLock> lock;
+  if (!o.checkpointDir.empty() && isFirstRank()) {
+    lock = std::make_unique<CheckpointDirLock>(o.checkpointDir);
+    for (const std::string &leftover : lock->removedLeftovers())
+      std::cout << "removed a leftover of a killed run: " << leftover << "\n";
+  }
+  return Prepared{std::move(plan), std::move(params), std::move(stream),
+                  std::move(lock)};
 }
 
 /// What every rank must agree on before the first collective: a rank given

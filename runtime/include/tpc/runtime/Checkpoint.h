@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace tpc::runtime {
 
@@ -37,6 +38,28 @@ std::string planFingerprint(const LoadedPlan &plan);
 
 /// The directory writeCheckpoint writes for `step` under `dir`.
 std::string checkpointPath(const std::string &dir, int64_t step);
+
+/// An exclusive lock on a checkpoint directory for the life of a run (flock
+/// on DIR/.lock, released when the process ends, even if killed), so two
+/// runs never write the same checkpoints. Taking it also removes what runs
+/// that were killed while writing left behind (temporary step directories
+/// and files); no live run can own them once the lock is held.
+class CheckpointDirLock {
+public:
+  /// Creates `dir` if needed. Throws std::runtime_error ("<dir>: in use by
+  /// another run (pid N)") if another process holds the lock.
+  explicit CheckpointDirLock(const std::string &dir);
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock &) = delete;
+  CheckpointDirLock &operator=(const CheckpointDirLock &) = delete;
+
+  /// Leftovers of killed runs removed when the lock was taken.
+  const std::vector<std::string> &removedLeftovers() const { return removed; }
+
+private:
+  int fd = -1;
+  std::vector<std::string> removed;
+};
 
 /// Writes a checkpoint of `params` (whole parameters: gather a sharded
 /// store first) after `state.step` steps; returns its directory.
