@@ -42,6 +42,15 @@ ParamBlock paramBlock(const LoadedPlan &loaded, const plan::Param &param,
 }
 
 namespace {
+
+/// A step's integer attributes; an absent vector (legal: the loader accepts
+/// it where the op needs none, e.g. the permutation of a scalar) is empty.
+std::span<const int64_t> stepInts(const plan::Step &step) {
+  if (!step.ints())
+    return {};
+  return {step.ints()->data(), step.ints()->size()};
+}
+
 /// Copies `block` (block.shape, at block.offset) into the row-major `whole`
 /// of block.globalShape; the inverse of cpu::slice.
 void placeBlock(const float *blockData, const ParamBlock &block, float *whole) {
@@ -369,7 +378,7 @@ void ProgramRunner::collective(const plan::Step &step) {
   if (!comm)
     throw std::runtime_error("a collective step needs a communicator");
   const uint32_t inId = step.operands()->Get(0), outId = step.results()->Get(0);
-  std::vector<int> axes(step.ints()->begin(), step.ints()->end());
+  std::vector<int> axes(stepInts(step).begin(), stepInts(step).end());
   const float *in = floatData(inId);
   float *out = floatData(outId);
   std::vector<int64_t> inShape(shape(inId).begin(), shape(inId).end());
@@ -483,7 +492,7 @@ std::vector<float> ProgramRunner::gatheredCrossEntropyStats(
   cpu::crossEntropyBlockStats(logits, tokens, vocab, block.first,
                               block.blocks * vocab,
                               intData(step.operands()->Get(1)), stats.data());
-  std::vector<int> axes(step.ints()->begin(), step.ints()->end());
+  std::vector<int> axes(stepInts(step).begin(), stepInts(step).end());
   comm->allGather(axes, stats, gathered);
   return gathered;
 }
@@ -561,19 +570,14 @@ void ProgramRunner::execute(const plan::Step &step) {
     return;
   }
   case OpKind::Transpose:
-    cpu::transpose(in(0), inShape(0),
-                   {step.ints()->data(), step.ints()->size()}, floatData(out));
+    cpu::transpose(in(0), inShape(0), stepInts(step), floatData(out));
     return;
   case OpKind::Slice:
-    cpu::slice(in(0), inShape(0), {step.ints()->data(), step.ints()->size()},
-               floatData(out), outShape);
+    cpu::slice(in(0), inShape(0), stepInts(step), floatData(out), outShape);
     return;
   case OpKind::ReduceSum:
   case OpKind::ReduceMean:
-    cpu::reduce(in(0), inShape(0),
-                step.ints() ? std::span<const int64_t>(step.ints()->data(),
-                                                       step.ints()->size())
-                            : std::span<const int64_t>(),
+    cpu::reduce(in(0), inShape(0), stepInts(step),
                 step.kind() == OpKind::ReduceMean, floatData(out));
     return;
   case OpKind::CrossEntropy: {
@@ -648,8 +652,7 @@ void ProgramRunner::execute(const plan::Step &step) {
     cpu::fill(static_cast<float>(step.value()), floatData(out), outCount);
     return;
   case OpKind::Pad:
-    cpu::pad(in(0), inShape(0), {step.ints()->data(), step.ints()->size()},
-             floatData(out), outShape);
+    cpu::pad(in(0), inShape(0), stepInts(step), floatData(out), outShape);
     return;
   case OpKind::NormSquared:
     *floatData(out) = cpu::normSquared(in(0), elements(ops.Get(0)));

@@ -198,6 +198,30 @@ TEST(PlanLoader, RejectsAGridThatDoesNotMatchTheWorld) {
   expectRejected(zero, "grid axis of size 0");
 }
 
+// A plan that passes the loader never crashes the executor: a scalar's
+// transpose and slice need no integers, so a plan may omit the vector (a
+// crafted plan did, and the executor read through the null pointer).
+TEST(PlanLoader, ScalarLayoutStepsWithoutIntegersRun) {
+  for (fb::OpKind kind : {fb::OpKind::Transpose, fb::OpKind::Slice}) {
+    SCOPED_TRACE(fb::EnumNameOpKind(kind));
+    PlanSpec spec;
+    // softmax -> norm_squared (a scalar) -> transpose/slice, no ints.
+    spec.tensors.push_back({fb::DType::F32, {}, fb::Storage::Arena, 200, 0});
+    spec.tensors.push_back({fb::DType::F32, {}, fb::Storage::Arena, 204, 0});
+    spec.steps.push_back({fb::OpKind::NormSquared, {4}, {5}});
+    spec.steps.push_back({kind, {5}, {6}});
+    spec.results = {6, 5};
+    LoadedPlan plan = load(spec.build());
+    ParamStore params = ParamStore::initialise(plan);
+    ProgramRunner runner(plan, "forward", params);
+    runner.setInput(fb::InputKind::Tokens,
+                    std::vector<int32_t>{0, 1, 2, 3, 4, 0});
+    runner.run();
+    EXPECT_EQ(runner.result(0)[0], runner.result(1)[0]);
+    EXPECT_GT(runner.result(0)[0], 0.0f);
+  }
+}
+
 TEST(PlanLoader, RejectsTensorsOutsideTheArena) {
   PlanSpec spec;
   spec.tensors[3].offset = 200; // 120 bytes from 200 > 256
