@@ -1,6 +1,7 @@
 #include "tpc/runtime/Plan.h"
 
 #include "tpc/runtime/Checksum.h"
+#include "tpc/runtime/DType.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,25 +14,24 @@
 
 namespace tpc::runtime {
 
-using plan::DType;
+using PlanDType = plan::DType;
 using plan::OpKind;
 using plan::Storage;
 
-int64_t dtypeSize(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-  case DType::I32:
-    return 4;
-  case DType::F16:
-  case DType::BF16:
-    return 2;
-  case DType::I64:
-    return 8;
-  }
-  return 0;
+// The plan schema numbers its dtypes as DType.h does.
+static_assert(unsigned(PlanDType::F32) == unsigned(DType::F32) &&
+              unsigned(PlanDType::F16) == unsigned(DType::F16) &&
+              unsigned(PlanDType::BF16) == unsigned(DType::BF16) &&
+              unsigned(PlanDType::I32) == unsigned(DType::I32) &&
+              unsigned(PlanDType::I64) == unsigned(DType::I64));
+
+int64_t dtypeSize(PlanDType dtype) {
+  // An untrusted file may hold any value: 0 marks it unknown.
+  std::optional<DType> known = dtypeFromValue(unsigned(dtype));
+  return known ? int64_t(tpc::runtime::dtypeSize(*known)) : 0;
 }
 
-const char *dtypeName(DType dtype) {
+const char *dtypeName(PlanDType dtype) {
   const char *name = plan::EnumNameDType(dtype);
   return *name ? name : "unknown";
 }
@@ -71,7 +71,7 @@ public:
 
 private:
   struct Info {
-    DType dtype;
+    PlanDType dtype;
     std::vector<int64_t> shape;
   };
   void checkTensors();
@@ -124,7 +124,7 @@ void ProgramChecker::checkTensors() {
     bool isWritten = false;
     // An if-chain, not a switch: an untrusted file may hold any value.
     if (t.storage() == Storage::Arena) {
-      if (t.dtype() != DType::F32)
+      if (t.dtype() != PlanDType::F32)
         fail(what + " is an activation of type " + dtypeName(t.dtype()) +
              "; activations are f32");
       // The arena is 64-byte aligned; kernels load whole elements.
@@ -193,15 +193,15 @@ void ProgramChecker::checkInputs() {
     switch (input.kind()) {
     case plan::InputKind::Tokens:
     case plan::InputKind::Targets:
-      if (t.dtype() != DType::I32 || shape.size() != 2)
+      if (t.dtype() != PlanDType::I32 || shape.size() != 2)
         fail(what + " must be an i32 [batch, seq] tensor");
       break;
     case plan::InputKind::Step:
-      if (t.dtype() != DType::I64 || !shape.empty())
+      if (t.dtype() != PlanDType::I64 || !shape.empty())
         fail(what + " (step) must be an i64 scalar");
       break;
     case plan::InputKind::Hyperparameters:
-      if (t.dtype() != DType::F32 || shape != std::vector<int64_t>{5})
+      if (t.dtype() != PlanDType::F32 || shape != std::vector<int64_t>{5})
         fail(what + " (hyperparameters) must be f32 [5]");
       break;
     }
@@ -260,15 +260,15 @@ std::pair<int, int> arityOf(OpKind kind) {
 }
 
 /// The dtype each operand must have; everything else is f32.
-DType operandDtype(OpKind kind, size_t operand) {
+PlanDType operandDtype(OpKind kind, size_t operand) {
   if ((kind == OpKind::Embedding || kind == OpKind::EmbeddingGrad ||
        kind == OpKind::CrossEntropy || kind == OpKind::CrossEntropyGrad) &&
       operand == 1)
-    return DType::I32;
+    return PlanDType::I32;
   if ((kind == OpKind::LrSchedule && operand == 0) ||
       (kind == OpKind::AdamW && operand == 5))
-    return DType::I64;
-  return DType::F32;
+    return PlanDType::I64;
+  return PlanDType::F32;
 }
 
 std::vector<int64_t> broadcast(const std::vector<int64_t> &a,
@@ -311,12 +311,12 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     if (!written[id])
       fail(at + ": reads tensor " + std::to_string(id) +
            " before any step writes it");
-    DType expected = operandDtype(step.kind(), i);
+    PlanDType expected = operandDtype(step.kind(), i);
     if (tensors[id].dtype != expected)
       fail(at + ": operand " + std::to_string(i) + " must be " +
            dtypeName(expected) + ", got " + dtypeName(tensors[id].dtype));
     // Integer operands are read from the program's inputs.
-    if (expected != DType::F32 &&
+    if (expected != PlanDType::F32 &&
         program.tensors()->Get(id)->storage() != Storage::Input)
       fail(at + ": operand " + std::to_string(i) + " must be an input");
     in.push_back(tensors[id]);
@@ -355,7 +355,7 @@ void ProgramChecker::checkStepShapes(const plan::Step &step,
                                      const std::vector<Info> &in,
                                      const std::vector<Info> &out) {
   auto requireF32 = [&](const Info &info, const char *name) {
-    if (info.dtype != DType::F32)
+    if (info.dtype != PlanDType::F32)
       fail(at + ": " + name + " must be f32, got " + dtypeName(info.dtype));
   };
   auto requireShape = [&](const Info &info, const std::vector<int64_t> &shape,
@@ -722,7 +722,7 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
                std::to_string(shards) + " shards");
       }
     }
-    if (param.dtype() != DType::F32)
+    if (param.dtype() != PlanDType::F32)
       fail(what + ": parameter '" + name + "' is " + dtypeName(param.dtype()) +
            "; this runtime computes in f32 only");
     if (param.init() != plan::Init::Normal &&

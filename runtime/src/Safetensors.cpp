@@ -723,43 +723,6 @@ void writeAll(int fd, const void *data, size_t size, const std::string &path,
 
 } // namespace
 
-size_t dtypeSize(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-  case DType::I32:
-    return 4;
-  case DType::F16:
-  case DType::BF16:
-    return 2;
-  case DType::I64:
-    return 8;
-  }
-  throw std::invalid_argument("dtypeSize: invalid DType");
-}
-
-std::string_view dtypeName(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return "F32";
-  case DType::F16:
-    return "F16";
-  case DType::BF16:
-    return "BF16";
-  case DType::I32:
-    return "I32";
-  case DType::I64:
-    return "I64";
-  }
-  throw std::invalid_argument("dtypeName: invalid DType");
-}
-
-std::optional<DType> parseDType(std::string_view name) {
-  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64})
-    if (dtypeName(d) == name)
-      return d;
-  return std::nullopt;
-}
-
 uint16_t f32ToF16(float value) {
   uint32_t x = std::bit_cast<uint32_t>(value);
   auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);

@@ -22,11 +22,13 @@
 // that starts with the file's path.
 #pragma once
 
+#include "tpc/runtime/DType.h"
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+
 #include <optional>
 #include <span>
 #include <string>
@@ -34,15 +36,6 @@
 #include <vector>
 
 namespace tpc::runtime {
-
-enum class DType { F32, F16, BF16, I32, I64 };
-
-/// Bytes per element.
-size_t dtypeSize(DType dtype);
-/// The safetensors spelling: "F32", "F16", "BF16", "I32", "I64".
-std::string_view dtypeName(DType dtype);
-/// The inverse of dtypeName; nullopt for any other string.
-std::optional<DType> parseDType(std::string_view name);
 
 /// IEEE binary16 / bfloat16 <-> binary32. The widening conversions are exact
 /// (subnormals, infinities and NaN payloads included); the narrowing ones
