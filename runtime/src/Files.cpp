@@ -1,38 +1,68 @@
 #include "tpc/runtime/Files.h"
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 #include <unistd.h>
 
 namespace tpc::runtime {
 
-void writeFileAtomically(const std::string &path, std::string_view data) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !out.write(data.data(), std::streamsize(data.size())) ||
-        !out.flush()) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": cannot write");
+void writeFileAtomically(const std::string &path,
+                         std::span<const std::span<const std::byte>> pieces) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  auto fail = [&](const std::string &what, int error) {
+    return std::runtime_error(path + ": " + what + ": " + std::strerror(error));
+  };
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw fail("cannot create " + tmp, errno);
+  try {
+    for (std::span<const std::byte> piece : pieces) {
+      const std::byte *p = piece.data();
+      size_t size = piece.size();
+      while (size > 0) {
+        ssize_t n = ::write(fd, p, size);
+        if (n < 0 && errno == EINTR)
+          continue;
+        if (n < 0)
+          throw fail("cannot write " + tmp, errno);
+        p += n;
+        size -= size_t(n);
+      }
     }
+    if (::fsync(fd) != 0)
+      throw fail("cannot fsync " + tmp, errno);
+    const int closed = ::close(fd);
+    fd = -1;
+    if (closed != 0)
+      throw fail("cannot close " + tmp, errno);
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      throw fail("cannot rename " + tmp + " into place", errno);
+  } catch (...) {
+    if (fd >= 0)
+      ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
-  if (int fd = ::open(tmp.c_str(), O_RDONLY); fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+  // Make the rename durable; failing here leaves a complete file anyway.
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  int dirFd = ::open(dir.empty() ? "." : dir.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirFd >= 0) {
+    ::fsync(dirFd);
+    ::close(dirFd);
   }
-  std::error_code error;
-  std::filesystem::rename(tmp, path, error);
-  if (error) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path +
-                             ": cannot rename into place: " + error.message());
-  }
+}
+
+void writeFileAtomically(const std::string &path, std::string_view data) {
+  const std::span<const std::byte> piece = std::as_bytes(std::span(data));
+  writeFileAtomically(path, std::span(&piece, 1));
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include "tpc/runtime/Safetensors.h"
 
+#include "tpc/runtime/Files.h"
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -704,23 +706,6 @@ void appendJsonString(std::string &out, std::string_view s) {
   out += '"';
 }
 
-void writeAll(int fd, const void *data, size_t size, const std::string &path,
-              const std::string &tmp) {
-  auto p = static_cast<const char *>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      throw std::runtime_error(printable(path, path.size()) +
-                               ": cannot write " + printable(tmp, tmp.size()) +
-                               ": " + errnoText(errno));
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
 } // namespace
 
 uint16_t f32ToF16(float value) {
@@ -1044,50 +1029,14 @@ std::vector<std::byte> SafetensorsWriter::serialize() const {
 }
 
 void SafetensorsWriter::write(const std::string &path) const {
-  const std::string where = printable(path, path.size());
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::vector<const Entry *> order = ordered();
-  std::string h = header(order);
-  uint64_t n = h.size();
-
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw std::runtime_error(where + ": cannot create " +
-                             printable(tmp, tmp.size()) + ": " +
-                             errnoText(errno));
-  try {
-    writeAll(fd, &n, 8, path, tmp);
-    writeAll(fd, h.data(), h.size(), path, tmp);
-    for (const Entry *e : order)
-      writeAll(fd, e->data.data(), e->data.size(), path, tmp);
-    if (::fsync(fd) != 0)
-      throw std::runtime_error(where + ": cannot fsync " +
-                               printable(tmp, tmp.size()) + ": " +
-                               errnoText(errno));
-    int rc = ::close(fd);
-    fd = -1;
-    if (rc != 0)
-      throw std::runtime_error(where + ": cannot close " +
-                               printable(tmp, tmp.size()) + ": " +
-                               errnoText(errno));
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      throw std::runtime_error(where + ": cannot rename " +
-                               printable(tmp, tmp.size()) +
-                               " to it: " + errnoText(errno));
-  } catch (...) {
-    if (fd >= 0)
-      ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  // Make the rename durable; failing here leaves a complete file anyway.
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  int dirFd = ::open(dir.empty() ? "." : dir.c_str(),
-                     O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dirFd >= 0) {
-    ::fsync(dirFd);
-    ::close(dirFd);
-  }
+  const std::string h = header(order);
+  const uint64_t n = h.size(); // little-endian on every supported host
+  std::vector<std::span<const std::byte>> pieces = {
+      std::as_bytes(std::span(&n, 1)), std::as_bytes(std::span(h))};
+  for (const Entry *e : order)
+    pieces.push_back(e->data);
+  writeFileAtomically(path, pieces);
 }
 
 } // namespace tpc::runtime

@@ -406,7 +406,8 @@ TEST(PlotTest, Errors) {
       std::invalid_argument);
   std::string bad = (tempDir() / "no-such-dir" / "x.svg").string();
   expectError<std::runtime_error>(
-      [&] { writeLossCurveSvg(bad, {1}, {1.0}, "t"); }, bad + ": cannot write");
+      [&] { writeLossCurveSvg(bad, {1}, {1.0}, "t"); },
+      bad + ": cannot create " + bad + ".tmp.");
 }
 
 } // namespace

@@ -1,14 +1,21 @@
 // Small file helpers shared by everything the runtime writes.
 #pragma once
 
+#include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace tpc::runtime {
 
-/// Writes `data` to `path` atomically: a temporary file in the same
-/// directory, fsync, rename. A failure throws std::runtime_error
-/// ("<path>: ...") and leaves neither a partial file nor the temporary one.
+/// Writes the concatenation of `pieces` to `path` atomically: a temporary
+/// file "<path>.tmp.<pid>" in the same directory, fsync, rename, fsync of the
+/// directory. A failure throws std::runtime_error ("<path>: <what failed>:
+/// <reason>") and leaves neither a partial file nor the temporary one. Every
+/// file the runtime writes goes through here.
+void writeFileAtomically(const std::string &path,
+                         std::span<const std::span<const std::byte>> pieces);
+/// The same for one piece of text or bytes.
 void writeFileAtomically(const std::string &path, std::string_view data);
 
 /// Checks, without creating or changing anything, that `path` can be
