@@ -13,6 +13,7 @@
 #include "tpc/runtime/Plan.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
+#include <CLI/CLI.hpp>
 #include <cblas.h>
 
 #include <algorithm>
@@ -44,21 +45,28 @@ double median(std::vector<double> v) {
 } // namespace
 
 int main(int argc, char **argv) {
+  std::string planPath, programName = "forward";
+  int runs = 5;
+  CLI::App app("Times one program of a plan against OpenBLAS SGEMM alone on "
+               "the plan's matmul shapes (its GEMM floor), in one process; "
+               "medians of alternating runs.",
+               "tpc-bench-program");
+  app.add_option("plan", planPath, "The plan file (.tpplan)")->required();
+  app.add_option("--program", programName, "Program to time")
+      ->capture_default_str();
+  app.add_option("--runs", runs, "Timed runs of each")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   try {
-    if (argc < 2)
-      throw std::invalid_argument(
-          "usage: tpc-bench-program PLAN [--program NAME] [--runs N]");
-    std::string planPath = argv[1], programName = "forward";
-    int runs = 5;
-    for (int i = 2; i + 1 < argc; i += 2) {
-      std::string flag = argv[i];
-      if (flag == "--program")
-        programName = argv[i + 1];
-      else if (flag == "--runs")
-        runs = std::max(1, std::stoi(argv[i + 1]));
-      else
-        throw std::invalid_argument("unknown flag " + flag);
-    }
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError &error) {
+    std::cerr << "tpc-bench-program: error: " << error.what() << "\n";
+    return 1;
+  }
+  try {
     LoadedPlan plan = LoadedPlan::load(planPath, 1);
     const tpc::plan::Program *program = plan.program(programName);
     if (!program)

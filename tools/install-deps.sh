@@ -12,8 +12,8 @@ packages=(
   cmake ninja-build libgtest-dev googletest clang-format
   # Runtime: MPI, plan files, BLAS.
   libopenmpi-dev openmpi-bin flatbuffers-compiler libflatbuffers-dev libopenblas-dev
-  # JSON reading and writing, XXH3 checksums.
-  nlohmann-json3-dev libxxhash-dev
+  # JSON reading and writing, XXH3 checksums, command lines.
+  nlohmann-json3-dev libxxhash-dev libcli11-dev
   # English text the main example trains on.
   fortunes
   # Numerical references for tests.

@@ -10,6 +10,7 @@
 //          [--clip 1.0] [--checkpoint-dir DIR] [--checkpoint-every K]
 //          [--resume DIR] [--export DIR] [--plot loss.svg]
 // Both: [--metrics metrics.json] [--threads N] [--print-plan]
+// (`tp-run --help` lists every option with its type and check.)
 //
 // Without --weights (or --resume), parameters get the deterministic
 // initialisation that every plan of the same model shares. Every error is
@@ -31,9 +32,12 @@
 #include "tpc/runtime/Training.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <iomanip>
@@ -58,7 +62,8 @@ struct Options {
   // Training.
   int64_t steps = 0;
   double lr = 3e-4;
-  std::optional<double> minLr, warmup, decaySteps;
+  std::optional<double> minLr;
+  std::optional<int64_t> warmup, decaySteps;
   double clip = 1.0;
   std::string checkpointDir, resume, exportDir, plot;
   int64_t checkpointEvery = 0;
@@ -68,114 +73,135 @@ struct Options {
   throw std::invalid_argument(message);
 }
 
-int64_t parseInt(const std::string &flag, const std::string &text,
-                 int64_t min) {
-  size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception &) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty())
-    usageError(flag + " expects an integer, got '" + text + "'");
-  if (value < min)
-    usageError(flag + " must be >= " + std::to_string(min) + ", got " + text);
-  return value;
+/// A numeric option's check, with a readable message (CLI11's own range
+/// checks print their bounds as 300-digit decimals): a finite number (an
+/// integer when `integer`) of at least `min`, and at most `max` if given.
+CLI::Validator numberCheck(bool integer, double min,
+                           std::optional<double> max = std::nullopt,
+                           const std::string &maxReason = "") {
+  auto format = [](double value) {
+    std::ostringstream os;
+    os << value;
+    return os.str();
+  };
+  std::string description = std::string(integer ? "INT" : "NUMBER") +
+                            " >= " + format(min) +
+                            (max ? ", <= " + format(*max) : "");
+  return CLI::Validator(
+      [=](std::string &text) -> std::string {
+        // Whole text, no saturation: 1e99 steps is an error, not INT64_MAX.
+        double value = 0;
+        bool parsed = false;
+        if (integer) {
+          int64_t whole = 0;
+          auto [end, error] =
+              std::from_chars(text.data(), text.data() + text.size(), whole);
+          parsed = error == std::errc() && end == text.data() + text.size();
+          value = double(whole);
+        } else {
+          char *end = nullptr;
+          errno = 0;
+          value = std::strtod(text.c_str(), &end);
+          parsed = !text.empty() && errno == 0 && *end == '\0';
+        }
+        if (!parsed || !std::isfinite(value))
+          return std::string("expects ") +
+                 (integer ? "an integer" : "a number") + ", got '" + text + "'";
+        if (value < min)
+          return "must be >= " + format(min) + ", got " + text;
+        if (max && value > *max)
+          return "must be at most " + format(*max) + maxReason + ", got " +
+                 text;
+        return {};
+      },
+      description);
 }
 
-double parseNumber(const std::string &flag, const std::string &text,
-                   double min) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception &) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || !std::isfinite(value))
-    usageError(flag + " expects a number, got '" + text + "'");
-  if (value < min)
-    usageError(flag + " must be >= " + std::to_string(min) + ", got " + text);
-  return value;
-}
-
-const char *kUsage =
-    "usage: tp-run PLAN --data TOKENS [--weights SAFETENSORS] [--program NAME]"
-    " [--offset N] [--repeat N] [--dump SAFETENSORS] [--dump-grads "
-    "SAFETENSORS]\n"
-    "       tp-run PLAN --data TOKENS --steps N [--lr X] [--min-lr X] "
-    "[--warmup N] [--decay-steps N] [--clip X] [--checkpoint-dir DIR] "
-    "[--checkpoint-every K] [--resume DIR] [--export DIR] [--plot SVG]\n"
-    "       common: [--metrics JSON] [--threads N] [--print-plan]\n";
-
+/// The command line, with --help generated from the options below.
 Options parseArgs(int argc, char **argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        usageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--data")
-      o.data = value();
-    else if (arg == "--weights")
-      o.weights = value();
-    else if (arg == "--program")
-      o.program = value();
-    else if (arg == "--metrics")
-      o.metrics = value();
-    else if (arg == "--dump")
-      o.dump = value();
-    else if (arg == "--dump-grads")
-      o.dumpGrads = value();
-    else if (arg == "--offset")
-      o.offset = parseInt(arg, value(), 0);
-    else if (arg == "--repeat")
-      o.repeat = parseInt(arg, value(), 1);
-    else if (arg == "--threads") {
-      o.threads = static_cast<int>(parseInt(arg, value(), 1));
-      if (o.threads > cpu::maxThreads())
-        usageError(
-            "--threads must be at most " + std::to_string(cpu::maxThreads()) +
-            " (4 per hardware thread), got " + std::to_string(o.threads));
-    } else if (arg == "--print-plan")
-      o.printPlan = true;
-    else if (arg == "--steps")
-      o.steps = parseInt(arg, value(), 1);
-    else if (arg == "--lr")
-      o.lr = parseNumber(arg, value(), 0.0);
-    else if (arg == "--min-lr")
-      o.minLr = parseNumber(arg, value(), 0.0);
-    else if (arg == "--warmup")
-      o.warmup = static_cast<double>(parseInt(arg, value(), 0));
-    else if (arg == "--decay-steps")
-      o.decaySteps = static_cast<double>(parseInt(arg, value(), 0));
-    else if (arg == "--clip")
-      o.clip = parseNumber(arg, value(), 0.0);
-    else if (arg == "--checkpoint-dir")
-      o.checkpointDir = value();
-    else if (arg == "--checkpoint-every")
-      o.checkpointEvery = parseInt(arg, value(), 1);
-    else if (arg == "--resume")
-      o.resume = value();
-    else if (arg == "--export")
-      o.exportDir = value();
-    else if (arg == "--plot")
-      o.plot = value();
-    else if (arg == "-h" || arg == "--help") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (!arg.empty() && arg[0] == '-')
-      usageError("unknown flag '" + arg + "' (see --help)");
-    else if (o.plan.empty())
-      o.plan = arg;
-    else
-      usageError("unexpected argument '" + arg + "'");
+  CLI::App app("Runs a tpc plan: evaluates a program on one batch, or trains "
+               "with @train_step (AdamW, warmup + cosine decay, global-norm "
+               "clipping). Under mpirun every rank runs it on the same plan, "
+               "whose grid must have as many ranks.",
+               "tp-run");
+  app.get_formatter()->column_width(34);
+  app.add_option("plan", o.plan, "The plan file (.tpplan)");
+  app.add_option("--data", o.data, "Token file (tpc-tokenize)");
+  app.add_option("--metrics", o.metrics, "Write metrics JSON here");
+  app.add_option("--threads", o.threads, "Threads per rank (default: all)")
+      ->check(
+          numberCheck(true, 1, cpu::maxThreads(), " (4 per hardware thread)"));
+  app.add_flag("--print-plan", o.printPlan, "Print the plan as JSON and exit");
+
+  const char *evaluationGroup = "Evaluation (one batch)";
+  app.add_option("--weights", o.weights,
+                 "Parameters by HF name (f32/f16/bf16 safetensors); default: "
+                 "the deterministic initialisation")
+      ->group(evaluationGroup);
+  app.add_option("--program", o.program,
+                 "Program to run (default: loss, else forward)")
+      ->group(evaluationGroup);
+  app.add_option("--offset", o.offset, "First token of the batch")
+      ->check(numberCheck(true, 0))
+      ->group(evaluationGroup);
+  app.add_option("--repeat", o.repeat, "Runs, for timing (median reported)")
+      ->check(numberCheck(true, 1))
+      ->group(evaluationGroup);
+  app.add_option("--dump", o.dump, "Write forward/loss results (safetensors)")
+      ->group(evaluationGroup);
+  app.add_option("--dump-grads", o.dumpGrads,
+                 "Write every parameter's gradient (safetensors)")
+      ->group(evaluationGroup);
+
+  const char *trainingGroup = "Training";
+  app.add_option("--steps", o.steps, "Train until this step")
+      ->check(numberCheck(true, 1))
+      ->group(trainingGroup);
+  app.add_option("--lr", o.lr, "Peak learning rate (default 3e-4)")
+      ->check(numberCheck(false, 0))
+      ->group(trainingGroup);
+  app.add_option("--min-lr", o.minLr, "Final learning rate (default lr/10)")
+      ->check(numberCheck(false, 0))
+      ->group(trainingGroup);
+  app.add_option("--warmup", o.warmup,
+                 "Linear warmup steps (default min(100, steps/10))")
+      ->check(numberCheck(true, 0))
+      ->group(trainingGroup);
+  app.add_option("--decay-steps", o.decaySteps,
+                 "Cosine decay length (default: steps)")
+      ->check(numberCheck(true, 0))
+      ->group(trainingGroup);
+  app.add_option("--clip", o.clip, "Global gradient-norm clip (default 1)")
+      ->check(numberCheck(false, 0))
+      ->group(trainingGroup);
+  app.add_option("--checkpoint-dir", o.checkpointDir,
+                 "Write checkpoints here (locked while training)")
+      ->group(trainingGroup);
+  app.add_option("--checkpoint-every", o.checkpointEvery,
+                 "Checkpoint every K steps (default: only at the end)")
+      ->check(numberCheck(true, 1))
+      ->group(trainingGroup);
+  app.add_option("--resume", o.resume,
+                 "Continue from a checkpoint (or a directory with 'latest')")
+      ->group(trainingGroup);
+  app.add_option("--export", o.exportDir,
+                 "Write model.safetensors + config.json (HF layout) here")
+      ->group(trainingGroup);
+  app.add_option("--plot", o.plot, "Draw the loss curve (SVG)")
+      ->group(trainingGroup);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &) {
+    std::cout << app.help();
+    std::exit(0);
+  } catch (const CLI::ParseError &error) {
+    usageError(error.what());
   }
+
   if (o.plan.empty())
-    usageError("missing the plan file (usage: tp-run PLAN --data TOKENS ...)");
+    usageError("missing the plan file (usage: tp-run PLAN --data TOKENS ...; "
+               "see --help)");
   if (!o.printPlan && o.data.empty())
     usageError("--data is required to run a program");
   bool training = o.steps > 0;
@@ -343,14 +369,16 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
              std::span<const int32_t> stream) {
   TrainConfig config;
   config.steps = o.steps;
-  const double warmup =
-      o.warmup ? *o.warmup : std::min<double>(100.0, double(o.steps / 10));
-  config.hyperparameters = {
-      static_cast<float>(o.lr),
-      static_cast<float>(o.minLr ? *o.minLr : o.lr / 10),
-      static_cast<float>(warmup),
-      static_cast<float>(o.decaySteps ? *o.decaySteps : double(o.steps)),
-      static_cast<float>(o.clip)};
+  const double warmup = o.warmup
+                            ? double(*o.warmup)
+                            : std::min<double>(100.0, double(o.steps / 10));
+  config.hyperparameters = {static_cast<float>(o.lr),
+                            static_cast<float>(o.minLr ? *o.minLr : o.lr / 10),
+                            static_cast<float>(warmup),
+                            static_cast<float>(o.decaySteps
+                                                   ? double(*o.decaySteps)
+                                                   : double(o.steps)),
+                            static_cast<float>(o.clip)};
   config.checkpointEvery = o.checkpointEvery;
   config.checkpointDir = o.checkpointDir;
   config.resume = o.resume;

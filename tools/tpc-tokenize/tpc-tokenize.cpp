@@ -13,6 +13,8 @@
 #include "tpc/runtime/Tokenizer.h"
 #include "tpc/runtime/Tokens.h"
 
+#include <CLI/CLI.hpp>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,10 +24,6 @@
 #include <vector>
 
 namespace {
-constexpr const char *kUsage =
-    "usage: tpc-tokenize INPUT... -o OUTPUT.tokens [--vocab vocab.json "
-    "--merges merges.txt]";
-
 std::string readInput(const std::string &path) {
   std::FILE *file = std::fopen(path.c_str(), "rb");
   if (!file)
@@ -44,36 +42,30 @@ std::string readInput(const std::string &path) {
 } // namespace
 
 int main(int argc, char **argv) {
+  std::vector<std::string> inputs;
+  std::string output, vocab, merges;
+  CLI::App app("Tokenises text files into a token file: byte-level (one "
+               "token per byte), or GPT-2's byte-level BPE with --vocab and "
+               "--merges. The inputs are concatenated in the order given.",
+               "tpc-tokenize");
+  app.add_option("input", inputs, "Text files")->required();
+  app.add_option("-o", output, "Output token file")->required();
+  CLI::Option *vocabOption =
+      app.add_option("--vocab", vocab, "GPT-2 vocab.json (BPE)");
+  CLI::Option *mergesOption =
+      app.add_option("--merges", merges, "GPT-2 merges.txt (BPE)");
+  vocabOption->needs(mergesOption);
+  mergesOption->needs(vocabOption);
   try {
-    std::vector<std::string> inputs;
-    std::string output, vocab, merges;
-    for (int i = 1; i < argc; ++i) {
-      std::string arg = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc)
-          throw std::invalid_argument(arg + " needs a value");
-        return argv[++i];
-      };
-      if (arg == "-o")
-        output = value();
-      else if (arg == "--vocab")
-        vocab = value();
-      else if (arg == "--merges")
-        merges = value();
-      else if (arg == "-h" || arg == "--help") {
-        std::cout << kUsage << "\n";
-        return 0;
-      } else if (arg.size() > 1 && arg[0] == '-')
-        throw std::invalid_argument("unknown flag '" + arg + "'");
-      else
-        inputs.push_back(arg);
-    }
-    if (inputs.empty() || output.empty())
-      throw std::invalid_argument(kUsage);
-    if (vocab.empty() != merges.empty())
-      throw std::invalid_argument("--vocab and --merges go together: BPE "
-                                  "needs both files");
-
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError &error) {
+    std::cerr << "tpc-tokenize: error: " << error.what() << "\n";
+    return 1;
+  }
+  try {
     std::optional<tpc::runtime::BpeTokenizer> bpe;
     if (!vocab.empty())
       bpe.emplace(tpc::runtime::BpeTokenizer::load(vocab, merges));
