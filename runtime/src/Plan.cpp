@@ -3,6 +3,8 @@
 #include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/DType.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -857,137 +859,102 @@ const plan::Program *LoadedPlan::program(const std::string &name) const {
   return nullptr;
 }
 
-namespace {
-void jsonString(std::ostream &os, const std::string &s) {
-  os << '"';
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\')
-      os << '\\' << c;
-    else if (c < 0x20)
-      os << "\\u" << std::hex << std::setw(4) << std::setfill('0') << int(c)
-         << std::dec << std::setfill(' ');
-    else
-      os << c;
-  }
-  os << '"';
-}
-
-template <typename T>
-void jsonArray(std::ostream &os, const flatbuffers::Vector<T> *v) {
-  os << '[';
-  if (v)
-    for (size_t i = 0; i < v->size(); ++i)
-      os << (i ? ", " : "") << v->Get(i);
-  os << ']';
-}
-} // namespace
-
 void LoadedPlan::printJson(std::ostream &os) const {
+  using Json = nlohmann::ordered_json;
+  auto array = [](const auto *vector) {
+    Json json = Json::array();
+    if (vector)
+      for (auto value : *vector)
+        json.push_back(value);
+    return json;
+  };
   const plan::Plan &p = *root;
-  os << std::setprecision(17);
-  os << "{\n  \"version\": \"" << p.version_major() << "." << p.version_minor()
-     << "\",\n  \"grid\": ";
-  jsonArray(os, p.grid());
-  os << ",\n  \"model_type\": ";
-  jsonString(os, p.model_type() ? p.model_type()->str() : "");
-  os << ",\n  \"params\": [";
-  for (size_t i = 0; i < p.params()->size(); ++i) {
-    const plan::Param &param = *p.params()->Get(i);
-    os << (i ? "," : "") << "\n    {\"name\": ";
-    jsonString(os, param.name()->str());
-    os << ", \"dtype\": \"" << dtypeName(param.dtype()) << "\", \"shape\": ";
-    jsonArray(os, param.shape());
-    if (param.split()) {
-      os << ", \"split\": [";
-      for (size_t d = 0; d < param.split()->size(); ++d) {
-        os << (d ? ", " : "");
-        jsonArray(os, param.split()->Get(d)->axes());
-      }
-      os << "]";
+  Json json;
+  json["version"] = std::to_string(p.version_major()) + "." +
+                    std::to_string(p.version_minor());
+  json["grid"] = array(p.grid());
+  json["model_type"] = p.model_type() ? p.model_type()->str() : "";
+  json["params"] = Json::array();
+  for (const plan::Param *param : *p.params()) {
+    Json entry = {{"name", param->name()->str()},
+                  {"dtype", dtypeName(param->dtype())},
+                  {"shape", array(param->shape())}};
+    if (param->hf_shape())
+      entry["hf_shape"] = array(param->hf_shape());
+    if (param->split()) {
+      entry["split"] = Json::array();
+      for (const plan::Axes *axes : *param->split())
+        entry["split"].push_back(array(axes->axes()));
     }
-    os << ", \"init\": \"" << plan::EnumNameInit(param.init()) << "\"";
-    if (param.init() == plan::Init::Normal)
-      os << ", \"init_std\": " << param.init_std();
-    os << "}";
+    entry["init"] = plan::EnumNameInit(param->init());
+    if (param->init() == plan::Init::Normal)
+      entry["init_std"] = param->init_std();
+    json["params"].push_back(std::move(entry));
   }
-  os << "\n  ],\n  \"programs\": [";
-  for (size_t pi = 0; pi < p.programs()->size(); ++pi) {
-    const plan::Program &program = *p.programs()->Get(pi);
-    os << (pi ? "," : "") << "\n    {\"name\": ";
-    jsonString(os, program.name()->str());
-    os << ", \"arena_bytes\": " << program.arena_bytes() << ",\n";
-    os << "     \"inputs\": [";
-    for (size_t i = 0; i < program.inputs()->size(); ++i) {
-      const plan::Input &input = *program.inputs()->Get(i);
-      os << (i ? ", " : "") << "{\"kind\": \""
-         << plan::EnumNameInputKind(input.kind())
-         << "\", \"tensor\": " << input.tensor() << "}";
+  json["programs"] = Json::array();
+  for (const plan::Program *program : *p.programs()) {
+    Json entry = {{"name", program->name()->str()},
+                  {"arena_bytes", program->arena_bytes()}};
+    entry["inputs"] = Json::array();
+    for (const plan::Input *input : *program->inputs())
+      entry["inputs"].push_back(
+          {{"kind", plan::EnumNameInputKind(input->kind())},
+           {"tensor", input->tensor()}});
+    entry["results"] = array(program->results());
+    if (program->result_names()) {
+      entry["result_names"] = Json::array();
+      for (const flatbuffers::String *name : *program->result_names())
+        entry["result_names"].push_back(name->str());
     }
-    os << "],\n     \"results\": ";
-    jsonArray(os, program.results());
-    if (program.result_names()) {
-      os << ",\n     \"result_names\": [";
-      for (size_t i = 0; i < program.result_names()->size(); ++i) {
-        os << (i ? ", " : "");
-        jsonString(os, program.result_names()->Get(i)->str());
-      }
-      os << "]";
-    }
-    os << ",\n     \"tensors\": [";
-    for (size_t i = 0; i < program.tensors()->size(); ++i) {
-      const plan::Tensor &t = *program.tensors()->Get(i);
-      os << (i ? "," : "") << "\n       {\"id\": " << i << ", \"dtype\": \""
-         << dtypeName(t.dtype()) << "\", \"shape\": ";
-      jsonArray(os, t.shape());
-      os << ", \"storage\": \"" << plan::EnumNameStorage(t.storage()) << "\"";
+    entry["tensors"] = Json::array();
+    for (size_t i = 0; i < program->tensors()->size(); ++i) {
+      const plan::Tensor &t = *program->tensors()->Get(i);
+      Json tensor = {{"id", i},
+                     {"dtype", dtypeName(t.dtype())},
+                     {"shape", array(t.shape())},
+                     {"storage", plan::EnumNameStorage(t.storage())}};
       if (t.storage() == Storage::Arena)
-        os << ", \"offset\": " << t.offset();
+        tensor["offset"] = t.offset();
       else
-        os << ", \"index\": " << t.index();
-      os << "}";
+        tensor["index"] = t.index();
+      entry["tensors"].push_back(std::move(tensor));
     }
-    os << "],\n     \"steps\": [";
-    for (size_t i = 0; i < program.steps()->size(); ++i) {
-      const plan::Step &s = *program.steps()->Get(i);
-      os << (i ? "," : "") << "\n       {\"op\": \"" << opKindName(s.kind())
-         << "\", \"operands\": ";
-      jsonArray(os, s.operands());
-      os << ", \"results\": ";
-      jsonArray(os, s.results());
-      if (s.transpose_lhs())
-        os << ", \"transpose_lhs\": true";
-      if (s.transpose_rhs())
-        os << ", \"transpose_rhs\": true";
-      if (s.causal())
-        os << ", \"causal\": true";
-      if (s.inverse())
-        os << ", \"inverse\": true";
-      if (s.epsilon() != 0.0)
-        os << ", \"epsilon\": " << s.epsilon();
-      if (s.kind() == OpKind::Matmul && s.alpha() != 1.0)
-        os << ", \"alpha\": " << s.alpha();
-      if (s.kind() == OpKind::AllGather || s.kind() == OpKind::ReduceScatter ||
-          s.kind() == OpKind::LocalSplit || s.kind() == OpKind::AllToAll)
-        os << ", \"dim\": " << s.dim();
-      if (s.kind() == OpKind::AllToAll)
-        os << ", \"target_dim\": " << s.target_dim();
-      if (s.kind() == OpKind::Scale)
-        os << ", \"factor\": " << s.factor();
-      if (s.kind() == OpKind::Rotary)
-        os << ", \"theta\": " << s.theta();
-      if (s.ints() && s.ints()->size()) {
-        os << ", \"ints\": ";
-        jsonArray(os, s.ints());
-      }
-      if (s.location() && s.location()->size()) {
-        os << ", \"location\": ";
-        jsonString(os, s.location()->str());
-      }
-      os << "}";
+    entry["steps"] = Json::array();
+    for (const plan::Step *s : *program->steps()) {
+      Json step = {{"op", opKindName(s->kind())},
+                   {"operands", array(s->operands())},
+                   {"results", array(s->results())}};
+      if (s->transpose_lhs())
+        step["transpose_lhs"] = true;
+      if (s->transpose_rhs())
+        step["transpose_rhs"] = true;
+      if (s->causal())
+        step["causal"] = true;
+      if (s->inverse())
+        step["inverse"] = true;
+      if (s->epsilon() != 0.0)
+        step["epsilon"] = s->epsilon();
+      if (s->kind() == OpKind::Matmul && s->alpha() != 1.0)
+        step["alpha"] = s->alpha();
+      if (s->kind() == OpKind::AllGather ||
+          s->kind() == OpKind::ReduceScatter ||
+          s->kind() == OpKind::LocalSplit || s->kind() == OpKind::AllToAll)
+        step["dim"] = s->dim();
+      if (s->kind() == OpKind::AllToAll)
+        step["target_dim"] = s->target_dim();
+      if (s->kind() == OpKind::Scale)
+        step["factor"] = s->factor();
+      if (s->kind() == OpKind::Rotary)
+        step["theta"] = s->theta();
+      if (s->ints() && s->ints()->size())
+        step["ints"] = array(s->ints());
+      if (s->location() && s->location()->size())
+        step["location"] = s->location()->str();
+      entry["steps"].push_back(std::move(step));
     }
-    os << "]}";
+    json["programs"].push_back(std::move(entry));
   }
-  os << "\n  ]\n}\n";
+  os << json.dump(2) << "\n";
 }
 
 } // namespace tpc::runtime

@@ -3,36 +3,36 @@
 // inputs), and the steps with their attributes. tp-run --print-plan loads it
 // through the full verifier and prints it as JSON.
 // RUN: tpc-opt %s --tp-pipeline="train=false" -o %t.tpplan
-// RUN: tp-run %t.tpplan --print-plan | FileCheck %s
+// RUN: tp-run %t.tpplan --print-plan > %t.json
+// RUN: %json %t.json version grid model_type params# params.0 params.1 params.2 programs# programs.0.name programs.0.arena_bytes programs.0.inputs programs.0.results programs.0.result_names programs.0.tensors# programs.0.tensors.0 programs.0.tensors.1 programs.0.tensors.2 programs.0.tensors.3 programs.0.tensors.4 programs.0.tensors.5 programs.0.tensors.6 programs.0.tensors.7 programs.0.steps# programs.0.steps.0 programs.0.steps.1 programs.0.steps.2 programs.0.steps.3 | FileCheck %s
 
-// CHECK: "version": "1.1",
-// CHECK-NEXT: "grid": [1],
-// CHECK-NEXT: "model_type": "test",
-// CHECK-NEXT: "params": [
-// CHECK-NEXT: {"name": "emb.weight", "dtype": "F32", "shape": [16, 8], "init": "Normal", "init_std": 0.02}
-// CHECK-NEXT: {"name": "norm.weight", "dtype": "F32", "shape": [8], "init": "Ones"}
-// CHECK-NEXT: {"name": "norm.bias", "dtype": "F32", "shape": [8], "init": "Zeros"}
-// CHECK-NEXT: ],
-// CHECK-NEXT: "programs": [
-// CHECK-NEXT: {"name": "forward", "arena_bytes": 768,
-// CHECK-NEXT: "inputs": [{"kind": "Tokens", "tensor": 3}],
-// CHECK-NEXT: "results": [7],
-// CHECK-NEXT: "result_names": ["logits"],
-// CHECK-NEXT: "tensors": [
-// CHECK-NEXT: {"id": 0, "dtype": "F32", "shape": [16, 8], "storage": "Param", "index": 0},
-// CHECK-NEXT: {"id": 1, "dtype": "F32", "shape": [8], "storage": "Param", "index": 1},
-// CHECK-NEXT: {"id": 2, "dtype": "F32", "shape": [8], "storage": "Param", "index": 2},
-// CHECK-NEXT: {"id": 3, "dtype": "I32", "shape": [2, 4], "storage": "Input", "index": 0},
-// CHECK-NEXT: {"id": 4, "dtype": "F32", "shape": [2, 4, 8], "storage": "Arena", "offset": 0},
-// CHECK-NEXT: {"id": 5, "dtype": "F32", "shape": [2, 4, 8], "storage": "Arena", "offset": 512},
-// CHECK-NEXT: {"id": 6, "dtype": "F32", "shape": [8, 8], "storage": "Arena", "offset": 512},
-// CHECK-NEXT: {"id": 7, "dtype": "F32", "shape": [8, 16], "storage": "Arena", "offset": 0}],
-// CHECK-NEXT: "steps": [
-// CHECK-NEXT: {"op": "Embedding", "operands": [0, 3], "results": [4], "location": "embed"},
-// CHECK-NEXT: {"op": "LayerNorm", "operands": [4, 1, 2], "results": [5], "epsilon": 0.001, "location": "{{.*}}emit.mlir:[[@LINE+11]]:10"},
-// CHECK-NEXT: {"op": "Reshape", "operands": [5], "results": [6], "location": "{{.*}}"},
-// CHECK-NEXT: {"op": "Matmul", "operands": [6, 0], "results": [7], "transpose_rhs": true, "alpha": 0.25, "location": "{{.*}}"}]}
-// CHECK-NEXT: ]
+// CHECK: version = "1.1"
+// CHECK-NEXT: grid = [1]
+// CHECK-NEXT: model_type = "test"
+// CHECK-NEXT: params# = 3
+// CHECK-NEXT: params.0 = {"name": "emb.weight", "dtype": "F32", "shape": [16, 8], "init": "Normal", "init_std": 0.02}
+// CHECK-NEXT: params.1 = {"name": "norm.weight", "dtype": "F32", "shape": [8], "init": "Ones"}
+// CHECK-NEXT: params.2 = {"name": "norm.bias", "dtype": "F32", "shape": [8], "init": "Zeros"}
+// CHECK-NEXT: programs# = 1
+// CHECK-NEXT: programs.0.name = "forward"
+// CHECK-NEXT: programs.0.arena_bytes = 768
+// CHECK-NEXT: programs.0.inputs = [{"kind": "Tokens", "tensor": 3}]
+// CHECK-NEXT: programs.0.results = [7]
+// CHECK-NEXT: programs.0.result_names = ["logits"]
+// CHECK-NEXT: programs.0.tensors# = 8
+// CHECK-NEXT: programs.0.tensors.0 = {"id": 0, "dtype": "F32", "shape": [16, 8], "storage": "Param", "index": 0}
+// CHECK-NEXT: programs.0.tensors.1 = {"id": 1, "dtype": "F32", "shape": [8], "storage": "Param", "index": 1}
+// CHECK-NEXT: programs.0.tensors.2 = {"id": 2, "dtype": "F32", "shape": [8], "storage": "Param", "index": 2}
+// CHECK-NEXT: programs.0.tensors.3 = {"id": 3, "dtype": "I32", "shape": [2, 4], "storage": "Input", "index": 0}
+// CHECK-NEXT: programs.0.tensors.4 = {"id": 4, "dtype": "F32", "shape": [2, 4, 8], "storage": "Arena", "offset": 0}
+// CHECK-NEXT: programs.0.tensors.5 = {"id": 5, "dtype": "F32", "shape": [2, 4, 8], "storage": "Arena", "offset": 512}
+// CHECK-NEXT: programs.0.tensors.6 = {"id": 6, "dtype": "F32", "shape": [8, 8], "storage": "Arena", "offset": 512}
+// CHECK-NEXT: programs.0.tensors.7 = {"id": 7, "dtype": "F32", "shape": [8, 16], "storage": "Arena", "offset": 0}
+// CHECK-NEXT: programs.0.steps# = 4
+// CHECK-NEXT: programs.0.steps.0 = {"op": "Embedding", "operands": [0, 3], "results": [4], "location": "embed"}
+// CHECK-NEXT: programs.0.steps.1 = {"op": "LayerNorm", "operands": [4, 1, 2], "results": [5], "epsilon": 0.001, "location": "{{.*}}emit.mlir:[[@LINE+10]]:10"}
+// CHECK-NEXT: programs.0.steps.2 = {"op": "Reshape", "operands": [5], "results": [6], "location": "{{.*}}"}
+// CHECK-NEXT: programs.0.steps.3 = {"op": "Matmul", "operands": [6, 0], "results": [7], "transpose_rhs": true, "alpha": 0.25, "location": "{{.*}}"}
 
 module attributes {tp.model_type = "test"} {
   func.func @forward(%emb: tensor<16x8xf32> {tp.param = "emb.weight", tp.init = "normal", tp.init_std = 0.02 : f64},
