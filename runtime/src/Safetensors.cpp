@@ -2,6 +2,8 @@
 
 #include "tpc/runtime/Files.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -131,450 +133,172 @@ size_t invalidUtf8At(std::string_view s) {
   return std::string_view::npos;
 }
 
-void appendUtf8(std::string &out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+using Json = nlohmann::ordered_json;
+
+/// The kind of a JSON value, for type errors ("found an array").
+std::string kindOf(const Json &value) {
+  switch (value.type()) {
+  case Json::value_t::object:
+    return "an object";
+  case Json::value_t::array:
+    return "an array";
+  case Json::value_t::string:
+    return "a string";
+  case Json::value_t::boolean:
+    return "a boolean";
+  case Json::value_t::null:
+    return "null";
+  default:
+    return "a number";
   }
 }
 
-/// Parses the JSON header straight into tensor entries and metadata. It
-/// accepts exactly RFC 8259 JSON, but only in the shape a safetensors header
-/// has, so it needs no document tree and no recursion.
-class HeaderParser {
-public:
-  explicit HeaderParser(std::string_view text) : s_(text) {}
-
-  void parse(std::vector<TensorInfo> &tensors,
-             std::map<std::string, std::string> &metadata) {
-    skipWs();
-    if (atEnd())
-      invalid("header is empty; expected a JSON object");
-    if (peek() != '{')
-      invalid("header is not a JSON object (found " + kindHere() + ")");
-    ++pos_;
-    std::set<std::string, std::less<>> seen;
-    skipWs();
-    if (!consume('}')) {
-      for (;;) {
-        std::string key = parseKey();
-        if (!seen.insert(key).second)
-          invalid("header has duplicate key " + quote(key));
-        if (key == "__metadata__")
-          parseMetadata(metadata);
-        else
-          tensors.push_back(parseTensor(std::move(key)));
-        skipWs();
-        if (consume(','))
-          continue;
-        if (consume('}'))
-          break;
-        syntax("expected ',' or '}' after a header entry");
-      }
+/// Parses the header with nlohmann-json, which checks the RFC 8259 grammar
+/// and UTF-8; the parser callback adds what the reference implementation
+/// also enforces: no key twice in one object, nesting at most 128 deep.
+Json parseHeaderJson(std::string_view text) {
+  constexpr size_t kMaxDepth = 128;
+  // Per open object: its member name in the parent ("" at the top) and the
+  // keys seen so far.
+  std::vector<std::pair<std::string, std::set<std::string>>> objects;
+  std::string lastKey;
+  size_t depth = 0;
+  auto callback = [&](int, Json::parse_event_t event, Json &parsed) {
+    switch (event) {
+    case Json::parse_event_t::object_start:
+    case Json::parse_event_t::array_start:
+      if (++depth > kMaxDepth)
+        invalid("invalid JSON in header: nesting deeper than " +
+                std::to_string(kMaxDepth));
+      if (event == Json::parse_event_t::object_start)
+        objects.emplace_back(objects.empty() ? "" : lastKey,
+                             std::set<std::string>());
+      break;
+    case Json::parse_event_t::object_end:
+      objects.pop_back();
+      --depth;
+      break;
+    case Json::parse_event_t::array_end:
+      --depth;
+      break;
+    case Json::parse_event_t::key: {
+      lastKey = parsed.get_ref<const std::string &>();
+      if (objects.back().second.insert(lastKey).second)
+        break;
+      const std::string &owner = objects.back().first;
+      if (objects.size() == 1)
+        invalid("header has duplicate key " + quote(lastKey));
+      if (objects.size() == 2 && owner == "__metadata__")
+        invalid("\"__metadata__\" has duplicate key " + quote(lastKey));
+      if (objects.size() == 2)
+        invalid(tensorWhere(owner) + ": duplicate key \"" + printable(lastKey) +
+                "\"");
+      invalid("an object in the header has duplicate key " + quote(lastKey));
     }
-    skipWs();
-    if (!atEnd())
-      invalid("trailing characters after the JSON header object at byte " +
-              std::to_string(pos_));
-  }
-
-private:
-  bool atEnd() const { return pos_ >= s_.size(); }
-  char peek() const { return atEnd() ? '\0' : s_[pos_]; }
-  bool consume(char c) {
-    if (atEnd() || s_[pos_] != c)
-      return false;
-    ++pos_;
+    case Json::parse_event_t::value:
+      break;
+    }
     return true;
+  };
+  try {
+    return Json::parse(text.begin(), text.end(), callback);
+  } catch (const Json::parse_error &error) {
+    // nlohmann's message without its "[json.exception.parse_error.N] " tag.
+    std::string what = error.what();
+    if (size_t cut = what.find("] "); cut != std::string::npos)
+      what = what.substr(cut + 2);
+    invalid("invalid JSON in header: " + printable(what, 300));
   }
-  void skipWs() {
-    while (!atEnd() && (s_[pos_] == ' ' || s_[pos_] == '\t' ||
-                        s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  static bool isDigit(char c) { return c >= '0' && c <= '9'; }
+}
 
-  [[noreturn]] void syntax(const std::string &what) const {
-    if (atEnd())
-      invalid("invalid JSON in header: unexpected end of header (" + what +
-              ")");
-    invalid("invalid JSON in header at byte " + std::to_string(pos_) + ": " +
-            what);
-  }
+/// A non-negative JSON integer no larger than `max`; `what` names it.
+uint64_t toUInt(const Json &value, uint64_t max, const std::string &what) {
+  // Integers beyond 2^64 - 1 arrive as floating-point numbers.
+  if (value.is_number_float() && value.get<double>() >= double(max))
+    invalid(what + " is too large: " + printable(value.dump(), 40));
+  if (!value.is_number_unsigned())
+    invalid(what + " must be a non-negative integer, found " +
+            (value.is_number() ? printable(value.dump(), 40) : kindOf(value)));
+  uint64_t v = value.get<uint64_t>();
+  if (v > max)
+    invalid(what + " is too large: " + std::to_string(v));
+  return v;
+}
 
-  /// What kind of JSON value starts here, for type errors.
-  std::string kindHere() const {
-    switch (peek()) {
-    case '{':
-      return "an object";
-    case '[':
-      return "an array";
-    case '"':
-      return "a string";
-    case 't':
-    case 'f':
-      return "a boolean";
-    case 'n':
-      return "null";
-    case '-':
-      return "a number";
-    default:
-      if (isDigit(peek()))
-        return "a number";
-      syntax("expected a JSON value");
+TensorInfo tensorFromJson(std::string name, const Json &entry) {
+  const std::string where = tensorWhere(name);
+  if (!entry.is_object())
+    invalid(where + ": entry must be a JSON object, found " + kindOf(entry));
+  TensorInfo t;
+  t.name = std::move(name);
+  auto dtype = entry.find("dtype");
+  if (dtype == entry.end())
+    invalid(where + ": missing \"dtype\"");
+  if (!dtype->is_string())
+    invalid(where + ": \"dtype\" must be a string, found " + kindOf(*dtype));
+  std::optional<DType> parsed =
+      parseDType(dtype->get_ref<const std::string &>());
+  if (!parsed)
+    invalid(where + ": unsupported dtype \"" +
+            printable(dtype->get_ref<const std::string &>()) +
+            "\" (supported: F32, F16, BF16, I32, I64)");
+  t.dtype = *parsed;
+
+  auto shape = entry.find("shape");
+  if (shape == entry.end())
+    invalid(where + ": missing \"shape\"");
+  if (!shape->is_array())
+    invalid(where +
+            ": \"shape\" must be an array of non-negative integers, found " +
+            kindOf(*shape));
+  for (size_t i = 0; i < shape->size(); ++i)
+    t.shape.push_back(static_cast<int64_t>(toUInt(
+        (*shape)[i], kMaxInt64, where + ": shape[" + std::to_string(i) + "]")));
+
+  auto offsets = entry.find("data_offsets");
+  if (offsets == entry.end())
+    invalid(where + ": missing \"data_offsets\"");
+  const std::string needTwo =
+      ": \"data_offsets\" must be an array of two non-negative integers "
+      "[begin, end]";
+  if (!offsets->is_array())
+    invalid(where + needTwo + ", found " + kindOf(*offsets));
+  if (offsets->size() != 2)
+    invalid(where + needTwo + ", found " +
+            (offsets->empty()       ? std::string("an empty array")
+             : offsets->size() == 1 ? std::string("one entry")
+                                    : std::string("more than two entries")));
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  t.begin = toUInt((*offsets)[0], max, where + ": data_offsets[0]");
+  t.end = toUInt((*offsets)[1], max, where + ": data_offsets[1]");
+  // Other keys are ignored, as by the reference implementation.
+  return t;
+}
+
+/// The header's tensor entries (in file order) and "__metadata__".
+void parseHeader(std::string_view text, std::vector<TensorInfo> &tensors,
+                 std::map<std::string, std::string> &metadata) {
+  if (text.find_first_not_of(" \t\n\r") == std::string_view::npos)
+    invalid("header is empty; expected a JSON object");
+  Json header = parseHeaderJson(text);
+  if (!header.is_object())
+    invalid("header is not a JSON object (found " + kindOf(header) + ")");
+  for (auto &[key, value] : header.items()) {
+    if (key != "__metadata__") {
+      tensors.push_back(tensorFromJson(key, value));
+      continue;
     }
-  }
-
-  /// A member key and its ':' (with surrounding whitespace).
-  std::string parseKey() {
-    skipWs();
-    if (peek() != '"')
-      syntax("expected a string key");
-    std::string key = parseString();
-    skipWs();
-    if (!consume(':'))
-      syntax("expected ':' after a key");
-    skipWs();
-    return key;
-  }
-
-  uint32_t parseHex4() {
-    if (s_.size() - pos_ < 4)
-      syntax("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = s_[pos_];
-      uint32_t d;
-      if (c >= '0' && c <= '9')
-        d = c - '0';
-      else if (c >= 'a' && c <= 'f')
-        d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F')
-        d = c - 'A' + 10;
-      else
-        syntax("invalid \\u escape");
-      v = v * 16 + d;
-      ++pos_;
-    }
-    return v;
-  }
-
-  /// A JSON string starting at the opening quote, unescaped (the header is
-  /// already known to be valid UTF-8).
-  std::string parseString() {
-    ++pos_; // the opening quote
-    std::string out;
-    for (;;) {
-      if (atEnd())
-        syntax("unterminated string");
-      char c = s_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (static_cast<unsigned char>(c) < 0x20)
-        syntax("unescaped control character in string");
-      ++pos_;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (atEnd())
-        syntax("unterminated string");
-      char e = s_[pos_];
-      ++pos_;
-      switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out += e;
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        uint32_t cp = parseHex4();
-        if (cp >= 0xDC00 && cp <= 0xDFFF)
-          syntax("unpaired surrogate in \\u escape");
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          if (s_.size() - pos_ < 2 || s_[pos_] != '\\' || s_[pos_ + 1] != 'u')
-            syntax("unpaired surrogate in \\u escape");
-          pos_ += 2;
-          uint32_t low = parseHex4();
-          if (low < 0xDC00 || low > 0xDFFF)
-            syntax("unpaired surrogate in \\u escape");
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-        }
-        appendUtf8(out, cp);
-        break;
-      }
-      default:
-        --pos_;
-        syntax("invalid escape in string");
-      }
-    }
-  }
-
-  /// A JSON number token (strict RFC 8259 grammar).
-  std::string_view parseNumberToken() {
-    size_t start = pos_;
-    consume('-');
-    if (consume('0')) {
-    } else if (isDigit(peek())) {
-      while (isDigit(peek()))
-        ++pos_;
-    } else {
-      syntax("invalid number");
-    }
-    if (consume('.')) {
-      if (!isDigit(peek()))
-        syntax("invalid number");
-      while (isDigit(peek()))
-        ++pos_;
-    }
-    if (consume('e') || consume('E')) {
-      if (!consume('+'))
-        consume('-');
-      if (!isDigit(peek()))
-        syntax("invalid number");
-      while (isDigit(peek()))
-        ++pos_;
-    }
-    return s_.substr(start, pos_ - start);
-  }
-
-  /// A non-negative JSON integer no larger than `max`; `what` names it in
-  /// errors.
-  template <typename What> uint64_t parseUInt(uint64_t max, What what) {
-    skipWs();
-    if (peek() != '-' && !isDigit(peek()))
-      invalid(what() + " must be a non-negative integer, found " + kindHere());
-    std::string_view token = parseNumberToken();
-    if (token[0] == '-' || token.find_first_of(".eE") != token.npos)
-      invalid(what() + " must be a non-negative integer, found " +
-              printable(token, 40));
-    uint64_t v = 0;
-    for (char c : token) {
-      auto d = static_cast<uint64_t>(c - '0');
-      if (v > (max - d) / 10)
-        invalid(what() + " is too large: " + printable(token, 40));
-      v = v * 10 + d;
-    }
-    return v;
-  }
-
-  /// Skips any JSON value (nested at most kMaxDepth deep, as serde_json).
-  void skipValue(int depth) {
-    constexpr int kMaxDepth = 128;
-    if (depth >= kMaxDepth)
-      syntax("nesting too deep");
-    switch (peek()) {
-    case '{':
-      ++pos_;
-      skipWs();
-      if (consume('}'))
-        return;
-      for (;;) {
-        parseKey();
-        skipValue(depth + 1);
-        skipWs();
-        if (consume(','))
-          continue;
-        if (consume('}'))
-          return;
-        syntax("expected ',' or '}' in an object");
-      }
-    case '[':
-      ++pos_;
-      skipWs();
-      if (consume(']'))
-        return;
-      for (;;) {
-        skipWs();
-        skipValue(depth + 1);
-        skipWs();
-        if (consume(','))
-          continue;
-        if (consume(']'))
-          return;
-        syntax("expected ',' or ']' in an array");
-      }
-    case '"':
-      parseString();
-      return;
-    case 't':
-      return skipLiteral("true");
-    case 'f':
-      return skipLiteral("false");
-    case 'n':
-      return skipLiteral("null");
-    default:
-      if (peek() != '-' && !isDigit(peek()))
-        syntax("expected a JSON value");
-      parseNumberToken();
-    }
-  }
-
-  void skipLiteral(std::string_view literal) {
-    if (s_.substr(pos_, literal.size()) != literal)
-      syntax("invalid literal");
-    pos_ += literal.size();
-  }
-
-  TensorInfo parseTensor(std::string name) {
-    std::string where = tensorWhere(name);
-    if (peek() != '{')
-      invalid(where + ": entry must be a JSON object, found " + kindHere());
-    ++pos_;
-    TensorInfo t;
-    t.name = std::move(name);
-    t.dtype = DType::F32;
-    bool hasDtype = false, hasShape = false, hasOffsets = false;
-    auto once = [&](bool &has, const std::string &key) {
-      if (has)
-        invalid(where + ": duplicate key \"" + key + "\"");
-      has = true;
-    };
-    skipWs();
-    if (!consume('}')) {
-      for (;;) {
-        std::string key = parseKey();
-        if (key == "dtype") {
-          once(hasDtype, key);
-          if (peek() != '"')
-            invalid(where + ": \"dtype\" must be a string, found " +
-                    kindHere());
-          std::string dtype = parseString();
-          std::optional<DType> parsed = parseDType(dtype);
-          if (!parsed)
-            invalid(where + ": unsupported dtype \"" + printable(dtype) +
-                    "\" (supported: F32, F16, BF16, I32, I64)");
-          t.dtype = *parsed;
-        } else if (key == "shape") {
-          once(hasShape, key);
-          parseShape(where, t.shape);
-        } else if (key == "data_offsets") {
-          once(hasOffsets, key);
-          parseOffsets(where, t);
-        } else {
-          skipValue(0); // ignored, as by the reference
-        }
-        skipWs();
-        if (consume(','))
-          continue;
-        if (consume('}'))
-          break;
-        syntax("expected ',' or '}' in a tensor entry");
-      }
-    }
-    if (!hasDtype)
-      invalid(where + ": missing \"dtype\"");
-    if (!hasShape)
-      invalid(where + ": missing \"shape\"");
-    if (!hasOffsets)
-      invalid(where + ": missing \"data_offsets\"");
-    return t;
-  }
-
-  void parseShape(const std::string &where, std::vector<int64_t> &shape) {
-    if (peek() != '[')
-      invalid(where +
-              ": \"shape\" must be an array of non-negative integers, found " +
-              kindHere());
-    ++pos_;
-    skipWs();
-    if (consume(']'))
-      return;
-    for (;;) {
-      size_t i = shape.size();
-      shape.push_back(static_cast<int64_t>(parseUInt(kMaxInt64, [&] {
-        return where + ": shape[" + std::to_string(i) + "]";
-      })));
-      skipWs();
-      if (consume(','))
-        continue;
-      if (consume(']'))
-        return;
-      syntax("expected ',' or ']' in \"shape\"");
-    }
-  }
-
-  void parseOffsets(const std::string &where, TensorInfo &t) {
-    const std::string needTwo =
-        ": \"data_offsets\" must be an array of two non-negative integers "
-        "[begin, end]";
-    if (peek() != '[')
-      invalid(where + needTwo + ", found " + kindHere());
-    ++pos_;
-    skipWs();
-    if (consume(']'))
-      invalid(where + needTwo + ", found an empty array");
-    uint64_t max = std::numeric_limits<uint64_t>::max();
-    t.begin = parseUInt(max, [&] { return where + ": data_offsets[0]"; });
-    skipWs();
-    if (consume(']'))
-      invalid(where + needTwo + ", found one entry");
-    if (!consume(','))
-      syntax("expected ',' in \"data_offsets\"");
-    t.end = parseUInt(max, [&] { return where + ": data_offsets[1]"; });
-    skipWs();
-    if (consume(','))
-      invalid(where + needTwo + ", found more than two entries");
-    if (!consume(']'))
-      syntax("expected ']' after \"data_offsets\"");
-  }
-
-  void parseMetadata(std::map<std::string, std::string> &metadata) {
-    if (peek() != '{')
+    if (!value.is_object())
       invalid("\"__metadata__\" must be an object of string values, found " +
-              kindHere());
-    ++pos_;
-    skipWs();
-    if (consume('}'))
-      return;
-    for (;;) {
-      std::string key = parseKey();
-      if (metadata.count(key))
-        invalid("\"__metadata__\" has duplicate key " + quote(key));
-      if (peek() != '"')
-        invalid("\"__metadata__\" value for key " + quote(key) +
-                " must be a string, found " + kindHere());
-      metadata.emplace(std::move(key), parseString());
-      skipWs();
-      if (consume(','))
-        continue;
-      if (consume('}'))
-        return;
-      syntax("expected ',' or '}' in \"__metadata__\"");
+              kindOf(value));
+    for (auto &[name, entry] : value.items()) {
+      if (!entry.is_string())
+        invalid("\"__metadata__\" value for key " + quote(name) +
+                " must be a string, found " + kindOf(entry));
+      metadata.emplace(name, entry.get<std::string>());
     }
   }
-
-  std::string_view s_;
-  size_t pos_ = 0;
-};
+}
 
 /// Checks sizes and offsets and sorts `tensors` by offset; they must tile the
 /// `dataSize`-byte data section exactly, as the reference requires.
@@ -820,7 +544,7 @@ SafetensorsFile SafetensorsFile::open(const std::string &path) {
   try {
     if (size_t at = invalidUtf8At(header); at != header.npos)
       invalid("header is not valid UTF-8 (at byte " + std::to_string(at) + ")");
-    HeaderParser(header).parse(file.tensors_, file.metadata_);
+    parseHeader(header, file.tensors_, file.metadata_);
     validateLayout(file.tensors_, dataSize);
   } catch (const Invalid &e) {
     throw fail(e.message);

@@ -611,17 +611,20 @@ TEST_F(SafetensorsTest, RejectsInvalidJson) {
                  const std::string &needle) {
     expectHeaderEditRejected(name, from, to, needle);
   };
-  bad("missing-comma.st", "[2,2]", "[2 2]", "invalid JSON in header at byte");
+  bad("missing-comma.st", "[2,2]", "[2 2]",
+      "invalid JSON in header: parse error at line 1, column");
   bad("missing-colon.st", R"("a":)", R"("a")", "invalid JSON");
-  bad("bad-escape.st", R"("format")", R"("form\at")", "invalid escape");
-  bad("lone-surrogate.st", R"("format")", R"("\ud800")", "unpaired surrogate");
+  bad("bad-escape.st", R"("format")", R"("form\at")",
+      "invalid string: forbidden character after backslash");
+  bad("lone-surrogate.st", R"("format")", R"("\ud800")",
+      "surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF");
   bad("bad-number.st", "[2,2]", "[02,2]", "invalid JSON");
   bad("control-char.st", R"("pt")", "\"p\tt\"", "control character");
   bad("single-quotes.st", R"("pt")", "'pt'", "invalid JSON");
   bad("trailing-comma.st", "[2,2]", "[2,2,]", "invalid JSON");
-  bad("trailing-garbage.st", "}}", "}}x", "trailing characters");
-  bad("two-objects.st", "}}", "}}{}", "trailing characters");
-  bad("cut-short.st", "}}", "}", "unexpected end of header");
+  bad("trailing-garbage.st", "}}", "}}x", "expected end of input");
+  bad("two-objects.st", "}}", "}}{}", "expected end of input");
+  bad("cut-short.st", "}}", "}", "unexpected end of input");
   bad("not-utf8.st", R"("pt")", "\"p\xfft\"", "not valid UTF-8");
   bad("overlong-utf8.st", R"("pt")", "\"\xc0\xafpt\"", "not valid UTF-8");
 }
@@ -663,7 +666,8 @@ TEST_F(SafetensorsTest, RejectsBadTensorEntries) {
       "shape[0] must be a non-negative integer, found -2");
   bad("shape-float.st", "[2,2]", "[2,2.0]",
       "shape[1] must be a non-negative integer, found 2.0");
-  bad("shape-exp.st", "[2,2]", "[2e0,2]", "found 2e0");
+  bad("shape-exp.st", "[2,2]", "[2e0,2]",
+      "must be a non-negative integer, found 2.0");
   bad("shape-null.st", "[2,2]", "[2,null]",
       "shape[1] must be a non-negative integer, found null");
   bad("shape-huge.st", "[2,2]", "[2,99999999999999999999]", "too large");
@@ -692,7 +696,7 @@ TEST_F(SafetensorsTest, IgnoresUnknownTensorKeysLikeTheReference) {
                                return replaced(h, R"("shape":[2,2],)",
                                                R"("shape":[2,2],"x":[tru],)");
                              }),
-                  "invalid JSON in header at byte");
+                  "invalid JSON in header: parse error at line 1, column");
   expectOpenError(withHeader("extra-deep.st",
                              [](std::string h) {
                                return replaced(h, R"("shape":[2,2],)",
@@ -701,7 +705,7 @@ TEST_F(SafetensorsTest, IgnoresUnknownTensorKeysLikeTheReference) {
                                                    std::string(1000, ']') +
                                                    ",");
                              }),
-                  "nesting too deep");
+                  "nesting deeper than 128");
 }
 
 TEST_F(SafetensorsTest, RejectsSizeMismatch) {

@@ -16,13 +16,16 @@
 // duplicate JSON keys (the reference keeps the last one, both for tensor
 // names and "__metadata__" keys) and a null "__metadata__" (the reference
 // treats it as absent). Only the dtypes below are supported; a file with any
-// other dtype (F64, U8, F8_*, ...) is rejected.
+// other dtype (F64, U8, F8_*, ...) is rejected. The header is parsed by
+// nlohmann-json (RFC 8259 grammar, UTF-8, surrogate pairs), with a parser
+// callback for duplicate keys and a nesting limit of 128.
 //
 // Every failure of open() is a std::runtime_error with a one-line message
 // that starts with the file's path.
 #pragma once
 
 #include "tpc/runtime/DType.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
