@@ -22,4 +22,23 @@ def TP_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   ];
 }
 
+def TP_PlanOpInterface : OpInterface<"PlanOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    The runtime kernel that executes this op in a plan. The dialect does not
+    depend on the runtime's plan schema: the kind is the name of a
+    `tpc.plan.OpKind` enumerator (runtime/schema), which the plan emitter
+    maps 1:1 by name, so a misspelt kind is an emission error, not a
+    silently wrong kernel. An empty kind means the op has no kernel and must
+    be lowered before emission (tp.redistribute).
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/"Returns the plan op kind's name, or an empty string.",
+      /*retTy=*/"::llvm::StringRef",
+      /*methodName=*/"getPlanOpKind",
+      /*args=*/(ins)>,
+  ];
+}
+
 #endif // TPC_DIALECT_TP_IR_TPINTERFACES_TD

@@ -32,8 +32,15 @@ class TP_Op<string mnemonic, list<Trait> traits = []>
 class TP_ComputeOp<string mnemonic, list<Trait> traits = []>
     : TP_Op<mnemonic, !listconcat(traits, [
         Pure, DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>,
+        TP_PlanOpInterface,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  // The tpc.plan.OpKind enumerator that runs this op (see PlanOpInterface);
+  // empty for an op that must be lowered before emission.
+  string planOpKind = "";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::llvm::StringRef getPlanOpKind() { return "}] # planOpKind # [{"; }
+  }];
   let assemblyFormat = [{
     operands attr-dict `:` functional-type(operands, results)
   }];
@@ -99,12 +106,14 @@ def TP_GridOp : TP_Op<"grid", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 //===----------------------------------------------------------------------===//
 
 def TP_EmbeddingOp : TP_ComputeOp<"embedding"> {
+  let planOpKind = "Embedding";
   let summary = "Embedding lookup: result[t..., :] = table[ids[t...], :]";
   let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids);
   let results = (outs TP_FloatTensor:$result);
 }
 
 def TP_EmbeddingGradOp : TP_ComputeOp<"embedding_grad"> {
+  let planOpKind = "EmbeddingGrad";
   let summary = "Embedding gradient: scatter-add of result_grad rows by ids";
   let description = [{
     `table_grad[v, :] = sum over t with ids[t] == v of result_grad[t, :]`.
@@ -119,6 +128,7 @@ def TP_EmbeddingGradOp : TP_ComputeOp<"embedding_grad"> {
 //===----------------------------------------------------------------------===//
 
 def TP_MatmulOp : TP_ComputeOp<"matmul"> {
+  let planOpKind = "Matmul";
   let summary = "(Batched) matrix product with optional transposes";
   let description = [{
     `lhs` is `[b..., M, K]` (`[b..., K, M]` with `transpose_lhs`), `rhs` is
@@ -140,12 +150,21 @@ def TP_MatmulOp : TP_ComputeOp<"matmul"> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-def TP_AddOp : TP_BinaryOp<"add", "Elementwise sum">;
-def TP_SubOp : TP_BinaryOp<"sub", "Elementwise difference">;
-def TP_MulOp : TP_BinaryOp<"mul", "Elementwise product">;
-def TP_DivOp : TP_BinaryOp<"div", "Elementwise quotient">;
+def TP_AddOp : TP_BinaryOp<"add", "Elementwise sum"> {
+  let planOpKind = "Add";
+}
+def TP_SubOp : TP_BinaryOp<"sub", "Elementwise difference"> {
+  let planOpKind = "Sub";
+}
+def TP_MulOp : TP_BinaryOp<"mul", "Elementwise product"> {
+  let planOpKind = "Mul";
+}
+def TP_DivOp : TP_BinaryOp<"div", "Elementwise quotient"> {
+  let planOpKind = "Div";
+}
 
 def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>]> {
+  let planOpKind = "Scale";
   let summary = "Multiplication by a compile-time constant";
   let arguments = (ins TP_FloatTensor:$input, F64Attr:$factor);
   let results = (outs TP_FloatTensor:$result);
@@ -154,16 +173,25 @@ def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>]> {
   let hasCanonicalizer = 1;
 }
 
-def TP_GeluOp : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)">;
-def TP_SiluOp : TP_UnaryOp<"silu", "SiLU: x * sigmoid(x)">;
-def TP_GeluGradOp : TP_UnaryGradOp<"gelu_grad", "Gradient of tp.gelu">;
-def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu">;
+def TP_GeluOp : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)"> {
+  let planOpKind = "Gelu";
+}
+def TP_SiluOp : TP_UnaryOp<"silu", "SiLU: x * sigmoid(x)"> {
+  let planOpKind = "Silu";
+}
+def TP_GeluGradOp : TP_UnaryGradOp<"gelu_grad", "Gradient of tp.gelu"> {
+  let planOpKind = "GeluGrad";
+}
+def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu"> {
+  let planOpKind = "SiluGrad";
+}
 
 //===----------------------------------------------------------------------===//
 // Normalisation and attention pieces
 //===----------------------------------------------------------------------===//
 
 def TP_LayerNormOp : TP_ComputeOp<"layer_norm"> {
+  let planOpKind = "LayerNorm";
   let summary = "Layer normalisation over the last dimension";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
                        TP_FloatTensor:$beta,
@@ -172,6 +200,7 @@ def TP_LayerNormOp : TP_ComputeOp<"layer_norm"> {
 }
 
 def TP_LayerNormGradOp : TP_ComputeOp<"layer_norm_grad"> {
+  let planOpKind = "LayerNormGrad";
   let summary = "Gradients of tp.layer_norm w.r.t. input, gamma and beta";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
                        TP_FloatTensor:$gamma,
@@ -181,6 +210,7 @@ def TP_LayerNormGradOp : TP_ComputeOp<"layer_norm_grad"> {
 }
 
 def TP_RmsNormOp : TP_ComputeOp<"rms_norm"> {
+  let planOpKind = "RmsNorm";
   let summary = "RMS normalisation over the last dimension (LLaMA)";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
                        DefaultValuedAttr<F64Attr, "1.0e-6">:$epsilon);
@@ -188,6 +218,7 @@ def TP_RmsNormOp : TP_ComputeOp<"rms_norm"> {
 }
 
 def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
+  let planOpKind = "RmsNormGrad";
   let summary = "Gradients of tp.rms_norm w.r.t. input and gamma";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
                        TP_FloatTensor:$gamma,
@@ -196,6 +227,7 @@ def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
 }
 
 def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>]> {
+  let planOpKind = "Softmax";
   let summary = "Softmax over the last dimension, optionally causally masked";
   let description = [{
     With `causal`, the last two dimensions are `[queries, keys]` (equal
@@ -207,12 +239,14 @@ def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>]>
 }
 
 def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad"> {
+  let planOpKind = "SoftmaxGrad";
   let summary = "Gradient of tp.softmax from its result: y * (dy - sum(dy * y))";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$result);
   let results = (outs TP_FloatTensor:$input_grad);
 }
 
 def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>]> {
+  let planOpKind = "Rotary";
   let summary = "Rotary position embedding (rotate-half form, as in LLaMA)";
   let description = [{
     `input` is `[..., S, D]` with D even; position p = index along S rotates
@@ -231,12 +265,14 @@ def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>]> {
 //===----------------------------------------------------------------------===//
 
 def TP_ReshapeOp : TP_ComputeOp<"reshape"> {
+  let planOpKind = "Reshape";
   let summary = "Reshape to a static shape with the same number of elements";
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$result);
 }
 
 def TP_SliceOp : TP_ComputeOp<"slice"> {
+  let planOpKind = "Slice";
   let summary = "Static slice: result = input[offsets[d] : offsets[d] + size[d]]";
   let description = [{
     The slice sizes come from the result type. Used for GPT-2's fused QKV
@@ -247,18 +283,21 @@ def TP_SliceOp : TP_ComputeOp<"slice"> {
 }
 
 def TP_TransposeOp : TP_ComputeOp<"transpose"> {
+  let planOpKind = "Transpose";
   let summary = "Permute dimensions: result dim i is input dim permutation[i]";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
   let results = (outs TP_FloatTensor:$result);
 }
 
 def TP_ReduceSumOp : TP_ComputeOp<"reduce_sum"> {
+  let planOpKind = "ReduceSum";
   let summary = "Sum over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
   let results = (outs TP_FloatTensor:$result);
 }
 
 def TP_ReduceMeanOp : TP_ComputeOp<"reduce_mean"> {
+  let planOpKind = "ReduceMean";
   let summary = "Mean over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
   let results = (outs TP_FloatTensor:$result);
@@ -269,12 +308,14 @@ def TP_ReduceMeanOp : TP_ComputeOp<"reduce_mean"> {
 //===----------------------------------------------------------------------===//
 
 def TP_CrossEntropyOp : TP_ComputeOp<"cross_entropy"> {
+  let planOpKind = "CrossEntropy";
   let summary = "Mean softmax cross-entropy over tokens with integer targets";
   let arguments = (ins TP_FloatTensor:$logits, TP_IndexTensor:$targets);
   let results = (outs TP_F32Scalar:$loss);
 }
 
 def TP_CrossEntropyGradOp : TP_ComputeOp<"cross_entropy_grad"> {
+  let planOpKind = "CrossEntropyGrad";
   let summary = "Gradient of tp.cross_entropy w.r.t. logits";
   let description = [{
     `(softmax(logits) - onehot(targets)) * loss_grad / num_tokens`.
@@ -289,6 +330,7 @@ def TP_CrossEntropyGradOp : TP_ComputeOp<"cross_entropy_grad"> {
 //===----------------------------------------------------------------------===//
 
 def TP_AdamWOp : TP_ComputeOp<"adamw"> {
+  let planOpKind = "AdamW";
   let summary = "One AdamW update of a parameter and its moments";
   let description = [{
     With t = step (1-based) and g = grad * grad_scale (the clipping factor),
@@ -311,6 +353,7 @@ def TP_AdamWOp : TP_ComputeOp<"adamw"> {
 }
 
 def TP_NormSquaredOp : TP_ComputeOp<"norm_squared"> {
+  let planOpKind = "NormSquared";
   let summary = "Sum of squares of all elements (for global-norm clipping)";
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_F32Scalar:$result);
@@ -318,6 +361,7 @@ def TP_NormSquaredOp : TP_ComputeOp<"norm_squared"> {
 }
 
 def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule"> {
+  let planOpKind = "LrSchedule";
   let summary = "Learning rate: linear warmup, then cosine decay";
   let description = [{
     `hyperparameters` is `[peak_lr, min_lr, warmup_steps, decay_steps,
@@ -333,6 +377,7 @@ def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule"> {
 }
 
 def TP_ClipScaleOp : TP_ComputeOp<"clip_scale"> {
+  let planOpKind = "ClipScale";
   let summary = "Global-norm gradient clipping factor";
   let description = [{
     `min(1, max_grad_norm / (sqrt(sum_squares) + 1e-6))` with
@@ -349,6 +394,7 @@ def TP_ClipScaleOp : TP_ComputeOp<"clip_scale"> {
 //===----------------------------------------------------------------------===//
 
 def TP_ConstantOp : TP_ComputeOp<"constant"> {
+  let planOpKind = "Constant";
   let summary = "A tensor filled with one value";
   let arguments = (ins F64Attr:$value);
   let results = (outs TP_FloatTensor:$result);
@@ -357,6 +403,7 @@ def TP_ConstantOp : TP_ComputeOp<"constant"> {
 }
 
 def TP_PadOp : TP_ComputeOp<"pad"> {
+  let planOpKind = "Pad";
   let summary = "Zero tensor of the result type with the input at `offsets`";
   let description = [{
     The gradient of `tp.slice`: `result[offsets + i] = input[i]`, zero
@@ -383,6 +430,7 @@ class TP_CollectiveOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
 
 def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
     "Sum a pending partial over grid axes"> {
+  let planOpKind = "AllReduce";
   let description = [{
     Removes `grid_axes` from the input's partial axes; every rank of each
     group ends with the full sum.
@@ -392,6 +440,7 @@ def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
 
 def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
     "Gather the shards of one dimension"> {
+  let planOpKind = "AllGather";
   let description = [{
     `grid_axes` must be the minor end of the axes splitting dimension `dim`;
     they are removed from it.
@@ -402,6 +451,7 @@ def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
 
 def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter",
     "Sum a pending partial and keep one shard of a dimension"> {
+  let planOpKind = "ReduceScatter";
   let description = [{
     Removes `grid_axes` from the partial axes and appends them to the axes
     splitting `dim`: an all-reduce followed by a local slice, at the cost of
@@ -413,6 +463,7 @@ def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter",
 
 def TP_AllToAllOp : TP_CollectiveOp<"all_to_all",
     "Move a split from one dimension to another"> {
+  let planOpKind = "AllToAll";
   let description = [{
     `grid_axes` (the minor end of `source_dim`'s axes) move to the minor end
     of `target_dim`'s axes.
@@ -423,6 +474,7 @@ def TP_AllToAllOp : TP_CollectiveOp<"all_to_all",
 
 def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
     "Keep one shard of a replicated dimension (no communication)"> {
+  let planOpKind = "LocalSplit";
   let description = [{
     Appends `grid_axes`, unused by the input's layout, to the axes splitting
     `dim`: each rank keeps its own slice of data it already holds.
