@@ -196,9 +196,9 @@ LogicalResult checkShardedOps(ModuleOp module) {
         !checkSplits(op->getResultTypes(), rule.getResultFactors(), "result"))
       return WalkResult::interrupt();
     bool partialIn = llvm::any_of(op->getOperandTypes(), isPartial);
-    bool linear = isa<AllReduceOp, ReduceScatterOp, ReshapeOp, TransposeOp,
-                      SliceOp, PadOp, ScaleOp, ReduceSumOp, AddOp, SubOp>(op);
-    if (partialIn && !linear) {
+    bool passes = op->hasTrait<OpTrait::tp::PassesPartialSums>();
+    if (partialIn && !passes &&
+        !op->hasTrait<OpTrait::tp::ReducesPartialSums>()) {
       op->emitOpError() << "tp-partition: consumes a pending partial sum but "
                            "is not linear; reduce it first";
       return WalkResult::interrupt();
@@ -207,9 +207,10 @@ LogicalResult checkShardedOps(ModuleOp module) {
       DistAttr dist = getDistLayout(type);
       return dist ? dist.getPartial().asArrayRef() : ArrayRef<int64_t>();
     };
-    if (partialIn && isa<AddOp, SubOp>(op) &&
-        partialOf(op->getOperand(0).getType()) !=
-            partialOf(op->getOperand(1).getType())) {
+    if (partialIn && passes &&
+        llvm::any_of(op->getOperandTypes(), [&](Type type) {
+          return partialOf(type) != partialOf(op->getOperand(0).getType());
+        })) {
       op->emitOpError() << "tp-partition: adds a partial sum to a value that "
                            "is not partial over the same axes";
       return WalkResult::interrupt();

@@ -41,4 +41,22 @@ def TP_PlanOpInterface : OpInterface<"PlanOpInterface"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Traits (C++ side in TPTraits.h)
+//===----------------------------------------------------------------------===//
+
+class TP_OpTrait<string name> : NativeOpTrait<name> {
+  let cppNamespace = "::mlir::OpTrait::tp";
+}
+
+// Linear in the operands jointly: pending partial sums over the same grid
+// axes pass through to the result.
+def TP_PassesPartialSums : TP_OpTrait<"PassesPartialSums">;
+
+// A collective that sums a pending partial of its operand.
+def TP_ReducesPartialSums : TP_OpTrait<"ReducesPartialSums">;
+
+// The result is operand 0's elements rearranged or a subset of them.
+def TP_IsView : TP_OpTrait<"IsView">;
+
 #endif // TPC_DIALECT_TP_IR_TPINTERFACES_TD

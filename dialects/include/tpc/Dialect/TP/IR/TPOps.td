@@ -68,7 +68,8 @@ class TP_UnaryGradOp<string mnemonic, string desc>
   let results = (outs TP_FloatTensor:$input_grad);
 }
 
-class TP_BinaryOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
+class TP_BinaryOp<string mnemonic, string desc, list<Trait> traits = []>
+    : TP_ComputeOp<mnemonic, traits> {
   let summary = desc;
   let description = [{
     Elementwise with NumPy-style broadcasting: operands are aligned on their
@@ -150,10 +151,11 @@ def TP_MatmulOp : TP_ComputeOp<"matmul"> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-def TP_AddOp : TP_BinaryOp<"add", "Elementwise sum"> {
+def TP_AddOp : TP_BinaryOp<"add", "Elementwise sum", [TP_PassesPartialSums]> {
   let planOpKind = "Add";
 }
-def TP_SubOp : TP_BinaryOp<"sub", "Elementwise difference"> {
+def TP_SubOp
+    : TP_BinaryOp<"sub", "Elementwise difference", [TP_PassesPartialSums]> {
   let planOpKind = "Sub";
 }
 def TP_MulOp : TP_BinaryOp<"mul", "Elementwise product"> {
@@ -163,7 +165,8 @@ def TP_DivOp : TP_BinaryOp<"div", "Elementwise quotient"> {
   let planOpKind = "Div";
 }
 
-def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>]> {
+def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>,
+                                        TP_PassesPartialSums]> {
   let planOpKind = "Scale";
   let summary = "Multiplication by a compile-time constant";
   let arguments = (ins TP_FloatTensor:$input, F64Attr:$factor);
@@ -264,14 +267,15 @@ def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>]> {
 // Shape manipulation and reductions
 //===----------------------------------------------------------------------===//
 
-def TP_ReshapeOp : TP_ComputeOp<"reshape"> {
+def TP_ReshapeOp
+    : TP_ComputeOp<"reshape", [TP_PassesPartialSums, TP_IsView]> {
   let planOpKind = "Reshape";
   let summary = "Reshape to a static shape with the same number of elements";
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_SliceOp : TP_ComputeOp<"slice"> {
+def TP_SliceOp : TP_ComputeOp<"slice", [TP_PassesPartialSums, TP_IsView]> {
   let planOpKind = "Slice";
   let summary = "Static slice: result = input[offsets[d] : offsets[d] + size[d]]";
   let description = [{
@@ -282,14 +286,15 @@ def TP_SliceOp : TP_ComputeOp<"slice"> {
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_TransposeOp : TP_ComputeOp<"transpose"> {
+def TP_TransposeOp
+    : TP_ComputeOp<"transpose", [TP_PassesPartialSums, TP_IsView]> {
   let planOpKind = "Transpose";
   let summary = "Permute dimensions: result dim i is input dim permutation[i]";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_ReduceSumOp : TP_ComputeOp<"reduce_sum"> {
+def TP_ReduceSumOp : TP_ComputeOp<"reduce_sum", [TP_PassesPartialSums]> {
   let planOpKind = "ReduceSum";
   let summary = "Sum over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
@@ -402,7 +407,7 @@ def TP_ConstantOp : TP_ComputeOp<"constant"> {
   let hasVerifier = 0;
 }
 
-def TP_PadOp : TP_ComputeOp<"pad"> {
+def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums]> {
   let planOpKind = "Pad";
   let summary = "Zero tensor of the result type with the input at `offsets`";
   let description = [{
@@ -420,7 +425,8 @@ def TP_PadOp : TP_ComputeOp<"pad"> {
 // A collective on the grid axes `grid_axes`: the result's #tp.dist layout
 // is the input's with exactly the change the op names, which the verifier
 // checks. Global view: shapes are unchanged.
-class TP_CollectiveOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
+class TP_CollectiveOp<string mnemonic, string desc, list<Trait> traits = []>
+    : TP_ComputeOp<mnemonic, traits> {
   let summary = desc;
   let results = (outs TP_AnyTensor:$result);
   let assemblyFormat = [{
@@ -429,7 +435,7 @@ class TP_CollectiveOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
 }
 
 def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
-    "Sum a pending partial over grid axes"> {
+    "Sum a pending partial over grid axes", [TP_ReducesPartialSums]> {
   let planOpKind = "AllReduce";
   let description = [{
     Removes `grid_axes` from the input's partial axes; every rank of each
@@ -450,7 +456,8 @@ def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
 }
 
 def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter",
-    "Sum a pending partial and keep one shard of a dimension"> {
+    "Sum a pending partial and keep one shard of a dimension",
+    [TP_ReducesPartialSums]> {
   let planOpKind = "ReduceScatter";
   let description = [{
     Removes `grid_axes` from the partial axes and appends them to the axes
