@@ -153,9 +153,10 @@ FailureOr<SmallVector<int64_t>> vocabParallelAxes(Operation *op) {
 }
 
 /// Checks that every op can run on its local shards: every split dimension
-/// splits a factor the op's kernel supports splitting (isSplittableFactor;
-/// vocabulary-parallel ops get their axes), and pending partial sums only
-/// flow through linear ops into a reduction.
+/// splits a factor the op's kernel supports splitting
+/// (ShardingRuleOpInterface::isSplittableFactor; vocabulary-parallel ops get
+/// their axes), and pending partial sums only flow through linear ops into a
+/// reduction.
 LogicalResult checkShardedOps(ModuleOp module) {
   WalkResult walk = module.walk([&](Operation *op) -> WalkResult {
     if (isa<RedistributeOp>(op)) {
@@ -181,7 +182,7 @@ LogicalResult checkShardedOps(ModuleOp module) {
           if (dist.getSplitAxes(d).empty())
             continue;
           if (dimFactors.empty() ||
-              !isSplittableFactor(op, rule, dimFactors.front())) {
+              !ruled.isSplittableFactor(rule, dimFactors.front())) {
             op->emitOpError()
                 << "tp-partition: this op cannot run with dimension " << d
                 << " of " << what << " #" << index << " split";

@@ -144,7 +144,7 @@ Sharder::claimsOf(Operation *op, const ShardingRule &rule,
     if (axes.empty() || dims[d].empty())
       continue;
     int64_t factor = dims[d].front();
-    if (!isSplittableFactor(op, rule, factor))
+    if (!cast<ShardingRuleOpInterface>(op).isSplittableFactor(rule, factor))
       continue;
     int64_t size = rule.getFactors()[factor].size, shards = shardsOf(axes);
     if (size % shards != 0)
@@ -376,7 +376,8 @@ LogicalResult Sharder::shardOp(Operation *op) {
         continue;
       const DimFactors &seqFactors = rule.getOperandFactors()[i][1];
       if (seqFactors.empty() ||
-          !isSplittableFactor(op, rule, seqFactors.front()) ||
+          !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
+              rule, seqFactors.front()) ||
           rule.getFactors()[seqFactors.front()].size %
                   shardsOf(layouts[i]->partial) !=
               0)

@@ -1211,30 +1211,39 @@ void RedistributeOp::getCanonicalizationPatterns(RewritePatternSet &results,
 // Which factors kernels can split
 //===----------------------------------------------------------------------===//
 
-/// True if `factor` indexes dimension `dim` (negative: from the end) of
-/// operand `operandIdx` in `rule`.
-static bool indexesOperandDim(const ShardingRule &rule, unsigned operandIdx,
-                              int64_t dim, int64_t factor) {
-  const TensorFactors &dims = rule.getOperandFactors()[operandIdx];
-  if (dim < 0)
-    dim += static_cast<int64_t>(dims.size());
-  return dim >= 0 && dim < static_cast<int64_t>(dims.size()) &&
-         llvm::is_contained(dims[dim], factor);
+/// A cross-entropy's step combines per-rank softmax statistics over the
+/// vocabulary (logits' last dim); its tokens stay whole (the mean's count).
+static bool isSplittableCrossEntropyFactor(const ShardingRule &rule,
+                                           int64_t factor) {
+  return rule.getKind(factor) != FactorKind::Replicated &&
+         rule.indexesOperandDim(0, -1, factor);
 }
 
-bool mlir::tp::isSplittableFactor(Operation *op, const ShardingRule &rule,
-                                  int64_t factor) {
-  FactorKind kind = rule.getKind(factor);
-  if (kind == FactorKind::Replicated)
+bool CrossEntropyOp::isSplittableFactor(const ShardingRule &rule,
+                                        int64_t factor) {
+  return isSplittableCrossEntropyFactor(rule, factor);
+}
+
+bool CrossEntropyGradOp::isSplittableFactor(const ShardingRule &rule,
+                                            int64_t factor) {
+  return isSplittableCrossEntropyFactor(rule, factor);
+}
+
+/// A causal mask compares global query and key positions.
+bool SoftmaxOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
+  if (!rule.hasSplittableKind(factor))
     return false;
-  if (isa<CrossEntropyOp, CrossEntropyGradOp>(op))
-    return indexesOperandDim(rule, 0, -1, factor);
-  if (kind == FactorKind::Stats)
-    return false;
-  if (auto softmax = dyn_cast<SoftmaxOp>(op); softmax && softmax.getCausal())
-    return !indexesOperandDim(rule, 0, -1, factor) &&
-           !indexesOperandDim(rule, 0, -2, factor);
-  if (isa<RotaryOp>(op))
-    return !indexesOperandDim(rule, 0, -2, factor);
-  return !isa<ReduceMeanOp>(op);
+  return !getCausal() || (!rule.indexesOperandDim(0, -1, factor) &&
+                          !rule.indexesOperandDim(0, -2, factor));
+}
+
+/// The rotation angle depends on the global position along dim -2.
+bool RotaryOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
+  return rule.hasSplittableKind(factor) &&
+         !rule.indexesOperandDim(0, -2, factor);
+}
+
+/// The kernel divides by its local count, not the global one.
+bool ReduceMeanOp::isSplittableFactor(const ShardingRule &, int64_t) {
+  return false;
 }

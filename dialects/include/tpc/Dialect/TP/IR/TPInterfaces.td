@@ -19,6 +19,26 @@ def TP_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
       /*retTy=*/"::mlir::tp::ShardingRule",
       /*methodName=*/"getShardingRule",
       /*args=*/(ins)>,
+    InterfaceMethod<
+      /*desc=*/[{
+        Whether this op's kernel computes its shard correctly when `factor`
+        of its rule `rule` is split across ranks (each result then partial
+        over the split reduction factors it lacks). By default a parallel or
+        reduction factor is, a statistics or replicated one is not. Ops
+        override it where the kernel depends on global positions or counts
+        (a causal softmax's last two dims, rotary positions, a mean, a
+        cross-entropy's tokens) or combines per-rank statistics itself (a
+        cross-entropy's vocabulary). Sharding passes assign only such splits;
+        tp-partition rejects others.
+      }],
+      /*retTy=*/"bool",
+      /*methodName=*/"isSplittableFactor",
+      /*args=*/(ins "const ::mlir::tp::ShardingRule &":$rule,
+                   "int64_t":$factor),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{
+        return rule.hasSplittableKind(factor);
+      }]>,
   ];
 }
 

@@ -29,9 +29,13 @@ class TP_Op<string mnemonic, list<Trait> traits = []>
 
 // A tensor op of the training step: pure, shape-checked, with a sharding rule,
 // and with every #tp.dist layout of its types checked against its grid.
-class TP_ComputeOp<string mnemonic, list<Trait> traits = []>
+// `ruleMethods` lists the ShardingRuleOpInterface methods with a default
+// that the op overrides.
+class TP_ComputeOp<string mnemonic, list<Trait> traits = [],
+                   list<string> ruleMethods = []>
     : TP_Op<mnemonic, !listconcat(traits, [
-        Pure, DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>,
+        Pure,
+        DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface, ruleMethods>,
         TP_PlanOpInterface,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
   // The tpc.plan.OpKind enumerator that runs this op (see PlanOpInterface);
@@ -229,7 +233,8 @@ def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
   let results = (outs TP_FloatTensor:$input_grad, TP_FloatTensor:$gamma_grad);
 }
 
-def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>]> {
+def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>],
+                                ["isSplittableFactor"]> {
   let planOpKind = "Softmax";
   let summary = "Softmax over the last dimension, optionally causally masked";
   let description = [{
@@ -248,7 +253,8 @@ def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad"> {
   let results = (outs TP_FloatTensor:$input_grad);
 }
 
-def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>]> {
+def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>],
+                               ["isSplittableFactor"]> {
   let planOpKind = "Rotary";
   let summary = "Rotary position embedding (rotate-half form, as in LLaMA)";
   let description = [{
@@ -301,7 +307,8 @@ def TP_ReduceSumOp : TP_ComputeOp<"reduce_sum", [TP_PassesPartialSums]> {
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_ReduceMeanOp : TP_ComputeOp<"reduce_mean"> {
+def TP_ReduceMeanOp
+    : TP_ComputeOp<"reduce_mean", [], ["isSplittableFactor"]> {
   let planOpKind = "ReduceMean";
   let summary = "Mean over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
@@ -312,14 +319,16 @@ def TP_ReduceMeanOp : TP_ComputeOp<"reduce_mean"> {
 // Loss
 //===----------------------------------------------------------------------===//
 
-def TP_CrossEntropyOp : TP_ComputeOp<"cross_entropy"> {
+def TP_CrossEntropyOp
+    : TP_ComputeOp<"cross_entropy", [], ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropy";
   let summary = "Mean softmax cross-entropy over tokens with integer targets";
   let arguments = (ins TP_FloatTensor:$logits, TP_IndexTensor:$targets);
   let results = (outs TP_F32Scalar:$loss);
 }
 
-def TP_CrossEntropyGradOp : TP_ComputeOp<"cross_entropy_grad"> {
+def TP_CrossEntropyGradOp
+    : TP_ComputeOp<"cross_entropy_grad", [], ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropyGrad";
   let summary = "Gradient of tp.cross_entropy w.r.t. logits";
   let description = [{
