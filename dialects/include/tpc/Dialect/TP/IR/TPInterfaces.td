@@ -61,6 +61,33 @@ def TP_PlanOpInterface : OpInterface<"PlanOpInterface"> {
   ];
 }
 
+def TP_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    The op's vector-Jacobian product, which tp-autodiff applies to each op
+    of the forward in reverse order. The implementations live in TPVJP.cpp.
+    An op without this interface cannot be differentiated.
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/[{
+        Builds, at `builder`'s insertion point, the cotangents of this op's
+        operands from `resultCotangents` (one per result).
+        `operands` and `results` are the primal values to read: this op's
+        own, or their recomputations when the backward rematerialises the
+        forward. `operandCotangents` comes with one null entry per operand;
+        the method sets the entries of the operands that get a cotangent.
+      }],
+      /*retTy=*/"::llvm::LogicalResult",
+      /*methodName=*/"buildVJP",
+      /*args=*/(ins "::mlir::OpBuilder &":$builder,
+                   "::mlir::ValueRange":$operands,
+                   "::mlir::ValueRange":$results,
+                   "::mlir::ValueRange":$resultCotangents,
+                   "::llvm::MutableArrayRef<::mlir::Value>":$operandCotangents)>,
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Traits (C++ side in TPTraits.h)
 //===----------------------------------------------------------------------===//

@@ -57,7 +57,7 @@ class TP_ComputeOp<string mnemonic, list<Trait> traits = [],
 }
 
 class TP_UnaryOp<string mnemonic, string desc>
-    : TP_ComputeOp<mnemonic, [AllTypesMatch<["input", "result"]>]> {
+    : TP_ComputeOp<mnemonic, [AllTypesMatch<["input", "result"]>, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let summary = desc;
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$result);
@@ -73,7 +73,7 @@ class TP_UnaryGradOp<string mnemonic, string desc>
 }
 
 class TP_BinaryOp<string mnemonic, string desc, list<Trait> traits = []>
-    : TP_ComputeOp<mnemonic, traits> {
+    : TP_ComputeOp<mnemonic, !listconcat(traits, [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>])> {
   let summary = desc;
   let description = [{
     Elementwise with NumPy-style broadcasting: operands are aligned on their
@@ -110,7 +110,7 @@ def TP_GridOp : TP_Op<"grid", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 // Embedding
 //===----------------------------------------------------------------------===//
 
-def TP_EmbeddingOp : TP_ComputeOp<"embedding"> {
+def TP_EmbeddingOp : TP_ComputeOp<"embedding", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "Embedding";
   let summary = "Embedding lookup: result[t..., :] = table[ids[t...], :]";
   let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids);
@@ -132,7 +132,7 @@ def TP_EmbeddingGradOp : TP_ComputeOp<"embedding_grad"> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def TP_MatmulOp : TP_ComputeOp<"matmul"> {
+def TP_MatmulOp : TP_ComputeOp<"matmul", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "Matmul";
   let summary = "(Batched) matrix product with optional transposes";
   let description = [{
@@ -170,7 +170,7 @@ def TP_DivOp : TP_BinaryOp<"div", "Elementwise quotient"> {
 }
 
 def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>,
-                                        TP_PassesPartialSums]> {
+                                        TP_PassesPartialSums, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "Scale";
   let summary = "Multiplication by a compile-time constant";
   let arguments = (ins TP_FloatTensor:$input, F64Attr:$factor);
@@ -197,7 +197,7 @@ def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu"> {
 // Normalisation and attention pieces
 //===----------------------------------------------------------------------===//
 
-def TP_LayerNormOp : TP_ComputeOp<"layer_norm"> {
+def TP_LayerNormOp : TP_ComputeOp<"layer_norm", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "LayerNorm";
   let summary = "Layer normalisation over the last dimension";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
@@ -216,7 +216,7 @@ def TP_LayerNormGradOp : TP_ComputeOp<"layer_norm_grad"> {
                       TP_FloatTensor:$beta_grad);
 }
 
-def TP_RmsNormOp : TP_ComputeOp<"rms_norm"> {
+def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "RmsNorm";
   let summary = "RMS normalisation over the last dimension (LLaMA)";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
@@ -233,7 +233,8 @@ def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
   let results = (outs TP_FloatTensor:$input_grad, TP_FloatTensor:$gamma_grad);
 }
 
-def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>],
+def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>,
+                                            DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>],
                                 ["isSplittableFactor"]> {
   let planOpKind = "Softmax";
   let summary = "Softmax over the last dimension, optionally causally masked";
@@ -253,7 +254,8 @@ def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad"> {
   let results = (outs TP_FloatTensor:$input_grad);
 }
 
-def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>],
+def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>,
+                                          DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>],
                                ["isSplittableFactor"]> {
   let planOpKind = "Rotary";
   let summary = "Rotary position embedding (rotate-half form, as in LLaMA)";
@@ -274,14 +276,15 @@ def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>],
 //===----------------------------------------------------------------------===//
 
 def TP_ReshapeOp
-    : TP_ComputeOp<"reshape", [TP_PassesPartialSums, TP_IsView]> {
+    : TP_ComputeOp<"reshape", [TP_PassesPartialSums, TP_IsView, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "Reshape";
   let summary = "Reshape to a static shape with the same number of elements";
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_SliceOp : TP_ComputeOp<"slice", [TP_PassesPartialSums, TP_IsView]> {
+def TP_SliceOp
+    : TP_ComputeOp<"slice", [TP_PassesPartialSums, TP_IsView, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "Slice";
   let summary = "Static slice: result = input[offsets[d] : offsets[d] + size[d]]";
   let description = [{
@@ -293,14 +296,15 @@ def TP_SliceOp : TP_ComputeOp<"slice", [TP_PassesPartialSums, TP_IsView]> {
 }
 
 def TP_TransposeOp
-    : TP_ComputeOp<"transpose", [TP_PassesPartialSums, TP_IsView]> {
+    : TP_ComputeOp<"transpose", [TP_PassesPartialSums, TP_IsView, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "Transpose";
   let summary = "Permute dimensions: result dim i is input dim permutation[i]";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_ReduceSumOp : TP_ComputeOp<"reduce_sum", [TP_PassesPartialSums]> {
+def TP_ReduceSumOp
+    : TP_ComputeOp<"reduce_sum", [TP_PassesPartialSums, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "ReduceSum";
   let summary = "Sum over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
@@ -308,7 +312,7 @@ def TP_ReduceSumOp : TP_ComputeOp<"reduce_sum", [TP_PassesPartialSums]> {
 }
 
 def TP_ReduceMeanOp
-    : TP_ComputeOp<"reduce_mean", [], ["isSplittableFactor"]> {
+    : TP_ComputeOp<"reduce_mean", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>], ["isSplittableFactor"]> {
   let planOpKind = "ReduceMean";
   let summary = "Mean over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
@@ -320,7 +324,7 @@ def TP_ReduceMeanOp
 //===----------------------------------------------------------------------===//
 
 def TP_CrossEntropyOp
-    : TP_ComputeOp<"cross_entropy", [], ["isSplittableFactor"]> {
+    : TP_ComputeOp<"cross_entropy", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>], ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropy";
   let summary = "Mean softmax cross-entropy over tokens with integer targets";
   let arguments = (ins TP_FloatTensor:$logits, TP_IndexTensor:$targets);
@@ -407,7 +411,7 @@ def TP_ClipScaleOp : TP_ComputeOp<"clip_scale"> {
 // Constants and padding
 //===----------------------------------------------------------------------===//
 
-def TP_ConstantOp : TP_ComputeOp<"constant"> {
+def TP_ConstantOp : TP_ComputeOp<"constant", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "Constant";
   let summary = "A tensor filled with one value";
   let arguments = (ins F64Attr:$value);
@@ -416,7 +420,7 @@ def TP_ConstantOp : TP_ComputeOp<"constant"> {
   let hasVerifier = 0;
 }
 
-def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums]> {
+def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
   let planOpKind = "Pad";
   let summary = "Zero tensor of the result type with the input at `offsets`";
   let description = [{
