@@ -63,8 +63,8 @@ void Differentiator::accumulate(Value value, Value cotangent) {
     return;
   auto [it, inserted] = cotangents.try_emplace(value, cotangent);
   if (!inserted)
-    it->second = AddOp::create(builder, cotangent.getLoc(),
-                               it->second.getType(), it->second, cotangent);
+    it->second =
+        AddOp::create(builder, cotangent.getLoc(), it->second, cotangent);
 }
 
 static std::optional<int64_t> layerOf(Operation *op) {
@@ -248,25 +248,23 @@ LogicalResult TPAutodiff::buildTrainStep(func::FuncOp gradients) {
 
   OpBuilder b(ret);
   Location loc = NameLoc::get(b.getStringAttr("optimizer"));
-  auto scalar = RankedTensorType::get({}, b.getF32Type());
   Value loss = ret.getOperand(0);
   SmallVector<Value> grads(ret.getOperands().drop_front());
   // Global norm over every gradient, in parameter order.
   Value sumSquares;
   for (Value g : grads) {
-    Value s = NormSquaredOp::create(b, loc, scalar, g);
-    sumSquares = sumSquares ? AddOp::create(b, loc, scalar, sumSquares, s) : s;
+    Value s = NormSquaredOp::create(b, loc, g);
+    sumSquares = sumSquares ? AddOp::create(b, loc, sumSquares, s) : s;
   }
-  Value clip = ClipScaleOp::create(b, loc, scalar, sumSquares, hyper);
-  Value lr = LrScheduleOp::create(b, loc, scalar, stepArg, hyper);
+  Value clip = ClipScaleOp::create(b, loc, sumSquares, hyper);
+  Value lr = LrScheduleOp::create(b, loc, stepArg, hyper);
 
   SmallVector<Value> newParams, newExpAvg, newExpAvgSq;
   for (unsigned i = 0; i < numParams; ++i) {
     Value p = block.getArgument(i);
     double decay = tensorType(p).getRank() >= 2 ? double(weightDecay) : 0.0;
     auto update = AdamWOp::create(
-        b, loc, p.getType(), expAvg(i).getType(), expAvgSq(i).getType(), p,
-        grads[i], expAvg(i), expAvgSq(i), lr, stepArg, clip,
+        b, loc, p, grads[i], expAvg(i), expAvgSq(i), lr, stepArg, clip,
         llvm::APFloat(double(beta1)), llvm::APFloat(double(beta2)),
         llvm::APFloat(double(epsilon)), llvm::APFloat(decay));
     newParams.push_back(update.getNewParam());

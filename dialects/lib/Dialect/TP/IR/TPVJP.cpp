@@ -17,7 +17,8 @@ RankedTensorType tensorType(Value v) {
 }
 ArrayRef<int64_t> shapeOf(Value v) { return tensorType(v).getShape(); }
 
-/// Emits the tp ops a VJP is made of, computing their result types.
+/// Emits the tp ops a VJP is made of. Most infer their result types; a
+/// reshape's target shape is its own specification.
 class VJPEmitter {
 public:
   VJPEmitter(OpBuilder &b, Location loc) : b(b), loc(loc) {}
@@ -28,14 +29,10 @@ public:
   Value constant(double value, RankedTensorType type) {
     return ConstantOp::create(b, loc, type, b.getF64FloatAttr(value));
   }
-  Value mul(Value lhs, Value rhs, Type type) {
-    return MulOp::create(b, loc, type, lhs, rhs);
-  }
-  Value div(Value lhs, Value rhs, Type type) {
-    return DivOp::create(b, loc, type, lhs, rhs);
-  }
+  Value mul(Value lhs, Value rhs) { return MulOp::create(b, loc, lhs, rhs); }
+  Value div(Value lhs, Value rhs) { return DivOp::create(b, loc, lhs, rhs); }
   Value scale(Value v, double factor) {
-    return ScaleOp::create(b, loc, v.getType(), v, b.getF64FloatAttr(factor));
+    return ScaleOp::create(b, loc, v, b.getF64FloatAttr(factor));
   }
   Value reshape(Value v, ArrayRef<int64_t> shape) {
     if (shapeOf(v) == shape)
@@ -43,27 +40,15 @@ public:
     return ReshapeOp::create(b, loc, like(v, shape), v);
   }
   Value transpose(Value v, ArrayRef<int64_t> perm) {
-    SmallVector<int64_t> shape;
-    for (int64_t p : perm)
-      shape.push_back(shapeOf(v)[p]);
-    return TransposeOp::create(b, loc, like(v, shape), v,
-                               b.getDenseI64ArrayAttr(perm));
+    return TransposeOp::create(b, loc, v, b.getDenseI64ArrayAttr(perm));
   }
   Value reduceSum(Value v, ArrayRef<int64_t> dims) {
-    SmallVector<int64_t> shape;
-    for (auto [d, size] : llvm::enumerate(shapeOf(v)))
-      if (!llvm::is_contained(dims, int64_t(d)))
-        shape.push_back(size);
-    return ReduceSumOp::create(b, loc, like(v, shape), v,
-                               b.getDenseI64ArrayAttr(dims));
+    return ReduceSumOp::create(b, loc, v, b.getDenseI64ArrayAttr(dims));
   }
-  /// lhs x rhs with tp.matmul's semantics.
   Value matmul(Value lhs, Value rhs, bool transposeLhs, bool transposeRhs,
                double alpha) {
-    SmallVector<int64_t> shape = *inferMatmulShape(shapeOf(lhs), shapeOf(rhs),
-                                                   transposeLhs, transposeRhs);
-    return MatmulOp::create(b, loc, like(lhs, shape), lhs, rhs, transposeLhs,
-                            transposeRhs, llvm::APFloat(alpha));
+    return MatmulOp::create(b, loc, lhs, rhs, transposeLhs, transposeRhs,
+                            llvm::APFloat(alpha));
   }
 
   /// Sums `v` down to `shape` (the shape of an operand it was broadcast
@@ -98,7 +83,7 @@ Value reductionVJP(VJPEmitter &e, Value input, Value ct, ArrayRef<int64_t> dims,
     count *= in[d];
   }
   Value fill = e.constant(mean ? 1.0 / count : 1.0, tensorType(input));
-  return e.mul(fill, e.reshape(ct, kept), input.getType());
+  return e.mul(fill, e.reshape(ct, kept));
 }
 } // namespace
 
@@ -167,8 +152,8 @@ LogicalResult MulOp::buildVJP(OpBuilder &builder, ValueRange operands,
                               MutableArrayRef<Value> operandCotangents) {
   VJPEmitter e(builder, getLoc());
   Value a = operands[0], b = operands[1], ct = resultCotangents[0];
-  operandCotangents[0] = e.sumTo(e.mul(ct, b, ct.getType()), shapeOf(a));
-  operandCotangents[1] = e.sumTo(e.mul(ct, a, ct.getType()), shapeOf(b));
+  operandCotangents[0] = e.sumTo(e.mul(ct, b), shapeOf(a));
+  operandCotangents[1] = e.sumTo(e.mul(ct, a), shapeOf(b));
   return success();
 }
 
@@ -178,9 +163,8 @@ LogicalResult DivOp::buildVJP(OpBuilder &builder, ValueRange operands,
   // y = a / b: da = ct / b, db = -ct * y / b.
   VJPEmitter e(builder, getLoc());
   Value b = operands[1], y = results[0], ct = resultCotangents[0];
-  operandCotangents[0] =
-      e.sumTo(e.div(ct, b, ct.getType()), shapeOf(operands[0]));
-  Value db = e.scale(e.div(e.mul(ct, y, ct.getType()), b, ct.getType()), -1.0);
+  operandCotangents[0] = e.sumTo(e.div(ct, b), shapeOf(operands[0]));
+  Value db = e.scale(e.div(e.mul(ct, y), b), -1.0);
   operandCotangents[1] = e.sumTo(db, shapeOf(b));
   return success();
 }
@@ -198,8 +182,7 @@ LogicalResult GeluOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                ValueRange, ValueRange resultCotangents,
                                MutableArrayRef<Value> operandCotangents) {
   Value ct = resultCotangents[0];
-  operandCotangents[0] =
-      GeluGradOp::create(builder, getLoc(), ct.getType(), ct, operands[0]);
+  operandCotangents[0] = GeluGradOp::create(builder, getLoc(), ct, operands[0]);
   return success();
 }
 
@@ -207,18 +190,16 @@ LogicalResult SiluOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                ValueRange, ValueRange resultCotangents,
                                MutableArrayRef<Value> operandCotangents) {
   Value ct = resultCotangents[0];
-  operandCotangents[0] =
-      SiluGradOp::create(builder, getLoc(), ct.getType(), ct, operands[0]);
+  operandCotangents[0] = SiluGradOp::create(builder, getLoc(), ct, operands[0]);
   return success();
 }
 
 LogicalResult LayerNormOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                     ValueRange, ValueRange resultCotangents,
                                     MutableArrayRef<Value> operandCotangents) {
-  auto grad = LayerNormGradOp::create(
-      builder, getLoc(), operands[0].getType(), operands[1].getType(),
-      operands[2].getType(), resultCotangents[0], operands[0], operands[1],
-      getEpsilonAttr());
+  auto grad =
+      LayerNormGradOp::create(builder, getLoc(), resultCotangents[0],
+                              operands[0], operands[1], getEpsilonAttr());
   operandCotangents[0] = grad.getInputGrad();
   operandCotangents[1] = grad.getGammaGrad();
   operandCotangents[2] = grad.getBetaGrad();
@@ -228,8 +209,7 @@ LogicalResult LayerNormOp::buildVJP(OpBuilder &builder, ValueRange operands,
 LogicalResult RmsNormOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                   ValueRange, ValueRange resultCotangents,
                                   MutableArrayRef<Value> operandCotangents) {
-  auto grad = RmsNormGradOp::create(builder, getLoc(), operands[0].getType(),
-                                    operands[1].getType(), resultCotangents[0],
+  auto grad = RmsNormGradOp::create(builder, getLoc(), resultCotangents[0],
                                     operands[0], operands[1], getEpsilonAttr());
   operandCotangents[0] = grad.getInputGrad();
   operandCotangents[1] = grad.getGammaGrad();
@@ -244,7 +224,7 @@ LogicalResult SoftmaxOp::buildVJP(OpBuilder &builder, ValueRange,
   // too: the backward needs no mask of its own.
   Value ct = resultCotangents[0];
   operandCotangents[0] =
-      SoftmaxGradOp::create(builder, getLoc(), ct.getType(), ct, results[0]);
+      SoftmaxGradOp::create(builder, getLoc(), ct, results[0]);
   return success();
 }
 
@@ -253,7 +233,7 @@ LogicalResult RotaryOp::buildVJP(OpBuilder &builder, ValueRange, ValueRange,
                                  MutableArrayRef<Value> operandCotangents) {
   // A rotation's transpose is the opposite rotation.
   Value ct = resultCotangents[0];
-  auto back = RotaryOp::create(builder, getLoc(), ct.getType(), ct);
+  auto back = RotaryOp::create(builder, getLoc(), ct);
   back.setThetaAttr(getThetaAttr());
   back.setInverse(!getInverse());
   operandCotangents[0] = back;
@@ -319,9 +299,8 @@ LogicalResult
 CrossEntropyOp::buildVJP(OpBuilder &builder, ValueRange operands, ValueRange,
                          ValueRange resultCotangents,
                          MutableArrayRef<Value> operandCotangents) {
-  operandCotangents[0] =
-      CrossEntropyGradOp::create(builder, getLoc(), operands[0].getType(),
-                                 operands[0], operands[1], resultCotangents[0]);
+  operandCotangents[0] = CrossEntropyGradOp::create(
+      builder, getLoc(), operands[0], operands[1], resultCotangents[0]);
   return success();
 }
 

@@ -7,6 +7,7 @@ include "tpc/Dialect/TP/IR/TPBase.td"
 include "tpc/Dialect/TP/IR/TPAttrs.td"
 include "tpc/Dialect/TP/IR/TPInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 //===----------------------------------------------------------------------===//
@@ -23,6 +24,25 @@ def TP_AnyTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
 //===----------------------------------------------------------------------===//
 // Base classes
 //===----------------------------------------------------------------------===//
+
+// The op's vector-Jacobian product (TPVJP.cpp).
+defvar TP_HasVJP = DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>;
+
+// With AllTypesMatch: the result type is the input's, layout included.
+defvar TP_InferSameType = DeclareOpInterfaceMethods<InferTypeOpInterface>;
+
+// Result types inferred from the operands' shapes, element types and the
+// op's attributes: global shapes before tp-partition, local ones after. A
+// result's #tp.dist layout is the sharding passes' choice, so it is not
+// compared. Ops whose result shape is their own specification (reshape,
+// slice, pad, constant, embedding_grad's vocabulary, collectives) keep
+// written result types.
+def TP_InferResultShapes : InferTypeOpAdaptorBase<[{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange l,
+                                        ::mlir::TypeRange r) {
+      return ::mlir::tp::haveSameShapesAndElementTypes(l, r);
+    }
+  }]>;
 
 class TP_Op<string mnemonic, list<Trait> traits = []>
     : Op<TP_Dialect, mnemonic, traits>;
@@ -57,7 +77,8 @@ class TP_ComputeOp<string mnemonic, list<Trait> traits = [],
 }
 
 class TP_UnaryOp<string mnemonic, string desc>
-    : TP_ComputeOp<mnemonic, [AllTypesMatch<["input", "result"]>, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+    : TP_ComputeOp<mnemonic, [AllTypesMatch<["input", "result"]>,
+                              TP_InferSameType, TP_HasVJP]> {
   let summary = desc;
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$result);
@@ -66,14 +87,15 @@ class TP_UnaryOp<string mnemonic, string desc>
 }
 
 class TP_UnaryGradOp<string mnemonic, string desc>
-    : TP_ComputeOp<mnemonic> {
+    : TP_ComputeOp<mnemonic, [TP_InferResultShapes]> {
   let summary = desc;
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$input_grad);
 }
 
 class TP_BinaryOp<string mnemonic, string desc, list<Trait> traits = []>
-    : TP_ComputeOp<mnemonic, !listconcat(traits, [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>])> {
+    : TP_ComputeOp<mnemonic, !listconcat(traits, [
+        TP_InferResultShapes, TP_HasVJP])> {
   let summary = desc;
   let description = [{
     Elementwise with NumPy-style broadcasting: operands are aligned on their
@@ -110,7 +132,8 @@ def TP_GridOp : TP_Op<"grid", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 // Embedding
 //===----------------------------------------------------------------------===//
 
-def TP_EmbeddingOp : TP_ComputeOp<"embedding", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+def TP_EmbeddingOp
+    : TP_ComputeOp<"embedding", [TP_InferResultShapes, TP_HasVJP]> {
   let planOpKind = "Embedding";
   let summary = "Embedding lookup: result[t..., :] = table[ids[t...], :]";
   let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids);
@@ -132,7 +155,7 @@ def TP_EmbeddingGradOp : TP_ComputeOp<"embedding_grad"> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def TP_MatmulOp : TP_ComputeOp<"matmul", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferResultShapes, TP_HasVJP]> {
   let planOpKind = "Matmul";
   let summary = "(Batched) matrix product with optional transposes";
   let description = [{
@@ -170,7 +193,8 @@ def TP_DivOp : TP_BinaryOp<"div", "Elementwise quotient"> {
 }
 
 def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>,
-                                        TP_PassesPartialSums, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+                                        TP_InferSameType,
+                                        TP_PassesPartialSums, TP_HasVJP]> {
   let planOpKind = "Scale";
   let summary = "Multiplication by a compile-time constant";
   let arguments = (ins TP_FloatTensor:$input, F64Attr:$factor);
@@ -180,7 +204,8 @@ def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>,
   let hasCanonicalizer = 1;
 }
 
-def TP_GeluOp : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)"> {
+def TP_GeluOp
+    : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)"> {
   let planOpKind = "Gelu";
 }
 def TP_SiluOp : TP_UnaryOp<"silu", "SiLU: x * sigmoid(x)"> {
@@ -197,7 +222,8 @@ def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu"> {
 // Normalisation and attention pieces
 //===----------------------------------------------------------------------===//
 
-def TP_LayerNormOp : TP_ComputeOp<"layer_norm", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+def TP_LayerNormOp
+    : TP_ComputeOp<"layer_norm", [TP_InferResultShapes, TP_HasVJP]> {
   let planOpKind = "LayerNorm";
   let summary = "Layer normalisation over the last dimension";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
@@ -206,7 +232,8 @@ def TP_LayerNormOp : TP_ComputeOp<"layer_norm", [DeclareOpInterfaceMethods<TP_Di
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_LayerNormGradOp : TP_ComputeOp<"layer_norm_grad"> {
+def TP_LayerNormGradOp
+    : TP_ComputeOp<"layer_norm_grad", [TP_InferResultShapes]> {
   let planOpKind = "LayerNormGrad";
   let summary = "Gradients of tp.layer_norm w.r.t. input, gamma and beta";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
@@ -216,7 +243,7 @@ def TP_LayerNormGradOp : TP_ComputeOp<"layer_norm_grad"> {
                       TP_FloatTensor:$beta_grad);
 }
 
-def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [TP_InferResultShapes, TP_HasVJP]> {
   let planOpKind = "RmsNorm";
   let summary = "RMS normalisation over the last dimension (LLaMA)";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
@@ -224,7 +251,7 @@ def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [DeclareOpInterfaceMethods<TP_Differ
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
+def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad", [TP_InferResultShapes]> {
   let planOpKind = "RmsNormGrad";
   let summary = "Gradients of tp.rms_norm w.r.t. input and gamma";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
@@ -234,7 +261,7 @@ def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
 }
 
 def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>,
-                                            DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>],
+                                            TP_InferSameType, TP_HasVJP],
                                 ["isSplittableFactor"]> {
   let planOpKind = "Softmax";
   let summary = "Softmax over the last dimension, optionally causally masked";
@@ -247,7 +274,7 @@ def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>,
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad"> {
+def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad", [TP_InferResultShapes]> {
   let planOpKind = "SoftmaxGrad";
   let summary = "Gradient of tp.softmax from its result: y * (dy - sum(dy * y))";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$result);
@@ -255,7 +282,7 @@ def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad"> {
 }
 
 def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>,
-                                          DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>],
+                                          TP_InferSameType, TP_HasVJP],
                                ["isSplittableFactor"]> {
   let planOpKind = "Rotary";
   let summary = "Rotary position embedding (rotate-half form, as in LLaMA)";
@@ -276,7 +303,7 @@ def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>,
 //===----------------------------------------------------------------------===//
 
 def TP_ReshapeOp
-    : TP_ComputeOp<"reshape", [TP_PassesPartialSums, TP_IsView, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+    : TP_ComputeOp<"reshape", [TP_PassesPartialSums, TP_IsView, TP_HasVJP]> {
   let planOpKind = "Reshape";
   let summary = "Reshape to a static shape with the same number of elements";
   let arguments = (ins TP_FloatTensor:$input);
@@ -284,7 +311,7 @@ def TP_ReshapeOp
 }
 
 def TP_SliceOp
-    : TP_ComputeOp<"slice", [TP_PassesPartialSums, TP_IsView, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+    : TP_ComputeOp<"slice", [TP_PassesPartialSums, TP_IsView, TP_HasVJP]> {
   let planOpKind = "Slice";
   let summary = "Static slice: result = input[offsets[d] : offsets[d] + size[d]]";
   let description = [{
@@ -296,7 +323,8 @@ def TP_SliceOp
 }
 
 def TP_TransposeOp
-    : TP_ComputeOp<"transpose", [TP_PassesPartialSums, TP_IsView, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+    : TP_ComputeOp<"transpose", [TP_InferResultShapes, TP_PassesPartialSums,
+                                 TP_IsView, TP_HasVJP]> {
   let planOpKind = "Transpose";
   let summary = "Permute dimensions: result dim i is input dim permutation[i]";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
@@ -304,7 +332,8 @@ def TP_TransposeOp
 }
 
 def TP_ReduceSumOp
-    : TP_ComputeOp<"reduce_sum", [TP_PassesPartialSums, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+    : TP_ComputeOp<"reduce_sum", [TP_InferResultShapes, TP_PassesPartialSums,
+                                  TP_HasVJP]> {
   let planOpKind = "ReduceSum";
   let summary = "Sum over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
@@ -312,7 +341,8 @@ def TP_ReduceSumOp
 }
 
 def TP_ReduceMeanOp
-    : TP_ComputeOp<"reduce_mean", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>], ["isSplittableFactor"]> {
+    : TP_ComputeOp<"reduce_mean", [TP_InferResultShapes, TP_HasVJP],
+                   ["isSplittableFactor"]> {
   let planOpKind = "ReduceMean";
   let summary = "Mean over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
@@ -324,7 +354,8 @@ def TP_ReduceMeanOp
 //===----------------------------------------------------------------------===//
 
 def TP_CrossEntropyOp
-    : TP_ComputeOp<"cross_entropy", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>], ["isSplittableFactor"]> {
+    : TP_ComputeOp<"cross_entropy", [TP_InferResultShapes, TP_HasVJP],
+                   ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropy";
   let summary = "Mean softmax cross-entropy over tokens with integer targets";
   let arguments = (ins TP_FloatTensor:$logits, TP_IndexTensor:$targets);
@@ -332,7 +363,8 @@ def TP_CrossEntropyOp
 }
 
 def TP_CrossEntropyGradOp
-    : TP_ComputeOp<"cross_entropy_grad", [], ["isSplittableFactor"]> {
+    : TP_ComputeOp<"cross_entropy_grad", [TP_InferResultShapes],
+                   ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropyGrad";
   let summary = "Gradient of tp.cross_entropy w.r.t. logits";
   let description = [{
@@ -347,7 +379,7 @@ def TP_CrossEntropyGradOp
 // Optimiser
 //===----------------------------------------------------------------------===//
 
-def TP_AdamWOp : TP_ComputeOp<"adamw"> {
+def TP_AdamWOp : TP_ComputeOp<"adamw", [TP_InferResultShapes]> {
   let planOpKind = "AdamW";
   let summary = "One AdamW update of a parameter and its moments";
   let description = [{
@@ -370,7 +402,7 @@ def TP_AdamWOp : TP_ComputeOp<"adamw"> {
                       TP_FloatTensor:$new_exp_avg_sq);
 }
 
-def TP_NormSquaredOp : TP_ComputeOp<"norm_squared"> {
+def TP_NormSquaredOp : TP_ComputeOp<"norm_squared", [TP_InferResultShapes]> {
   let planOpKind = "NormSquared";
   let summary = "Sum of squares of all elements (for global-norm clipping)";
   let arguments = (ins TP_FloatTensor:$input);
@@ -378,7 +410,7 @@ def TP_NormSquaredOp : TP_ComputeOp<"norm_squared"> {
   let hasVerifier = 0;
 }
 
-def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule"> {
+def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule", [TP_InferResultShapes]> {
   let planOpKind = "LrSchedule";
   let summary = "Learning rate: linear warmup, then cosine decay";
   let description = [{
@@ -394,7 +426,7 @@ def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule"> {
   let results = (outs TP_F32Scalar:$result);
 }
 
-def TP_ClipScaleOp : TP_ComputeOp<"clip_scale"> {
+def TP_ClipScaleOp : TP_ComputeOp<"clip_scale", [TP_InferResultShapes]> {
   let planOpKind = "ClipScale";
   let summary = "Global-norm gradient clipping factor";
   let description = [{
@@ -411,7 +443,7 @@ def TP_ClipScaleOp : TP_ComputeOp<"clip_scale"> {
 // Constants and padding
 //===----------------------------------------------------------------------===//
 
-def TP_ConstantOp : TP_ComputeOp<"constant", [DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+def TP_ConstantOp : TP_ComputeOp<"constant", [TP_HasVJP]> {
   let planOpKind = "Constant";
   let summary = "A tensor filled with one value";
   let arguments = (ins F64Attr:$value);
@@ -420,7 +452,7 @@ def TP_ConstantOp : TP_ComputeOp<"constant", [DeclareOpInterfaceMethods<TP_Diffe
   let hasVerifier = 0;
 }
 
-def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums, DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>]> {
+def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums, TP_HasVJP]> {
   let planOpKind = "Pad";
   let summary = "Zero tensor of the result type with the input at `offsets`";
   let description = [{
