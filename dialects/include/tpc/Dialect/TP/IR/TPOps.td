@@ -59,7 +59,9 @@ class TP_ComputeOp<string mnemonic, list<Trait> traits = [],
         TP_PlanOpInterface,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
   // The tpc.plan.OpKind enumerator that runs this op (see PlanOpInterface);
-  // empty for an op that must be lowered before emission.
+  // empty for an op that must be lowered before emission. An op that sets
+  // its own extraClassDeclaration must keep getPlanOpKind (the build fails
+  // otherwise).
   string planOpKind = "";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
