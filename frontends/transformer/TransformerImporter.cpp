@@ -248,7 +248,7 @@ private:
     return param(name, shape, Init::Normal, stddev, hfShape);
   }
 
-  // Ops, with result types inferred from their operands.
+  // Ops; the tp ops infer their result types.
   void setLoc(const std::string &name) {
     b.setInsertionPointToEnd(body);
     loc = NameLoc::get(b.getStringAttr(name));
@@ -260,18 +260,17 @@ private:
   Value linear(Value x, const std::string &prefix, int64_t in, int64_t out,
                bool bias, double stddev);
   Value add(Value lhs, Value rhs) {
-    return tp::AddOp::create(b, loc, tensor(broadcast(lhs, rhs)), lhs, rhs);
+    return tp::AddOp::create(b, loc, lhs, rhs);
   }
   Value mul(Value lhs, Value rhs) {
-    return tp::MulOp::create(b, loc, tensor(broadcast(lhs, rhs)), lhs, rhs);
-  }
-  SmallVector<int64_t> broadcast(Value lhs, Value rhs) {
-    return *tp::broadcastShapes(shape(lhs), shape(rhs));
+    return tp::MulOp::create(b, loc, lhs, rhs);
   }
   Value reshape(Value v, ArrayRef<int64_t> newShape) {
     return tp::ReshapeOp::create(b, loc, tensor(newShape), v);
   }
-  Value transpose(Value v, ArrayRef<int64_t> perm);
+  Value transpose(Value v, ArrayRef<int64_t> perm) {
+    return tp::TransposeOp::create(b, loc, v, b.getDenseI64ArrayAttr(perm));
+  }
   Value slice(Value v, ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes) {
     return tp::SliceOp::create(b, loc, tensor(sizes), v,
                                b.getDenseI64ArrayAttr(offsets));
@@ -310,9 +309,7 @@ Value ModelEmitter::param(const std::string &name, ArrayRef<int64_t> shape,
 }
 
 Value ModelEmitter::matmul(Value lhs, Value rhs, bool transposeRhs) {
-  SmallVector<int64_t> out =
-      *tp::inferMatmulShape(shape(lhs), shape(rhs), false, transposeRhs);
-  return tp::MatmulOp::create(b, loc, tensor(out), lhs, rhs,
+  return tp::MatmulOp::create(b, loc, lhs, rhs,
                               /*transpose_lhs=*/false, transposeRhs,
                               llvm::APFloat(1.0));
 }
@@ -330,24 +327,15 @@ Value ModelEmitter::linear(Value x, const std::string &prefix, int64_t in,
   return y;
 }
 
-Value ModelEmitter::transpose(Value v, ArrayRef<int64_t> perm) {
-  ArrayRef<int64_t> in = shape(v);
-  SmallVector<int64_t> out;
-  for (int64_t p : perm)
-    out.push_back(in[p]);
-  return tp::TransposeOp::create(b, loc, tensor(out), v,
-                                 b.getDenseI64ArrayAttr(perm));
-}
-
 /// Causal attention on q [..., Sq, d] against k, v [..., S, d] whose batch
 /// dims broadcast against q's (grouped-query heads).
 Value ModelEmitter::attention(Value q, Value k, Value v) {
   Value scores = matmul(q, k, /*transposeRhs=*/true);
   if (config.scaleAttnWeights)
     scores = tp::ScaleOp::create(
-        b, loc, scores.getType(), scores,
+        b, loc, scores,
         b.getF64FloatAttr(1.0 / std::sqrt(double(config.headDim))));
-  auto probs = tp::SoftmaxOp::create(b, loc, scores.getType(), scores);
+  auto probs = tp::SoftmaxOp::create(b, loc, scores);
   probs.setCausal(true);
   return matmul(probs, v, /*transposeRhs=*/false);
 }
@@ -367,14 +355,13 @@ Value ModelEmitter::gpt2(Value tokens) {
   setLoc("transformer.embed");
   Value wte = weight("transformer.wte.weight", {config.vocabSize, h}, std);
   Value wpe = weight("transformer.wpe.weight", {config.maxPositions, h}, std);
-  Value x =
-      tp::EmbeddingOp::create(b, loc, tensor({batch, seq, h}), wte, tokens);
+  Value x = tp::EmbeddingOp::create(b, loc, wte, tokens);
   x = add(x, slice(wpe, {0, 0}, {seq, h}));
   for (int64_t layer = 0; layer < config.numLayers; ++layer) {
     Operation *layerStart = lastOp();
     std::string p = "transformer.h." + std::to_string(layer);
     auto layerNorm = [&](Value in, const std::string &name) -> Value {
-      return tp::LayerNormOp::create(b, loc, in.getType(), in,
+      return tp::LayerNormOp::create(b, loc, in,
                                      param(name + ".weight", {h}, Init::Ones),
                                      param(name + ".bias", {h}, Init::Zeros),
                                      b.getF64FloatAttr(config.normEpsilon));
@@ -402,12 +389,12 @@ Value ModelEmitter::gpt2(Value tokens) {
     setLoc(p + ".mlp");
     Value up =
         linear(layerNorm(x, p + ".ln_2"), p + ".mlp.c_fc", h, inner, true, std);
-    Value act = tp::GeluOp::create(b, loc, up.getType(), up);
+    Value act = tp::GeluOp::create(b, loc, up);
     x = add(x, linear(act, p + ".mlp.c_proj", inner, h, true, projStd));
     markLayer(layer, layerStart);
   }
   setLoc("transformer.ln_f");
-  x = tp::LayerNormOp::create(b, loc, x.getType(), x,
+  x = tp::LayerNormOp::create(b, loc, x,
                               param("transformer.ln_f.weight", {h}, Init::Ones),
                               param("transformer.ln_f.bias", {h}, Init::Zeros),
                               b.getF64FloatAttr(config.normEpsilon));
@@ -425,11 +412,9 @@ Value ModelEmitter::llama(Value tokens) {
   const double std = config.initializerRange;
   setLoc("model.embed_tokens");
   Value embed = weight("model.embed_tokens.weight", {config.vocabSize, h}, std);
-  Value x =
-      tp::EmbeddingOp::create(b, loc, tensor({batch, seq, h}), embed, tokens);
+  Value x = tp::EmbeddingOp::create(b, loc, embed, tokens);
   auto rmsNorm = [&](Value in, const std::string &name) -> Value {
-    return tp::RmsNormOp::create(b, loc, in.getType(), in,
-                                 param(name, {h}, Init::Ones),
+    return tp::RmsNormOp::create(b, loc, in, param(name, {h}, Init::Ones),
                                  b.getF64FloatAttr(config.normEpsilon));
   };
   for (int64_t layer = 0; layer < config.numLayers; ++layer) {
@@ -446,7 +431,7 @@ Value ModelEmitter::llama(Value tokens) {
       y = transpose(reshape(y, {batch, seq, nkv, perKv, d}), {0, 2, 3, 1, 4});
       if (!rotate)
         return y;
-      auto rotary = tp::RotaryOp::create(b, loc, y.getType(), y);
+      auto rotary = tp::RotaryOp::create(b, loc, y);
       rotary.setThetaAttr(b.getF64FloatAttr(config.ropeTheta));
       return rotary;
     };
@@ -463,7 +448,7 @@ Value ModelEmitter::llama(Value tokens) {
         linear(hidden, p + ".mlp.gate_proj", h, inner, config.mlpBias, std);
     Value up =
         linear(hidden, p + ".mlp.up_proj", h, inner, config.mlpBias, std);
-    Value act = mul(tp::SiluOp::create(b, loc, gate.getType(), gate), up);
+    Value act = mul(tp::SiluOp::create(b, loc, gate), up);
     x = add(x,
             linear(act, p + ".mlp.down_proj", inner, h, config.mlpBias, std));
     markLayer(layer, layerStart);
@@ -494,7 +479,7 @@ func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
   Value result = config.kind == ModelKind::GPT2 ? gpt2(tokens) : llama(tokens);
   if (withLoss) {
     setLoc("loss");
-    result = tp::CrossEntropyOp::create(b, loc, tensor({}), result, targets);
+    result = tp::CrossEntropyOp::create(b, loc, result, targets);
   }
   b.setInsertionPointToEnd(body);
   func::ReturnOp::create(b, loc, result);

@@ -56,6 +56,37 @@ func.func @rank_dependent(%x: tensor<4x8x8xf32, #tp.dist<@g, [[], [0], []]>>) {
 
 // -----
 
+tp.grid @g [2]
+func.func @rotary_positions(%x: tensor<2x8x4xf32, #tp.dist<@g, [[], [0], []]>>) {
+  // The rotation angle depends on the global position along dim -2.
+  // expected-error @+1 {{tp-partition: this op cannot run with dimension 1 of operand #0 split}}
+  %0 = tp.rotary %x : tensor<2x8x4xf32, #tp.dist<@g, [[], [0], []]>>
+  return
+}
+
+// -----
+
+// Split heads rotate independently.
+// CHECK-LABEL: func.func @rotary_heads
+// CHECK: tp.rotary %{{.*}} : tensor<1x8x4xf32>
+tp.grid @g [2]
+func.func @rotary_heads(%x: tensor<2x8x4xf32, #tp.dist<@g, [[0], [], []]>>) {
+  %0 = tp.rotary %x : tensor<2x8x4xf32, #tp.dist<@g, [[0], [], []]>>
+  return
+}
+
+// -----
+
+tp.grid @g [2]
+func.func @mean_count(%x: tensor<4x8xf32, #tp.dist<@g, [[0], []]>>) {
+  // The kernel would divide by its local count.
+  // expected-error @+1 {{tp-partition: this op cannot run with dimension 0 of operand #0 split}}
+  %0 = tp.reduce_mean %x {dims = array<i64: 1>} : (tensor<4x8xf32, #tp.dist<@g, [[0], []]>>) -> tensor<4xf32, #tp.dist<@g, [[0]]>>
+  return
+}
+
+// -----
+
 // A vocabulary-split table: each rank holds 8 of the 16 rows and the
 // lookup leaves a partial sum; the vocabulary axes stay on the op.
 // CHECK-LABEL: func.func @vocab_parallel

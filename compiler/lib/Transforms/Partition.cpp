@@ -153,9 +153,10 @@ FailureOr<SmallVector<int64_t>> vocabParallelAxes(Operation *op) {
 }
 
 /// Checks that every op can run on its local shards: every split dimension
-/// splits a factor the op's kernel supports splitting (isSplittableFactor;
-/// vocabulary-parallel ops get their axes), and pending partial sums only
-/// flow through linear ops into a reduction.
+/// splits a factor the op's kernel supports splitting
+/// (ShardingRuleOpInterface::isSplittableFactor; vocabulary-parallel ops get
+/// their axes), and pending partial sums only flow through linear ops into a
+/// reduction.
 LogicalResult checkShardedOps(ModuleOp module) {
   WalkResult walk = module.walk([&](Operation *op) -> WalkResult {
     if (isa<RedistributeOp>(op)) {
@@ -181,7 +182,7 @@ LogicalResult checkShardedOps(ModuleOp module) {
           if (dist.getSplitAxes(d).empty())
             continue;
           if (dimFactors.empty() ||
-              !isSplittableFactor(op, rule, dimFactors.front())) {
+              !ruled.isSplittableFactor(rule, dimFactors.front())) {
             op->emitOpError()
                 << "tp-partition: this op cannot run with dimension " << d
                 << " of " << what << " #" << index << " split";
@@ -196,9 +197,9 @@ LogicalResult checkShardedOps(ModuleOp module) {
         !checkSplits(op->getResultTypes(), rule.getResultFactors(), "result"))
       return WalkResult::interrupt();
     bool partialIn = llvm::any_of(op->getOperandTypes(), isPartial);
-    bool linear = isa<AllReduceOp, ReduceScatterOp, ReshapeOp, TransposeOp,
-                      SliceOp, PadOp, ScaleOp, ReduceSumOp, AddOp, SubOp>(op);
-    if (partialIn && !linear) {
+    bool passes = op->hasTrait<OpTrait::tp::PassesPartialSums>();
+    if (partialIn && !passes &&
+        !op->hasTrait<OpTrait::tp::ReducesPartialSums>()) {
       op->emitOpError() << "tp-partition: consumes a pending partial sum but "
                            "is not linear; reduce it first";
       return WalkResult::interrupt();
@@ -207,9 +208,10 @@ LogicalResult checkShardedOps(ModuleOp module) {
       DistAttr dist = getDistLayout(type);
       return dist ? dist.getPartial().asArrayRef() : ArrayRef<int64_t>();
     };
-    if (partialIn && isa<AddOp, SubOp>(op) &&
-        partialOf(op->getOperand(0).getType()) !=
-            partialOf(op->getOperand(1).getType())) {
+    if (partialIn && passes &&
+        llvm::any_of(op->getOperandTypes(), [&](Type type) {
+          return partialOf(type) != partialOf(op->getOperand(0).getType());
+        })) {
       op->emitOpError() << "tp-partition: adds a partial sum to a value that "
                            "is not partial over the same axes";
       return WalkResult::interrupt();

@@ -52,10 +52,6 @@ double bytesOf(RankedTensorType type) {
          double(std::max<unsigned>(1, type.getElementTypeBitWidth() / 8));
 }
 
-bool isViewOp(Operation *op) {
-  return isa<SliceOp, ReshapeOp, TransposeOp>(op);
-}
-
 class Sharder {
 public:
   Sharder(ModuleOp module, SmallVector<int64_t> gridShape, bool seqParallel)
@@ -124,7 +120,7 @@ std::string Sharder::describe(Value value) const {
   // Follow view ops back to a parameter to name it.
   Value root = value;
   while (Operation *def = root.getDefiningOp()) {
-    if (!isViewOp(def))
+    if (!def->hasTrait<OpTrait::tp::IsView>())
       break;
     root = def->getOperand(0);
   }
@@ -148,7 +144,7 @@ Sharder::claimsOf(Operation *op, const ShardingRule &rule,
     if (axes.empty() || dims[d].empty())
       continue;
     int64_t factor = dims[d].front();
-    if (!isSplittableFactor(op, rule, factor))
+    if (!cast<ShardingRuleOpInterface>(op).isSplittableFactor(rule, factor))
       continue;
     int64_t size = rule.getFactors()[factor].size, shards = shardsOf(axes);
     if (size % shards != 0)
@@ -304,22 +300,22 @@ FailureOr<SmallVector<Claim>> Sharder::schemeClaims(
 }
 
 /// Whether `op` passes a pending partial sum in operand `index` through to
-/// its results (the op is linear in it), given the operands' layouts.
+/// its results, given the operands' layouts: the op is linear in its operands
+/// jointly (PassesPartialSums) and all of them are partial over the same axes.
 bool keepsPartial(Operation *op, unsigned index,
                   ArrayRef<std::optional<Layout>> layouts) {
-  if (!layouts[index] || layouts[index]->partial.empty())
+  if (!layouts[index] || layouts[index]->partial.empty() ||
+      !op->hasTrait<OpTrait::tp::PassesPartialSums>())
     return false;
-  if (isa<ReshapeOp, TransposeOp, SliceOp, PadOp, ScaleOp, ReduceSumOp>(op))
-    return true;
-  if (isa<AddOp, SubOp>(op)) {
-    if (!layouts[0] || !layouts[1])
+  Axes partial = layouts[index]->partial;
+  llvm::sort(partial);
+  return llvm::all_of(layouts, [&](const std::optional<Layout> &layout) {
+    if (!layout)
       return false;
-    Axes lhs = layouts[0]->partial, rhs = layouts[1]->partial;
-    llvm::sort(lhs);
-    llvm::sort(rhs);
-    return lhs == rhs;
-  }
-  return false;
+    Axes other = layout->partial;
+    llvm::sort(other);
+    return other == partial;
+  });
 }
 
 LogicalResult Sharder::shardOp(Operation *op) {
@@ -380,7 +376,8 @@ LogicalResult Sharder::shardOp(Operation *op) {
         continue;
       const DimFactors &seqFactors = rule.getOperandFactors()[i][1];
       if (seqFactors.empty() ||
-          !isSplittableFactor(op, rule, seqFactors.front()) ||
+          !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
+              rule, seqFactors.front()) ||
           rule.getFactors()[seqFactors.front()].size %
                   shardsOf(layouts[i]->partial) !=
               0)
@@ -550,7 +547,7 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
       continue;
     if (deferred.contains(&op))
       continue;
-    if (isViewOp(&op) && isFree(op.getOperand(0))) {
+    if (op.hasTrait<OpTrait::tp::IsView>() && isFree(op.getOperand(0))) {
       deferred.insert(&op);
       undecided.insert(op.getResult(0));
       continue;

@@ -391,6 +391,39 @@ func.func @softmax_grad_shape(%dy: tensor<4x8xf32>, %y: tensor<4x4xf32>) {
 
 // -----
 
+// Result types written against what the op infers from its operands.
+func.func @softmax_grad_result(%dy: tensor<4x4xf32>, %y: tensor<4x4xf32>) {
+  // expected-error @+1 {{input_grad 'tensor<4x8xf32>' should have shape [4, 4] (the shape of result)}}
+  %0 = tp.softmax_grad %dy, %y : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_grad_gamma_grad(%dy: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %g: tensor<16xf32>) {
+  // expected-error @+1 {{gamma_grad 'tensor<8xf32>' should have shape [16] (input's last dimension)}}
+  %0:2 = tp.rms_norm_grad %dy, %x, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @norm_squared_result(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %0 = tp.norm_squared %x : (tensor<4x4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_result_element_type(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{result has element type 'f16' but input has 'f32'}}
+  %0 = tp.transpose %x {permutation = array<i64: 1, 0>} : (tensor<2x8xf32>) -> tensor<8x2xf16>
+  return
+}
+
+// -----
+
 func.func @rotary_odd(%x: tensor<2x8x15xf32>) {
   // expected-error @+1 {{input 'tensor<2x8x15xf32>' needs an even head dimension to rotate pairs}}
   %0 = tp.rotary %x : tensor<2x8x15xf32>

@@ -27,11 +27,9 @@ def TPAutodiff : Pass<"tp-autodiff", "::mlir::ModuleOp"> {
   let summary = "Build @gradients and @train_step from @loss";
   let description = [{
     Reverse-mode differentiation of `@loss(params..., tokens, targets)`:
-    every tp op has a vector-Jacobian product rule (matmul with either
-    transpose, softmax with its causal mask, layer/RMS norm, rotary,
-    embedding -> scatter-add, cross-entropy, reshape/transpose/slice,
-    broadcasting elementwise ops). Cotangents of values with several users
-    are summed.
+    each forward op builds its vector-Jacobian product through
+    `DifferentiableOpInterface` (TPVJP.cpp); an op without it is an error.
+    Cotangents of values with several users are summed.
 
     Adds `@gradients(params..., tokens, targets) -> (loss, grads...)` and
     `@train_step(params..., exp_avg..., exp_avg_sq..., tokens, targets,
@@ -64,18 +62,19 @@ def TPShard : Pass<"tp-shard", "::mlir::ModuleOp"> {
     first, so that every function gets the same parameter layouts). For each
     op it assigns grid axes to the factors of the op's sharding rule: the
     splits its operands already carry, the scheme's choices, and for a
-    pending partial sum either keeping it (linear ops) or resolving it. Among
+    pending partial sum either keeping it (`PassesPartialSums` ops) or
+    resolving it. Among
     the candidate assignments it keeps the one whose operand
     redistributions move the fewest bytes (ring rule; a redistribution
     already made for the same value and layout is free), inserts
     `tp.redistribute` where an operand's layout differs, and derives the
     results' layouts: split where a split factor indexes them, partial over
     split reduction factors they lack. Only splits the op's kernel supports
-    are assigned (`isSplittableFactor`).
+    are assigned (`ShardingRuleOpInterface::isSplittableFactor`).
 
     Parameters (and their AdamW moments) start undecided; the first op that
-    uses one decides its layout, back through the slices, reshapes and
-    transposes between them. The 1D scheme (Megatron-LM): a weight used by a
+    uses one decides its layout, back through the view ops (`IsView`:
+    slices, reshapes, transposes) between them. The 1D scheme (Megatron-LM): a weight used by a
     matmul whose input has an unsplit contraction is split along its output
     features (column-parallel); one whose input arrives split along the
     contraction follows that split (row-parallel, the result a partial sum);

@@ -144,48 +144,24 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
   return index;
 }
 
+/// The plan kind that runs `op`: the enumerator of the name the op's
+/// PlanOpInterface gives (the dialect names kinds without depending on the
+/// plan schema; see TPInterfaces.td).
 static FailureOr<fb::OpKind> opKindOf(Operation *op) {
-  return llvm::TypeSwitch<Operation *, FailureOr<fb::OpKind>>(op)
-      .Case([](EmbeddingOp) { return fb::OpKind::Embedding; })
-      .Case([](EmbeddingGradOp) { return fb::OpKind::EmbeddingGrad; })
-      .Case([](MatmulOp) { return fb::OpKind::Matmul; })
-      .Case([](AddOp) { return fb::OpKind::Add; })
-      .Case([](SubOp) { return fb::OpKind::Sub; })
-      .Case([](MulOp) { return fb::OpKind::Mul; })
-      .Case([](DivOp) { return fb::OpKind::Div; })
-      .Case([](ScaleOp) { return fb::OpKind::Scale; })
-      .Case([](GeluOp) { return fb::OpKind::Gelu; })
-      .Case([](SiluOp) { return fb::OpKind::Silu; })
-      .Case([](GeluGradOp) { return fb::OpKind::GeluGrad; })
-      .Case([](SiluGradOp) { return fb::OpKind::SiluGrad; })
-      .Case([](LayerNormOp) { return fb::OpKind::LayerNorm; })
-      .Case([](LayerNormGradOp) { return fb::OpKind::LayerNormGrad; })
-      .Case([](RmsNormOp) { return fb::OpKind::RmsNorm; })
-      .Case([](RmsNormGradOp) { return fb::OpKind::RmsNormGrad; })
-      .Case([](SoftmaxOp) { return fb::OpKind::Softmax; })
-      .Case([](SoftmaxGradOp) { return fb::OpKind::SoftmaxGrad; })
-      .Case([](RotaryOp) { return fb::OpKind::Rotary; })
-      .Case([](ReshapeOp) { return fb::OpKind::Reshape; })
-      .Case([](TransposeOp) { return fb::OpKind::Transpose; })
-      .Case([](SliceOp) { return fb::OpKind::Slice; })
-      .Case([](ReduceSumOp) { return fb::OpKind::ReduceSum; })
-      .Case([](ReduceMeanOp) { return fb::OpKind::ReduceMean; })
-      .Case([](CrossEntropyOp) { return fb::OpKind::CrossEntropy; })
-      .Case([](CrossEntropyGradOp) { return fb::OpKind::CrossEntropyGrad; })
-      .Case([](AdamWOp) { return fb::OpKind::AdamW; })
-      .Case([](ConstantOp) { return fb::OpKind::Constant; })
-      .Case([](PadOp) { return fb::OpKind::Pad; })
-      .Case([](NormSquaredOp) { return fb::OpKind::NormSquared; })
-      .Case([](LrScheduleOp) { return fb::OpKind::LrSchedule; })
-      .Case([](ClipScaleOp) { return fb::OpKind::ClipScale; })
-      .Case([](AllReduceOp) { return fb::OpKind::AllReduce; })
-      .Case([](AllGatherOp) { return fb::OpKind::AllGather; })
-      .Case([](ReduceScatterOp) { return fb::OpKind::ReduceScatter; })
-      .Case([](AllToAllOp) { return fb::OpKind::AllToAll; })
-      .Case([](LocalSplitOp) { return fb::OpKind::LocalSplit; })
-      .Default([](Operation *op) -> FailureOr<fb::OpKind> {
-        return op->emitOpError() << "has no runtime kernel in the plan format";
-      });
+  static const llvm::StringMap<fb::OpKind> kindsByName = [] {
+    llvm::StringMap<fb::OpKind> kinds;
+    for (fb::OpKind kind : fb::EnumValuesOpKind())
+      kinds[fb::EnumNameOpKind(kind)] = kind;
+    return kinds;
+  }();
+  auto planOp = dyn_cast<PlanOpInterface>(op);
+  if (!planOp || planOp.getPlanOpKind().empty())
+    return op->emitOpError() << "has no runtime kernel in the plan format";
+  auto it = kindsByName.find(planOp.getPlanOpKind());
+  if (it == kindsByName.end())
+    return op->emitOpError() << "plan: op kind '" << planOp.getPlanOpKind()
+                             << "' is not in the plan format";
+  return it->second;
 }
 
 static std::string locationString(Location loc) {

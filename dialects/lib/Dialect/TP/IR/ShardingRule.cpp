@@ -28,6 +28,15 @@ bool ShardingRule::indexesResult(int64_t factor, unsigned resultIdx) const {
   });
 }
 
+bool ShardingRule::indexesOperandDim(unsigned operandIdx, int64_t dim,
+                                     int64_t factor) const {
+  const TensorFactors &dims = operands[operandIdx];
+  if (dim < 0)
+    dim += static_cast<int64_t>(dims.size());
+  return dim >= 0 && dim < static_cast<int64_t>(dims.size()) &&
+         llvm::is_contained(dims[dim], factor);
+}
+
 static LogicalResult verifyTensorFactors(Operation *op, StringRef what,
                                          unsigned idx, Type type,
                                          const TensorFactors &dims,

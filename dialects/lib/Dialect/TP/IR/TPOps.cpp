@@ -1211,30 +1211,317 @@ void RedistributeOp::getCanonicalizationPatterns(RewritePatternSet &results,
 // Which factors kernels can split
 //===----------------------------------------------------------------------===//
 
-/// True if `factor` indexes dimension `dim` (negative: from the end) of
-/// operand `operandIdx` in `rule`.
-static bool indexesOperandDim(const ShardingRule &rule, unsigned operandIdx,
-                              int64_t dim, int64_t factor) {
-  const TensorFactors &dims = rule.getOperandFactors()[operandIdx];
-  if (dim < 0)
-    dim += static_cast<int64_t>(dims.size());
-  return dim >= 0 && dim < static_cast<int64_t>(dims.size()) &&
-         llvm::is_contained(dims[dim], factor);
+/// A cross-entropy's step combines per-rank softmax statistics over the
+/// vocabulary (logits' last dim); its tokens stay whole (the mean's count).
+static bool isSplittableCrossEntropyFactor(const ShardingRule &rule,
+                                           int64_t factor) {
+  return rule.getKind(factor) != FactorKind::Replicated &&
+         rule.indexesOperandDim(0, -1, factor);
 }
 
-bool mlir::tp::isSplittableFactor(Operation *op, const ShardingRule &rule,
-                                  int64_t factor) {
-  FactorKind kind = rule.getKind(factor);
-  if (kind == FactorKind::Replicated)
-    return false;
-  if (isa<CrossEntropyOp, CrossEntropyGradOp>(op))
-    return indexesOperandDim(rule, 0, -1, factor);
-  if (kind == FactorKind::Stats)
-    return false;
-  if (auto softmax = dyn_cast<SoftmaxOp>(op); softmax && softmax.getCausal())
-    return !indexesOperandDim(rule, 0, -1, factor) &&
-           !indexesOperandDim(rule, 0, -2, factor);
-  if (isa<RotaryOp>(op))
-    return !indexesOperandDim(rule, 0, -2, factor);
-  return !isa<ReduceMeanOp>(op);
+bool CrossEntropyOp::isSplittableFactor(const ShardingRule &rule,
+                                        int64_t factor) {
+  return isSplittableCrossEntropyFactor(rule, factor);
 }
+
+bool CrossEntropyGradOp::isSplittableFactor(const ShardingRule &rule,
+                                            int64_t factor) {
+  return isSplittableCrossEntropyFactor(rule, factor);
+}
+
+/// A causal mask compares global query and key positions.
+bool SoftmaxOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
+  if (!rule.hasSplittableKind(factor))
+    return false;
+  return !getCausal() || (!rule.indexesOperandDim(0, -1, factor) &&
+                          !rule.indexesOperandDim(0, -2, factor));
+}
+
+/// The rotation angle depends on the global position along dim -2.
+bool RotaryOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
+  return rule.hasSplittableKind(factor) &&
+         !rule.indexesOperandDim(0, -2, factor);
+}
+
+/// The kernel divides by its local count, not the global one.
+bool ReduceMeanOp::isSplittableFactor(const ShardingRule &, int64_t) {
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Result type inference
+//===----------------------------------------------------------------------===//
+
+bool mlir::tp::haveSameShapesAndElementTypes(TypeRange l, TypeRange r) {
+  if (l.size() != r.size())
+    return false;
+  for (auto [a, b] : llvm::zip_equal(l, r)) {
+    auto ta = dyn_cast<RankedTensorType>(a), tb = dyn_cast<RankedTensorType>(b);
+    if (!ta || !tb || ta.getShape() != tb.getShape() ||
+        ta.getElementType() != tb.getElementType())
+      return false;
+  }
+  return true;
+}
+
+namespace {
+/// Collects inferred result types; `fail` reports why inference cannot
+/// apply when the caller asked for diagnostics (a builder given operands
+/// that do not fit; the verifiers give the precise message).
+class ResultTypes {
+public:
+  ResultTypes(std::optional<Location> location, SmallVectorImpl<Type> &types,
+              StringRef opName)
+      : location(location), types(types), opName(opName) {}
+
+  /// The operand's ranked type, or null after a diagnostic.
+  RankedTensorType operand(Value value, StringRef name) {
+    auto type =
+        dyn_cast_or_null<RankedTensorType>(value ? value.getType() : Type());
+    if (!type)
+      (void)emitOptionalError(location, opName, ": ", name,
+                              " is not a ranked tensor");
+    return type;
+  }
+  LogicalResult add(ArrayRef<int64_t> shape, Type elementType) {
+    types.push_back(RankedTensorType::get(shape, elementType));
+    return success();
+  }
+  /// A result shaped and typed like `type`, without its layout.
+  LogicalResult addLike(RankedTensorType type) {
+    return add(type.getShape(), type.getElementType());
+  }
+  LogicalResult addF32Scalar(MLIRContext *context) {
+    return add({}, Float32Type::get(context));
+  }
+  LogicalResult fail(const Twine &why) {
+    return emitOptionalError(location, opName,
+                             ": cannot infer the result: ", why);
+  }
+
+private:
+  std::optional<Location> location;
+  SmallVectorImpl<Type> &types;
+  StringRef opName;
+};
+} // namespace
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  ResultTypes results(location, types, getOperationName());
+  RankedTensorType table = results.operand(adaptor.getTable(), "table");
+  RankedTensorType ids = results.operand(adaptor.getIds(), "ids");
+  if (!table || !ids)
+    return failure();
+  if (table.getRank() != 2)
+    return results.fail("the table must be [vocab, hidden]");
+  return results.add(concat(ids.getShape(), table.getShape().back()),
+                     table.getElementType());
+}
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  ResultTypes results(location, types, getOperationName());
+  RankedTensorType lhs = results.operand(adaptor.getLhs(), "lhs");
+  RankedTensorType rhs = results.operand(adaptor.getRhs(), "rhs");
+  if (!lhs || !rhs)
+    return failure();
+  std::optional<SmallVector<int64_t>> shape =
+      inferMatmulShape(lhs.getShape(), rhs.getShape(),
+                       adaptor.getTransposeLhs(), adaptor.getTransposeRhs());
+  if (!shape)
+    return results.fail("the operand shapes do not fit a matrix product");
+  return results.add(*shape, lhs.getElementType());
+}
+
+template <typename OpT>
+static LogicalResult inferBroadcastBinary(std::optional<Location> location,
+                                          typename OpT::Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  ResultTypes results(location, types, OpT::getOperationName());
+  RankedTensorType lhs = results.operand(adaptor.getLhs(), "lhs");
+  RankedTensorType rhs = results.operand(adaptor.getRhs(), "rhs");
+  if (!lhs || !rhs)
+    return failure();
+  std::optional<SmallVector<int64_t>> shape =
+      broadcastShapes(lhs.getShape(), rhs.getShape());
+  if (!shape)
+    return results.fail("the operand shapes do not broadcast");
+  return results.add(*shape, lhs.getElementType());
+}
+
+#define TP_INFER_BROADCAST_BINARY(OpT)                                         \
+  LogicalResult OpT::inferReturnTypes(                                         \
+      MLIRContext *, std::optional<Location> location, Adaptor adaptor,        \
+      SmallVectorImpl<Type> &types) {                                          \
+    return inferBroadcastBinary<OpT>(location, adaptor, types);                \
+  }
+TP_INFER_BROADCAST_BINARY(AddOp)
+TP_INFER_BROADCAST_BINARY(SubOp)
+TP_INFER_BROADCAST_BINARY(MulOp)
+TP_INFER_BROADCAST_BINARY(DivOp)
+#undef TP_INFER_BROADCAST_BINARY
+
+/// Results shaped like the given operands, in order (an elementwise op's
+/// gradient is its input's shape; a normalisation's gradients are input-
+/// and gamma-shaped).
+template <typename OpT>
+static LogicalResult inferLike(std::optional<Location> location,
+                               SmallVectorImpl<Type> &types,
+                               ArrayRef<std::pair<Value, StringRef>> likes) {
+  ResultTypes results(location, types, OpT::getOperationName());
+  for (auto [value, name] : likes) {
+    RankedTensorType type = results.operand(value, name);
+    if (!type)
+      return failure();
+    (void)results.addLike(type);
+  }
+  return success();
+}
+
+LogicalResult GeluGradOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> location,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  return inferLike<GeluGradOp>(location, types,
+                               {{adaptor.getInput(), "input"}});
+}
+
+LogicalResult SiluGradOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> location,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  return inferLike<SiluGradOp>(location, types,
+                               {{adaptor.getInput(), "input"}});
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferLike<LayerNormOp>(location, types,
+                                {{adaptor.getInput(), "input"}});
+}
+
+LogicalResult LayerNormGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  return inferLike<LayerNormGradOp>(location, types,
+                                    {{adaptor.getInput(), "input"},
+                                     {adaptor.getGamma(), "gamma"},
+                                     {adaptor.getGamma(), "gamma"}});
+}
+
+LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> location,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  return inferLike<RmsNormOp>(location, types, {{adaptor.getInput(), "input"}});
+}
+
+LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> location,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferLike<RmsNormGradOp>(
+      location, types,
+      {{adaptor.getInput(), "input"}, {adaptor.getGamma(), "gamma"}});
+}
+
+LogicalResult SoftmaxGradOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> location,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferLike<SoftmaxGradOp>(location, types,
+                                  {{adaptor.getResult(), "result"}});
+}
+
+LogicalResult CrossEntropyGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  return inferLike<CrossEntropyGradOp>(location, types,
+                                       {{adaptor.getLogits(), "logits"}});
+}
+
+LogicalResult AdamWOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> location,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &types) {
+  return inferLike<AdamWOp>(location, types,
+                            {{adaptor.getParam(), "param"},
+                             {adaptor.getExpAvg(), "exp_avg"},
+                             {adaptor.getExpAvgSq(), "exp_avg_sq"}});
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  ResultTypes results(location, types, getOperationName());
+  RankedTensorType input = results.operand(adaptor.getInput(), "input");
+  if (!input)
+    return failure();
+  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  SmallVector<int64_t> shape;
+  SmallVector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (perm.size() != size_t(input.getRank()) || p < 0 ||
+        p >= input.getRank() || seen[p])
+      return results.fail("the permutation does not permute the input dims");
+    seen[p] = true;
+    shape.push_back(input.getDimSize(p));
+  }
+  return results.add(shape, input.getElementType());
+}
+
+/// The input's shape without `dims`.
+template <typename OpT>
+static LogicalResult inferReduction(std::optional<Location> location,
+                                    typename OpT::Adaptor adaptor,
+                                    SmallVectorImpl<Type> &types) {
+  ResultTypes results(location, types, OpT::getOperationName());
+  RankedTensorType input = results.operand(adaptor.getInput(), "input");
+  if (!input)
+    return failure();
+  ArrayRef<int64_t> dims = adaptor.getDims();
+  if (llvm::any_of(dims,
+                   [&](int64_t d) { return d < 0 || d >= input.getRank(); }))
+    return results.fail("a reduced dimension is out of range");
+  SmallVector<int64_t> shape;
+  for (auto [dim, size] : llvm::enumerate(input.getShape()))
+    if (!llvm::is_contained(dims, static_cast<int64_t>(dim)))
+      shape.push_back(size);
+  return results.add(shape, input.getElementType());
+}
+
+LogicalResult ReduceSumOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferReduction<ReduceSumOp>(location, adaptor, types);
+}
+
+LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> location,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  return inferReduction<ReduceMeanOp>(location, adaptor, types);
+}
+
+/// Ops whose result is an f32 scalar whatever their operands.
+#define TP_INFER_F32_SCALAR(OpT)                                               \
+  LogicalResult OpT::inferReturnTypes(MLIRContext *context,                    \
+                                      std::optional<Location> location,        \
+                                      Adaptor, SmallVectorImpl<Type> &types) { \
+    return ResultTypes(location, types, getOperationName())                    \
+        .addF32Scalar(context);                                                \
+  }
+TP_INFER_F32_SCALAR(CrossEntropyOp)
+TP_INFER_F32_SCALAR(NormSquaredOp)
+TP_INFER_F32_SCALAR(LrScheduleOp)
+TP_INFER_F32_SCALAR(ClipScaleOp)
+#undef TP_INFER_F32_SCALAR

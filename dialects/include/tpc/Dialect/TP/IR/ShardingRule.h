@@ -61,6 +61,19 @@ public:
   /// factor that does not makes that result a pending partial sum.
   bool indexesResult(int64_t factor, unsigned resultIdx) const;
 
+  /// True if `factor` indexes dimension `dim` (negative: from the end) of
+  /// operand `operandIdx`.
+  bool indexesOperandDim(unsigned operandIdx, int64_t dim,
+                         int64_t factor) const;
+
+  /// True if the factor's kind allows a split without help from the kernel:
+  /// a parallel or reduction factor. What an op's kernel allows is
+  /// ShardingRuleOpInterface::isSplittableFactor.
+  bool hasSplittableKind(int64_t factor) const {
+    FactorKind kind = getKind(factor);
+    return kind == FactorKind::Parallel || kind == FactorKind::Reduction;
+  }
+
   /// Checks the rule against `op`'s types: one entry per operand, result and
   /// dimension, factor indices in range, and factor sizes multiplying to each
   /// non-empty dimension's size.
@@ -113,17 +126,6 @@ private:
   static TensorFactors oneFactorPerDim(ArrayRef<int64_t> perDim);
   ShardingRule rule;
 };
-
-/// Whether `op`'s kernel computes its shard correctly when `factor` of its
-/// rule `rule` is split across ranks (each result then partial over the split
-/// reduction factors it lacks). False for replicated factors; for statistics
-/// factors except a cross-entropy's vocabulary (whose step combines per-rank
-/// statistics); and where a kernel depends on global positions or counts: a
-/// causal softmax's last two dims, rotary positions, a mean, and a
-/// cross-entropy's tokens (the mean's count). Sharding passes assign only
-/// such splits; tp-partition rejects others.
-bool isSplittableFactor(Operation *op, const ShardingRule &rule,
-                        int64_t factor);
 
 } // namespace mlir::tp
 

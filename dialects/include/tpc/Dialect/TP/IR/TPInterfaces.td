@@ -19,7 +19,91 @@ def TP_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
       /*retTy=*/"::mlir::tp::ShardingRule",
       /*methodName=*/"getShardingRule",
       /*args=*/(ins)>,
+    InterfaceMethod<
+      /*desc=*/[{
+        Whether this op's kernel computes its shard correctly when `factor`
+        of its rule `rule` is split across ranks (each result then partial
+        over the split reduction factors it lacks). By default a parallel or
+        reduction factor is, a statistics or replicated one is not. Ops
+        override it where the kernel depends on global positions or counts
+        (a causal softmax's last two dims, rotary positions, a mean, a
+        cross-entropy's tokens) or combines per-rank statistics itself (a
+        cross-entropy's vocabulary). Sharding passes assign only such splits;
+        tp-partition rejects others.
+      }],
+      /*retTy=*/"bool",
+      /*methodName=*/"isSplittableFactor",
+      /*args=*/(ins "const ::mlir::tp::ShardingRule &":$rule,
+                   "int64_t":$factor),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{
+        return rule.hasSplittableKind(factor);
+      }]>,
   ];
 }
+
+def TP_PlanOpInterface : OpInterface<"PlanOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    The runtime kernel that executes this op in a plan. The dialect does not
+    depend on the runtime's plan schema: the kind is the name of a
+    `tpc.plan.OpKind` enumerator (runtime/schema), which the plan emitter
+    maps 1:1 by name, so a misspelt kind is an emission error, not a
+    silently wrong kernel. An empty kind means the op has no kernel and must
+    be lowered before emission (tp.redistribute).
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/"Returns the plan op kind's name, or an empty string.",
+      /*retTy=*/"::llvm::StringRef",
+      /*methodName=*/"getPlanOpKind",
+      /*args=*/(ins)>,
+  ];
+}
+
+def TP_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    The op's vector-Jacobian product, which tp-autodiff applies to each op
+    of the forward in reverse order. The implementations live in TPVJP.cpp.
+    An op without this interface cannot be differentiated.
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/[{
+        Builds, at `builder`'s insertion point, the cotangents of this op's
+        operands from `resultCotangents` (one per result).
+        `operands` and `results` are the primal values to read: this op's
+        own, or their recomputations when the backward rematerialises the
+        forward. `operandCotangents` comes with one null entry per operand;
+        the method sets the entries of the operands that get a cotangent.
+      }],
+      /*retTy=*/"::llvm::LogicalResult",
+      /*methodName=*/"buildVJP",
+      /*args=*/(ins "::mlir::OpBuilder &":$builder,
+                   "::mlir::ValueRange":$operands,
+                   "::mlir::ValueRange":$results,
+                   "::mlir::ValueRange":$resultCotangents,
+                   "::llvm::MutableArrayRef<::mlir::Value>":$operandCotangents)>,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Traits (C++ side in TPTraits.h)
+//===----------------------------------------------------------------------===//
+
+class TP_OpTrait<string name> : NativeOpTrait<name> {
+  let cppNamespace = "::mlir::OpTrait::tp";
+}
+
+// Linear in the operands jointly: pending partial sums over the same grid
+// axes pass through to the result.
+def TP_PassesPartialSums : TP_OpTrait<"PassesPartialSums">;
+
+// A collective that sums a pending partial of its operand.
+def TP_ReducesPartialSums : TP_OpTrait<"ReducesPartialSums">;
+
+// The result is operand 0's elements rearranged or a subset of them.
+def TP_IsView : TP_OpTrait<"IsView">;
 
 #endif // TPC_DIALECT_TP_IR_TPINTERFACES_TD

@@ -7,10 +7,12 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "tpc/Dialect/TP/IR/TPAttrs.h"
 #include "tpc/Dialect/TP/IR/TPDialect.h"
 #include "tpc/Dialect/TP/IR/TPInterfaces.h"
+#include "tpc/Dialect/TP/IR/TPTraits.h"
 
 namespace mlir::tp {
 class GridOp;
@@ -32,6 +34,10 @@ LogicalResult verifyDistLayouts(Operation *op,
 LogicalResult verifyDistLayout(RankedTensorType type, GridOp grid,
                                function_ref<InFlightDiagnostic()> emitError,
                                StringRef what);
+/// True if `l` and `r` pair up with equal shapes and element types; their
+/// #tp.dist encodings may differ (see TP_InferResultShapes in TPOps.td).
+bool haveSameShapesAndElementTypes(TypeRange l, TypeRange r);
+
 /// NumPy broadcast of two shapes (aligned on trailing dims; 1 broadcasts), or
 /// nothing if they are incompatible. The result shape of tp.add and friends.
 std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,

@@ -7,6 +7,7 @@ include "tpc/Dialect/TP/IR/TPBase.td"
 include "tpc/Dialect/TP/IR/TPAttrs.td"
 include "tpc/Dialect/TP/IR/TPInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 //===----------------------------------------------------------------------===//
@@ -24,16 +25,48 @@ def TP_AnyTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
 // Base classes
 //===----------------------------------------------------------------------===//
 
+// The op's vector-Jacobian product (TPVJP.cpp).
+defvar TP_HasVJP = DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>;
+
+// With AllTypesMatch: the result type is the input's, layout included.
+defvar TP_InferSameType = DeclareOpInterfaceMethods<InferTypeOpInterface>;
+
+// Result types inferred from the operands' shapes, element types and the
+// op's attributes: global shapes before tp-partition, local ones after. A
+// result's #tp.dist layout is the sharding passes' choice, so it is not
+// compared. Ops whose result shape is their own specification (reshape,
+// slice, pad, constant, embedding_grad's vocabulary, collectives) keep
+// written result types.
+def TP_InferResultShapes : InferTypeOpAdaptorBase<[{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange l,
+                                        ::mlir::TypeRange r) {
+      return ::mlir::tp::haveSameShapesAndElementTypes(l, r);
+    }
+  }]>;
+
 class TP_Op<string mnemonic, list<Trait> traits = []>
     : Op<TP_Dialect, mnemonic, traits>;
 
 // A tensor op of the training step: pure, shape-checked, with a sharding rule,
 // and with every #tp.dist layout of its types checked against its grid.
-class TP_ComputeOp<string mnemonic, list<Trait> traits = []>
+// `ruleMethods` lists the ShardingRuleOpInterface methods with a default
+// that the op overrides.
+class TP_ComputeOp<string mnemonic, list<Trait> traits = [],
+                   list<string> ruleMethods = []>
     : TP_Op<mnemonic, !listconcat(traits, [
-        Pure, DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>,
+        Pure,
+        DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface, ruleMethods>,
+        TP_PlanOpInterface,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  // The tpc.plan.OpKind enumerator that runs this op (see PlanOpInterface);
+  // empty for an op that must be lowered before emission. An op that sets
+  // its own extraClassDeclaration must keep getPlanOpKind (the build fails
+  // otherwise).
+  string planOpKind = "";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::llvm::StringRef getPlanOpKind() { return "}] # planOpKind # [{"; }
+  }];
   let assemblyFormat = [{
     operands attr-dict `:` functional-type(operands, results)
   }];
@@ -46,7 +79,8 @@ class TP_ComputeOp<string mnemonic, list<Trait> traits = []>
 }
 
 class TP_UnaryOp<string mnemonic, string desc>
-    : TP_ComputeOp<mnemonic, [AllTypesMatch<["input", "result"]>]> {
+    : TP_ComputeOp<mnemonic, [AllTypesMatch<["input", "result"]>,
+                              TP_InferSameType, TP_HasVJP]> {
   let summary = desc;
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$result);
@@ -55,13 +89,15 @@ class TP_UnaryOp<string mnemonic, string desc>
 }
 
 class TP_UnaryGradOp<string mnemonic, string desc>
-    : TP_ComputeOp<mnemonic> {
+    : TP_ComputeOp<mnemonic, [TP_InferResultShapes]> {
   let summary = desc;
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$input_grad);
 }
 
-class TP_BinaryOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
+class TP_BinaryOp<string mnemonic, string desc, list<Trait> traits = []>
+    : TP_ComputeOp<mnemonic, !listconcat(traits, [
+        TP_InferResultShapes, TP_HasVJP])> {
   let summary = desc;
   let description = [{
     Elementwise with NumPy-style broadcasting: operands are aligned on their
@@ -98,13 +134,16 @@ def TP_GridOp : TP_Op<"grid", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 // Embedding
 //===----------------------------------------------------------------------===//
 
-def TP_EmbeddingOp : TP_ComputeOp<"embedding"> {
+def TP_EmbeddingOp
+    : TP_ComputeOp<"embedding", [TP_InferResultShapes, TP_HasVJP]> {
+  let planOpKind = "Embedding";
   let summary = "Embedding lookup: result[t..., :] = table[ids[t...], :]";
   let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids);
   let results = (outs TP_FloatTensor:$result);
 }
 
 def TP_EmbeddingGradOp : TP_ComputeOp<"embedding_grad"> {
+  let planOpKind = "EmbeddingGrad";
   let summary = "Embedding gradient: scatter-add of result_grad rows by ids";
   let description = [{
     `table_grad[v, :] = sum over t with ids[t] == v of result_grad[t, :]`.
@@ -118,7 +157,8 @@ def TP_EmbeddingGradOp : TP_ComputeOp<"embedding_grad"> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def TP_MatmulOp : TP_ComputeOp<"matmul"> {
+def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferResultShapes, TP_HasVJP]> {
+  let planOpKind = "Matmul";
   let summary = "(Batched) matrix product with optional transposes";
   let description = [{
     `lhs` is `[b..., M, K]` (`[b..., K, M]` with `transpose_lhs`), `rhs` is
@@ -140,12 +180,24 @@ def TP_MatmulOp : TP_ComputeOp<"matmul"> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-def TP_AddOp : TP_BinaryOp<"add", "Elementwise sum">;
-def TP_SubOp : TP_BinaryOp<"sub", "Elementwise difference">;
-def TP_MulOp : TP_BinaryOp<"mul", "Elementwise product">;
-def TP_DivOp : TP_BinaryOp<"div", "Elementwise quotient">;
+def TP_AddOp : TP_BinaryOp<"add", "Elementwise sum", [TP_PassesPartialSums]> {
+  let planOpKind = "Add";
+}
+def TP_SubOp
+    : TP_BinaryOp<"sub", "Elementwise difference", [TP_PassesPartialSums]> {
+  let planOpKind = "Sub";
+}
+def TP_MulOp : TP_BinaryOp<"mul", "Elementwise product"> {
+  let planOpKind = "Mul";
+}
+def TP_DivOp : TP_BinaryOp<"div", "Elementwise quotient"> {
+  let planOpKind = "Div";
+}
 
-def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>]> {
+def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>,
+                                        TP_InferSameType,
+                                        TP_PassesPartialSums, TP_HasVJP]> {
+  let planOpKind = "Scale";
   let summary = "Multiplication by a compile-time constant";
   let arguments = (ins TP_FloatTensor:$input, F64Attr:$factor);
   let results = (outs TP_FloatTensor:$result);
@@ -154,16 +206,27 @@ def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>]> {
   let hasCanonicalizer = 1;
 }
 
-def TP_GeluOp : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)">;
-def TP_SiluOp : TP_UnaryOp<"silu", "SiLU: x * sigmoid(x)">;
-def TP_GeluGradOp : TP_UnaryGradOp<"gelu_grad", "Gradient of tp.gelu">;
-def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu">;
+def TP_GeluOp
+    : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)"> {
+  let planOpKind = "Gelu";
+}
+def TP_SiluOp : TP_UnaryOp<"silu", "SiLU: x * sigmoid(x)"> {
+  let planOpKind = "Silu";
+}
+def TP_GeluGradOp : TP_UnaryGradOp<"gelu_grad", "Gradient of tp.gelu"> {
+  let planOpKind = "GeluGrad";
+}
+def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu"> {
+  let planOpKind = "SiluGrad";
+}
 
 //===----------------------------------------------------------------------===//
 // Normalisation and attention pieces
 //===----------------------------------------------------------------------===//
 
-def TP_LayerNormOp : TP_ComputeOp<"layer_norm"> {
+def TP_LayerNormOp
+    : TP_ComputeOp<"layer_norm", [TP_InferResultShapes, TP_HasVJP]> {
+  let planOpKind = "LayerNorm";
   let summary = "Layer normalisation over the last dimension";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
                        TP_FloatTensor:$beta,
@@ -171,7 +234,9 @@ def TP_LayerNormOp : TP_ComputeOp<"layer_norm"> {
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_LayerNormGradOp : TP_ComputeOp<"layer_norm_grad"> {
+def TP_LayerNormGradOp
+    : TP_ComputeOp<"layer_norm_grad", [TP_InferResultShapes]> {
+  let planOpKind = "LayerNormGrad";
   let summary = "Gradients of tp.layer_norm w.r.t. input, gamma and beta";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
                        TP_FloatTensor:$gamma,
@@ -180,14 +245,16 @@ def TP_LayerNormGradOp : TP_ComputeOp<"layer_norm_grad"> {
                       TP_FloatTensor:$beta_grad);
 }
 
-def TP_RmsNormOp : TP_ComputeOp<"rms_norm"> {
+def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [TP_InferResultShapes, TP_HasVJP]> {
+  let planOpKind = "RmsNorm";
   let summary = "RMS normalisation over the last dimension (LLaMA)";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
                        DefaultValuedAttr<F64Attr, "1.0e-6">:$epsilon);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
+def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad", [TP_InferResultShapes]> {
+  let planOpKind = "RmsNormGrad";
   let summary = "Gradients of tp.rms_norm w.r.t. input and gamma";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
                        TP_FloatTensor:$gamma,
@@ -195,7 +262,10 @@ def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad"> {
   let results = (outs TP_FloatTensor:$input_grad, TP_FloatTensor:$gamma_grad);
 }
 
-def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>]> {
+def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>,
+                                            TP_InferSameType, TP_HasVJP],
+                                ["isSplittableFactor"]> {
+  let planOpKind = "Softmax";
   let summary = "Softmax over the last dimension, optionally causally masked";
   let description = [{
     With `causal`, the last two dimensions are `[queries, keys]` (equal
@@ -206,13 +276,17 @@ def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>]>
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad"> {
+def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad", [TP_InferResultShapes]> {
+  let planOpKind = "SoftmaxGrad";
   let summary = "Gradient of tp.softmax from its result: y * (dy - sum(dy * y))";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$result);
   let results = (outs TP_FloatTensor:$input_grad);
 }
 
-def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>]> {
+def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>,
+                                          TP_InferSameType, TP_HasVJP],
+                               ["isSplittableFactor"]> {
+  let planOpKind = "Rotary";
   let summary = "Rotary position embedding (rotate-half form, as in LLaMA)";
   let description = [{
     `input` is `[..., S, D]` with D even; position p = index along S rotates
@@ -230,13 +304,17 @@ def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>]> {
 // Shape manipulation and reductions
 //===----------------------------------------------------------------------===//
 
-def TP_ReshapeOp : TP_ComputeOp<"reshape"> {
+def TP_ReshapeOp
+    : TP_ComputeOp<"reshape", [TP_PassesPartialSums, TP_IsView, TP_HasVJP]> {
+  let planOpKind = "Reshape";
   let summary = "Reshape to a static shape with the same number of elements";
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_SliceOp : TP_ComputeOp<"slice"> {
+def TP_SliceOp
+    : TP_ComputeOp<"slice", [TP_PassesPartialSums, TP_IsView, TP_HasVJP]> {
+  let planOpKind = "Slice";
   let summary = "Static slice: result = input[offsets[d] : offsets[d] + size[d]]";
   let description = [{
     The slice sizes come from the result type. Used for GPT-2's fused QKV
@@ -246,19 +324,28 @@ def TP_SliceOp : TP_ComputeOp<"slice"> {
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_TransposeOp : TP_ComputeOp<"transpose"> {
+def TP_TransposeOp
+    : TP_ComputeOp<"transpose", [TP_InferResultShapes, TP_PassesPartialSums,
+                                 TP_IsView, TP_HasVJP]> {
+  let planOpKind = "Transpose";
   let summary = "Permute dimensions: result dim i is input dim permutation[i]";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_ReduceSumOp : TP_ComputeOp<"reduce_sum"> {
+def TP_ReduceSumOp
+    : TP_ComputeOp<"reduce_sum", [TP_InferResultShapes, TP_PassesPartialSums,
+                                  TP_HasVJP]> {
+  let planOpKind = "ReduceSum";
   let summary = "Sum over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_ReduceMeanOp : TP_ComputeOp<"reduce_mean"> {
+def TP_ReduceMeanOp
+    : TP_ComputeOp<"reduce_mean", [TP_InferResultShapes, TP_HasVJP],
+                   ["isSplittableFactor"]> {
+  let planOpKind = "ReduceMean";
   let summary = "Mean over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
   let results = (outs TP_FloatTensor:$result);
@@ -268,13 +355,19 @@ def TP_ReduceMeanOp : TP_ComputeOp<"reduce_mean"> {
 // Loss
 //===----------------------------------------------------------------------===//
 
-def TP_CrossEntropyOp : TP_ComputeOp<"cross_entropy"> {
+def TP_CrossEntropyOp
+    : TP_ComputeOp<"cross_entropy", [TP_InferResultShapes, TP_HasVJP],
+                   ["isSplittableFactor"]> {
+  let planOpKind = "CrossEntropy";
   let summary = "Mean softmax cross-entropy over tokens with integer targets";
   let arguments = (ins TP_FloatTensor:$logits, TP_IndexTensor:$targets);
   let results = (outs TP_F32Scalar:$loss);
 }
 
-def TP_CrossEntropyGradOp : TP_ComputeOp<"cross_entropy_grad"> {
+def TP_CrossEntropyGradOp
+    : TP_ComputeOp<"cross_entropy_grad", [TP_InferResultShapes],
+                   ["isSplittableFactor"]> {
+  let planOpKind = "CrossEntropyGrad";
   let summary = "Gradient of tp.cross_entropy w.r.t. logits";
   let description = [{
     `(softmax(logits) - onehot(targets)) * loss_grad / num_tokens`.
@@ -288,7 +381,8 @@ def TP_CrossEntropyGradOp : TP_ComputeOp<"cross_entropy_grad"> {
 // Optimiser
 //===----------------------------------------------------------------------===//
 
-def TP_AdamWOp : TP_ComputeOp<"adamw"> {
+def TP_AdamWOp : TP_ComputeOp<"adamw", [TP_InferResultShapes]> {
+  let planOpKind = "AdamW";
   let summary = "One AdamW update of a parameter and its moments";
   let description = [{
     With t = step (1-based) and g = grad * grad_scale (the clipping factor),
@@ -310,14 +404,16 @@ def TP_AdamWOp : TP_ComputeOp<"adamw"> {
                       TP_FloatTensor:$new_exp_avg_sq);
 }
 
-def TP_NormSquaredOp : TP_ComputeOp<"norm_squared"> {
+def TP_NormSquaredOp : TP_ComputeOp<"norm_squared", [TP_InferResultShapes]> {
+  let planOpKind = "NormSquared";
   let summary = "Sum of squares of all elements (for global-norm clipping)";
   let arguments = (ins TP_FloatTensor:$input);
   let results = (outs TP_F32Scalar:$result);
   let hasVerifier = 0;
 }
 
-def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule"> {
+def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule", [TP_InferResultShapes]> {
+  let planOpKind = "LrSchedule";
   let summary = "Learning rate: linear warmup, then cosine decay";
   let description = [{
     `hyperparameters` is `[peak_lr, min_lr, warmup_steps, decay_steps,
@@ -332,7 +428,8 @@ def TP_LrScheduleOp : TP_ComputeOp<"lr_schedule"> {
   let results = (outs TP_F32Scalar:$result);
 }
 
-def TP_ClipScaleOp : TP_ComputeOp<"clip_scale"> {
+def TP_ClipScaleOp : TP_ComputeOp<"clip_scale", [TP_InferResultShapes]> {
+  let planOpKind = "ClipScale";
   let summary = "Global-norm gradient clipping factor";
   let description = [{
     `min(1, max_grad_norm / (sqrt(sum_squares) + 1e-6))` with
@@ -348,7 +445,8 @@ def TP_ClipScaleOp : TP_ComputeOp<"clip_scale"> {
 // Constants and padding
 //===----------------------------------------------------------------------===//
 
-def TP_ConstantOp : TP_ComputeOp<"constant"> {
+def TP_ConstantOp : TP_ComputeOp<"constant", [TP_HasVJP]> {
+  let planOpKind = "Constant";
   let summary = "A tensor filled with one value";
   let arguments = (ins F64Attr:$value);
   let results = (outs TP_FloatTensor:$result);
@@ -356,7 +454,8 @@ def TP_ConstantOp : TP_ComputeOp<"constant"> {
   let hasVerifier = 0;
 }
 
-def TP_PadOp : TP_ComputeOp<"pad"> {
+def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums, TP_HasVJP]> {
+  let planOpKind = "Pad";
   let summary = "Zero tensor of the result type with the input at `offsets`";
   let description = [{
     The gradient of `tp.slice`: `result[offsets + i] = input[i]`, zero
@@ -373,7 +472,8 @@ def TP_PadOp : TP_ComputeOp<"pad"> {
 // A collective on the grid axes `grid_axes`: the result's #tp.dist layout
 // is the input's with exactly the change the op names, which the verifier
 // checks. Global view: shapes are unchanged.
-class TP_CollectiveOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
+class TP_CollectiveOp<string mnemonic, string desc, list<Trait> traits = []>
+    : TP_ComputeOp<mnemonic, traits> {
   let summary = desc;
   let results = (outs TP_AnyTensor:$result);
   let assemblyFormat = [{
@@ -382,7 +482,8 @@ class TP_CollectiveOp<string mnemonic, string desc> : TP_ComputeOp<mnemonic> {
 }
 
 def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
-    "Sum a pending partial over grid axes"> {
+    "Sum a pending partial over grid axes", [TP_ReducesPartialSums]> {
+  let planOpKind = "AllReduce";
   let description = [{
     Removes `grid_axes` from the input's partial axes; every rank of each
     group ends with the full sum.
@@ -392,6 +493,7 @@ def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
 
 def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
     "Gather the shards of one dimension"> {
+  let planOpKind = "AllGather";
   let description = [{
     `grid_axes` must be the minor end of the axes splitting dimension `dim`;
     they are removed from it.
@@ -401,7 +503,9 @@ def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
 }
 
 def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter",
-    "Sum a pending partial and keep one shard of a dimension"> {
+    "Sum a pending partial and keep one shard of a dimension",
+    [TP_ReducesPartialSums]> {
+  let planOpKind = "ReduceScatter";
   let description = [{
     Removes `grid_axes` from the partial axes and appends them to the axes
     splitting `dim`: an all-reduce followed by a local slice, at the cost of
@@ -413,6 +517,7 @@ def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter",
 
 def TP_AllToAllOp : TP_CollectiveOp<"all_to_all",
     "Move a split from one dimension to another"> {
+  let planOpKind = "AllToAll";
   let description = [{
     `grid_axes` (the minor end of `source_dim`'s axes) move to the minor end
     of `target_dim`'s axes.
@@ -423,6 +528,7 @@ def TP_AllToAllOp : TP_CollectiveOp<"all_to_all",
 
 def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
     "Keep one shard of a replicated dimension (no communication)"> {
+  let planOpKind = "LocalSplit";
   let description = [{
     Appends `grid_axes`, unused by the input's layout, to the axes splitting
     `dim`: each rank keeps its own slice of data it already holds.
