@@ -140,11 +140,8 @@
 // UNEVEN: error: 'tp.embedding' op tp-shard: cannot split the vocabulary (size 64) of parameter 'transformer.wte.weight' over 3 ranks
 // RUN: not tpc-opt %S/Inputs/llama-block.mlir --tp-shard=grid=4 2>&1 | FileCheck %s --check-prefix=KV-HEADS
 // KV-HEADS: error: 'tp.reshape' op tp-shard: cannot split dimension 2 of operand #0 further: its leading factor has size 2, which 4 ranks do not divide
-// RUN: not tpc-opt %S/Inputs/gpt2-block.mlir --tp-shard="mode=2d grid=2" 2>&1 | FileCheck %s --check-prefix=MODE
-// MODE: error: tp-shard: mode '2d' is not implemented (available: 1d)
-// RUN: not tpc-opt %S/Inputs/gpt2-block.mlir --tp-shard=grid=2x2 2>&1 | FileCheck %s --check-prefix=GRID-1D
-// GRID-1D: error: tp-shard: mode 1d needs a one-axis grid, got '2x2'
-// RUN: not tpc-opt %S/Inputs/gpt2-block.mlir --tp-shard=grid=two 2>&1 | FileCheck %s --check-prefix=GRID
-// GRID: error: tp-shard: grid 'two' is not a shape like 4 or 2x2
+// Option errors: test/tpc-opt/options.mlir.
+// RUN: not tpc-opt %S/Inputs/gpt2-block.mlir --tp-shard="grid=3 seq-parallel=true" 2>&1 | FileCheck %s --check-prefix=SP-UNEVEN
+// SP-UNEVEN: error: tp-shard: seq-parallel=true cannot split the sequence (length 8) over 3 ranks
 // RUN: tpc-opt %S/Inputs/gpt2-block.mlir --tp-shard=grid=2 | not tpc-opt --tp-shard=grid=2 2>&1 | FileCheck %s --check-prefix=TWICE
 // TWICE: error: tp-shard: the module already has a tp.grid

@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
@@ -28,8 +29,63 @@
 
 using namespace mlir;
 
+/// Builds the requested pass pipeline once before reading the input, so that
+/// an option error is one line naming the option: MlirOptMain would add an
+/// empty located error after the option parser's own message.
+static LogicalResult checkPassPipeline(DialectRegistry &registry,
+                                       const MlirOptMainConfig &config) {
+  // Building the pipeline dumps it when asked: leave that to MlirOptMain.
+  if (config.shouldDumpPassPipeline())
+    return success();
+  MLIRContext context(registry);
+  ScopedDiagnosticHandler handler(&context, [](Diagnostic &diagnostic) {
+    std::string message = diagnostic.str();
+    if (!message.empty())
+      llvm::errs() << "tpc-opt: error: " << message << "\n";
+    return success();
+  });
+  PassManager pm(&context);
+  return config.setupPassPipeline(pm);
+}
+
+/// Runs the requested passes like mlir-opt on `inputFilename`, printing the
+/// result to `os`.
+static LogicalResult runPasses(StringRef inputFilename,
+                               const MlirOptMainConfig &config,
+                               DialectRegistry &registry, raw_ostream &os) {
+  if (failed(checkPassPipeline(registry, config)))
+    return failure();
+  std::string errorMessage;
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      openInputFile(inputFilename, &errorMessage);
+  if (!input) {
+    llvm::errs() << "tpc-opt: error: " << errorMessage << "\n";
+    return failure();
+  }
+  return MlirOptMain(os, std::move(input), registry, config);
+}
+
+/// Replaces `outputFilename` with what `write` produces, through a temporary
+/// file renamed over it: a failure leaves an existing file as it was.
+static LogicalResult
+writeAtomically(StringRef outputFilename,
+                llvm::function_ref<LogicalResult(raw_ostream &)> write) {
+  if (llvm::Error error = llvm::writeToOutput(
+          outputFilename, [&](llvm::raw_ostream &os) -> llvm::Error {
+            if (failed(write(os)))
+              return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                             "not written");
+            return llvm::Error::success();
+          })) {
+    llvm::errs() << "tpc-opt: error: " << outputFilename << ": "
+                 << llvm::toString(std::move(error)) << "\n";
+    return failure();
+  }
+  return success();
+}
+
 /// Runs the requested passes like mlir-opt, then writes the result as a
-/// plan, atomically: a failed run leaves no file behind.
+/// plan, atomically.
 static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
                               DialectRegistry &registry) {
   MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
@@ -39,16 +95,9 @@ static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
   }
   // Bytecode keeps every location exact for the emitter's diagnostics.
   config.emitBytecode(true);
-  std::string errorMessage;
-  std::unique_ptr<llvm::MemoryBuffer> input =
-      openInputFile(inputFilename, &errorMessage);
-  if (!input) {
-    llvm::errs() << "tpc-opt: error: " << errorMessage << "\n";
-    return failure();
-  }
   std::string bytecode;
   llvm::raw_string_ostream bytecodeStream(bytecode);
-  if (failed(MlirOptMain(bytecodeStream, std::move(input), registry, config)))
+  if (failed(runPasses(inputFilename, config, registry, bytecodeStream)))
     return failure();
 
   MLIRContext context(registry);
@@ -58,18 +107,30 @@ static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
       parseSourceString<ModuleOp>(bytecode, ParserConfig(&context));
   if (!module)
     return failure();
-  if (llvm::Error error = llvm::writeToOutput(
-          outputFilename, [&](llvm::raw_ostream &os) -> llvm::Error {
-            if (failed(tp::translateModuleToPlan(*module, os)))
-              return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                             "plan emission failed");
-            return llvm::Error::success();
-          })) {
-    llvm::errs() << "tpc-opt: error: " << outputFilename << ": "
-                 << llvm::toString(std::move(error)) << "\n";
+  return writeAtomically(outputFilename, [&](raw_ostream &os) {
+    return tp::translateModuleToPlan(*module, os);
+  });
+}
+
+/// Like MlirOptMain, but the output file is written only once the passes
+/// succeeded, and atomically: MlirOptMain would truncate it up front and
+/// delete it on failure, losing a user's file (even the input itself).
+static LogicalResult emitText(int argc, char **argv, StringRef inputFilename,
+                              StringRef outputFilename,
+                              DialectRegistry &registry) {
+  MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
+  if (config.shouldShowDialects() || config.shouldListPasses())
+    return MlirOptMain(argc, argv, inputFilename, outputFilename, registry);
+  if (outputFilename == "-")
+    return runPasses(inputFilename, config, registry, llvm::outs());
+  std::string text;
+  llvm::raw_string_ostream textStream(text);
+  if (failed(runPasses(inputFilename, config, registry, textStream)))
     return failure();
-  }
-  return success();
+  return writeAtomically(outputFilename, [&](raw_ostream &os) {
+    os << text;
+    return success();
+  });
 }
 
 int main(int argc, char **argv) {
@@ -88,5 +149,5 @@ int main(int argc, char **argv) {
   if (StringRef(outputFilename).ends_with(".tpplan"))
     return asMainReturnCode(emitPlan(inputFilename, outputFilename, registry));
   return asMainReturnCode(
-      MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
+      emitText(argc, argv, inputFilename, outputFilename, registry));
 }

@@ -531,6 +531,15 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
         input && input.getValue() == "tokens") {
       batch = tensorType(arg).getDimSize(0);
       seq = tensorType(arg).getDimSize(1);
+      int64_t shards = 1;
+      for (int64_t size : gridShape)
+        shards *= size;
+      // Sequence parallelism that cannot apply is an error, not a no-op.
+      if (seqParallel && seq % shards != 0)
+        return mlir::emitError(func.getLoc())
+               << "tp-shard: seq-parallel=true cannot split the sequence "
+                  "(length "
+               << seq << ") over " << shards << " ranks";
     }
     auto name = func.getArgAttrOfType<StringAttr>(i, "tp.param");
     if (!name)
@@ -690,35 +699,44 @@ LogicalResult Sharder::run() {
     if (failed(shardFunction(func)))
       return failure();
   }
+  if (seqParallel && seq < 0)
+    return mlir::emitError(module.getLoc())
+           << "tp-shard: seq-parallel=true needs a function with a "
+              "tp.input = \"tokens\" argument to find the sequence";
   return success();
 }
 
 struct TPShard : public tp::impl::TPShardBase<TPShard> {
   using TPShardBase::TPShardBase;
 
+  /// Option errors are reported while the pipeline is built, as one line,
+  /// rather than as a diagnostic on the whole module.
+  LogicalResult initializeOptions(
+      StringRef options,
+      function_ref<LogicalResult(const Twine &)> errorHandler) override {
+    if (failed(TPShardBase::initializeOptions(options, errorHandler)))
+      return failure();
+    if (mode == ParallelMode::None)
+      return errorHandler("tp-shard: mode=none distributes nothing; use "
+                          "mode=1d");
+    return verifyShardOptions("tp-shard", mode, grid.getValue(), seqParallel,
+                              errorHandler);
+  }
+
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    if (mode != "1d") {
-      module.emitError() << "tp-shard: mode '" << mode
-                         << "' is not implemented (available: 1d)";
+    // Options set in C++ skip initializeOptions.
+    auto optionError = [&](const Twine &message) {
+      mlir::emitError(UnknownLoc::get(&getContext())) << message;
+      return failure();
+    };
+    if (mode == ParallelMode::None ||
+        failed(verifyShardOptions("tp-shard", mode, grid.getValue(),
+                                  seqParallel, optionError)))
       return signalPassFailure();
-    }
-    SmallVector<int64_t> shape;
-    for (StringRef part : llvm::split(StringRef(grid), 'x')) {
-      int64_t size;
-      if (part.getAsInteger(10, size) || size < 1) {
-        module.emitError() << "tp-shard: grid '" << grid
-                           << "' is not a shape like 4 or 2x2";
-        return signalPassFailure();
-      }
-      shape.push_back(size);
-    }
-    if (shape.size() != 1) {
-      module.emitError() << "tp-shard: mode 1d needs a one-axis grid, got '"
-                         << grid << "'";
-      return signalPassFailure();
-    }
-    if (failed(Sharder(module, shape, seqParallel).run()))
+    SmallVector<int64_t> shape(ArrayRef<int64_t>(grid.getValue().sizes));
+    if (shape.empty())
+      shape.push_back(1);
+    if (failed(Sharder(getOperation(), shape, seqParallel).run()))
       return signalPassFailure();
   }
 };
