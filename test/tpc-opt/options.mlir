@@ -49,5 +49,14 @@
 // RUN: not tpc-opt %s --tp-shard="seq-parallel=true" 2>&1 | FileCheck %s --check-prefix=SP-NO-TOKENS
 // SP-NO-TOKENS: error: tp-shard: seq-parallel=true needs a function with a tp.input = "tokens" argument to find the sequence
 
+
+// A pass error on the module is one line with its source line, not a dump of
+// the module (--mlir-print-op-on-diagnostic brings that back).
+// RUN: not tpc-opt %s --tp-autodiff 2>&1 | FileCheck %s --check-prefix=NO-DUMP
+// RUN: not tpc-opt %s --tp-autodiff 2>&1 | count 3
+// NO-DUMP: options.mlir:[[# @LINE + 4]]:1: error: tp-autodiff: the module has no @loss
+// RUN: not tpc-opt %s --tp-autodiff --mlir-print-op-on-diagnostic 2>&1 | FileCheck %s --check-prefix=DUMP
+// DUMP: note: see current operation
+
 module {
 }

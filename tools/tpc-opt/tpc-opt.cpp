@@ -22,6 +22,7 @@
 #include "tpc/Pipelines/Pipelines.h"
 #include "tpc/Target/Plan/PlanEmitter.h"
 #include "tpc/Transforms/Passes.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -142,6 +143,15 @@ int main(int argc, char **argv) {
   tp::registerTPDialect(registry);
   registry.insert<arith::ArithDialect, func::FuncDialect, scf::SCFDialect,
                   tensor::TensorDialect>();
+
+  // An error on a module or function op is one line (with its source line),
+  // not a dump of the whole op: --mlir-print-op-on-diagnostic brings that
+  // back.
+  registerMLIRContextCLOptions();
+  auto &options = llvm::cl::getRegisteredOptions();
+  if (auto *printOp = static_cast<llvm::cl::opt<bool> *>(
+          options.lookup("mlir-print-op-on-diagnostic")))
+    printOp->setInitialValue(false);
 
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
       argc, argv, "tpc optimizer driver: tp dialect passes and pipelines\n",
