@@ -545,6 +545,20 @@ tpc::frontend::importTransformer(MLIRContext &context,
       "tp.model_type",
       attrs.getStringAttr(config.kind == ModelKind::GPT2 ? "gpt2" : "llama"));
   (*module)->setAttr("tp.hf_config", attrs.getStringAttr(config.json));
+  // The head counts, under their config names, so that a scheme that splits
+  // heads over ranks names the one the grid does not divide.
+  SmallVector<NamedAttribute> headCounts;
+  auto addCount = [&](StringRef field, int64_t count) {
+    headCounts.push_back(
+        attrs.getNamedAttr(field, attrs.getI64IntegerAttr(count)));
+  };
+  if (config.kind == ModelKind::GPT2) {
+    addCount("n_head", config.numHeads);
+  } else {
+    addCount("num_attention_heads", config.numHeads);
+    addCount("num_key_value_heads", config.numKeyValueHeads);
+  }
+  (*module)->setAttr("tp.head_counts", attrs.getDictionaryAttr(headCounts));
   ModelEmitter emitter(context, config, batch, seq);
   emitter.build(*module, "forward", /*withLoss=*/false);
   emitter.build(*module, "loss", /*withLoss=*/true);

@@ -73,6 +73,12 @@ private:
   LogicalResult decide(Value value, const Layout &layout);
 
   // Layout arithmetic.
+  int64_t numRanks() const {
+    int64_t ranks = 1;
+    for (int64_t size : gridShape)
+      ranks *= size;
+    return ranks;
+  }
   int64_t shardsOf(ArrayRef<int64_t> axes) const {
     int64_t shards = 1;
     for (int64_t axis : axes)
@@ -531,9 +537,7 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
         input && input.getValue() == "tokens") {
       batch = tensorType(arg).getDimSize(0);
       seq = tensorType(arg).getDimSize(1);
-      int64_t shards = 1;
-      for (int64_t size : gridShape)
-        shards *= size;
+      int64_t shards = numRanks();
       // Sequence parallelism that cannot apply is an error, not a no-op.
       if (seqParallel && seq % shards != 0)
         return mlir::emitError(func.getLoc())
@@ -681,6 +685,18 @@ void Sharder::reduceScalarSumsOnce(func::FuncOp func) {
 LogicalResult Sharder::run() {
   if (!module.getOps<GridOp>().empty())
     return module.emitError() << "tp-shard: the module already has a tp.grid";
+  // 1d splits attention heads over all ranks: name the head count the grid
+  // does not divide (tpc-import records them) rather than the view op whose
+  // split it would stop at.
+  int64_t ranks = numRanks();
+  if (auto headCounts = module->getAttrOfType<DictionaryAttr>("tp.head_counts"))
+    for (NamedAttribute count : headCounts)
+      if (auto value = dyn_cast<IntegerAttr>(count.getValue());
+          value && value.getInt() % ranks != 0)
+        return module.emitError()
+               << "tp-shard: " << count.getName().getValue() << " ("
+               << value.getInt() << ") is not divisible by the " << ranks
+               << " ranks of the grid, over which 1d splits the heads";
   OpBuilder builder(module.getBodyRegion());
   builder.setInsertionPointToStart(module.getBody());
   auto grid = GridOp::create(builder, module.getLoc(), "tp",
