@@ -11,6 +11,7 @@
 #include "tpc/Dialect/TP/IR/TPAttrs.h"
 #include "tpc/Dialect/TP/IR/TPDialect.h"
 #include "tpc/Dialect/TP/IR/TPInterfaces.h"
+#include "tpc/Dialect/TP/IR/TensorSizes.h"
 
 namespace mlir::tp {
 class GridOp;

@@ -24,8 +24,14 @@ def TP_AnyTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
 // Base classes
 //===----------------------------------------------------------------------===//
 
+// Every tensor a tp op reads or writes has positive sizes and at most
+// kMaxTensorElements elements (TensorSizes.h).
+def TP_TensorSizesChecked : NativeOpTrait<"TensorSizesChecked"> {
+  let cppNamespace = "::mlir::tp";
+}
+
 class TP_Op<string mnemonic, list<Trait> traits = []>
-    : Op<TP_Dialect, mnemonic, traits>;
+    : Op<TP_Dialect, mnemonic, !listconcat(traits, [TP_TensorSizesChecked])>;
 
 // A tensor op of the training step: pure, shape-checked, with a sharding rule,
 // and with every #tp.dist layout of its types checked against its grid.
