@@ -115,9 +115,10 @@ def TPLowerCollectives : Pass<"tp-lower-collectives", "::mlir::ModuleOp"> {
     dimension with an all-to-all when the target splits that one on the same
     axis, and are gathered otherwise; splits the target adds on unused axes
     are taken locally, without communication. Redistributes that create a
-    partial sum are rejected. Finally an explicit `tp.all_reduce` whose only
-    use is a `tp.local_split` over the same axes becomes one
-    `tp.reduce_scatter`.
+    partial sum are rejected. The lowering is a rewrite pattern run by the
+    greedy driver together with `tp.local_split`'s canonicalization, so
+    that an explicit `tp.all_reduce` whose only use is a `tp.local_split`
+    over the same axes becomes one `tp.reduce_scatter`.
   }];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }

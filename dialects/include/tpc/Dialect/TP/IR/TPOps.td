@@ -432,9 +432,12 @@ def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
   let description = [{
     Appends `grid_axes`, unused by the input's layout, to the axes splitting
     `dim`: each rank keeps its own slice of data it already holds.
+    Canonicalization: a slice over the same axes of an all-reduce that has
+    no other use is one reduce-scatter (half the all-reduce's volume).
   }];
   let arguments = (ins TP_AnyTensor:$input, I64Attr:$dim,
                        DenseI64ArrayAttr:$grid_axes);
+  let hasCanonicalizer = 1;
 }
 
 def TP_RedistributeOp : TP_ComputeOp<"redistribute"> {
