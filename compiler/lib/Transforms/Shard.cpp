@@ -104,6 +104,12 @@ private:
   schemeClaims(Operation *op, const ShardingRule &rule,
                ArrayRef<std::optional<SmallVector<Claim>>> operandClaims);
   std::string describe(Value value) const;
+  /// An error about the whole program, named in its text: the source line
+  /// of the module or a function (all attributes, all parameters) would
+  /// make it thousands of characters long.
+  InFlightDiagnostic moduleError() {
+    return mlir::emitError(UnknownLoc::get(module.getContext()));
+  }
 
   bool isFree(Value value) const { return undecided.contains(value); }
   bool isArgument(Value value) const { return isa<BlockArgument>(value); }
@@ -540,7 +546,7 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
       int64_t shards = numRanks();
       // Sequence parallelism that cannot apply is an error, not a no-op.
       if (seqParallel && seq % shards != 0)
-        return mlir::emitError(func.getLoc())
+        return moduleError()
                << "tp-shard: seq-parallel=true cannot split the sequence "
                   "(length "
                << seq << ") over " << shards << " ranks";
@@ -693,7 +699,7 @@ LogicalResult Sharder::run() {
     for (NamedAttribute count : headCounts)
       if (auto value = dyn_cast<IntegerAttr>(count.getValue());
           value && value.getInt() % ranks != 0)
-        return module.emitError()
+        return moduleError()
                << "tp-shard: " << count.getName().getValue() << " ("
                << value.getInt() << ") is not divisible by the " << ranks
                << " ranks of the grid, over which 1d splits the heads";
@@ -716,7 +722,7 @@ LogicalResult Sharder::run() {
       return failure();
   }
   if (seqParallel && seq < 0)
-    return mlir::emitError(module.getLoc())
+    return moduleError()
            << "tp-shard: seq-parallel=true needs a function with a "
               "tp.input = \"tokens\" argument to find the sequence";
   return success();
