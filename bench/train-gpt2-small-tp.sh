@@ -28,7 +28,7 @@ text=/usr/share/games/fortunes/fortunes
 "$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/one.tpplan"
 for sp in false true; do
   "$build/bin/tpc-opt" "$work/model.mlir" -o "$work/tp2-sp-$sp.tpplan" \
-    --tp-pipeline="mode=1d grid=2 seq_parallel=$sp" 2> "$work/tp2-sp-$sp.remarks"
+    --tp-pipeline="mode=1d grid=2 seq-parallel=$sp" 2> "$work/tp2-sp-$sp.remarks"
 done
 
 # Median seconds of the steps after the first (warm-up), the collectives'

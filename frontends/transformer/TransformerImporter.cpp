@@ -46,6 +46,13 @@ public:
       fail(formatv("field '{0}' must be a positive integer", key));
       return 1;
     }
+    // Bounded so that the sizes derived from it (4 * n_embd, ...) cannot
+    // overflow before checkSizes sees them.
+    if (*integer > tp::kMaxTensorElements) {
+      fail(formatv("field '{0}' is {1}, more than the size limit 2^40 = {2}",
+                   key, *integer, tp::kMaxTensorElements));
+      return 1;
+    }
     return *integer;
   }
 
@@ -174,6 +181,30 @@ static void readLlama(ConfigReader &reader, TransformerConfig &config) {
                         config.headDim));
 }
 
+namespace {
+/// A tensor the model will have: what it is, what its sizes are, and the
+/// sizes as factors (so that checking the product cannot overflow).
+struct SizedTensor {
+  StringRef what;
+  StringRef dims;
+  SmallVector<int64_t> factors;
+};
+} // namespace
+
+/// Fails, naming the first tensor that does not fit, when one has more than
+/// kMaxTensorElements elements.
+static llvm::Error checkSizes(ArrayRef<SizedTensor> tensors) {
+  for (const SizedTensor &tensor : tensors)
+    if (failed(tp::checkedNumElements(tensor.factors)))
+      return configError(formatv(
+          "{0} ({1} = {2:$[ x ]}) would have more than 2^40 = {3} "
+          "elements, the size limit of one tensor",
+          tensor.what, tensor.dims,
+          llvm::make_range(tensor.factors.begin(), tensor.factors.end()),
+          tp::kMaxTensorElements));
+  return llvm::Error::success();
+}
+
 llvm::Expected<TransformerConfig>
 tpc::frontend::parseTransformerConfig(llvm::StringRef json) {
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(json);
@@ -203,6 +234,28 @@ tpc::frontend::parseTransformerConfig(llvm::StringRef json) {
   }
   if (reader.failed())
     return reader.takeError();
+  bool gpt2 = config.kind == ModelKind::GPT2;
+  if (config.numLayers > kMaxLayers)
+    return configError(formatv("'{0}' ({1}) is more than the limit of {2} "
+                               "layers",
+                               gpt2 ? "n_layer" : "num_hidden_layers",
+                               config.numLayers, kMaxLayers));
+  const int64_t h = config.hiddenSize;
+  SmallVector<SizedTensor> weights = {
+      {"the token embedding", "vocabulary x hidden", {config.vocabSize, h}},
+      {"the position embedding",
+       "positions x hidden",
+       {config.maxPositions, h}},
+      {"the query weight",
+       "heads x head dim x hidden",
+       {config.numHeads, config.headDim, h}},
+      {"the MLP weight", "intermediate x hidden", {config.intermediateSize, h}},
+  };
+  if (gpt2)
+    weights.push_back(
+        {"the fused QKV weight", "3 x hidden x hidden", {3, h, h}});
+  if (llvm::Error error = checkSizes(weights))
+    return error;
   return config;
 }
 
@@ -522,6 +575,20 @@ tpc::frontend::importTransformer(MLIRContext &context,
                                config.kind == ModelKind::GPT2
                                    ? "n_positions"
                                    : "max_position_embeddings"));
+  const int64_t h = config.hiddenSize;
+  if (llvm::Error error = checkSizes({
+          {"the activations", "--batch x --seq x hidden", {batch, seq, h}},
+          {"the MLP activations",
+           "--batch x --seq x intermediate",
+           {batch, seq, config.intermediateSize}},
+          {"the attention scores",
+           "--batch x heads x --seq x --seq",
+           {batch, config.numHeads, seq, seq}},
+          {"the logits",
+           "--batch x --seq x vocabulary",
+           {batch, seq, config.vocabSize}},
+      }))
+    return error;
   context.loadDialect<tp::TPDialect, func::FuncDialect>();
   OpBuilder b(&context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(b.getUnknownLoc());
@@ -530,6 +597,20 @@ tpc::frontend::importTransformer(MLIRContext &context,
       "tp.model_type",
       attrs.getStringAttr(config.kind == ModelKind::GPT2 ? "gpt2" : "llama"));
   (*module)->setAttr("tp.hf_config", attrs.getStringAttr(config.json));
+  // The head counts, under their config names, so that a scheme that splits
+  // heads over ranks names the one the grid does not divide.
+  SmallVector<NamedAttribute> headCounts;
+  auto addCount = [&](StringRef field, int64_t count) {
+    headCounts.push_back(
+        attrs.getNamedAttr(field, attrs.getI64IntegerAttr(count)));
+  };
+  if (config.kind == ModelKind::GPT2) {
+    addCount("n_head", config.numHeads);
+  } else {
+    addCount("num_attention_heads", config.numHeads);
+    addCount("num_key_value_heads", config.numKeyValueHeads);
+  }
+  (*module)->setAttr("tp.head_counts", attrs.getDictionaryAttr(headCounts));
   ModelEmitter emitter(context, config, batch, seq);
   emitter.build(*module, "forward", /*withLoss=*/false);
   emitter.build(*module, "loss", /*withLoss=*/true);

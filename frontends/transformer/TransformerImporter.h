@@ -20,6 +20,11 @@ namespace tpc::frontend {
 
 enum class ModelKind { GPT2, Llama };
 
+/// The most layers a model may have (the largest published models have
+/// fewer than 200): every layer is emitted as ops, so the count bounds the
+/// module's memory. Tensor sizes are bounded by tp::kMaxTensorElements.
+constexpr int64_t kMaxLayers = 1024;
+
 /// The fields of config.json that shape the model, validated.
 struct TransformerConfig {
   ModelKind kind;

@@ -45,9 +45,9 @@ train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
 for ranks in 1 2 4; do
   for sp in false true; do
     name=t$ranks-sp-$sp
-    echo "== $model, $ranks ranks, seq_parallel=$sp"
+    echo "== $model, $ranks ranks, seq-parallel=$sp"
     "$bin/tpc-opt" "$work/model.mlir" -o "$work/$name.tpplan" \
-      --tp-pipeline="mode=1d grid=$ranks seq_parallel=$sp" 2> "$work/$name.remarks"
+      --tp-pipeline="mode=1d grid=$ranks seq-parallel=$sp" 2> "$work/$name.remarks"
     train $ranks "$work/$name.tpplan" "$work/$name" --steps $steps \
       --export "$work/$name" --checkpoint-dir "$work/$name.ckpt"
     $check losses "$work/one.json" "$work/$name.json"

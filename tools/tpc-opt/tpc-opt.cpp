@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
@@ -21,26 +22,40 @@
 #include "tpc/Pipelines/Pipelines.h"
 #include "tpc/Target/Plan/PlanEmitter.h"
 #include "tpc/Transforms/Passes.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Process.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 
-/// Runs the requested passes like mlir-opt, then writes the result as a
-/// plan, atomically: a failed run leaves no file behind.
-static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
-                              DialectRegistry &registry) {
-  MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
-  if (!config.inputSplitMarker().empty()) {
-    llvm::errs() << "tpc-opt: error: -split-input-file cannot write a plan\n";
+/// Builds the requested pass pipeline once before reading the input, so that
+/// an option error is one line naming the option: MlirOptMain would add an
+/// empty located error after the option parser's own message.
+static LogicalResult checkPassPipeline(DialectRegistry &registry,
+                                       const MlirOptMainConfig &config) {
+  // Building the pipeline dumps it when asked: leave that to MlirOptMain.
+  if (config.shouldDumpPassPipeline())
+    return success();
+  MLIRContext context(registry);
+  ScopedDiagnosticHandler handler(&context, [](Diagnostic &diagnostic) {
+    std::string message = diagnostic.str();
+    if (!message.empty())
+      llvm::errs() << "tpc-opt: error: " << message << "\n";
+    return success();
+  });
+  PassManager pm(&context);
+  return config.setupPassPipeline(pm);
+}
+
+/// Runs the requested passes like mlir-opt on `inputFilename`, printing the
+/// result to `os`.
+static LogicalResult runPasses(StringRef inputFilename,
+                               const MlirOptMainConfig &config,
+                               DialectRegistry &registry, raw_ostream &os) {
+  if (failed(checkPassPipeline(registry, config)))
     return failure();
-  }
-  // Bytecode keeps every location exact for the emitter's diagnostics.
-  config.emitBytecode(true);
   std::string errorMessage;
   std::unique_ptr<llvm::MemoryBuffer> input =
       openInputFile(inputFilename, &errorMessage);
@@ -48,23 +63,19 @@ static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
     llvm::errs() << "tpc-opt: error: " << errorMessage << "\n";
     return failure();
   }
-  std::string bytecode;
-  llvm::raw_string_ostream bytecodeStream(bytecode);
-  if (failed(MlirOptMain(bytecodeStream, std::move(input), registry, config)))
-    return failure();
+  return MlirOptMain(os, std::move(input), registry, config);
+}
 
-  MLIRContext context(registry);
-  llvm::SourceMgr sourceMgr;
-  SourceMgrDiagnosticHandler handler(sourceMgr, &context);
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(bytecode, ParserConfig(&context));
-  if (!module)
-    return failure();
+/// Replaces `outputFilename` with what `write` produces, through a temporary
+/// file renamed over it: a failure leaves an existing file as it was.
+static LogicalResult
+writeAtomically(StringRef outputFilename,
+                llvm::function_ref<LogicalResult(raw_ostream &)> write) {
   if (llvm::Error error = llvm::writeToOutput(
           outputFilename, [&](llvm::raw_ostream &os) -> llvm::Error {
-            if (failed(tp::translateModuleToPlan(*module, os)))
+            if (failed(write(os)))
               return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                             "plan emission failed");
+                                             "not written");
             return llvm::Error::success();
           })) {
     llvm::errs() << "tpc-opt: error: " << outputFilename << ": "
@@ -74,43 +85,53 @@ static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
   return success();
 }
 
-/// MlirOptMain writing `outputFilename` atomically. Left to itself it
-/// truncates the output before the passes run and deletes it when they fail,
-/// which destroys a user's file (or the input itself, for `x.mlir -o
-/// x.mlir`). Here it writes a temporary file beside the output, renamed over
-/// it only on success; a failure leaves the old file as it was.
-static LogicalResult runIntoFile(int argc, char **argv, StringRef inputFilename,
-                                 StringRef outputFilename,
-                                 DialectRegistry &registry) {
-  // Standard output, /dev/null or a pipe: nothing to keep, nothing to
-  // replace (renaming over a device node would be worse than truncating it).
-  llvm::sys::fs::file_status status;
-  if (outputFilename == "-" ||
-      (!llvm::sys::fs::status(outputFilename, status) &&
-       status.type() != llvm::sys::fs::file_type::regular_file))
+/// Runs the requested passes like mlir-opt, then writes the result as a
+/// plan, atomically.
+static LogicalResult emitPlan(StringRef inputFilename, StringRef outputFilename,
+                              DialectRegistry &registry) {
+  MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
+  if (!config.inputSplitMarker().empty()) {
+    llvm::errs() << "tpc-opt: error: -split-input-file cannot write a plan\n";
+    return failure();
+  }
+  // Bytecode keeps every location exact for the emitter's diagnostics.
+  config.emitBytecode(true);
+  std::string bytecode;
+  llvm::raw_string_ostream bytecodeStream(bytecode);
+  if (failed(runPasses(inputFilename, config, registry, bytecodeStream)))
+    return failure();
+
+  MLIRContext context(registry);
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(bytecode, ParserConfig(&context));
+  if (!module)
+    return failure();
+  return writeAtomically(outputFilename, [&](raw_ostream &os) {
+    return tp::translateModuleToPlan(*module, os);
+  });
+}
+
+/// Like MlirOptMain, but the output file is written only once the passes
+/// succeeded, and atomically: MlirOptMain would truncate it up front and
+/// delete it on failure, losing a user's file (even the input itself).
+static LogicalResult emitText(int argc, char **argv, StringRef inputFilename,
+                              StringRef outputFilename,
+                              DialectRegistry &registry) {
+  MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
+  if (config.shouldShowDialects() || config.shouldListPasses())
     return MlirOptMain(argc, argv, inputFilename, outputFilename, registry);
-  SmallString<128> temporary;
-  int fd = -1;
-  if (std::error_code error = llvm::sys::fs::createUniqueFile(
-          outputFilename + ".tmp-%%%%%%", fd, temporary)) {
-    llvm::errs() << "tpc-opt: error: " << outputFilename
-                 << ": cannot create a file beside it: " << error.message()
-                 << "\n";
+  if (outputFilename == "-")
+    return runPasses(inputFilename, config, registry, llvm::outs());
+  std::string text;
+  llvm::raw_string_ostream textStream(text);
+  if (failed(runPasses(inputFilename, config, registry, textStream)))
     return failure();
-  }
-  llvm::sys::Process::SafelyCloseFileDescriptor(fd);
-  if (failed(MlirOptMain(argc, argv, inputFilename, temporary, registry))) {
-    llvm::sys::fs::remove(temporary);
-    return failure();
-  }
-  if (std::error_code error =
-          llvm::sys::fs::rename(temporary, outputFilename)) {
-    llvm::sys::fs::remove(temporary);
-    llvm::errs() << "tpc-opt: error: " << outputFilename
-                 << ": cannot write: " << error.message() << "\n";
-    return failure();
-  }
-  return success();
+  return writeAtomically(outputFilename, [&](raw_ostream &os) {
+    os << text;
+    return success();
+  });
 }
 
 int main(int argc, char **argv) {
@@ -123,11 +144,20 @@ int main(int argc, char **argv) {
   registry.insert<arith::ArithDialect, func::FuncDialect, scf::SCFDialect,
                   tensor::TensorDialect>();
 
+  // An error on a module or function op is one line (with its source line),
+  // not a dump of the whole op: --mlir-print-op-on-diagnostic brings that
+  // back.
+  registerMLIRContextCLOptions();
+  auto &options = llvm::cl::getRegisteredOptions();
+  if (auto *printOp = static_cast<llvm::cl::opt<bool> *>(
+          options.lookup("mlir-print-op-on-diagnostic")))
+    printOp->setInitialValue(false);
+
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
       argc, argv, "tpc optimizer driver: tp dialect passes and pipelines\n",
       registry);
   if (StringRef(outputFilename).ends_with(".tpplan"))
     return asMainReturnCode(emitPlan(inputFilename, outputFilename, registry));
   return asMainReturnCode(
-      runIntoFile(argc, argv, inputFilename, outputFilename, registry));
+      emitText(argc, argv, inputFilename, outputFilename, registry));
 }

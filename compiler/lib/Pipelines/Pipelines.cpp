@@ -8,23 +8,29 @@
 
 using namespace mlir;
 
-void mlir::tp::buildPipeline(OpPassManager &pm,
-                             const PipelineOptions &options) {
+LogicalResult
+mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
+                        function_ref<LogicalResult(const Twine &)> emitError) {
+  // Options that would be silently ignored are errors.
+  if (failed(verifyShardOptions("tp-pipeline", options.mode,
+                                options.grid.getValue(), options.seqParallel,
+                                emitError)))
+    return failure();
   // Simplify the forward first, so that the backward is built from the
   // folded form (e.g. attention's scale already inside the matmul's alpha).
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (options.train) {
     TPAutodiffOptions autodiff;
-    autodiff.remat = options.remat;
+    autodiff.remat = options.remat.getValue();
     pm.addPass(createTPAutodiff(autodiff));
   }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (options.mode != ParallelMode::None) {
     TPShardOptions shard;
-    shard.mode = "1d";
-    shard.grid = options.grid;
+    shard.mode = options.mode.getValue();
+    shard.grid = options.grid.getValue();
     shard.seqParallel = options.seqParallel;
     pm.addPass(createTPShard(shard));
     pm.addPass(createTPLowerCollectives());
@@ -33,12 +39,24 @@ void mlir::tp::buildPipeline(OpPassManager &pm,
   }
   pm.addPass(createTPPartition());
   pm.addPass(createTPPlanMemory());
+  return success();
 }
 
 void mlir::tp::registerPipelines() {
-  PassPipelineRegistration<PipelineOptions>(
+  // PassPipelineRegistration's builder cannot fail; this one validates the
+  // options it is given.
+  registerPassPipeline(
       "tp-pipeline",
       "Compile a global tp module into a per-rank program with planned "
       "memory; tpc-opt writes a plan when -o names a .tpplan file",
-      buildPipeline);
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> emitError) {
+        PipelineOptions options;
+        if (failed(options.parseFromString(text)))
+          return failure();
+        return buildPipeline(pm, options, emitError);
+      },
+      [](function_ref<void(const detail::PassOptions &)> optionHandler) {
+        optionHandler(PipelineOptions());
+      });
 }

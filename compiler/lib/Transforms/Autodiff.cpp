@@ -177,7 +177,7 @@ FailureOr<func::FuncOp> TPAutodiff::buildGradients(func::FuncOp loss) {
   SmallVector<Value> params;
   for (unsigned i : indices)
     params.push_back(block.getArgument(i));
-  Differentiator differentiator(grads, remat == "layer");
+  Differentiator differentiator(grads, remat == RematMode::Layer);
   FailureOr<SmallVector<Value>> paramGrads =
       differentiator.run(lossValue, params);
   if (failed(paramGrads))
@@ -287,11 +287,6 @@ LogicalResult TPAutodiff::buildTrainStep(func::FuncOp gradients) {
 }
 
 void TPAutodiff::runOnOperation() {
-  if (remat != "none" && remat != "layer") {
-    getOperation().emitError()
-        << "tp-autodiff: remat must be none or layer, got '" << remat << "'";
-    return signalPassFailure();
-  }
   auto loss = getOperation().lookupSymbol<func::FuncOp>("loss");
   if (!loss) {
     getOperation().emitError() << "tp-autodiff: the module has no @loss";

@@ -1,6 +1,7 @@
 //===- LowerCollectives.cpp - tp.redistribute -> collectives --------------===//
 
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "tpc/Dialect/TP/IR/TPOps.h"
 #include "tpc/Transforms/Passes.h"
 
@@ -18,6 +19,27 @@ bool isPrefix(ArrayRef<int64_t> prefix, ArrayRef<int64_t> list) {
          list.take_front(prefix.size()) == prefix;
 }
 
+/// Rejects, with an error, the layout changes collectives cannot make.
+LogicalResult checkLowerable(RedistributeOp op) {
+  auto srcType = cast<RankedTensorType>(op.getInput().getType());
+  auto dstType = cast<RankedTensorType>(op.getResult().getType());
+  DistAttr srcDist = getDistLayout(srcType), dstDist = getDistLayout(dstType);
+  if ((srcDist && !srcDist.getSizes().empty()) ||
+      (dstDist && !dstDist.getSizes().empty()))
+    return op.emitOpError()
+           << "tp-lower-collectives: uneven splits are not supported yet";
+  Layout current = getLayout(srcType), target = getLayout(dstType);
+  for (int64_t axis : target.partial)
+    if (!llvm::is_contained(current.partial, axis))
+      return op.emitOpError()
+             << "tp-lower-collectives: cannot create a partial sum over "
+                "grid axis "
+             << axis;
+  return success();
+}
+
+/// tp.redistribute -> collectives, for a layout change checkLowerable
+/// accepts.
 struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -25,11 +47,11 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
                                 PatternRewriter &rewriter) const override {
     auto srcType = cast<RankedTensorType>(op.getInput().getType());
     auto dstType = cast<RankedTensorType>(op.getResult().getType());
+    if (srcType == dstType) {
+      rewriter.replaceOp(op, op.getInput());
+      return success();
+    }
     DistAttr srcDist = getDistLayout(srcType), dstDist = getDistLayout(dstType);
-    if ((srcDist && !srcDist.getSizes().empty()) ||
-        (dstDist && !dstDist.getSizes().empty()))
-      return op.emitOpError()
-             << "tp-lower-collectives: uneven splits are not supported yet";
     FlatSymbolRefAttr grid =
         srcDist ? srcDist.getGrid() : (dstDist ? dstDist.getGrid() : nullptr);
     Layout current = getLayout(srcType), target = getLayout(dstType);
@@ -45,12 +67,6 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
     for (int64_t axis : current.partial)
       if (!llvm::is_contained(target.partial, axis))
         reduce.push_back(axis);
-    for (int64_t axis : target.partial)
-      if (!llvm::is_contained(current.partial, axis))
-        return op.emitOpError()
-               << "tp-lower-collectives: cannot create a partial sum over "
-                  "grid axis "
-               << axis;
     for (size_t d = 0; d < current.split.size() && !reduce.empty(); ++d) {
       ArrayRef<int64_t> have = current.split[d], want = target.split[d];
       if (!isPrefix(have, want) || have.size() == want.size())
@@ -122,53 +138,53 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
                                     rewriter.getDenseI64ArrayAttr(extra));
       });
     }
+    // Left for the pass to report (an error here would repeat on every
+    // visit of the driver).
     if (value.getType() != dstType)
-      return op.emitOpError() << "tp-lower-collectives: reached "
-                              << value.getType() << " instead of " << dstType;
+      return rewriter.notifyMatchFailure(op, "reached another layout");
     rewriter.replaceOp(op, value);
     return success();
   }
 };
 
-/// An all-reduce whose only use takes a local slice over the same grid axes
-/// is a reduce-scatter, at half the volume: each rank needs only its slice
-/// of the sum.
-void fuseAllReduceThenSlice(ModuleOp module) {
-  SmallVector<LocalSplitOp> splits;
-  module.walk([&](LocalSplitOp split) { splits.push_back(split); });
-  for (LocalSplitOp split : splits) {
-    auto allReduce = split.getInput().getDefiningOp<AllReduceOp>();
-    if (!allReduce || !allReduce->hasOneUse() ||
-        allReduce.getGridAxes() != split.getGridAxes())
-      continue;
-    OpBuilder builder(split);
-    Value fused = ReduceScatterOp::create(
-        builder, split.getLoc(), split.getType(), allReduce.getInput(),
-        split.getDimAttr(), split.getGridAxesAttr());
-    split.replaceAllUsesWith(fused);
-    split.erase();
-    allReduce.erase();
-  }
-}
-
 struct TPLowerCollectives
     : public tp::impl::TPLowerCollectivesBase<TPLowerCollectives> {
   void runOnOperation() override {
-    SmallVector<RedistributeOp> ops;
-    getOperation().walk([&](RedistributeOp op) { ops.push_back(op); });
-    PatternRewriter rewriter(&getContext());
-    LowerRedistribute pattern(&getContext());
-    for (RedistributeOp op : ops) {
-      if (op.getInput().getType() == op.getResult().getType()) {
-        op.replaceAllUsesWith(op.getInput());
-        op.erase();
-        continue;
+    // The redistributes, and the local splits that may fuse with the
+    // all-reduce before them (new ones are visited as they are created).
+    SmallVector<Operation *> ops;
+    bool lowerable = true;
+    getOperation().walk([&](Operation *op) {
+      if (auto redistribute = dyn_cast<RedistributeOp>(op)) {
+        lowerable &= succeeded(checkLowerable(redistribute));
+        ops.push_back(op);
+      } else if (isa<LocalSplitOp>(op)) {
+        ops.push_back(op);
       }
-      rewriter.setInsertionPoint(op);
-      if (failed(pattern.matchAndRewrite(op, rewriter)))
-        return signalPassFailure();
+    });
+    if (!lowerable)
+      return signalPassFailure();
+
+    RewritePatternSet patterns(&getContext());
+    patterns.add<LowerRedistribute>(&getContext());
+    LocalSplitOp::getCanonicalizationPatterns(patterns, &getContext());
+    // Only these patterns, only on these ops: no folding of the others.
+    GreedyRewriteConfig config;
+    config.setStrictness(GreedyRewriteStrictness::ExistingAndNewOps)
+        .enableFolding(false)
+        .enableConstantCSE(false);
+    if (failed(applyOpPatternsGreedily(ops, std::move(patterns), config))) {
+      getOperation().emitError()
+          << "tp-lower-collectives: the rewrites did not converge";
+      return signalPassFailure();
     }
-    fuseAllReduceThenSlice(getOperation());
+    WalkResult left = getOperation().walk([](RedistributeOp op) {
+      op.emitOpError() << "tp-lower-collectives: no sequence of collectives "
+                          "found for this layout change";
+      return WalkResult::interrupt();
+    });
+    if (left.wasInterrupted())
+      signalPassFailure();
   }
 };
 } // namespace

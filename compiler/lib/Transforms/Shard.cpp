@@ -69,6 +69,12 @@ private:
   LogicalResult decide(Value value, const Layout &layout);
 
   // Layout arithmetic.
+  int64_t numRanks() const {
+    int64_t ranks = 1;
+    for (int64_t size : gridShape)
+      ranks *= size;
+    return ranks;
+  }
   int64_t shardsOf(ArrayRef<int64_t> axes) const {
     int64_t shards = 1;
     for (int64_t axis : axes)
@@ -94,6 +100,12 @@ private:
   schemeClaims(Operation *op, const ShardingRule &rule,
                ArrayRef<std::optional<SmallVector<Claim>>> operandClaims);
   std::string describe(Value value) const;
+  /// An error about the whole program, named in its text: the source line
+  /// of the module or a function (all attributes, all parameters) would
+  /// make it thousands of characters long.
+  InFlightDiagnostic moduleError() {
+    return mlir::emitError(UnknownLoc::get(module.getContext()));
+  }
 
   bool isFree(Value value) const { return undecided.contains(value); }
   bool isArgument(Value value) const { return isa<BlockArgument>(value); }
@@ -528,6 +540,13 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
         input && input.getValue() == "tokens") {
       batch = tensorType(arg).getDimSize(0);
       seq = tensorType(arg).getDimSize(1);
+      int64_t shards = numRanks();
+      // Sequence parallelism that cannot apply is an error, not a no-op.
+      if (seqParallel && seq % shards != 0)
+        return moduleError()
+               << "tp-shard: seq-parallel=true cannot split the sequence "
+                  "(length "
+               << seq << ") over " << shards << " ranks";
     }
     auto name = func.getArgAttrOfType<StringAttr>(i, "tp.param");
     if (!name)
@@ -669,6 +688,18 @@ void Sharder::reduceScalarSumsOnce(func::FuncOp func) {
 LogicalResult Sharder::run() {
   if (!module.getOps<GridOp>().empty())
     return module.emitError() << "tp-shard: the module already has a tp.grid";
+  // 1d splits attention heads over all ranks: name the head count the grid
+  // does not divide (tpc-import records them) rather than the view op whose
+  // split it would stop at.
+  int64_t ranks = numRanks();
+  if (auto headCounts = module->getAttrOfType<DictionaryAttr>("tp.head_counts"))
+    for (NamedAttribute count : headCounts)
+      if (auto value = dyn_cast<IntegerAttr>(count.getValue());
+          value && value.getInt() % ranks != 0)
+        return moduleError()
+               << "tp-shard: " << count.getName().getValue() << " ("
+               << value.getInt() << ") is not divisible by the " << ranks
+               << " ranks of the grid, over which 1d splits the heads";
   OpBuilder builder(module.getBodyRegion());
   builder.setInsertionPointToStart(module.getBody());
   auto grid = GridOp::create(builder, module.getLoc(), "tp",
@@ -687,35 +718,44 @@ LogicalResult Sharder::run() {
     if (failed(shardFunction(func)))
       return failure();
   }
+  if (seqParallel && seq < 0)
+    return moduleError()
+           << "tp-shard: seq-parallel=true needs a function with a "
+              "tp.input = \"tokens\" argument to find the sequence";
   return success();
 }
 
 struct TPShard : public tp::impl::TPShardBase<TPShard> {
   using TPShardBase::TPShardBase;
 
+  /// Option errors are reported while the pipeline is built, as one line,
+  /// rather than as a diagnostic on the whole module.
+  LogicalResult initializeOptions(
+      StringRef options,
+      function_ref<LogicalResult(const Twine &)> errorHandler) override {
+    if (failed(TPShardBase::initializeOptions(options, errorHandler)))
+      return failure();
+    if (mode == ParallelMode::None)
+      return errorHandler("tp-shard: mode=none distributes nothing; use "
+                          "mode=1d");
+    return verifyShardOptions("tp-shard", mode, grid.getValue(), seqParallel,
+                              errorHandler);
+  }
+
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    if (mode != "1d") {
-      module.emitError() << "tp-shard: mode '" << mode
-                         << "' is not implemented (available: 1d)";
+    // Options set in C++ skip initializeOptions.
+    auto optionError = [&](const Twine &message) {
+      mlir::emitError(UnknownLoc::get(&getContext())) << message;
+      return failure();
+    };
+    if (mode == ParallelMode::None ||
+        failed(verifyShardOptions("tp-shard", mode, grid.getValue(),
+                                  seqParallel, optionError)))
       return signalPassFailure();
-    }
-    SmallVector<int64_t> shape;
-    for (StringRef part : llvm::split(StringRef(grid), 'x')) {
-      int64_t size;
-      if (part.getAsInteger(10, size) || size < 1) {
-        module.emitError() << "tp-shard: grid '" << grid
-                           << "' is not a shape like 4 or 2x2";
-        return signalPassFailure();
-      }
-      shape.push_back(size);
-    }
-    if (shape.size() != 1) {
-      module.emitError() << "tp-shard: mode 1d needs a one-axis grid, got '"
-                         << grid << "'";
-      return signalPassFailure();
-    }
-    if (failed(Sharder(module, shape, seqParallel).run()))
+    SmallVector<int64_t> shape(ArrayRef<int64_t>(grid.getValue().sizes));
+    if (shape.empty())
+      shape.push_back(1);
+    if (failed(Sharder(getOperation(), shape, seqParallel).run()))
       return signalPassFailure();
   }
 };

@@ -724,3 +724,48 @@ func.func @collective_uneven(%x: tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 
   %0 = tp.all_gather %x {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>> -> tensor<8xf32>
   return
 }
+
+//===----------------------------------------------------------------------===//
+// Tensor sizes (every tp op): positive, at most 2^40 elements
+//===----------------------------------------------------------------------===//
+
+// A zero-size reshape used to crash the sharding rule's factorisation.
+func.func @zero_size_reshape(%x: tensor<0x4xf32>) -> tensor<4x0xf32> {
+  // expected-error @+1 {{'tp.reshape' op operand #0 of type 'tensor<0x4xf32>' has a size that is not positive}}
+  %0 = tp.reshape %x : (tensor<0x4xf32>) -> tensor<4x0xf32>
+  return %0 : tensor<4x0xf32>
+}
+
+// -----
+
+func.func @zero_size_result(%x: tensor<4xf32>) -> tensor<0xf32> {
+  // expected-error @+1 {{'tp.slice' op result #0 of type 'tensor<0xf32>' has a size that is not positive}}
+  %0 = tp.slice %x {offsets = array<i64: 0>} : (tensor<4xf32>) -> tensor<0xf32>
+  return %0 : tensor<0xf32>
+}
+
+// -----
+
+// 2^21 x 2^20 = 2^41 elements.
+func.func @too_many_elements(%x: tensor<2097152x1048576xf32>) -> tensor<2097152x1048576xf32> {
+  // expected-error @+1 {{'tp.gelu' op operand #0 of type 'tensor<2097152x1048576xf32>' has more than 2^40 = 1099511627776 elements, the limit of one tensor}}
+  %0 = tp.gelu %x : tensor<2097152x1048576xf32>
+  return %0 : tensor<2097152x1048576xf32>
+}
+
+// -----
+
+// Sizes whose product overflows int64_t.
+func.func @overflowing_sizes(%x: tensor<4294967296x4294967296xf32>) -> tensor<4294967296x4294967296xf32> {
+  // expected-error @+1 {{'tp.gelu' op operand #0 of type 'tensor<4294967296x4294967296xf32>' has more than 2^40 = 1099511627776 elements, the limit of one tensor}}
+  %0 = tp.gelu %x : tensor<4294967296x4294967296xf32>
+  return %0 : tensor<4294967296x4294967296xf32>
+}
+
+// -----
+
+// Exactly 2^40 elements is within the limit.
+func.func @at_the_limit(%x: tensor<1048576x1048576xf32>) -> tensor<1048576x1048576xf32> {
+  %0 = tp.gelu %x : tensor<1048576x1048576xf32>
+  return %0 : tensor<1048576x1048576xf32>
+}

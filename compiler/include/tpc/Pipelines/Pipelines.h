@@ -5,40 +5,38 @@
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "tpc/Transforms/PassOptions.h"
 
 namespace mlir::tp {
-
-/// How the training step is distributed. Later schemes add values here.
-enum class ParallelMode { None, OneD };
 
 struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
   Option<ParallelMode> mode{
       *this, "mode", llvm::cl::desc("Tensor-parallel scheme"),
-      llvm::cl::init(ParallelMode::None),
-      llvm::cl::values(
-          clEnumValN(ParallelMode::None, "none", "One rank, no distribution"),
-          clEnumValN(ParallelMode::OneD, "1d",
-                     "1D tensor parallelism (Megatron-LM) over grid=t"))};
-  Option<std::string> grid{*this, "grid",
-                           llvm::cl::desc("Grid shape for the scheme, e.g. 4"),
-                           llvm::cl::init("1")};
+      llvm::cl::init(ParallelMode::None), parallelModeValues()};
+  Option<GridShape> grid{
+      *this, "grid",
+      llvm::cl::desc("Grid shape for the scheme, e.g. 4 (needs a mode)")};
   Option<bool> seqParallel{
-      *this, "seq_parallel",
+      *this, "seq-parallel",
       llvm::cl::desc("Sequence parallelism: split layer-norm and residual "
-                     "regions along the sequence (1d)"),
+                     "regions along the sequence (needs a mode)"),
       llvm::cl::init(false)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),
                      llvm::cl::init(true)};
-  Option<std::string> remat{
-      *this, "remat", llvm::cl::desc("Activation recomputation: none or layer"),
-      llvm::cl::init("none")};
+  Option<RematMode> remat{*this, "remat",
+                          llvm::cl::desc("Activation recomputation"),
+                          llvm::cl::init(RematMode::None), rematModeValues()};
 };
 
 /// Global tp module -> per-rank program with planned memory, ready for the
 /// plan emitter (tpc-opt writes the plan when its output ends in .tpplan).
-void buildPipeline(OpPassManager &pm, const PipelineOptions &options);
+/// Fails, reporting through `emitError`, when the options contradict each
+/// other (a grid or sequence parallelism without a mode).
+LogicalResult
+buildPipeline(OpPassManager &pm, const PipelineOptions &options,
+              function_ref<LogicalResult(const Twine &)> emitError);
 
 /// Registers `tp-pipeline`.
 void registerPipelines();

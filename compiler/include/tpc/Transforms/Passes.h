@@ -5,6 +5,7 @@
 
 #include "mlir/Pass/Pass.h"
 #include "tpc/Dialect/TP/IR/TPDialect.h"
+#include "tpc/Transforms/PassOptions.h"
 
 namespace mlir::tp {
 

@@ -44,8 +44,9 @@ def TPAutodiff : Pass<"tp-autodiff", "::mlir::ModuleOp"> {
     inputs stay alive between forward and backward.
   }];
   let options = [
-    Option<"remat", "remat", "std::string", "\"none\"",
-           "Activation recomputation: none or layer">,
+    Option<"remat", "remat", "::mlir::tp::RematMode",
+           "::mlir::tp::RematMode::None", "Activation recomputation",
+           "::mlir::tp::rematModeValues()">,
     Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
     Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
     Option<"epsilon", "epsilon", "double", "1e-8", "AdamW epsilon">,
@@ -91,10 +92,11 @@ def TPShard : Pass<"tp-shard", "::mlir::ModuleOp"> {
     is an error naming it.
   }];
   let options = [
-    Option<"mode", "mode", "std::string", "\"1d\"",
-           "Tensor-parallel scheme: 1d (Megatron-LM)">,
-    Option<"grid", "grid", "std::string", "\"1\"",
-           "Grid shape, e.g. 4 (1d)">,
+    Option<"mode", "mode", "::mlir::tp::ParallelMode",
+           "::mlir::tp::ParallelMode::OneD", "Tensor-parallel scheme",
+           "::mlir::tp::parallelModeValues()">,
+    Option<"grid", "grid", "::mlir::tp::GridShape", "::mlir::tp::GridShape{}",
+           "Grid shape, e.g. 4 (1d; default 1)">,
     Option<"seqParallel", "seq-parallel", "bool", "false",
            "Split layer-norm and residual regions along the sequence "
            "(Megatron's sequence parallelism)">,
@@ -112,9 +114,10 @@ def TPLowerCollectives : Pass<"tp-lower-collectives", "::mlir::ModuleOp"> {
     dimension with an all-to-all when the target splits that one on the same
     axis, and are gathered otherwise; splits the target adds on unused axes
     are taken locally, without communication. Redistributes that create a
-    partial sum are rejected. Finally an explicit `tp.all_reduce` whose only
-    use is a `tp.local_split` over the same axes becomes one
-    `tp.reduce_scatter`.
+    partial sum are rejected. The lowering is a rewrite pattern run by the
+    greedy driver together with `tp.local_split`'s canonicalization, so
+    that an explicit `tp.all_reduce` whose only use is a `tp.local_split`
+    over the same axes becomes one `tp.reduce_scatter`.
   }];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }

@@ -1204,6 +1204,32 @@ void RedistributeOp::getCanonicalizationPatterns(RewritePatternSet &results,
   results.add<ComposeRedistributes>(context);
 }
 
+namespace {
+/// local_split(all_reduce(x)) over the same grid axes, the all-reduce used
+/// only there -> reduce_scatter(x): each rank needs only its slice of the
+/// sum.
+struct FuseAllReduceThenSplit : public OpRewritePattern<LocalSplitOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(LocalSplitOp op,
+                                PatternRewriter &rewriter) const override {
+    auto allReduce = op.getInput().getDefiningOp<AllReduceOp>();
+    if (!allReduce || !allReduce->hasOneUse() ||
+        allReduce.getGridAxes() != op.getGridAxes())
+      return failure();
+    rewriter.replaceOpWithNewOp<ReduceScatterOp>(
+        op, op.getType(), allReduce.getInput(), op.getDimAttr(),
+        op.getGridAxesAttr());
+    rewriter.eraseOp(allReduce);
+    return success();
+  }
+};
+} // namespace
+
+void LocalSplitOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                               MLIRContext *context) {
+  results.add<FuseAllReduceThenSplit>(context);
+}
+
 #define GET_OP_CLASSES
 #include "tpc/Dialect/TP/IR/TPOps.cpp.inc"
 

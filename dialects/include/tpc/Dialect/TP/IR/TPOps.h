@@ -13,6 +13,7 @@
 #include "tpc/Dialect/TP/IR/TPDialect.h"
 #include "tpc/Dialect/TP/IR/TPInterfaces.h"
 #include "tpc/Dialect/TP/IR/TPTraits.h"
+#include "tpc/Dialect/TP/IR/TensorSizes.h"
 
 namespace mlir::tp {
 class GridOp;

@@ -44,8 +44,14 @@ def TP_InferResultShapes : InferTypeOpAdaptorBase<[{
     }
   }]>;
 
+// Every tensor a tp op reads or writes has positive sizes and at most
+// kMaxTensorElements elements (TensorSizes.h).
+def TP_TensorSizesChecked : NativeOpTrait<"TensorSizesChecked"> {
+  let cppNamespace = "::mlir::tp";
+}
+
 class TP_Op<string mnemonic, list<Trait> traits = []>
-    : Op<TP_Dialect, mnemonic, traits>;
+    : Op<TP_Dialect, mnemonic, !listconcat(traits, [TP_TensorSizesChecked])>;
 
 // A tensor op of the training step: pure, shape-checked, with a sharding rule,
 // and with every #tp.dist layout of its types checked against its grid.
@@ -532,9 +538,12 @@ def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
   let description = [{
     Appends `grid_axes`, unused by the input's layout, to the axes splitting
     `dim`: each rank keeps its own slice of data it already holds.
+    Canonicalization: a slice over the same axes of an all-reduce that has
+    no other use is one reduce-scatter (half the all-reduce's volume).
   }];
   let arguments = (ins TP_AnyTensor:$input, I64Attr:$dim,
                        DenseI64ArrayAttr:$grid_axes);
+  let hasCanonicalizer = 1;
 }
 
 def TP_RedistributeOp : TP_ComputeOp<"redistribute"> {

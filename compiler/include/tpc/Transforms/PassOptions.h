@@ -1,0 +1,91 @@
+//===- PassOptions.h - typed options of the tpc passes ----------*- C++ -*-===//
+//
+// Option types shared by the tp passes (Passes.td) and tp-pipeline, so that
+// each option has one spelling, one parser and one list of values.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TPC_TRANSFORMS_PASSOPTIONS_H
+#define TPC_TRANSFORMS_PASSOPTIONS_H
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/LogicalResult.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace mlir::tp {
+
+/// How the training step is distributed. Later schemes add values here (and
+/// to parallelModeValues).
+enum class ParallelMode { None, OneD };
+
+/// The `mode` values as written on the command line.
+inline auto parallelModeValues() {
+  return llvm::cl::values(
+      clEnumValN(ParallelMode::None, "none", "One rank, no distribution"),
+      clEnumValN(ParallelMode::OneD, "1d",
+                 "1D tensor parallelism (Megatron-LM) over grid=t"));
+}
+
+/// Activation recomputation in tp-autodiff.
+enum class RematMode { None, Layer };
+
+inline auto rematModeValues() {
+  return llvm::cl::values(
+      clEnumValN(RematMode::None, "none", "Keep every forward activation"),
+      clEnumValN(RematMode::Layer, "layer",
+                 "Recompute each layer's forward before its backward"));
+}
+
+/// A device grid's shape, written "4", "2x2" or "2x2x2". Empty: not given.
+struct GridShape {
+  /// Most axes a scheme uses (2.5D and 3D grids have three).
+  static constexpr size_t kMaxAxes = 3;
+  /// Most ranks a grid may have; larger sizes are rejected when parsed.
+  static constexpr int64_t kMaxRanks = int64_t(1) << 20;
+
+  llvm::SmallVector<int64_t, kMaxAxes> sizes;
+
+  bool empty() const { return sizes.empty(); }
+  int64_t numRanks() const;
+  /// As written on the command line, e.g. "2x2".
+  std::string str() const;
+  bool operator==(const GridShape &other) const { return sizes == other.sizes; }
+};
+
+llvm::raw_ostream &operator<<(llvm::raw_ostream &os, const GridShape &shape);
+
+/// Checks that the sharding options fit together (a grid or sequence
+/// parallelism needs a mode; the grid has the mode's number of axes),
+/// reporting the first problem through `emitError`, prefixed by `passName`.
+llvm::LogicalResult verifyShardOptions(
+    llvm::StringRef passName, ParallelMode mode, const GridShape &grid,
+    bool seqParallel,
+    llvm::function_ref<llvm::LogicalResult(const llvm::Twine &)> emitError);
+
+} // namespace mlir::tp
+
+namespace llvm::cl {
+/// Parses a GridShape option value; rejected text is a one-line error.
+template <>
+class parser<mlir::tp::GridShape> : public basic_parser<mlir::tp::GridShape> {
+public:
+  parser(Option &option) : basic_parser(option) {}
+
+  /// Returns true (with an error reported through `option`) when `arg` is
+  /// not a shape.
+  bool parse(Option &option, StringRef argName, StringRef arg,
+             mlir::tp::GridShape &value);
+  StringRef getValueName() const override { return "shape"; }
+  void printOptionDiff(const Option &option, const mlir::tp::GridShape &value,
+                       const OptionValue<mlir::tp::GridShape> &defaultValue,
+                       size_t globalWidth) const;
+  void anchor() override;
+};
+} // namespace llvm::cl
+
+#endif // TPC_TRANSFORMS_PASSOPTIONS_H

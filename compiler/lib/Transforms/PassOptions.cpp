@@ -1,0 +1,82 @@
+//===- PassOptions.cpp - typed options of the tpc passes ------------------===//
+
+#include "tpc/Transforms/PassOptions.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir::tp;
+
+int64_t GridShape::numRanks() const {
+  int64_t ranks = 1;
+  for (int64_t size : sizes)
+    ranks *= size;
+  return ranks;
+}
+
+std::string GridShape::str() const {
+  std::string text;
+  llvm::raw_string_ostream(text) << *this;
+  return text;
+}
+
+llvm::raw_ostream &mlir::tp::operator<<(llvm::raw_ostream &os,
+                                        const GridShape &shape) {
+  llvm::interleave(shape.sizes, os, "x");
+  return os;
+}
+
+llvm::LogicalResult mlir::tp::verifyShardOptions(
+    llvm::StringRef passName, ParallelMode mode, const GridShape &grid,
+    bool seqParallel,
+    llvm::function_ref<llvm::LogicalResult(const llvm::Twine &)> emitError) {
+  switch (mode) {
+  case ParallelMode::None:
+    if (!grid.empty())
+      return emitError(passName + ": grid=" + grid.str() +
+                       " needs a mode, e.g. mode=1d");
+    if (seqParallel)
+      return emitError(passName +
+                       ": seq-parallel=true needs a mode, e.g. mode=1d");
+    return llvm::success();
+  case ParallelMode::OneD:
+    if (grid.sizes.size() > 1)
+      return emitError(
+          passName + ": mode=1d needs a one-axis grid, got grid=" + grid.str());
+    return llvm::success();
+  }
+  llvm_unreachable("unknown ParallelMode");
+}
+
+bool llvm::cl::parser<GridShape>::parse(Option &option, StringRef argName,
+                                        StringRef arg, GridShape &value) {
+  auto reject = [&](const Twine &why) {
+    return option.error("'" + arg + "' is not a grid shape like 4, 2x2 or " +
+                            "2x2x2: " + why,
+                        argName);
+  };
+  GridShape shape;
+  int64_t ranks = 1;
+  for (StringRef part : llvm::split(arg, 'x')) {
+    int64_t size;
+    if (part.getAsInteger(10, size) || size < 1)
+      return reject("'" + part + "' is not a positive integer");
+    if (shape.sizes.size() == GridShape::kMaxAxes)
+      return reject("more than " + Twine(GridShape::kMaxAxes) + " axes");
+    // Checked before multiplying, so that the product cannot overflow.
+    if (size > GridShape::kMaxRanks / ranks)
+      return reject("more than " + Twine(GridShape::kMaxRanks) + " ranks");
+    ranks *= size;
+    shape.sizes.push_back(size);
+  }
+  value = std::move(shape);
+  return false;
+}
+
+void llvm::cl::parser<GridShape>::printOptionDiff(
+    const Option &option, const GridShape &value,
+    const OptionValue<GridShape> & /*defaultValue*/, size_t globalWidth) const {
+  printOptionName(option, globalWidth);
+  outs() << "= " << value << "\n";
+}
+
+void llvm::cl::parser<GridShape>::anchor() {}

@@ -1,0 +1,62 @@
+// A bad pass option is one line naming the option, exit code 1, before the
+// input is read (no module dump). Each spelling is the MLIR one.
+
+// RUN: not tpc-opt %s --tp-shard=grid=two 2>&1 | FileCheck %s --check-prefix=GRID
+// RUN: not tpc-opt %s --tp-shard=grid=two 2>&1 | count 1
+// GRID: tpc-opt: for the --grid option: 'two' is not a grid shape like 4, 2x2 or 2x2x2: 'two' is not a positive integer
+// RUN: not tpc-opt %s --tp-shard=grid=2x0 2>&1 | FileCheck %s --check-prefix=GRID-ZERO
+// GRID-ZERO: for the --grid option: '2x0' is not a grid shape like 4, 2x2 or 2x2x2: '0' is not a positive integer
+// RUN: not tpc-opt %s --tp-shard=grid=2x2x2x2 2>&1 | FileCheck %s --check-prefix=GRID-AXES
+// GRID-AXES: for the --grid option: '2x2x2x2' is not a grid shape like 4, 2x2 or 2x2x2: more than 3 axes
+// RUN: not tpc-opt %s --tp-shard=grid=4096x4096 2>&1 | FileCheck %s --check-prefix=GRID-RANKS
+// GRID-RANKS: for the --grid option: '4096x4096' is not a grid shape like 4, 2x2 or 2x2x2: more than 1048576 ranks
+// RUN: not tpc-opt %s --tp-shard=grid=99999999999999999999 2>&1 | FileCheck %s --check-prefix=GRID-HUGE
+// GRID-HUGE: for the --grid option: '99999999999999999999' is not a grid shape like 4, 2x2 or 2x2x2: '99999999999999999999' is not a positive integer
+
+// RUN: not tpc-opt %s --tp-shard=grid=2x2 2>&1 | FileCheck %s --check-prefix=GRID-1D
+// RUN: not tpc-opt %s --tp-shard=grid=2x2 2>&1 | count 1
+// GRID-1D: tpc-opt: error: tp-shard: mode=1d needs a one-axis grid, got grid=2x2
+// RUN: not tpc-opt %s --tp-shard=mode=2d 2>&1 | FileCheck %s --check-prefix=MODE
+// MODE: tpc-opt: for the --mode option: Cannot find option named '2d'!
+// RUN: not tpc-opt %s --tp-shard=mode=none 2>&1 | FileCheck %s --check-prefix=MODE-NONE
+// MODE-NONE: tpc-opt: error: tp-shard: mode=none distributes nothing; use mode=1d
+
+// tp-pipeline: a grid or sequence parallelism without a mode is an error,
+// not silently dropped.
+// RUN: not tpc-opt %s --tp-pipeline=grid=4 2>&1 | FileCheck %s --check-prefix=PIPE-GRID
+// RUN: not tpc-opt %s --tp-pipeline=grid=4 2>&1 | count 1
+// PIPE-GRID: tpc-opt: error: tp-pipeline: grid=4 needs a mode, e.g. mode=1d
+// RUN: not tpc-opt %s --tp-pipeline="mode=none seq-parallel=true" 2>&1 | FileCheck %s --check-prefix=PIPE-SP
+// PIPE-SP: tpc-opt: error: tp-pipeline: seq-parallel=true needs a mode, e.g. mode=1d
+// RUN: not tpc-opt %s --tp-pipeline="mode=1d grid=2x2" 2>&1 | FileCheck %s --check-prefix=PIPE-GRID-1D
+// PIPE-GRID-1D: tpc-opt: error: tp-pipeline: mode=1d needs a one-axis grid, got grid=2x2
+// The old spelling is gone.
+// RUN: not tpc-opt %s --tp-pipeline="mode=1d grid=2 seq_parallel=true" 2>&1 | FileCheck %s --check-prefix=PIPE-OLD
+// PIPE-OLD: no such option seq_parallel
+
+// RUN: not tpc-opt %s --tp-autodiff=remat=sometimes 2>&1 | FileCheck %s --check-prefix=REMAT
+// RUN: not tpc-opt %s --tp-autodiff=remat=sometimes 2>&1 | count 1
+// REMAT: tpc-opt: for the --remat option: Cannot find option named 'sometimes'!
+
+// The options round-trip through the pipeline's textual form.
+// RUN: tpc-opt %s --tp-shard="mode=1d grid=2" --dump-pass-pipeline 2>&1 >/dev/null | FileCheck %s --check-prefix=PRINT
+// PRINT: Pass Manager with 1 passes:
+// PRINT-NEXT: builtin.module(
+// PRINT-NEXT: tp-shard{grid=2 mode=1d seq-parallel=false}
+// PRINT-NOT: Pass Manager
+
+// Sequence parallelism needs a sequence to split.
+// RUN: not tpc-opt %s --tp-shard="seq-parallel=true" 2>&1 | FileCheck %s --check-prefix=SP-NO-TOKENS
+// SP-NO-TOKENS: error: tp-shard: seq-parallel=true needs a function with a tp.input = "tokens" argument to find the sequence
+
+
+// A pass error on the module is one line with its source line, not a dump of
+// the module (--mlir-print-op-on-diagnostic brings that back).
+// RUN: not tpc-opt %s --tp-autodiff 2>&1 | FileCheck %s --check-prefix=NO-DUMP
+// RUN: not tpc-opt %s --tp-autodiff 2>&1 | count 3
+// NO-DUMP: options.mlir:[[# @LINE + 4]]:1: error: tp-autodiff: the module has no @loss
+// RUN: not tpc-opt %s --tp-autodiff --mlir-print-op-on-diagnostic 2>&1 | FileCheck %s --check-prefix=DUMP
+// DUMP: note: see current operation
+
+module {
+}
