@@ -2,6 +2,7 @@
 
 #include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/DType.h"
+#include "tpc/runtime/OpTable.h"
 
 #include <nlohmann/json.hpp>
 
@@ -72,21 +73,14 @@ public:
   void check();
 
 private:
-  struct Info {
-    PlanDType dtype;
-    std::vector<int64_t> shape;
-  };
   void checkTensors();
   void checkInputs();
   void checkStep(const plan::Step &step, size_t index);
-  void checkStepShapes(const plan::Step &step, const std::string &at,
-                       const std::vector<Info> &in,
-                       const std::vector<Info> &out);
 
   const plan::Plan &plan;
   const plan::Program &program;
   std::string where;
-  std::vector<Info> tensors;
+  std::vector<TensorType> tensors;
   std::vector<bool> written;
 };
 
@@ -210,84 +204,6 @@ void ProgramChecker::checkInputs() {
   }
 }
 
-/// Arity (operands, results) of each kind the executor runs.
-std::pair<int, int> arityOf(OpKind kind) {
-  switch (kind) {
-  case OpKind::Constant:
-    return {0, 1};
-  case OpKind::Scale:
-  case OpKind::Gelu:
-  case OpKind::Silu:
-  case OpKind::Softmax:
-  case OpKind::Rotary:
-  case OpKind::Reshape:
-  case OpKind::Transpose:
-  case OpKind::Slice:
-  case OpKind::Pad:
-  case OpKind::ReduceSum:
-  case OpKind::ReduceMean:
-  case OpKind::NormSquared:
-  case OpKind::AllReduce:
-  case OpKind::AllGather:
-  case OpKind::ReduceScatter:
-  case OpKind::AllToAll:
-  case OpKind::LocalSplit:
-    return {1, 1};
-  case OpKind::Embedding:
-  case OpKind::EmbeddingGrad:
-  case OpKind::Matmul:
-  case OpKind::Add:
-  case OpKind::Sub:
-  case OpKind::Mul:
-  case OpKind::Div:
-  case OpKind::CrossEntropy:
-  case OpKind::RmsNorm:
-  case OpKind::GeluGrad:
-  case OpKind::SiluGrad:
-  case OpKind::SoftmaxGrad:
-  case OpKind::LrSchedule:
-  case OpKind::ClipScale:
-    return {2, 1};
-  case OpKind::LayerNorm:
-  case OpKind::CrossEntropyGrad:
-    return {3, 1};
-  case OpKind::RmsNormGrad:
-    return {3, 2};
-  case OpKind::LayerNormGrad:
-    return {3, 3};
-  case OpKind::AdamW:
-    return {7, 3};
-  }
-  return {-1, -1};
-}
-
-/// The dtype each operand must have; everything else is f32.
-PlanDType operandDtype(OpKind kind, size_t operand) {
-  if ((kind == OpKind::Embedding || kind == OpKind::EmbeddingGrad ||
-       kind == OpKind::CrossEntropy || kind == OpKind::CrossEntropyGrad) &&
-      operand == 1)
-    return PlanDType::I32;
-  if ((kind == OpKind::LrSchedule && operand == 0) ||
-      (kind == OpKind::AdamW && operand == 5))
-    return PlanDType::I64;
-  return PlanDType::F32;
-}
-
-std::vector<int64_t> broadcast(const std::vector<int64_t> &a,
-                               const std::vector<int64_t> &b, bool &ok) {
-  size_t rank = std::max(a.size(), b.size());
-  std::vector<int64_t> out(rank);
-  ok = true;
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
-    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
-    if (da != db && da != 1 && db != 1)
-      ok = false;
-    out[rank - 1 - i] = std::max(da, db);
-  }
-  return out;
-}
-
 void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
   std::string at = where + ": step " + std::to_string(index) + " (" +
                    opKindName(step.kind()) +
@@ -295,17 +211,17 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
                         ? " at " + step.location()->str()
                         : std::string()) +
                    ")";
-  auto [numOperands, numResults] = arityOf(step.kind());
-  if (numOperands < 0)
-    fail(at + ": this runtime cannot execute " + opKindName(step.kind()) +
-         " yet");
-  if (int(step.operands()->size()) != numOperands ||
-      int(step.results()->size()) != numResults)
-    fail(at + ": expected " + std::to_string(numOperands) + " operands and " +
-         std::to_string(numResults) + " results, got " +
-         std::to_string(step.operands()->size()) + " and " +
+  const OpInfo *info = findOpInfo(step.kind());
+  if (!info)
+    fail(at + ": this runtime cannot execute op kind " +
+         std::to_string(unsigned(step.kind())));
+  if (step.operands()->size() != info->numOperands ||
+      step.results()->size() != info->numResults)
+    fail(at + ": expected " + std::to_string(info->numOperands) +
+         " operands and " + std::to_string(info->numResults) +
+         " results, got " + std::to_string(step.operands()->size()) + " and " +
          std::to_string(step.results()->size()));
-  std::vector<Info> in, out;
+  std::vector<TensorType> in, out;
   for (size_t i = 0; i < step.operands()->size(); ++i) {
     uint32_t id = step.operands()->Get(i);
     if (id >= tensors.size())
@@ -313,7 +229,7 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     if (!written[id])
       fail(at + ": reads tensor " + std::to_string(id) +
            " before any step writes it");
-    PlanDType expected = operandDtype(step.kind(), i);
+    PlanDType expected = info->operandDTypes[i];
     if (tensors[id].dtype != expected)
       fail(at + ": operand " + std::to_string(i) + " must be " +
            dtypeName(expected) + ", got " + dtypeName(tensors[id].dtype));
@@ -327,341 +243,33 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     uint32_t id = step.results()->Get(i);
     if (id >= tensors.size())
       fail(at + ": result tensor " + std::to_string(id) + " is out of range");
+    if (tensors[id].dtype != PlanDType::F32)
+      fail(at + ": result " + std::to_string(i) + " must be f32, got " +
+           dtypeName(tensors[id].dtype));
     const plan::Tensor &t = *program.tensors()->Get(id);
     if (t.storage() != Storage::Arena) {
-      // Only a reshape (aliasing its input, checked below) and AdamW's
-      // in-place update of the operand in the same position write outside
-      // the arena.
-      bool inPlaceAdamW = false;
-      if (step.kind() == OpKind::AdamW) {
+      // Outside the arena a result may only be a view of its operand or
+      // update its operand in place: the same storage slot, never another.
+      auto sameSlot = [&](size_t operand) {
         const plan::Tensor &src =
-            *program.tensors()->Get(step.operands()->Get(i == 0 ? 0 : i + 1));
-        // The parameter and each moment update their own storage.
-        const Storage expected[] = {Storage::Param, Storage::ExpAvg,
-                                    Storage::ExpAvgSq};
-        inPlaceAdamW = t.storage() == expected[i] &&
-                       src.storage() == t.storage() && src.index() == t.index();
-      }
-      if (step.kind() != OpKind::Reshape && !inPlaceAdamW)
+            *program.tensors()->Get(step.operands()->Get(operand));
+        return src.storage() == t.storage() && src.index() == t.index();
+      };
+      bool allowed =
+          (info->placement == ResultPlacement::AliasOperand && sameSlot(0)) ||
+          (info->placement == ResultPlacement::UpdateInPlace &&
+           sameSlot(info->updatedOperand[i]));
+      if (!allowed)
         fail(at + ": writes tensor " + std::to_string(id) +
-             ", which is not in the arena");
+             ", which is not in the arena" +
+             (info->placement == ResultPlacement::Arena
+                  ? ""
+                  : " and not its operand's storage"));
     }
     written[id] = true;
     out.push_back(tensors[id]);
   }
-  checkStepShapes(step, at, in, out);
-}
-
-void ProgramChecker::checkStepShapes(const plan::Step &step,
-                                     const std::string &at,
-                                     const std::vector<Info> &in,
-                                     const std::vector<Info> &out) {
-  auto requireF32 = [&](const Info &info, const char *name) {
-    if (info.dtype != PlanDType::F32)
-      fail(at + ": " + name + " must be f32, got " + dtypeName(info.dtype));
-  };
-  auto requireShape = [&](const Info &info, const std::vector<int64_t> &shape,
-                          const char *name) {
-    if (info.shape != shape)
-      fail(at + ": " + name + " has shape " + shapeString(info.shape) +
-           ", expected " + shapeString(shape));
-  };
-  auto requireRank = [&](const Info &info, size_t rank, const char *name) {
-    if (info.shape.size() < rank)
-      fail(at + ": " + name + " " + shapeString(info.shape) +
-           " must have rank >= " + std::to_string(rank));
-  };
-  auto requirePositive = [&](double value, const char *name) {
-    if (!(value > 0.0) || value > std::numeric_limits<float>::max())
-      fail(at + ": " + name + " must be positive and finite");
-  };
-  const OpKind kind = step.kind();
-  for (const Info &info : out)
-    requireF32(info, "result");
-  auto requireScalar = [&](const Info &info, const char *name) {
-    requireShape(info, {}, name);
-  };
-
-  // Optional vocabulary axes (Embedding, CrossEntropy and their gradients):
-  // distinct grid axes.
-  auto checkVocabAxes = [&] {
-    std::set<int64_t> seen;
-    for (int64_t axis : toVector(step.ints()))
-      if (axis < 0 || axis >= int64_t(plan.grid()->size()) ||
-          !seen.insert(axis).second)
-        fail(at + ": invalid vocabulary grid axes");
-  };
-
-  switch (kind) {
-  case OpKind::Embedding: {
-    if (in[0].shape.size() != 2)
-      fail(at + ": table must be [vocab, hidden]");
-    checkVocabAxes();
-    std::vector<int64_t> shape = in[1].shape;
-    shape.push_back(in[0].shape[1]);
-    requireShape(out[0], shape, "result");
-    break;
-  }
-  case OpKind::EmbeddingGrad: {
-    if (out[0].shape.size() != 2)
-      fail(at + ": table_grad must be [vocab, hidden]");
-    checkVocabAxes();
-    std::vector<int64_t> shape = in[1].shape;
-    shape.push_back(out[0].shape[1]);
-    requireShape(in[0], shape, "result_grad");
-    break;
-  }
-  case OpKind::GeluGrad:
-  case OpKind::SiluGrad:
-  case OpKind::SoftmaxGrad:
-    requireShape(in[0], in[1].shape, "result_grad");
-    requireShape(out[0], in[1].shape, "input_grad");
-    break;
-  case OpKind::LayerNormGrad:
-  case OpKind::RmsNormGrad: {
-    requireRank(in[1], 1, "input");
-    std::vector<int64_t> features = {in[1].shape.back()};
-    requireShape(in[0], in[1].shape, "result_grad");
-    requireShape(in[2], features, "gamma");
-    requireShape(out[0], in[1].shape, "input_grad");
-    for (size_t r = 1; r < out.size(); ++r)
-      requireShape(out[r], features, "gamma/beta grad");
-    requirePositive(step.epsilon(), "epsilon");
-    break;
-  }
-  case OpKind::CrossEntropyGrad: {
-    requireRank(in[0], 1, "logits");
-    std::vector<int64_t> tokens(in[0].shape.begin(), in[0].shape.end() - 1);
-    requireShape(in[1], tokens, "targets");
-    requireScalar(in[2], "loss_grad");
-    requireShape(out[0], in[0].shape, "logits_grad");
-    checkVocabAxes();
-    break;
-  }
-  case OpKind::Constant:
-    if (!std::isfinite(step.value()) ||
-        std::abs(step.value()) > std::numeric_limits<float>::max())
-      fail(at + ": the constant must be a finite f32");
-    break;
-  case OpKind::Pad: {
-    std::vector<int64_t> offsets = toVector(step.ints());
-    const auto &s = out[0].shape, &o = in[0].shape;
-    if (offsets.size() != s.size() || o.size() != s.size())
-      fail(at + ": pad offsets, input and result ranks differ");
-    for (size_t d = 0; d < s.size(); ++d)
-      if (offsets[d] < 0 || offsets[d] > s[d] || o[d] > s[d] - offsets[d])
-        fail(at + ": pad of dimension " + std::to_string(d) +
-             " is outside the result");
-    break;
-  }
-  case OpKind::NormSquared:
-    requireScalar(out[0], "result");
-    break;
-  case OpKind::LrSchedule:
-  case OpKind::ClipScale:
-    requireScalar(in[0], "scalar operand");
-    requireShape(in[1], {5}, "hyperparameters");
-    requireScalar(out[0], "result");
-    break;
-  case OpKind::AdamW: {
-    for (size_t i : {1, 2, 3})
-      requireShape(in[i], in[0].shape, "grad/moment");
-    for (size_t i : {4, 5, 6})
-      requireScalar(in[i], "lr/step/grad_scale");
-    for (const Info &info : out)
-      requireShape(info, in[0].shape, "result");
-    if (!(step.beta1() >= 0.0 && step.beta1() < 1.0 && step.beta2() >= 0.0 &&
-          step.beta2() < 1.0))
-      fail(at + ": betas must be in [0, 1)");
-    if (!(step.weight_decay() >= 0.0 && step.weight_decay() < 1e6))
-      fail(at + ": weight_decay must be >= 0");
-    requirePositive(step.epsilon(), "epsilon");
-    break;
-  }
-  case OpKind::Matmul: {
-    requireRank(in[0], 2, "lhs");
-    requireRank(in[1], 2, "rhs");
-    const auto &l = in[0].shape, &r = in[1].shape;
-    int64_t m = step.transpose_lhs() ? l.back() : l[l.size() - 2];
-    int64_t kl = step.transpose_lhs() ? l[l.size() - 2] : l.back();
-    int64_t kr = step.transpose_rhs() ? r.back() : r[r.size() - 2];
-    int64_t n = step.transpose_rhs() ? r[r.size() - 2] : r.back();
-    if (!std::isfinite(step.alpha()) ||
-        std::abs(step.alpha()) > std::numeric_limits<float>::max())
-      fail(at + ": alpha must be a finite f32");
-    if (kl != kr)
-      fail(at + ": contraction sizes differ (" + shapeString(l) + " x " +
-           shapeString(r) + ")");
-    std::vector<int64_t> lb(l.begin(), l.end() - 2), rb(r.begin(), r.end() - 2);
-    std::vector<int64_t> batch;
-    if (lb.empty() || rb.empty()) {
-      batch = lb.empty() ? rb : lb;
-    } else {
-      bool ok = lb.size() == rb.size();
-      if (ok)
-        batch = broadcast(lb, rb, ok);
-      if (!ok)
-        fail(at + ": batch dims of " + shapeString(l) + " and " +
-             shapeString(r) + " do not broadcast");
-    }
-    batch.push_back(m);
-    batch.push_back(n);
-    requireShape(out[0], batch, "result");
-    break;
-  }
-  case OpKind::Add:
-  case OpKind::Sub:
-  case OpKind::Mul:
-  case OpKind::Div: {
-    bool ok;
-    std::vector<int64_t> shape = broadcast(in[0].shape, in[1].shape, ok);
-    if (!ok)
-      fail(at + ": " + shapeString(in[0].shape) + " and " +
-           shapeString(in[1].shape) + " do not broadcast");
-    requireShape(out[0], shape, "result");
-    break;
-  }
-  case OpKind::Scale:
-  case OpKind::Gelu:
-  case OpKind::Silu:
-    requireShape(out[0], in[0].shape, "result");
-    break;
-  case OpKind::LayerNorm:
-  case OpKind::RmsNorm: {
-    requireRank(in[0], 1, "input");
-    std::vector<int64_t> features = {in[0].shape.back()};
-    for (size_t i = 1; i < in.size(); ++i)
-      requireShape(in[i], features, "gamma/beta");
-    requireShape(out[0], in[0].shape, "result");
-    requirePositive(step.epsilon(), "epsilon");
-    break;
-  }
-  case OpKind::Softmax: {
-    requireRank(in[0], step.causal() ? 2 : 1, "input");
-    const auto &s = in[0].shape;
-    if (step.causal() && s[s.size() - 2] != s.back())
-      fail(at + ": causal softmax needs square [queries, keys], got " +
-           shapeString(s));
-    requireShape(out[0], s, "result");
-    break;
-  }
-  case OpKind::Rotary:
-    requireRank(in[0], 2, "input");
-    if (in[0].shape.back() % 2 != 0)
-      fail(at + ": rotary needs an even head dimension");
-    requirePositive(step.theta(), "theta");
-    requireShape(out[0], in[0].shape, "result");
-    break;
-  case OpKind::Reshape: {
-    int64_t a = 1, b = 1;
-    for (int64_t d : in[0].shape)
-      a *= d;
-    for (int64_t d : out[0].shape)
-      b *= d;
-    if (a != b)
-      fail(at + ": reshape changes the element count");
-    const plan::Tensor &src = *program.tensors()->Get(step.operands()->Get(0));
-    const plan::Tensor &dst = *program.tensors()->Get(step.results()->Get(0));
-    if (dst.storage() != Storage::Arena &&
-        (dst.storage() != src.storage() || dst.index() != src.index()))
-      fail(at + ": a reshape outside the arena must alias its input");
-    break;
-  }
-  case OpKind::Transpose: {
-    std::vector<int64_t> perm = toVector(step.ints());
-    if (perm.size() != in[0].shape.size())
-      fail(at + ": permutation length differs from the rank");
-    std::vector<bool> seen(perm.size(), false);
-    std::vector<int64_t> shape;
-    for (int64_t p : perm) {
-      if (p < 0 || p >= int64_t(perm.size()) || seen[p])
-        fail(at + ": invalid permutation");
-      seen[p] = true;
-      shape.push_back(in[0].shape[p]);
-    }
-    requireShape(out[0], shape, "result");
-    break;
-  }
-  case OpKind::Slice: {
-    std::vector<int64_t> offsets = toVector(step.ints());
-    const auto &s = in[0].shape, &o = out[0].shape;
-    if (offsets.size() != s.size() || o.size() != s.size())
-      fail(at + ": slice offsets, input and result ranks differ");
-    for (size_t d = 0; d < s.size(); ++d)
-      if (offsets[d] < 0 || offsets[d] > s[d] || o[d] > s[d] - offsets[d])
-        fail(at + ": slice of dimension " + std::to_string(d) +
-             " is outside the input");
-    break;
-  }
-  case OpKind::ReduceSum:
-  case OpKind::ReduceMean: {
-    std::vector<int64_t> dims = toVector(step.ints()), shape;
-    for (size_t i = 0; i < dims.size(); ++i)
-      if (dims[i] < 0 || dims[i] >= int64_t(in[0].shape.size()) ||
-          (i && dims[i] <= dims[i - 1]))
-        fail(at + ": invalid reduced dimensions");
-    for (size_t d = 0; d < in[0].shape.size(); ++d)
-      if (!std::count(dims.begin(), dims.end(), int64_t(d)))
-        shape.push_back(in[0].shape[d]);
-    requireShape(out[0], shape, "result");
-    break;
-  }
-  case OpKind::AllReduce:
-  case OpKind::AllGather:
-  case OpKind::ReduceScatter:
-  case OpKind::AllToAll:
-  case OpKind::LocalSplit: {
-    // The group: distinct grid axes; its size scales the dims exchanged.
-    std::vector<int64_t> axes = toVector(step.ints());
-    std::set<int64_t> seen;
-    int64_t n = 1;
-    for (int64_t axis : axes) {
-      if (axis < 0 || axis >= int64_t(plan.grid()->size()) ||
-          !seen.insert(axis).second)
-        fail(at + ": invalid grid axes");
-      n *= plan.grid()->Get(axis);
-    }
-    if (axes.empty())
-      fail(at + ": a collective needs grid axes");
-    const int64_t rank = int64_t(in[0].shape.size());
-    auto checkDim = [&](int64_t d) {
-      if (d < 0 || d >= rank)
-        fail(at + ": dimension " + std::to_string(d) + " is out of range");
-    };
-    std::vector<int64_t> expected = in[0].shape;
-    auto divide = [&](int64_t d) {
-      if (expected[d] % n != 0)
-        fail(at + ": dimension " + std::to_string(d) + " of " +
-             shapeString(in[0].shape) + " does not divide among " +
-             std::to_string(n) + " ranks");
-      expected[d] /= n;
-    };
-    if (kind == OpKind::AllGather) {
-      checkDim(step.dim());
-      expected[step.dim()] *= n;
-    } else if (kind == OpKind::ReduceScatter || kind == OpKind::LocalSplit) {
-      checkDim(step.dim());
-      divide(step.dim());
-    } else if (kind == OpKind::AllToAll) {
-      checkDim(step.dim());
-      checkDim(step.target_dim());
-      if (step.dim() == step.target_dim())
-        fail(at + ": all-to-all source and target dimensions are the same");
-      divide(step.target_dim());
-      expected[step.dim()] *= n;
-    }
-    requireShape(out[0], expected, "result");
-    break;
-  }
-  case OpKind::CrossEntropy: {
-    requireRank(in[0], 1, "logits");
-    std::vector<int64_t> tokens(in[0].shape.begin(), in[0].shape.end() - 1);
-    requireShape(in[1], tokens, "targets");
-    requireShape(out[0], {}, "loss");
-    checkVocabAxes();
-    break;
-  }
-  }
+  info->check(StepCheck(plan, program, step, at, in, out));
 }
 
 void checkPlan(const plan::Plan &p, int64_t worldSize,

@@ -2,13 +2,16 @@
 // then one mutation per check the loader makes, plus truncations and byte
 // flips that must always end in a PlanError, never a crash.
 #include "tpc/runtime/Executor.h"
+#include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Plan.h"
 #include "tpc/runtime/SanitizerDefaults.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <functional>
+#include <limits>
 #include <random>
 
 // The tests of tpc-runtime-tests run in one program; its ASan defaults.
@@ -274,6 +277,18 @@ TEST(PlanLoader, RejectsMisusedStorage) {
   writesParam.steps[2].results = {0};
   writesParam.results = {0};
   expectRejected(writesParam, "writes tensor 0, which is not in the arena");
+  // A reshape may view its own operand's storage, never another's.
+  PlanSpec reshapeView;
+  reshapeView.tensors.push_back(
+      {fb::DType::F32, {4, 5}, fb::Storage::Param, 0, 0});
+  reshapeView.steps[2] = {fb::OpKind::Reshape, {0}, {5}};
+  reshapeView.results = {5};
+  EXPECT_NO_THROW(load(reshapeView.build()));
+  PlanSpec reshapeOntoMoment = reshapeView;
+  reshapeOntoMoment.tensors[5].storage = fb::Storage::ExpAvg;
+  expectRejected(reshapeOntoMoment,
+                 "step 2 (Reshape): writes tensor 5, which is not in the "
+                 "arena and not its operand's storage");
   PlanSpec input;
   input.inputTensor = 2;
   expectRejected(input,
@@ -286,7 +301,7 @@ TEST(PlanLoader, RejectsMisusedStorage) {
 TEST(PlanLoader, RejectsUnknownKindsAndWrongArity) {
   PlanSpec unknown;
   unknown.steps[2].kind = static_cast<fb::OpKind>(999);
-  expectRejected(unknown, "this runtime cannot execute unknown yet");
+  expectRejected(unknown, "this runtime cannot execute op kind");
   PlanSpec adamw;
   adamw.steps[2].kind = fb::OpKind::AdamW;
   expectRejected(adamw, "expected 7 operands and 3 results, got 1 and 1");
@@ -429,4 +444,79 @@ TEST(PlanLoader, RejectsAdamWWritingAnotherStorage) {
   std::vector<uint8_t> arena =
       adamwPlan({fb::Storage::Arena, fb::Storage::Arena, fb::Storage::Arena});
   EXPECT_NO_THROW(load(arena));
+}
+
+//===----------------------------------------------------------------------===//
+// The op table and the backend interface
+//===----------------------------------------------------------------------===//
+
+TEST(OpTable, DescribesEveryKindOnce) {
+  std::span<const OpInfo> table = opTable();
+  ASSERT_EQ(table.size(), size_t(fb::OpKind::MAX) + 1);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const OpInfo &info = table[i];
+    SCOPED_TRACE(opKindName(info.kind));
+    EXPECT_EQ(size_t(info.kind), i);
+    EXPECT_EQ(findOpInfo(info.kind), &info);
+    EXPECT_LE(info.numOperands, kMaxStepOperands);
+    EXPECT_LE(info.numResults, kMaxStepResults);
+    EXPECT_GE(info.numResults, 1);
+    EXPECT_NE(info.check, nullptr);
+    if (info.placement == ResultPlacement::UpdateInPlace)
+      for (size_t r = 0; r < info.numResults; ++r)
+        EXPECT_LT(info.updatedOperand[r], info.numOperands);
+  }
+  EXPECT_EQ(findOpInfo(static_cast<fb::OpKind>(table.size())), nullptr);
+  EXPECT_EQ(cpuBackend().name(), "cpu"); // every kind has a CPU kernel
+}
+
+namespace {
+/// A second backend: the CPU kernels, each dispatch recorded, and every
+/// buffer it allocates poisoned with NaNs so that a step reading memory no
+/// earlier step wrote shows in the results.
+class RecordingBackend final : public Backend {
+public:
+  std::string_view name() const override { return "recording"; }
+  std::unique_ptr<Buffer> allocate(uint64_t bytes) override {
+    std::unique_ptr<Buffer> buffer = cpuBackend().allocate(bytes);
+    std::fill_n(reinterpret_cast<float *>(buffer->data()), bytes / 4,
+                std::numeric_limits<float>::quiet_NaN());
+    allocated += bytes;
+    return buffer;
+  }
+  void enqueue(const Dispatch &dispatch) override {
+    kinds.push_back(dispatch.step.kind());
+    ++pending;
+    cpuBackend().enqueue(dispatch);
+  }
+  void synchronize() override {
+    EXPECT_GT(pending, 0) << "synchronize without work";
+    pending = 0;
+  }
+  std::vector<fb::OpKind> kinds;
+  uint64_t allocated = 0;
+  int pending = 0;
+};
+} // namespace
+
+TEST(Backend, TheExecutorRunsEveryStepThroughItsBackend) {
+  LoadedPlan plan = load(PlanSpec().build());
+  ParamStore params = ParamStore::initialise(plan);
+  std::vector<int32_t> tokens = {0, 1, 2, 3, 4, 0};
+  ProgramRunner reference(plan, "forward", params);
+  reference.setInput(fb::InputKind::Tokens, tokens);
+  reference.run();
+
+  RecordingBackend backend;
+  ProgramRunner runner(plan, "forward", params, nullptr, backend);
+  EXPECT_EQ(backend.allocated, runner.arenaBytes());
+  runner.setInput(fb::InputKind::Tokens, tokens);
+  runner.run();
+  EXPECT_EQ(backend.kinds,
+            (std::vector<fb::OpKind>{fb::OpKind::Embedding, fb::OpKind::Matmul,
+                                     fb::OpKind::Softmax}));
+  std::span<const float> got = runner.result(0), want = reference.result(0);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i], want[i]) << i;
 }

@@ -3,6 +3,7 @@
 // its activation arena and inputs.
 #pragma once
 
+#include "tpc/runtime/Backend.h"
 #include "tpc/runtime/Plan.h"
 
 #include <array>
@@ -84,9 +85,10 @@ struct OpStats {
 class ProgramRunner {
 public:
   /// Throws PlanError if `plan` has no program `name`. Collectives run on
-  /// `comm` (required when the program has any).
+  /// `comm` (required when the program has any); kernels on `backend`.
   ProgramRunner(const LoadedPlan &plan, const std::string &name,
-                ParamStore &params, GridComm *comm = nullptr);
+                ParamStore &params, GridComm *comm = nullptr,
+                Backend &backend = cpuBackend());
 
   bool hasInput(plan::InputKind kind) const;
   /// Sets tokens or targets; throws if the size differs.
@@ -111,34 +113,22 @@ public:
   uint64_t inputBytes() const;
 
 private:
-  struct FreeDeleter {
-    void operator()(void *p) const;
-  };
   float *floatData(uint32_t tensor);
-  const int32_t *intData(uint32_t tensor) const;
-  int64_t stepValue(uint32_t tensor) const;
   std::span<const int64_t> shape(uint32_t tensor) const;
   int64_t elements(uint32_t tensor) const;
   std::vector<uint64_t> &inputStorage(plan::InputKind kind, size_t bytes);
-  void execute(const plan::Step &step);
-
-  void collective(const plan::Step &step);
-  struct VocabBlock {
-    int64_t first = 0;  // the block's first vocabulary entry
-    int64_t blocks = 1; // how many blocks the vocabulary is split into
-  };
-  VocabBlock vocabBlock(const plan::Step &step, int64_t size) const;
-  std::vector<float> gatheredCrossEntropyStats(const plan::Step &step,
-                                               const VocabBlock &block,
-                                               const float *logits,
-                                               int64_t tokens, int64_t vocab);
+  /// Binds every tensor to its storage; parameters and moments may have
+  /// been replaced or allocated since the last run.
+  void bindTensors();
 
   const plan::Program *program;
   ParamStore &params;
   GridComm *comm;
-  std::unique_ptr<std::byte, FreeDeleter> arena; // 64-byte aligned
-  std::vector<std::vector<uint64_t>> inputs;     // 8-byte aligned bytes
+  Backend &backend;
+  std::unique_ptr<Buffer> arena;
+  std::vector<std::vector<uint64_t>> inputs; // 8-byte aligned bytes
   std::vector<std::vector<int64_t>> shapes;
+  std::vector<TensorBinding> bindings; // by tensor index
   std::map<std::string, OpStats> opStats;
 };
 

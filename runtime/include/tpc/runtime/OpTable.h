@@ -1,0 +1,95 @@
+// One description per plan op kind: its arity, the dtypes of its operands,
+// where its results may live, and the checks of its shapes and attributes.
+// The plan loader checks every step against this table and the executor
+// binds every step's tensors by it, so an op kind's rules are written once;
+// each backend then supplies one kernel per kind (Backend.h), and a backend
+// missing one fails when it is created, not on the step that needs it.
+#pragma once
+
+#include "tpc/runtime/Plan.h"
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+/// The most operands (AdamW: 7) and results (LayerNormGrad, AdamW: 3) of any
+/// kind; executors bind steps on the stack with these bounds.
+inline constexpr size_t kMaxStepOperands = 7;
+inline constexpr size_t kMaxStepResults = 3;
+
+/// The dtype and local shape of one step operand or result.
+struct TensorType {
+  plan::DType dtype;
+  std::vector<int64_t> shape;
+};
+
+/// Where a kind's results may live besides the arena.
+enum class ResultPlacement {
+  Arena,         // results are arena activations
+  AliasOperand,  // a view: the result may share its operand's storage
+  UpdateInPlace, // result i may be operand OpInfo::updatedOperand[i] itself
+};
+
+/// The context of one step's checks: the step, the types of its operands
+/// and results (arity and dtypes already checked), and the plan and program
+/// around it. Every failure is a PlanError naming the step.
+class StepCheck {
+public:
+  StepCheck(const plan::Plan &plan, const plan::Program &program,
+            const plan::Step &step, std::string where,
+            std::span<const TensorType> operands,
+            std::span<const TensorType> results)
+      : plan(plan), program(program), step(step), where(std::move(where)),
+        operands(operands), results(results) {}
+
+  [[noreturn]] void fail(const std::string &message) const;
+
+  /// The step's integer attributes; absent is empty.
+  std::vector<int64_t> ints() const;
+  void requireShape(const TensorType &type, const std::vector<int64_t> &shape,
+                    const char *name) const;
+  void requireScalar(const TensorType &type, const char *name) const {
+    requireShape(type, {}, name);
+  }
+  void requireRank(const TensorType &type, size_t rank, const char *name) const;
+  /// A finite value representable as f32 and > 0.
+  void requirePositive(double value, const char *name) const;
+  void requireFiniteF32(double value, const char *name) const;
+  /// The step's ints as distinct grid axes (empty allowed when
+  /// `allowNone`); returns the product of their sizes.
+  int64_t gridAxes(bool allowNone, const char *what) const;
+
+  const plan::Plan &plan;
+  const plan::Program &program;
+  const plan::Step &step;
+  const std::string where;
+  const std::span<const TensorType> operands;
+  const std::span<const TensorType> results;
+};
+
+struct OpInfo {
+  plan::OpKind kind;
+  uint8_t numOperands;
+  uint8_t numResults;
+  /// The dtype of each operand; the non-f32 ones (token ids, step
+  /// counters) must be program inputs. Results are always f32.
+  std::array<plan::DType, kMaxStepOperands> operandDTypes;
+  ResultPlacement placement;
+  /// For UpdateInPlace: the operand each result may overwrite.
+  std::array<uint8_t, kMaxStepResults> updatedOperand;
+  /// Checks shapes and attributes beyond arity and dtypes.
+  void (*check)(const StepCheck &);
+};
+
+/// The description of `kind`, or null if this runtime does not know it (a
+/// plan from a newer compiler, or a corrupt file).
+const OpInfo *findOpInfo(plan::OpKind kind);
+
+/// Every kind this runtime executes, in enum order.
+std::span<const OpInfo> opTable();
+
+} // namespace tpc::runtime

@@ -1,0 +1,469 @@
+#include "tpc/runtime/OpTable.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace tpc::runtime {
+
+using plan::OpKind;
+using DT = plan::DType;
+
+namespace {
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// NumPy broadcasting of two shapes; `ok` is false if they do not broadcast.
+std::vector<int64_t> broadcast(const std::vector<int64_t> &a,
+                               const std::vector<int64_t> &b, bool &ok) {
+  size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> out(rank);
+  ok = true;
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      ok = false;
+    out[rank - 1 - i] = std::max(da, db);
+  }
+  return out;
+}
+
+int64_t product(const std::vector<int64_t> &shape) {
+  int64_t p = 1;
+  for (int64_t d : shape)
+    p *= d;
+  return p;
+}
+
+//===----------------------------------------------------------------------===//
+// Forward ops
+//===----------------------------------------------------------------------===//
+
+void checkEmbedding(const StepCheck &c) {
+  const auto &table = c.operands[0].shape;
+  if (table.size() != 2)
+    c.fail("table must be [vocab, hidden]");
+  c.gridAxes(/*allowNone=*/true, "vocabulary grid axes");
+  std::vector<int64_t> shape = c.operands[1].shape;
+  shape.push_back(table[1]);
+  c.requireShape(c.results[0], shape, "result");
+}
+
+void checkMatmul(const StepCheck &c) {
+  c.requireRank(c.operands[0], 2, "lhs");
+  c.requireRank(c.operands[1], 2, "rhs");
+  const auto &l = c.operands[0].shape, &r = c.operands[1].shape;
+  const bool tl = c.step.transpose_lhs(), tr = c.step.transpose_rhs();
+  int64_t m = tl ? l.back() : l[l.size() - 2];
+  int64_t kl = tl ? l[l.size() - 2] : l.back();
+  int64_t kr = tr ? r.back() : r[r.size() - 2];
+  int64_t n = tr ? r[r.size() - 2] : r.back();
+  c.requireFiniteF32(c.step.alpha(), "alpha");
+  if (kl != kr)
+    c.fail("contraction sizes differ (" + shapeString(l) + " x " +
+           shapeString(r) + ")");
+  std::vector<int64_t> lb(l.begin(), l.end() - 2), rb(r.begin(), r.end() - 2);
+  std::vector<int64_t> batch;
+  if (lb.empty() || rb.empty()) {
+    batch = lb.empty() ? rb : lb;
+  } else {
+    bool ok = lb.size() == rb.size();
+    if (ok)
+      batch = broadcast(lb, rb, ok);
+    if (!ok)
+      c.fail("batch dims of " + shapeString(l) + " and " + shapeString(r) +
+             " do not broadcast");
+  }
+  batch.push_back(m);
+  batch.push_back(n);
+  c.requireShape(c.results[0], batch, "result");
+}
+
+void checkBinary(const StepCheck &c) {
+  bool ok;
+  std::vector<int64_t> shape =
+      broadcast(c.operands[0].shape, c.operands[1].shape, ok);
+  if (!ok)
+    c.fail(shapeString(c.operands[0].shape) + " and " +
+           shapeString(c.operands[1].shape) + " do not broadcast");
+  c.requireShape(c.results[0], shape, "result");
+}
+
+void checkScale(const StepCheck &c) {
+  c.requireFiniteF32(c.step.factor(), "factor");
+  c.requireShape(c.results[0], c.operands[0].shape, "result");
+}
+
+void checkElementwise(const StepCheck &c) {
+  c.requireShape(c.results[0], c.operands[0].shape, "result");
+}
+
+/// LayerNorm (input, gamma, beta) and RmsNorm (input, gamma).
+void checkNorm(const StepCheck &c) {
+  c.requireRank(c.operands[0], 1, "input");
+  std::vector<int64_t> features = {c.operands[0].shape.back()};
+  for (size_t i = 1; i < c.operands.size(); ++i)
+    c.requireShape(c.operands[i], features, "gamma/beta");
+  c.requireShape(c.results[0], c.operands[0].shape, "result");
+  c.requirePositive(c.step.epsilon(), "epsilon");
+}
+
+void checkSoftmax(const StepCheck &c) {
+  c.requireRank(c.operands[0], c.step.causal() ? 2 : 1, "input");
+  const auto &s = c.operands[0].shape;
+  if (c.step.causal() && s[s.size() - 2] != s.back())
+    c.fail("causal softmax needs square [queries, keys], got " +
+           shapeString(s));
+  c.requireShape(c.results[0], s, "result");
+}
+
+void checkRotary(const StepCheck &c) {
+  c.requireRank(c.operands[0], 2, "input");
+  if (c.operands[0].shape.back() % 2 != 0)
+    c.fail("rotary needs an even head dimension");
+  c.requirePositive(c.step.theta(), "theta");
+  c.requireShape(c.results[0], c.operands[0].shape, "result");
+}
+
+/// The loss, and its vocabulary-parallel form when the step names grid axes.
+void checkCrossEntropy(const StepCheck &c) {
+  c.requireRank(c.operands[0], 1, "logits");
+  const auto &logits = c.operands[0].shape;
+  c.requireShape(c.operands[1], {logits.begin(), logits.end() - 1}, "targets");
+  c.requireScalar(c.results[0], "loss");
+  c.gridAxes(/*allowNone=*/true, "vocabulary grid axes");
+}
+
+//===----------------------------------------------------------------------===//
+// Layout ops
+//===----------------------------------------------------------------------===//
+
+void checkReshape(const StepCheck &c) {
+  if (product(c.operands[0].shape) != product(c.results[0].shape))
+    c.fail("reshape changes the element count");
+}
+
+void checkTranspose(const StepCheck &c) {
+  std::vector<int64_t> perm = c.ints();
+  const auto &in = c.operands[0].shape;
+  if (perm.size() != in.size())
+    c.fail("permutation length differs from the rank");
+  std::vector<bool> seen(perm.size(), false);
+  std::vector<int64_t> shape;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= int64_t(perm.size()) || seen[p])
+      c.fail("invalid permutation");
+    seen[p] = true;
+    shape.push_back(in[p]);
+  }
+  c.requireShape(c.results[0], shape, "result");
+}
+
+/// Slice reads a window of its operand; pad writes its operand as a window
+/// of its result. The window lies at the step's offsets.
+void checkWindow(const StepCheck &c, const std::vector<int64_t> &whole,
+                 const std::vector<int64_t> &window, const char *what) {
+  std::vector<int64_t> offsets = c.ints();
+  if (offsets.size() != whole.size() || window.size() != whole.size())
+    c.fail(std::string(what) + " offsets, input and result ranks differ");
+  for (size_t d = 0; d < whole.size(); ++d)
+    if (offsets[d] < 0 || offsets[d] > whole[d] ||
+        window[d] > whole[d] - offsets[d])
+      c.fail(std::string(what) + " of dimension " + std::to_string(d) +
+             " is outside the " +
+             (what == std::string("pad") ? "result" : "input"));
+}
+
+void checkSlice(const StepCheck &c) {
+  checkWindow(c, c.operands[0].shape, c.results[0].shape, "slice");
+}
+
+void checkPad(const StepCheck &c) {
+  checkWindow(c, c.results[0].shape, c.operands[0].shape, "pad");
+}
+
+void checkReduce(const StepCheck &c) {
+  std::vector<int64_t> dims = c.ints(), shape;
+  const auto &in = c.operands[0].shape;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] < 0 || dims[i] >= int64_t(in.size()) ||
+        (i && dims[i] <= dims[i - 1]))
+      c.fail("invalid reduced dimensions");
+  for (size_t d = 0; d < in.size(); ++d)
+    if (!std::count(dims.begin(), dims.end(), int64_t(d)))
+      shape.push_back(in[d]);
+  c.requireShape(c.results[0], shape, "result");
+}
+
+void checkConstant(const StepCheck &c) {
+  c.requireFiniteF32(c.step.value(), "the constant");
+}
+
+//===----------------------------------------------------------------------===//
+// Backward ops
+//===----------------------------------------------------------------------===//
+
+void checkEmbeddingGrad(const StepCheck &c) {
+  const auto &table = c.results[0].shape;
+  if (table.size() != 2)
+    c.fail("table_grad must be [vocab, hidden]");
+  c.gridAxes(/*allowNone=*/true, "vocabulary grid axes");
+  std::vector<int64_t> shape = c.operands[1].shape;
+  shape.push_back(table[1]);
+  c.requireShape(c.operands[0], shape, "result_grad");
+}
+
+/// GeluGrad, SiluGrad (result_grad, input) and SoftmaxGrad (result_grad,
+/// result).
+void checkElementwiseGrad(const StepCheck &c) {
+  c.requireShape(c.operands[0], c.operands[1].shape, "result_grad");
+  c.requireShape(c.results[0], c.operands[1].shape, "input_grad");
+}
+
+/// LayerNormGrad (-> input, gamma and beta grads) and RmsNormGrad (-> input
+/// and gamma grads), from (result_grad, input, gamma).
+void checkNormGrad(const StepCheck &c) {
+  const auto &input = c.operands[1].shape;
+  c.requireRank(c.operands[1], 1, "input");
+  std::vector<int64_t> features = {input.back()};
+  c.requireShape(c.operands[0], input, "result_grad");
+  c.requireShape(c.operands[2], features, "gamma");
+  c.requireShape(c.results[0], input, "input_grad");
+  for (size_t r = 1; r < c.results.size(); ++r)
+    c.requireShape(c.results[r], features, "gamma/beta grad");
+  c.requirePositive(c.step.epsilon(), "epsilon");
+}
+
+void checkCrossEntropyGrad(const StepCheck &c) {
+  c.requireRank(c.operands[0], 1, "logits");
+  const auto &logits = c.operands[0].shape;
+  c.requireShape(c.operands[1], {logits.begin(), logits.end() - 1}, "targets");
+  c.requireScalar(c.operands[2], "loss_grad");
+  c.requireShape(c.results[0], logits, "logits_grad");
+  c.gridAxes(/*allowNone=*/true, "vocabulary grid axes");
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer ops
+//===----------------------------------------------------------------------===//
+
+void checkNormSquared(const StepCheck &c) {
+  c.requireScalar(c.results[0], "result");
+}
+
+/// LrSchedule (step, hyperparameters) and ClipScale (norm squared,
+/// hyperparameters).
+void checkHyperparameterScalar(const StepCheck &c) {
+  c.requireScalar(c.operands[0], "scalar operand");
+  c.requireShape(c.operands[1], {5}, "hyperparameters");
+  c.requireScalar(c.results[0], "result");
+}
+
+void checkAdamW(const StepCheck &c) {
+  const auto &param = c.operands[0].shape;
+  for (size_t i : {1, 2, 3})
+    c.requireShape(c.operands[i], param, "grad/moment");
+  for (size_t i : {4, 5, 6})
+    c.requireScalar(c.operands[i], "lr/step/grad_scale");
+  for (const TensorType &type : c.results)
+    c.requireShape(type, param, "result");
+  const plan::Step &s = c.step;
+  if (!(s.beta1() >= 0.0 && s.beta1() < 1.0 && s.beta2() >= 0.0 &&
+        s.beta2() < 1.0))
+    c.fail("betas must be in [0, 1)");
+  if (!(s.weight_decay() >= 0.0 && s.weight_decay() < 1e6))
+    c.fail("weight_decay must be >= 0");
+  c.requirePositive(s.epsilon(), "epsilon");
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// The group is the step's grid axes; its size scales the dims exchanged.
+void checkCollective(const StepCheck &c) {
+  const int64_t n = c.gridAxes(/*allowNone=*/false, "grid axes");
+  const auto &in = c.operands[0].shape;
+  const int64_t rank = int64_t(in.size());
+  auto checkDim = [&](int64_t d) {
+    if (d < 0 || d >= rank)
+      c.fail("dimension " + std::to_string(d) + " is out of range");
+  };
+  std::vector<int64_t> expected = in;
+  auto divide = [&](int64_t d) {
+    if (expected[d] % n != 0)
+      c.fail("dimension " + std::to_string(d) + " of " + shapeString(in) +
+             " does not divide among " + std::to_string(n) + " ranks");
+    expected[d] /= n;
+  };
+  switch (c.step.kind()) {
+  case OpKind::AllGather:
+    checkDim(c.step.dim());
+    expected[c.step.dim()] *= n;
+    break;
+  case OpKind::ReduceScatter:
+  case OpKind::LocalSplit:
+    checkDim(c.step.dim());
+    divide(c.step.dim());
+    break;
+  case OpKind::AllToAll:
+    checkDim(c.step.dim());
+    checkDim(c.step.target_dim());
+    if (c.step.dim() == c.step.target_dim())
+      c.fail("all-to-all source and target dimensions are the same");
+    divide(c.step.target_dim());
+    expected[c.step.dim()] *= n;
+    break;
+  default: // AllReduce keeps the shape
+    break;
+  }
+  c.requireShape(c.results[0], expected, "result");
+}
+
+//===----------------------------------------------------------------------===//
+// The table
+//===----------------------------------------------------------------------===//
+
+constexpr DT F = DT::F32, I32 = DT::I32, I64 = DT::I64;
+constexpr auto kArena = ResultPlacement::Arena;
+
+constexpr OpInfo op(OpKind kind, uint8_t numOperands, uint8_t numResults,
+                    void (*check)(const StepCheck &),
+                    std::array<DT, kMaxStepOperands> dtypes = {F, F, F, F, F, F,
+                                                               F},
+                    ResultPlacement placement = kArena,
+                    std::array<uint8_t, kMaxStepResults> updated = {}) {
+  return OpInfo{kind,      numOperands, numResults, dtypes,
+                placement, updated,     check};
+}
+
+// In enum order (checked below), so a kind indexes its entry.
+constexpr std::array kOps = {
+    op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}),
+    op(OpKind::EmbeddingGrad, 2, 1, checkEmbeddingGrad, {F, I32}),
+    op(OpKind::Matmul, 2, 1, checkMatmul),
+    op(OpKind::Add, 2, 1, checkBinary),
+    op(OpKind::Sub, 2, 1, checkBinary),
+    op(OpKind::Mul, 2, 1, checkBinary),
+    op(OpKind::Div, 2, 1, checkBinary),
+    op(OpKind::Scale, 1, 1, checkScale),
+    op(OpKind::Gelu, 1, 1, checkElementwise),
+    op(OpKind::Silu, 1, 1, checkElementwise),
+    op(OpKind::GeluGrad, 2, 1, checkElementwiseGrad),
+    op(OpKind::SiluGrad, 2, 1, checkElementwiseGrad),
+    op(OpKind::LayerNorm, 3, 1, checkNorm),
+    op(OpKind::LayerNormGrad, 3, 3, checkNormGrad),
+    op(OpKind::RmsNorm, 2, 1, checkNorm),
+    op(OpKind::RmsNormGrad, 3, 2, checkNormGrad),
+    op(OpKind::Softmax, 1, 1, checkSoftmax),
+    op(OpKind::SoftmaxGrad, 2, 1, checkElementwiseGrad),
+    op(OpKind::Rotary, 1, 1, checkRotary),
+    op(OpKind::Reshape, 1, 1, checkReshape, {F}, ResultPlacement::AliasOperand),
+    op(OpKind::Transpose, 1, 1, checkTranspose),
+    op(OpKind::Slice, 1, 1, checkSlice),
+    op(OpKind::ReduceSum, 1, 1, checkReduce),
+    op(OpKind::ReduceMean, 1, 1, checkReduce),
+    op(OpKind::CrossEntropy, 2, 1, checkCrossEntropy, {F, I32}),
+    op(OpKind::CrossEntropyGrad, 3, 1, checkCrossEntropyGrad, {F, I32, F}),
+    // (param, grad, exp_avg, exp_avg_sq, lr, step, grad_scale) -> (param,
+    // exp_avg, exp_avg_sq), each result updating its operand in place.
+    op(OpKind::AdamW, 7, 3, checkAdamW, {F, F, F, F, F, I64, F},
+       ResultPlacement::UpdateInPlace, {0, 2, 3}),
+    op(OpKind::Constant, 0, 1, checkConstant),
+    op(OpKind::Pad, 1, 1, checkPad),
+    op(OpKind::NormSquared, 1, 1, checkNormSquared),
+    op(OpKind::LrSchedule, 2, 1, checkHyperparameterScalar, {I64, F}),
+    op(OpKind::ClipScale, 2, 1, checkHyperparameterScalar),
+    op(OpKind::AllReduce, 1, 1, checkCollective),
+    op(OpKind::AllGather, 1, 1, checkCollective),
+    op(OpKind::ReduceScatter, 1, 1, checkCollective),
+    op(OpKind::AllToAll, 1, 1, checkCollective),
+    op(OpKind::LocalSplit, 1, 1, checkCollective),
+};
+
+constexpr bool inEnumOrder() {
+  for (size_t i = 0; i < kOps.size(); ++i)
+    if (size_t(kOps[i].kind) != i)
+      return false;
+  return true;
+}
+static_assert(inEnumOrder(), "kOps must list the kinds in enum order");
+static_assert(kOps.size() == size_t(OpKind::MAX) + 1,
+              "every plan op kind needs an entry in kOps");
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// StepCheck
+//===----------------------------------------------------------------------===//
+
+void StepCheck::fail(const std::string &message) const {
+  throw PlanError(where + ": " + message);
+}
+
+std::vector<int64_t> StepCheck::ints() const {
+  if (!step.ints())
+    return {};
+  return {step.ints()->begin(), step.ints()->end()};
+}
+
+void StepCheck::requireShape(const TensorType &type,
+                             const std::vector<int64_t> &shape,
+                             const char *name) const {
+  if (type.shape != shape)
+    fail(std::string(name) + " has shape " + shapeString(type.shape) +
+         ", expected " + shapeString(shape));
+}
+
+void StepCheck::requireRank(const TensorType &type, size_t rank,
+                            const char *name) const {
+  if (type.shape.size() < rank)
+    fail(std::string(name) + " " + shapeString(type.shape) +
+         " must have rank >= " + std::to_string(rank));
+}
+
+void StepCheck::requirePositive(double value, const char *name) const {
+  if (!(value > 0.0) || value > std::numeric_limits<float>::max())
+    fail(std::string(name) + " must be positive and finite");
+}
+
+void StepCheck::requireFiniteF32(double value, const char *name) const {
+  if (!std::isfinite(value) ||
+      std::abs(value) > std::numeric_limits<float>::max())
+    fail(std::string(name) + " must be a finite f32");
+}
+
+int64_t StepCheck::gridAxes(bool allowNone, const char *what) const {
+  std::vector<int64_t> axes = ints();
+  if (axes.empty() && !allowNone)
+    fail("a collective needs grid axes");
+  std::set<int64_t> seen;
+  int64_t size = 1;
+  for (int64_t axis : axes) {
+    if (axis < 0 || axis >= int64_t(plan.grid()->size()) ||
+        !seen.insert(axis).second)
+      fail(std::string("invalid ") + what);
+    size *= plan.grid()->Get(axis);
+  }
+  return size;
+}
+
+//===----------------------------------------------------------------------===//
+// Lookup
+//===----------------------------------------------------------------------===//
+
+const OpInfo *findOpInfo(plan::OpKind kind) {
+  size_t index = size_t(kind);
+  return index < kOps.size() ? &kOps[index] : nullptr;
+}
+
+std::span<const OpInfo> opTable() { return kOps; }
+
+} // namespace tpc::runtime

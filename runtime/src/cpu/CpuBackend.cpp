@@ -1,0 +1,476 @@
+// The CPU backend: host memory, and one kernel per plan op kind that unpacks
+// a dispatch into a call of cpu/Kernels.h (or, for collectives, into
+// GridComm exchanges around local relayouts).
+
+#include "tpc/runtime/Backend.h"
+
+#include "tpc/runtime/Comm.h"
+#include "tpc/runtime/OpTable.h"
+#include "tpc/runtime/cpu/Kernels.h"
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+using plan::OpKind;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Host buffers
+//===----------------------------------------------------------------------===//
+
+class HostBuffer final : public Buffer {
+public:
+  explicit HostBuffer(uint64_t bytes)
+      : bytes(bytes),
+        memory(static_cast<std::byte *>(std::aligned_alloc(
+            64, std::max<uint64_t>((bytes + 63) / 64 * 64, 64)))) {
+    if (!memory)
+      throw std::runtime_error("cannot allocate " + std::to_string(bytes) +
+                               " bytes of host memory");
+  }
+  ~HostBuffer() override { std::free(memory); }
+  HostBuffer(const HostBuffer &) = delete;
+  HostBuffer &operator=(const HostBuffer &) = delete;
+
+  std::byte *data() override { return memory; }
+  uint64_t size() const override { return bytes; }
+
+private:
+  uint64_t bytes;
+  std::byte *memory;
+};
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+/// The rows of a tensor seen as [rows, last dim].
+int64_t rowsOf(const TensorBinding &t) {
+  return t.shape.empty() || t.shape.back() == 0 ? 0
+                                                : t.elements / t.shape.back();
+}
+
+/// This rank's block of a vocabulary split over the step's grid axes (the
+/// whole vocabulary when it names none): blocks are numbered over the axes
+/// major to minor, as parameter blocks are, and hold `size` entries each.
+struct VocabBlock {
+  int64_t first = 0;  // the block's first vocabulary entry
+  int64_t blocks = 1; // how many blocks the vocabulary is split into
+};
+
+VocabBlock vocabBlock(const Dispatch &d, int64_t size) {
+  VocabBlock block;
+  if (d.ints().empty())
+    return block;
+  if (!d.comm)
+    throw std::runtime_error("a vocabulary-parallel step needs a communicator");
+  int64_t index = 0;
+  for (int64_t axis : d.ints()) {
+    index = index * d.comm->shape()[axis] + d.comm->coords()[axis];
+    block.blocks *= d.comm->shape()[axis];
+  }
+  block.first = index * size;
+  return block;
+}
+
+/// Per-token {max, sum of exps, target logit} of this rank's `vocab` logit
+/// columns, all-gathered over the step's vocabulary axes: [blocks, tokens, 3]
+/// in block order.
+std::vector<float> gatheredCrossEntropyStats(const Dispatch &d,
+                                             const VocabBlock &block,
+                                             int64_t tokens, int64_t vocab) {
+  std::vector<float> stats(size_t(3 * tokens)),
+      gathered(size_t(3 * tokens * block.blocks));
+  cpu::crossEntropyBlockStats(d.operands[0].f32(), tokens, vocab, block.first,
+                              block.blocks * vocab, d.operands[1].i32(),
+                              stats.data());
+  std::vector<int> axes(d.ints().begin(), d.ints().end());
+  d.comm->allGather(axes, stats, gathered);
+  return gathered;
+}
+
+void embedding(const Dispatch &d) {
+  const TensorBinding &table = d.operands[0], &ids = d.operands[1];
+  VocabBlock block = vocabBlock(d, table.shape[0]);
+  cpu::embeddingBlock(table.f32(), block.first, table.shape[0],
+                      block.blocks * table.shape[0], table.shape[1], ids.i32(),
+                      ids.elements, d.results[0].f32());
+}
+
+void matmul(const Dispatch &d) {
+  cpu::matmul(d.operands[0].f32(), d.operands[0].shape, d.step.transpose_lhs(),
+              d.operands[1].f32(), d.operands[1].shape, d.step.transpose_rhs(),
+              d.results[0].f32(), d.results[0].shape, /*accumulate=*/false,
+              static_cast<float>(d.step.alpha()));
+}
+
+template <cpu::BinaryKind kKind> void binary(const Dispatch &d) {
+  cpu::binary(kKind, d.operands[0].f32(), d.operands[0].shape,
+              d.operands[1].f32(), d.operands[1].shape, d.results[0].f32(),
+              d.results[0].shape);
+}
+
+void scale(const Dispatch &d) {
+  cpu::scale(d.operands[0].f32(), static_cast<float>(d.step.factor()),
+             d.results[0].f32(), d.results[0].elements);
+}
+
+void gelu(const Dispatch &d) {
+  cpu::gelu(d.operands[0].f32(), d.results[0].f32(), d.results[0].elements);
+}
+
+void silu(const Dispatch &d) {
+  cpu::silu(d.operands[0].f32(), d.results[0].f32(), d.results[0].elements);
+}
+
+void layerNorm(const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cpu::layerNorm(d.operands[0].f32(), d.operands[1].f32(), d.operands[2].f32(),
+                 out.f32(), rowsOf(out), out.shape.back(),
+                 static_cast<float>(d.step.epsilon()));
+}
+
+void rmsNorm(const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cpu::rmsNorm(d.operands[0].f32(), d.operands[1].f32(), out.f32(), rowsOf(out),
+               out.shape.back(), static_cast<float>(d.step.epsilon()));
+}
+
+void softmax(const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cpu::softmax(d.operands[0].f32(), out.f32(), rowsOf(out), out.shape.back(),
+               d.step.causal());
+}
+
+void rotary(const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  int64_t dim = out.shape.back(), seq = out.shape[out.shape.size() - 2];
+  int64_t outer = seq * dim ? out.elements / (seq * dim) : 0;
+  cpu::rotary(d.operands[0].f32(), out.f32(), outer, seq, dim, d.step.theta(),
+              d.step.inverse());
+}
+
+void reshape(const Dispatch &d) {
+  // A view: nothing to do when the result aliases its operand.
+  if (d.results[0].data != d.operands[0].data)
+    std::memmove(d.results[0].data, d.operands[0].data,
+                 size_t(d.results[0].elements) * sizeof(float));
+}
+
+void transpose(const Dispatch &d) {
+  cpu::transpose(d.operands[0].f32(), d.operands[0].shape, d.ints(),
+                 d.results[0].f32());
+}
+
+void slice(const Dispatch &d) {
+  cpu::slice(d.operands[0].f32(), d.operands[0].shape, d.ints(),
+             d.results[0].f32(), d.results[0].shape);
+}
+
+void pad(const Dispatch &d) {
+  cpu::pad(d.operands[0].f32(), d.operands[0].shape, d.ints(),
+           d.results[0].f32(), d.results[0].shape);
+}
+
+template <bool kMean> void reduce(const Dispatch &d) {
+  cpu::reduce(d.operands[0].f32(), d.operands[0].shape, d.ints(), kMean,
+              d.results[0].f32());
+}
+
+void constant(const Dispatch &d) {
+  cpu::fill(static_cast<float>(d.step.value()), d.results[0].f32(),
+            d.results[0].elements);
+}
+
+void crossEntropy(const Dispatch &d) {
+  const TensorBinding &logits = d.operands[0];
+  int64_t vocab = logits.shape.back();
+  int64_t tokens = vocab ? logits.elements / vocab : 0;
+  if (d.ints().empty()) {
+    *d.results[0].f32() =
+        cpu::crossEntropy(logits.f32(), tokens, vocab, d.operands[1].i32());
+    return;
+  }
+  // Vocabulary-parallel: every block's statistics, combined alike on every
+  // rank.
+  VocabBlock block = vocabBlock(d, vocab);
+  std::vector<float> stats = gatheredCrossEntropyStats(d, block, tokens, vocab);
+  *d.results[0].f32() =
+      cpu::crossEntropyFromBlockStats(stats.data(), block.blocks, tokens);
+}
+
+void embeddingGrad(const Dispatch &d) {
+  const TensorBinding &table = d.results[0], &ids = d.operands[1];
+  VocabBlock block = vocabBlock(d, table.shape[0]);
+  cpu::embeddingGradBlock(
+      d.operands[0].f32(), ids.i32(), ids.elements, block.first, table.shape[0],
+      block.blocks * table.shape[0], table.shape[1], table.f32());
+}
+
+void geluGrad(const Dispatch &d) {
+  cpu::geluGrad(d.operands[0].f32(), d.operands[1].f32(), d.results[0].f32(),
+                d.results[0].elements);
+}
+
+void siluGrad(const Dispatch &d) {
+  cpu::siluGrad(d.operands[0].f32(), d.operands[1].f32(), d.results[0].f32(),
+                d.results[0].elements);
+}
+
+void layerNormGrad(const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cpu::layerNormGrad(d.operands[0].f32(), d.operands[1].f32(),
+                     d.operands[2].f32(), out.f32(), d.results[1].f32(),
+                     d.results[2].f32(), rowsOf(out), out.shape.back(),
+                     static_cast<float>(d.step.epsilon()));
+}
+
+void rmsNormGrad(const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cpu::rmsNormGrad(d.operands[0].f32(), d.operands[1].f32(),
+                   d.operands[2].f32(), out.f32(), d.results[1].f32(),
+                   rowsOf(out), out.shape.back(),
+                   static_cast<float>(d.step.epsilon()));
+}
+
+void softmaxGrad(const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cpu::softmaxGrad(d.operands[0].f32(), d.operands[1].f32(), out.f32(),
+                   rowsOf(out), out.shape.back());
+}
+
+void crossEntropyGrad(const Dispatch &d) {
+  const TensorBinding &logits = d.operands[0], &out = d.results[0];
+  const float lossGrad = *d.operands[2].f32();
+  int64_t vocab = out.shape.back(), tokens = rowsOf(out);
+  if (d.ints().empty()) {
+    cpu::crossEntropyGrad(logits.f32(), d.operands[1].i32(), lossGrad, tokens,
+                          vocab, out.f32());
+    return;
+  }
+  // Vocabulary-parallel: the loss step's statistics, then the softmax of
+  // this rank's columns.
+  VocabBlock block = vocabBlock(d, vocab);
+  std::vector<float> stats = gatheredCrossEntropyStats(d, block, tokens, vocab);
+  cpu::crossEntropyGradFromBlockStats(logits.f32(), d.operands[1].i32(),
+                                      lossGrad, tokens, vocab, block.first,
+                                      stats.data(), block.blocks, out.f32());
+}
+
+void normSquared(const Dispatch &d) {
+  *d.results[0].f32() =
+      cpu::normSquared(d.operands[0].f32(), d.operands[0].elements);
+}
+
+void lrSchedule(const Dispatch &d) {
+  const float *h = d.operands[1].f32();
+  *d.results[0].f32() =
+      cpu::learningRate(d.operands[0].i64Scalar(), h[0], h[1], h[2], h[3]);
+}
+
+void clipScale(const Dispatch &d) {
+  *d.results[0].f32() =
+      cpu::clipScale(*d.operands[0].f32(), d.operands[1].f32()[4]);
+}
+
+void adamw(const Dispatch &d) {
+  const auto &in = d.operands;
+  const plan::Step &s = d.step;
+  cpu::adamw(in[0].f32(), in[1].f32(), in[2].f32(), in[3].f32(), *in[4].f32(),
+             in[5].i64Scalar(), *in[6].f32(), s.beta1(), s.beta2(), s.epsilon(),
+             s.weight_decay(), d.results[0].f32(), d.results[1].f32(),
+             d.results[2].f32(), d.results[0].elements);
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives on local shards. Group rank k holds shard k of the split
+// dimension (the grid axes are listed major to minor, as GridComm orders its
+// groups), so gathers and scatters reorder blocks around the contiguous
+// buffers MPI exchanges with transposes of reshaped views.
+//===----------------------------------------------------------------------===//
+
+GridComm &commOf(const Dispatch &d) {
+  if (!d.comm)
+    throw std::runtime_error("a collective step needs a communicator");
+  return *d.comm;
+}
+
+std::vector<int> groupAxes(const Dispatch &d) {
+  return {d.ints().begin(), d.ints().end()};
+}
+
+/// [outer, size(dim), inner] around dimension `dim` of `shape`.
+std::array<int64_t, 3> around(std::span<const int64_t> shape, int64_t dim) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i)
+    outer *= shape[i];
+  for (size_t i = dim + 1; i < shape.size(); ++i)
+    inner *= shape[i];
+  return {outer, shape[dim], inner};
+}
+
+const std::vector<int64_t> kSwap01 = {1, 0, 2, 3};
+
+void allReduce(const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  if (out.data != in.data)
+    std::memmove(out.data, in.data, size_t(in.elements) * sizeof(float));
+  commOf(d).allReduceSum(groupAxes(d), {out.f32(), size_t(out.elements)});
+}
+
+void allGather(const Dispatch &d) {
+  // Gathered as [n, outer, s, inner]; the result is [outer, n, s, inner].
+  GridComm &comm = commOf(d);
+  std::vector<int> axes = groupAxes(d);
+  const TensorBinding &in = d.operands[0];
+  const int64_t n = comm.group(axes).size;
+  auto [outer, size, inner] = around(in.shape, d.step.dim());
+  std::vector<float> gathered(size_t(n * in.elements));
+  comm.allGather(axes, {in.f32(), size_t(in.elements)}, gathered);
+  std::vector<int64_t> view = {n, outer, size, inner};
+  cpu::transpose(gathered.data(), view, kSwap01, d.results[0].f32());
+}
+
+void reduceScatter(const Dispatch &d) {
+  // The input [outer, n, s, inner] as [n, outer, s, inner] blocks.
+  GridComm &comm = commOf(d);
+  std::vector<int> axes = groupAxes(d);
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  const int64_t n = comm.group(axes).size;
+  auto [outer, size, inner] = around(in.shape, d.step.dim());
+  std::vector<int64_t> view = {outer, n, size / n, inner};
+  std::vector<float> blocks(size_t(in.elements));
+  cpu::transpose(in.f32(), view, kSwap01, blocks.data());
+  comm.reduceScatterSum(axes, blocks, {out.f32(), size_t(out.elements)});
+}
+
+void localSplit(const Dispatch &d) {
+  GridComm &comm = commOf(d);
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  std::vector<int64_t> offsets(in.shape.size(), 0);
+  offsets[d.step.dim()] =
+      comm.group(groupAxes(d)).rank * out.shape[d.step.dim()];
+  cpu::slice(in.f32(), in.shape, offsets, out.f32(), out.shape);
+}
+
+void allToAll(const Dispatch &d) {
+  // Chunk k of the target dimension goes to group rank k; the chunk from
+  // rank j lands at block j of the source dimension.
+  GridComm &comm = commOf(d);
+  std::vector<int> axes = groupAxes(d);
+  const TensorBinding &in = d.operands[0];
+  const int64_t n = comm.group(axes).size;
+  const int64_t src = d.step.dim(), dst = d.step.target_dim();
+  std::vector<int64_t> split(in.shape.begin(), in.shape.end());
+  split[dst] /= n; // the target dim as [n, chunk]
+  split.insert(split.begin() + dst, n);
+  std::vector<int64_t> toFront(split.size());
+  toFront[0] = dst;
+  for (int64_t i = 0, k = 1; i < int64_t(split.size()); ++i)
+    if (i != dst)
+      toFront[k++] = i;
+  std::vector<float> send(size_t(in.elements)), received(size_t(in.elements));
+  cpu::transpose(in.f32(), split, toFront, send.data());
+  comm.allToAll(axes, send, received);
+  // received: [n (source rank), rest...] with rest = split without the
+  // chunk axis; move the rank axis next to the source dimension (the chunk
+  // axis sat at dst, so src indexes rest directly).
+  std::vector<int64_t> rest(split.size() - 1);
+  for (int64_t i = 1; i < int64_t(split.size()); ++i)
+    rest[i - 1] = split[toFront[i]];
+  std::vector<int64_t> receivedShape = {n};
+  receivedShape.insert(receivedShape.end(), rest.begin(), rest.end());
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < int64_t(rest.size()); ++i) {
+    if (i == src)
+      perm.push_back(0);
+    perm.push_back(i + 1);
+  }
+  cpu::transpose(received.data(), receivedShape, perm, d.results[0].f32());
+}
+
+//===----------------------------------------------------------------------===//
+// The backend
+//===----------------------------------------------------------------------===//
+
+using KernelTable = std::array<Kernel, size_t(OpKind::MAX) + 1>;
+
+KernelTable makeKernels() {
+  KernelTable k{};
+  auto set = [&](OpKind kind, Kernel kernel) { k[size_t(kind)] = kernel; };
+  set(OpKind::Embedding, embedding);
+  set(OpKind::EmbeddingGrad, embeddingGrad);
+  set(OpKind::Matmul, matmul);
+  set(OpKind::Add, binary<cpu::BinaryKind::Add>);
+  set(OpKind::Sub, binary<cpu::BinaryKind::Sub>);
+  set(OpKind::Mul, binary<cpu::BinaryKind::Mul>);
+  set(OpKind::Div, binary<cpu::BinaryKind::Div>);
+  set(OpKind::Scale, scale);
+  set(OpKind::Gelu, gelu);
+  set(OpKind::Silu, silu);
+  set(OpKind::GeluGrad, geluGrad);
+  set(OpKind::SiluGrad, siluGrad);
+  set(OpKind::LayerNorm, layerNorm);
+  set(OpKind::LayerNormGrad, layerNormGrad);
+  set(OpKind::RmsNorm, rmsNorm);
+  set(OpKind::RmsNormGrad, rmsNormGrad);
+  set(OpKind::Softmax, softmax);
+  set(OpKind::SoftmaxGrad, softmaxGrad);
+  set(OpKind::Rotary, rotary);
+  set(OpKind::Reshape, reshape);
+  set(OpKind::Transpose, transpose);
+  set(OpKind::Slice, slice);
+  set(OpKind::ReduceSum, reduce<false>);
+  set(OpKind::ReduceMean, reduce<true>);
+  set(OpKind::CrossEntropy, crossEntropy);
+  set(OpKind::CrossEntropyGrad, crossEntropyGrad);
+  set(OpKind::AdamW, adamw);
+  set(OpKind::Constant, constant);
+  set(OpKind::Pad, pad);
+  set(OpKind::NormSquared, normSquared);
+  set(OpKind::LrSchedule, lrSchedule);
+  set(OpKind::ClipScale, clipScale);
+  set(OpKind::AllReduce, allReduce);
+  set(OpKind::AllGather, allGather);
+  set(OpKind::ReduceScatter, reduceScatter);
+  set(OpKind::AllToAll, allToAll);
+  set(OpKind::LocalSplit, localSplit);
+  // Every kind the loader accepts must run here.
+  for (const OpInfo &info : opTable())
+    if (!k[size_t(info.kind)])
+      throw std::logic_error(std::string("the cpu backend has no kernel for ") +
+                             opKindName(info.kind));
+  return k;
+}
+
+class CpuBackend final : public Backend {
+public:
+  std::string_view name() const override { return "cpu"; }
+  std::unique_ptr<Buffer> allocate(uint64_t bytes) override {
+    return std::make_unique<HostBuffer>(bytes);
+  }
+  void enqueue(const Dispatch &dispatch) override {
+    kernels[size_t(dispatch.step.kind())](dispatch);
+  }
+  // Kernels run as they are queued.
+  void synchronize() override {}
+
+private:
+  const KernelTable kernels = makeKernels();
+};
+
+} // namespace
+
+Backend &cpuBackend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+} // namespace tpc::runtime
