@@ -1,5 +1,7 @@
 #include "tpc/runtime/Tokenizer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -515,199 +517,83 @@ std::string readFile(const std::string &path) {
 }
 
 // ---------------------------------------------------------------------------
-// vocab.json: a strict parser for one JSON object of string -> integer.
-class VocabParser {
+// vocab.json: one JSON object of token -> id, read with nlohmann-json's SAX
+// parser. The grammar, escapes, surrogate pairs and UTF-8 are nlohmann's to
+// check; the reader checks the shape (one flat object of ids in [0, 2^31))
+// and streams the entries without building a document.
+class VocabReader final : public nlohmann::json_sax<nlohmann::json> {
 public:
-  VocabParser(const std::string &path, std::string_view text)
-      : path_(path), text_(text) {}
+  explicit VocabReader(const std::string &path) : path(path) {}
 
-  std::vector<std::pair<std::string, int32_t>> parse() {
-    std::vector<std::pair<std::string, int32_t>> entries;
-    skipSpace();
-    expect('{', "expected '{' at the start of the vocabulary object");
-    skipSpace();
-    if (peek() == '}') {
-      ++pos_;
-    } else {
-      while (true) {
-        skipSpace();
-        if (peek() != '"')
-          fail("expected a string key");
-        std::string key = parseString();
-        skipSpace();
-        expect(':', "expected ':' after an object key");
-        skipSpace();
-        entries.emplace_back(std::move(key), parseId());
-        skipSpace();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect('}', "expected ',' or '}' after an object value");
-        break;
-      }
-    }
-    skipSpace();
-    if (pos_ != text_.size())
-      fail("unexpected text after the vocabulary object");
-    return entries;
+  std::vector<std::pair<std::string, int32_t>> read(std::string_view text) {
+    nlohmann::json::sax_parse(text, this);
+    return std::move(entries);
   }
 
-  /// A "<path>: line L, column C: <problem>" error at byte `at`.
-  [[noreturn]] void failAt(size_t at, const std::string &problem) const {
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < at && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else if ((static_cast<unsigned char>(text_[i]) & 0xC0) != 0x80) {
-        ++column;
-      }
-    }
-    throw std::runtime_error(path_ + ": line " + std::to_string(line) +
-                             ", column " + std::to_string(column) + ": " +
-                             problem);
+  bool null() override { return wrongValue("null"); }
+  bool boolean(bool) override { return wrongValue("a boolean"); }
+  bool number_integer(number_integer_t) override {
+    // Only negative integers arrive here; others are unsigned.
+    if (!insideObject)
+      return wrongValue("a number");
+    fail("token " + quote(lastKey) + " has a negative id");
+  }
+  bool number_unsigned(number_unsigned_t id) override {
+    if (!insideObject)
+      return wrongValue("a number");
+    if (id > uint64_t(std::numeric_limits<int32_t>::max()))
+      fail("token " + quote(lastKey) + " has id " + std::to_string(id) +
+           ", above 2^31-1");
+    entries.emplace_back(std::move(lastKey), int32_t(id));
+    return true;
+  }
+  bool number_float(number_float_t, const string_t &text) override {
+    if (!insideObject)
+      return wrongValue("a number");
+    fail("token " + quote(lastKey) + ": ids must be integers, found " +
+         quote(text));
+  }
+  bool string(string_t &) override { return wrongValue("a string"); }
+  bool binary(binary_t &) override { return wrongValue("binary data"); }
+  bool start_object(std::size_t) override {
+    if (insideObject)
+      return wrongValue("an object");
+    insideObject = true;
+    return true;
+  }
+  bool key(string_t &token) override {
+    lastKey = std::move(token);
+    return true;
+  }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return wrongValue("an array"); }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string &,
+                   const nlohmann::detail::exception &error) override {
+    // nlohmann's message ("parse error at line L, column C: ...") without its
+    // "[json.exception.parse_error.N] " tag; raw bytes escaped.
+    std::string what = error.what();
+    if (size_t cut = what.find("] "); cut != std::string::npos)
+      what = what.substr(cut + 2);
+    std::string message = quote(what);
+    fail(message.substr(1, message.size() - 2));
   }
 
 private:
   [[noreturn]] void fail(const std::string &problem) const {
-    failAt(pos_, problem);
+    throw std::runtime_error(path + ": " + problem);
+  }
+  bool wrongValue(const char *found) const {
+    if (!insideObject)
+      fail(std::string("expected a JSON object of token -> id, found ") +
+           found);
+    fail("token " + quote(lastKey) + ": ids must be integers, found " + found);
   }
 
-  int peek() const {
-    return pos_ < text_.size() ? static_cast<unsigned char>(text_[pos_]) : -1;
-  }
-
-  void skipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
-                                   text_[pos_] == '\n' || text_[pos_] == '\r'))
-      ++pos_;
-  }
-
-  void expect(char c, const char *problem) {
-    if (peek() != static_cast<unsigned char>(c))
-      fail(pos_ == text_.size() ? std::string("unexpected end of the file")
-                                : std::string(problem));
-    ++pos_;
-  }
-
-  uint32_t parseHex4() {
-    if (text_.size() - pos_ < 4)
-      fail("truncated \\u escape");
-    uint32_t value = 0;
-    for (int k = 0; k < 4; ++k) {
-      char c = text_[pos_];
-      uint32_t digit;
-      if (c >= '0' && c <= '9')
-        digit = c - '0';
-      else if (c >= 'a' && c <= 'f')
-        digit = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F')
-        digit = c - 'A' + 10;
-      else
-        fail("bad hex digit in a \\u escape");
-      value = value * 16 + digit;
-      ++pos_;
-    }
-    return value;
-  }
-
-  std::string parseString() {
-    ++pos_; // the opening quote
-    std::string out;
-    while (true) {
-      if (pos_ >= text_.size())
-        fail("unterminated string");
-      auto c = static_cast<unsigned char>(text_[pos_]);
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (c < 0x20)
-        fail("control character in a string (must be escaped)");
-      if (c >= 0x80) {
-        CodePoint point = decodeAt(text_, pos_);
-        if (point.cp == kInvalid)
-          fail("invalid UTF-8");
-        out.append(text_.substr(pos_, point.size));
-        pos_ += point.size;
-        continue;
-      }
-      ++pos_;
-      if (c != '\\') {
-        out += static_cast<char>(c);
-        continue;
-      }
-      size_t escape = pos_ - 1;
-      if (pos_ >= text_.size())
-        fail("unterminated string");
-      char e = text_[pos_++];
-      switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out += e;
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        char32_t cp = parseHex4();
-        if (cp >= 0xDC00 && cp <= 0xDFFF)
-          failAt(escape, "unpaired low surrogate in a \\u escape");
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          if (text_.substr(pos_, 2) != "\\u")
-            failAt(escape, "unpaired high surrogate in a \\u escape");
-          pos_ += 2;
-          char32_t low = parseHex4();
-          if (low < 0xDC00 || low > 0xDFFF)
-            failAt(escape, "unpaired high surrogate in a \\u escape");
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-        }
-        appendUtf8(out, cp);
-        break;
-      }
-      default:
-        failAt(escape, "unknown escape in a string");
-      }
-    }
-  }
-
-  int32_t parseId() {
-    size_t start = pos_;
-    if (peek() == '-')
-      fail("negative token id");
-    if (peek() < '0' || peek() > '9')
-      fail("expected an integer token id");
-    if (peek() == '0' && pos_ + 1 < text_.size() && text_[pos_ + 1] >= '0' &&
-        text_[pos_ + 1] <= '9')
-      fail("leading zero in a number");
-    int64_t value = 0;
-    while (peek() >= '0' && peek() <= '9') {
-      value = value * 10 + (text_[pos_++] - '0');
-      if (value > std::numeric_limits<int32_t>::max())
-        failAt(start, "token id above 2^31-1");
-    }
-    if (peek() == '.' || peek() == 'e' || peek() == 'E')
-      failAt(start, "token ids must be integers");
-    return static_cast<int32_t>(value);
-  }
-
-  const std::string &path_;
-  std::string_view text_;
-  size_t pos_ = 0;
+  const std::string &path;
+  bool insideObject = false;
+  std::string lastKey;
+  std::vector<std::pair<std::string, int32_t>> entries;
 };
 
 struct StringHash {
@@ -808,7 +694,7 @@ BpeTokenizer BpeTokenizer::load(const std::string &vocabJson,
 
   // vocab.json
   std::string vocabText = readFile(vocabJson);
-  auto entries = VocabParser(vocabJson, vocabText).parse();
+  auto entries = VocabReader(vocabJson).read(vocabText);
   if (entries.empty())
     throw std::runtime_error(vocabJson + ": the vocabulary is empty");
   // Ids index a table: they may have holes, but not be mostly holes.
