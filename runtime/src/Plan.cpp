@@ -272,8 +272,7 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
   info->check(StepCheck(plan, program, step, at, in, out));
 }
 
-void checkPlan(const plan::Plan &p, int64_t worldSize,
-               const std::string &what) {
+void checkVersion(const plan::Plan &p, const std::string &what) {
   if (p.version_major() != kPlanVersionMajor ||
       p.version_minor() > kPlanVersionMinor)
     fail(what + ": plan format version " + std::to_string(p.version_major()) +
@@ -282,6 +281,43 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
          std::to_string(kPlanVersionMajor) + ".0 to " +
          std::to_string(kPlanVersionMajor) + "." +
          std::to_string(kPlanVersionMinor) + ")");
+}
+
+/// Where the content checksum lies in `bytes` (a verified plan), or npos.
+size_t checksumOffset(const uint8_t *bytes) {
+  const plan::Checksum *checksum = plan::GetPlan(bytes)->content_checksum();
+  if (!checksum)
+    return std::string::npos;
+  return size_t(reinterpret_cast<const uint8_t *>(checksum) - bytes);
+}
+
+/// XXH3-64 of `bytes` with the eight at `offset` taken as zero; they are
+/// zeroed while hashing and then restored.
+uint64_t checksumWithFieldZeroed(std::span<uint8_t> bytes, size_t offset) {
+  uint8_t saved[sizeof(uint64_t)];
+  std::memcpy(saved, bytes.data() + offset, sizeof saved);
+  std::memset(bytes.data() + offset, 0, sizeof saved);
+  uint64_t sum = contentChecksum(std::as_bytes(bytes));
+  std::memcpy(bytes.data() + offset, saved, sizeof saved);
+  return sum;
+}
+
+void checkContentChecksum(std::span<uint8_t> bytes, const std::string &what) {
+  size_t offset = checksumOffset(bytes.data());
+  if (offset == std::string::npos)
+    fail(what + ": the plan has no content checksum, which version 1." +
+         std::to_string(kPlanChecksumMinor) + " and later require");
+  uint64_t stored;
+  std::memcpy(&stored, bytes.data() + offset, sizeof stored);
+  uint64_t computed = checksumWithFieldZeroed(bytes, offset);
+  if (stored != computed)
+    fail(what + ": the plan is corrupt: its content checksum is " +
+         checksumHex(stored) + " but its bytes hash to " +
+         checksumHex(computed));
+}
+
+void checkPlan(const plan::Plan &p, int64_t worldSize,
+               const std::string &what) {
   int64_t ranks = 1;
   if (p.grid()->size() == 0 || p.grid()->size() > kMaxRank)
     fail(what + ": the grid must have 1 to " + std::to_string(kMaxRank) +
@@ -406,6 +442,25 @@ void checkAlignment(const plan::Plan &p, const std::string &what) {
 }
 } // namespace
 
+bool sealPlan(std::span<uint8_t> bytes) {
+  if (bytes.size() < 8 || !plan::PlanBufferHasIdentifier(bytes.data()))
+    return false;
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size());
+  // The generated accessors read scalars in place: they need the alignment
+  // the builder gave the buffer.
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) != 0 ||
+      !plan::VerifyPlanBuffer(verifier))
+    return false;
+  size_t offset = checksumOffset(bytes.data());
+  if (offset == std::string::npos)
+    return false;
+  uint64_t sum = checksumWithFieldZeroed(bytes, offset);
+  std::memcpy(bytes.data() + offset, &sum, sizeof sum); // little-endian, as
+                                                        // flatbuffers
+
+  return true;
+}
+
 LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
                                  int64_t worldSize, const std::string &what) {
   LoadedPlan result;
@@ -422,6 +477,11 @@ LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
   if (!plan::VerifyPlanBuffer(verifier))
     fail(what + ": corrupt plan (flatbuffers verification failed)");
   result.root = plan::GetPlan(bytes);
+  checkVersion(*result.root, what);
+  if (result.root->version_minor() >= kPlanChecksumMinor)
+    checkContentChecksum(
+        {reinterpret_cast<uint8_t *>(result.storage->data()), result.size},
+        what);
   checkAlignment(*result.root, what);
   checkPlan(*result.root, worldSize, what);
   return result;
@@ -480,6 +540,8 @@ void LoadedPlan::printJson(std::ostream &os) const {
   Json json;
   json["version"] = std::to_string(p.version_major()) + "." +
                     std::to_string(p.version_minor());
+  if (p.content_checksum())
+    json["content_checksum"] = checksumHex(p.content_checksum()->xxh3());
   json["grid"] = array(p.grid());
   json["model_type"] = p.model_type() ? p.model_type()->str() : "";
   json["params"] = Json::array();

@@ -57,6 +57,7 @@ struct PlanSpec {
   std::vector<int64_t> paramShape = {5, 4};
   std::vector<int64_t> paramFileShape = {}; // hf_shape; empty: absent
   uint32_t inputTensor = 1;
+  bool checksum = true; // write Plan.content_checksum (and seal it)
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
@@ -90,11 +91,17 @@ struct PlanSpec {
                           b.CreateVector(results), arena);
     std::vector<flatbuffers::Offset<fb::Param>> params = {param};
     std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
-    auto plan = fb::CreatePlan(
-        b, major, minor, b.CreateString("test"), b.CreateVector(grid), 0, 0,
-        b.CreateVector(params), b.CreateVector(programs));
+    const fb::Checksum unsealed(0);
+    auto plan = fb::CreatePlan(b, major, minor, b.CreateString("test"),
+                               b.CreateVector(grid), 0, 0,
+                               b.CreateVector(params), b.CreateVector(programs),
+                               checksum ? &unsealed : nullptr);
     fb::FinishPlanBuffer(b, plan);
-    return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+    std::vector<uint8_t> bytes(b.GetBufferPointer(),
+                               b.GetBufferPointer() + b.GetSize());
+    if (checksum)
+      EXPECT_TRUE(sealPlan(bytes));
+    return bytes;
   }
 };
 
@@ -153,6 +160,35 @@ TEST(PlanLoader, RejectsEveryTruncation) {
   }
 }
 
+TEST(PlanLoader, RejectsEveryChangedByte) {
+  const std::vector<uint8_t> bytes = PlanSpec().build();
+  int byChecksum = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::vector<uint8_t> copy = bytes;
+    copy[i] ^= 0x10;
+    try {
+      load(copy);
+      ADD_FAILURE() << "accepted a plan with byte " << i << " changed";
+    } catch (const PlanError &error) {
+      std::string message = error.what();
+      byChecksum += message.find("the plan is corrupt: its content checksum "
+                                 "is ") != std::string::npos;
+    }
+  }
+  // Most changes still verify as flatbuffers; the checksum catches them.
+  EXPECT_GT(byChecksum, int(bytes.size()) / 2);
+}
+
+TEST(PlanLoader, RequiresTheChecksumFromVersion1Point2) {
+  PlanSpec unsealed;
+  unsealed.checksum = false;
+  expectRejected(unsealed, "the plan has no content checksum, which version "
+                           "1.2 and later require");
+  PlanSpec older = unsealed;
+  older.minor = 1; // written before plans carried one
+  EXPECT_NO_THROW(load(older.build()));
+}
+
 TEST(PlanLoader, ByteFlipsNeverCrash) {
   const std::vector<uint8_t> bytes = PlanSpec().build();
   std::mt19937 rng(7);
@@ -161,6 +197,8 @@ TEST(PlanLoader, ByteFlipsNeverCrash) {
     std::vector<uint8_t> copy = bytes;
     for (int flips = 1 + trial % 3; flips > 0; --flips)
       copy[rng() % copy.size()] ^= uint8_t(1u << (rng() % 8));
+    // Resealed, so that the checks behind the checksum see the change too.
+    sealPlan(copy);
     try {
       LoadedPlan plan = load(copy);
       // Whatever loads must also run without touching memory it lacks.
@@ -397,11 +435,15 @@ std::vector<uint8_t> adamwPlan(std::array<fb::Storage, 3> resultStorage) {
   std::vector<flatbuffers::Offset<fb::Param>> params = {fb::CreateParam(
       b, b.CreateString("w"), fb::DType::F32, shape({4}), fb::Init::Ones)};
   std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
-  auto plan =
-      fb::CreatePlan(b, kPlanVersionMajor, kPlanVersionMinor, 0, shape({1}), 0,
-                     0, b.CreateVector(params), b.CreateVector(programs));
+  const fb::Checksum unsealed(0);
+  auto plan = fb::CreatePlan(b, kPlanVersionMajor, kPlanVersionMinor, 0,
+                             shape({1}), 0, 0, b.CreateVector(params),
+                             b.CreateVector(programs), &unsealed);
   fb::FinishPlanBuffer(b, plan);
-  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+  std::vector<uint8_t> bytes(b.GetBufferPointer(),
+                             b.GetBufferPointer() + b.GetSize());
+  EXPECT_TRUE(sealPlan(bytes));
+  return bytes;
 }
 } // namespace
 

@@ -68,11 +68,16 @@ std::vector<uint8_t> twoParamPlan() {
                         b.CreateVector(inputs), b.CreateVector(steps),
                         b.CreateVector(std::vector<uint32_t>{3}), 64);
   std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
+  const fb::Checksum unsealed(0);
   auto plan = fb::CreatePlan(b, kPlanVersionMajor, kPlanVersionMinor, 0,
                              b.CreateVector(std::vector<int64_t>{1}), 0, 0,
-                             b.CreateVector(params), b.CreateVector(programs));
+                             b.CreateVector(params), b.CreateVector(programs),
+                             &unsealed);
   fb::FinishPlanBuffer(b, plan);
-  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+  std::vector<uint8_t> bytes(b.GetBufferPointer(),
+                             b.GetBufferPointer() + b.GetSize());
+  EXPECT_TRUE(sealPlan(bytes));
+  return bytes;
 }
 } // namespace
 

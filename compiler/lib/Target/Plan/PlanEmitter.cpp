@@ -5,6 +5,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "tpc/Dialect/TP/IR/TPOps.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/xxhash.h"
 
 #include "tpc/plan/plan_generated.h"
 
@@ -147,6 +149,21 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
 /// The plan kind that runs `op`: the enumerator of the name the op's
 /// PlanOpInterface gives (the dialect names kinds without depending on the
 /// plan schema; see TPInterfaces.td).
+/// The checksum's placeholder while the plan is built: the checksum is
+/// defined over the file with these eight bytes zero.
+static const fb::Checksum kUnsealed(0);
+
+/// Writes the plan's content checksum (plan.fbs, Plan.content_checksum):
+/// XXH3-64 of the finished buffer, whose checksum bytes are still zero. The
+/// runtime recomputes it with libxxhash's XXH3_64bits, the same function.
+static void sealChecksum(uint8_t *buffer, size_t size) {
+  const auto *checksum = fb::GetPlan(buffer)->content_checksum();
+  uint8_t *field =
+      buffer + (reinterpret_cast<const uint8_t *>(checksum) - buffer);
+  uint64_t sum = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(buffer, size));
+  llvm::support::endian::write64le(field, sum);
+}
+
 static FailureOr<fb::OpKind> opKindOf(Operation *op) {
   static const llvm::StringMap<fb::OpKind> kindsByName = [] {
     llvm::StringMap<fb::OpKind> kinds;
@@ -390,11 +407,13 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
   };
   auto modelType = stringAttr("tp.model_type");
   auto hfConfig = stringAttr("tp.hf_config");
-  auto plan = fb::CreatePlan(
-      builder, kPlanVersionMajor, kPlanVersionMinor,
-      builder.CreateString("tpc-opt"), builder.CreateVector(grid), modelType,
-      hfConfig, builder.CreateVector(params), builder.CreateVector(programs));
+  auto plan = fb::CreatePlan(builder, kPlanVersionMajor, kPlanVersionMinor,
+                             builder.CreateString("tpc-opt"),
+                             builder.CreateVector(grid), modelType, hfConfig,
+                             builder.CreateVector(params),
+                             builder.CreateVector(programs), &kUnsealed);
   fb::FinishPlanBuffer(builder, plan);
+  sealChecksum(builder.GetBufferPointer(), builder.GetSize());
   os.write(reinterpret_cast<const char *>(builder.GetBufferPointer()),
            builder.GetSize());
   return success();

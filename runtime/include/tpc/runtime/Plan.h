@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,7 +18,9 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 1;
+inline constexpr uint32_t kPlanVersionMinor = 2;
+/// The first minor version whose plans carry Plan.content_checksum.
+inline constexpr uint32_t kPlanChecksumMinor = 2;
 
 class PlanError : public std::runtime_error {
 public:
@@ -28,6 +31,14 @@ public:
 int64_t dtypeSize(plan::DType dtype);
 const char *dtypeName(plan::DType dtype);
 const char *opKindName(plan::OpKind kind);
+
+/// Plans from version 1.2 carry Plan.content_checksum: XXH3-64 of the file
+/// with the checksum's eight bytes zeroed, which the loader recomputes.
+/// sealPlan writes that checksum into `bytes`, a plan that passes the
+/// flatbuffers verifier and has the field; it returns false and leaves the
+/// bytes alone otherwise. For programs that build or mutate plans (tests, the
+/// plan fuzzer); the compiler's emitter computes the same with LLVM's xxh3.
+bool sealPlan(std::span<uint8_t> bytes);
 
 class LoadedPlan {
 public:
