@@ -4,7 +4,7 @@ tp.grid @g [2, 4]
 
 // A pending partial sum becomes replicated: one all-reduce.
 // CHECK-LABEL: func.func @all_reduce
-// CHECK-NEXT: %[[R:.*]] = tp.all_reduce %arg0 {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [1]>> -> tensor<8x16xf32>
+// CHECK-NEXT: %[[R:.*]] = tp.all_reduce %arg0 over @g {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [1]>> -> tensor<8x16xf32>
 // CHECK-NEXT: return %[[R]]
 func.func @all_reduce(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>>) -> tensor<8x16xf32> {
   %0 = tp.redistribute %x : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32>
@@ -14,7 +14,7 @@ func.func @all_reduce(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>
 // A partial sum the target also splits on the same axis: all-reduce + slice
 // fuse into a reduce-scatter (sequence parallelism's pattern).
 // CHECK-LABEL: func.func @reduce_scatter
-// CHECK-NEXT: %[[R:.*]] = tp.reduce_scatter %arg0 {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []]>>
+// CHECK-NEXT: %[[R:.*]] = tp.reduce_scatter %arg0 over @g {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []]>>
 // CHECK-NEXT: return %[[R]]
 func.func @reduce_scatter(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>>) -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>> {
   %0 = tp.redistribute %x : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
@@ -23,7 +23,7 @@ func.func @reduce_scatter(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = 
 
 // Over two axes at once, with another dimension already split.
 // CHECK-LABEL: func.func @reduce_scatter_two_axes
-// CHECK-NEXT: tp.reduce_scatter %arg0 {dim = 1 : i64, grid_axes = array<i64: 0, 1>}
+// CHECK-NEXT: tp.reduce_scatter %arg0 over @g {dim = 1 : i64, grid_axes = array<i64: 0, 1>}
 // CHECK-NEXT: return
 func.func @reduce_scatter_two_axes(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0, 1]>>) -> tensor<8x16xf32, #tp.dist<@g, [[], [0, 1]]>> {
   %0 = tp.redistribute %x : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0, 1]>> -> tensor<8x16xf32, #tp.dist<@g, [[], [0, 1]]>>
@@ -32,7 +32,7 @@ func.func @reduce_scatter_two_axes(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], p
 
 // A split the target does not want is gathered.
 // CHECK-LABEL: func.func @all_gather
-// CHECK-NEXT: tp.all_gather %arg0 {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}0, 1], []]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}0], []]>>
+// CHECK-NEXT: tp.all_gather %arg0 over @g {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}0, 1], []]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}0], []]>>
 // CHECK-NEXT: return
 func.func @all_gather(%x: tensor<8x16xf32, #tp.dist<@g, [[0, 1], []]>>) -> tensor<8x16xf32, #tp.dist<@g, [[0], []]>> {
   %0 = tp.redistribute %x : tensor<8x16xf32, #tp.dist<@g, [[0, 1], []]>> -> tensor<8x16xf32, #tp.dist<@g, [[0], []]>>
@@ -41,7 +41,7 @@ func.func @all_gather(%x: tensor<8x16xf32, #tp.dist<@g, [[0, 1], []]>>) -> tenso
 
 // A split that moves to another dimension is one all-to-all.
 // CHECK-LABEL: func.func @all_to_all
-// CHECK-NEXT: tp.all_to_all %arg0 {grid_axes = array<i64: 1>, source_dim = 0 : i64, target_dim = 1 : i64} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], [1]]>>
+// CHECK-NEXT: tp.all_to_all %arg0 over @g {grid_axes = array<i64: 1>, source_dim = 0 : i64, target_dim = 1 : i64} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], [1]]>>
 // CHECK-NEXT: return
 func.func @all_to_all(%x: tensor<8x16xf32, #tp.dist<@g, [[1], []]>>) -> tensor<8x16xf32, #tp.dist<@g, [[], [1]]>> {
   %0 = tp.redistribute %x : tensor<8x16xf32, #tp.dist<@g, [[1], []]>> -> tensor<8x16xf32, #tp.dist<@g, [[], [1]]>>
@@ -50,7 +50,7 @@ func.func @all_to_all(%x: tensor<8x16xf32, #tp.dist<@g, [[1], []]>>) -> tensor<8
 
 // Splitting a replicated value needs no communication.
 // CHECK-LABEL: func.func @local_split
-// CHECK-NEXT: tp.local_split %arg0 {dim = 1 : i64, grid_axes = array<i64: 0, 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], [0, 1]]>>
+// CHECK-NEXT: tp.local_split %arg0 over @g {dim = 1 : i64, grid_axes = array<i64: 0, 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], [0, 1]]>>
 // CHECK-NEXT: return
 func.func @local_split(%x: tensor<8x16xf32>) -> tensor<8x16xf32, #tp.dist<@g, [[], [0, 1]]>> {
   %0 = tp.redistribute %x : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [0, 1]]>>
@@ -60,11 +60,11 @@ func.func @local_split(%x: tensor<8x16xf32>) -> tensor<8x16xf32, #tp.dist<@g, [[
 // An explicit all-reduce whose only use slices it locally on the same axes
 // is a reduce-scatter; with another use it stays.
 // CHECK-LABEL: func.func @all_reduce_then_slice
-// CHECK-NEXT: %[[R:.*]] = tp.reduce_scatter %arg0 {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []]>>
+// CHECK-NEXT: %[[R:.*]] = tp.reduce_scatter %arg0 over @g {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []]>>
 // CHECK-NEXT: return %[[R]]
 func.func @all_reduce_then_slice(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>>) -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>> {
-  %0 = tp.all_reduce %x {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32>
-  %1 = tp.local_split %0 {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
+  %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32>
+  %1 = tp.local_split %0 over @g {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
   return %1 : tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
 }
 
@@ -72,17 +72,17 @@ func.func @all_reduce_then_slice(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], par
 // CHECK-NEXT: tp.all_reduce
 // CHECK-NEXT: tp.local_split
 func.func @all_reduce_used_twice(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>>) -> (tensor<8x16xf32>, tensor<8x16xf32, #tp.dist<@g, [[1], []]>>) {
-  %0 = tp.all_reduce %x {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32>
-  %1 = tp.local_split %0 {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
+  %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [1]>> -> tensor<8x16xf32>
+  %1 = tp.local_split %0 over @g {dim = 0 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
   return %0, %1 : tensor<8x16xf32>, tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
 }
 
 // Several steps: the partial sum first (reduce-scatter on the dimension the
 // target splits by that axis), then the unwanted split gathered.
 // CHECK-LABEL: func.func @combined
-// CHECK-NEXT: %[[A:.*]] = tp.reduce_scatter %arg0 {dim = 1 : i64, grid_axes = array<i64: 0>}
+// CHECK-NEXT: %[[A:.*]] = tp.reduce_scatter %arg0 over @g {dim = 1 : i64, grid_axes = array<i64: 0>}
 // CHECK-SAME: -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], [0]]>>
-// CHECK-NEXT: %[[B:.*]] = tp.all_gather %[[A]] {dim = 0 : i64, grid_axes = array<i64: 1>}
+// CHECK-NEXT: %[[B:.*]] = tp.all_gather %[[A]] over @g {dim = 0 : i64, grid_axes = array<i64: 1>}
 // CHECK-SAME: -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], [0]]>>
 // CHECK-NEXT: return %[[B]]
 func.func @combined(%x: tensor<8x16xf32, #tp.dist<@g, [[1], []], partial = [0]>>) -> tensor<8x16xf32, #tp.dist<@g, [[], [0]]>> {

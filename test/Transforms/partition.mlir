@@ -1,9 +1,10 @@
 // RUN: tpc-opt %s -split-input-file -verify-diagnostics --tp-partition | FileCheck %s
 
 // Split dims shrink by their number of shards; layouts disappear; the grid
-// becomes a module attribute.
-// CHECK: module attributes {tp.grid_shape = array<i64: 2, 4>}
-// CHECK-NOT: tp.grid @
+// stays, for the collectives and parameter layouts that name it.
+// CHECK-NOT: module attributes
+// CHECK: tp.grid @g [2, 4]
+// CHECK-NOT: #tp.dist
 // CHECK-LABEL: func.func @local_shapes
 // CHECK-SAME: (%{{.*}}: tensor<4x16xf32>, %{{.*}}: tensor<16x8xf32>) -> tensor<4x8xf32>
 // CHECK: tp.matmul %{{.*}}, %{{.*}} : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
@@ -18,7 +19,7 @@ func.func @local_shapes(%x: tensor<8x16xf32, #tp.dist<@g, [[0], []]>>,
 // -----
 
 // Without a grid the program runs on one rank, unchanged.
-// CHECK: module attributes {tp.grid_shape = array<i64: 1>}
+// CHECK-NOT: module attributes
 // CHECK-LABEL: func.func @one_rank
 // CHECK: tp.gelu %{{.*}} : tensor<4xf32>
 func.func @one_rank(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -144,12 +145,12 @@ func.func @vocab_parallel_split_ids(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []]>
 // CHECK-SAME: (%{{.*}}: tensor<4x4xf32>, %{{.*}}: tensor<4x8xf32> {tp.layout = #tp.dist<@g, {{\[\[}}0], []]>, tp.param = "w"})
 // CHECK: tp.matmul {{.*}} -> tensor<4x8xf32>
 // CHECK: tp.scale {{.*}} : tensor<4x8xf32>
-// CHECK: tp.all_reduce {{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: tp.all_reduce %{{.*}} over @g {grid_axes = array<i64: 0>} : tensor<4x8xf32> -> tensor<4x8xf32>
 tp.grid @g [2]
 func.func @linear_partial(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, %w: tensor<8x8xf32, #tp.dist<@g, [[0], []]>> {tp.param = "w"}) -> tensor<4x8xf32> {
   %0 = tp.matmul %x, %w : (tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, tensor<8x8xf32, #tp.dist<@g, [[0], []]>>) -> tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>>
   %1 = tp.scale %0, 0.5 : tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>>
-  %2 = tp.all_reduce %1 {grid_axes = array<i64: 0>} : tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<4x8xf32>
+  %2 = tp.all_reduce %1 over @g {grid_axes = array<i64: 0>} : tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<4x8xf32>
   return %2 : tensor<4x8xf32>
 }
 

@@ -17,18 +17,18 @@ func.func @mlp(%x: tensor<8x16xf32>, %w1: tensor<16x32xf32, #tp.dist<@g, [[], [0
   %h = tp.matmul %x, %w1 : (tensor<8x16xf32>, tensor<16x32xf32, #tp.dist<@g, [[], [0]]>>) -> tensor<8x32xf32, #tp.dist<@g, [[], [0]]>>
   %a = tp.gelu %h : tensor<8x32xf32, #tp.dist<@g, [[], [0]]>>
   %y = tp.matmul %a, %w2 : (tensor<8x32xf32, #tp.dist<@g, [[], [0]]>>, tensor<32x16xf32, #tp.dist<@g, [[0], []]>>) -> tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>
-  %r = tp.all_reduce %y {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
+  %r = tp.all_reduce %y over @g {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
   return %r : tensor<8x16xf32>
 }
 
 func.func @mlp_sequence_parallel(%x: tensor<8x16xf32, #tp.dist<@g, [[0], []]>>,
                                  %w1: tensor<16x32xf32, #tp.dist<@g, [[], [0]]>>,
                                  %w2: tensor<32x16xf32, #tp.dist<@g, [[0], []]>>) -> tensor<8x16xf32, #tp.dist<@g, [[0], []]>> {
-  %xf = tp.all_gather %x {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[0], []]>> -> tensor<8x16xf32>
+  %xf = tp.all_gather %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[0], []]>> -> tensor<8x16xf32>
   %h = tp.matmul %xf, %w1 : (tensor<8x16xf32>, tensor<16x32xf32, #tp.dist<@g, [[], [0]]>>) -> tensor<8x32xf32, #tp.dist<@g, [[], [0]]>>
   %a = tp.gelu %h : tensor<8x32xf32, #tp.dist<@g, [[], [0]]>>
   %y = tp.matmul %a, %w2 : (tensor<8x32xf32, #tp.dist<@g, [[], [0]]>>, tensor<32x16xf32, #tp.dist<@g, [[0], []]>>) -> tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>
-  %r = tp.reduce_scatter %y {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32, #tp.dist<@g, [[0], []]>>
+  %r = tp.reduce_scatter %y over @g {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32, #tp.dist<@g, [[0], []]>>
   return %r : tensor<8x16xf32, #tp.dist<@g, [[0], []]>>
 }
 

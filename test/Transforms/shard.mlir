@@ -51,14 +51,14 @@
 // GPT2-TRAIN-SAME: %arg0: tensor<32x32xf32> {{{.*}}tp.layout = #tp.dist<@tp, {{\[\[}}0], []]>, tp.param = "transformer.wte.weight"}
 // GPT2-TRAIN-NOT: tp.all_gather
 // GPT2-TRAIN: tp.embedding %arg0, %{{.*}} {tp.vocab_axes = array<i64: 0>} : (tensor<32x32xf32>, tensor<2x8xi32>) -> tensor<2x8x32xf32>
-// GPT2-TRAIN-COUNT-3: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+// GPT2-TRAIN-COUNT-3: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
 // GPT2-TRAIN-NOT: tp.all_reduce
 // GPT2-TRAIN: tp.cross_entropy {{.*}} {tp.vocab_axes = array<i64: 0>} : (tensor<2x8x32xf32>, tensor<2x8xi32>) -> tensor<f32>
 // GPT2-TRAIN: tp.cross_entropy_grad {{.*}} {tp.vocab_axes = array<i64: 0>}
-// GPT2-TRAIN-COUNT-3: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+// GPT2-TRAIN-COUNT-3: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
 // GPT2-TRAIN-NOT: tp.all_reduce
 // GPT2-TRAIN: tp.embedding_grad {{.*}} {tp.vocab_axes = array<i64: 0>} : (tensor<2x8x32xf32>, tensor<2x8xi32>) -> tensor<32x32xf32>
-// GPT2-TRAIN: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<f32> -> tensor<f32>
+// GPT2-TRAIN: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>} : tensor<f32> -> tensor<f32>
 // GPT2-TRAIN-NOT: tp.all_reduce
 // GPT2-TRAIN-NOT: tp.all_gather
 // GPT2-TRAIN: return
@@ -69,15 +69,15 @@
 // RUN: tpc-opt %S/Inputs/gpt2-block.mlir --tp-shard="grid=2 seq-parallel=true" \
 // RUN:   --tp-lower-collectives | FileCheck %s --check-prefix=GPT2-SP
 // GPT2-SP-LABEL: func.func @loss(
-// GPT2-SP: tp.reduce_scatter %{{.*}} {dim = 1 : i64, grid_axes = array<i64: 0>}
+// GPT2-SP: tp.reduce_scatter %{{.*}} over @tp {dim = 1 : i64, grid_axes = array<i64: 0>}
 // GPT2-SP: tp.layer_norm {{.*}} -> tensor<2x8x32xf32, #tp.dist<@tp, {{\[\[}}], [0], []]>>
-// GPT2-SP: tp.all_gather %{{.*}} {dim = 1 : i64, grid_axes = array<i64: 0>}
-// GPT2-SP: tp.reduce_scatter %{{.*}} {dim = 1 : i64, grid_axes = array<i64: 0>}
+// GPT2-SP: tp.all_gather %{{.*}} over @tp {dim = 1 : i64, grid_axes = array<i64: 0>}
+// GPT2-SP: tp.reduce_scatter %{{.*}} over @tp {dim = 1 : i64, grid_axes = array<i64: 0>}
 // GPT2-SP: tp.layer_norm {{.*}} -> tensor<2x8x32xf32, #tp.dist<@tp, {{\[\[}}], [0], []]>>
-// GPT2-SP: tp.all_gather %{{.*}} {dim = 1 : i64, grid_axes = array<i64: 0>}
-// GPT2-SP: tp.reduce_scatter %{{.*}} {dim = 1 : i64, grid_axes = array<i64: 0>}
+// GPT2-SP: tp.all_gather %{{.*}} over @tp {dim = 1 : i64, grid_axes = array<i64: 0>}
+// GPT2-SP: tp.reduce_scatter %{{.*}} over @tp {dim = 1 : i64, grid_axes = array<i64: 0>}
 // GPT2-SP: tp.layer_norm {{.*}} -> tensor<2x8x32xf32, #tp.dist<@tp, {{\[\[}}], [0], []]>>
-// GPT2-SP: tp.all_gather %{{.*}} {dim = 1 : i64, grid_axes = array<i64: 0>}
+// GPT2-SP: tp.all_gather %{{.*}} over @tp {dim = 1 : i64, grid_axes = array<i64: 0>}
 // GPT2-SP-NOT: tp.all_reduce
 // GPT2-SP: tp.cross_entropy
 
@@ -123,14 +123,14 @@
 // LLAMA-TRAIN-SAME: tensor<8x32xf32> {{{.*}}tp.param = "model.layers.0.self_attn.v_proj.weight"}
 // LLAMA-TRAIN-SAME: tensor<32x16xf32> {{{.*}}tp.param = "model.layers.0.self_attn.o_proj.weight"}
 // LLAMA-TRAIN: tp.embedding {{.*}} {tp.vocab_axes = array<i64: 0>}
-// LLAMA-TRAIN-COUNT-3: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+// LLAMA-TRAIN-COUNT-3: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
 // LLAMA-TRAIN-NOT: tp.all_reduce
 // LLAMA-TRAIN: tp.cross_entropy {{.*}} {tp.vocab_axes = array<i64: 0>}
 // LLAMA-TRAIN: tp.cross_entropy_grad {{.*}} {tp.vocab_axes = array<i64: 0>}
-// LLAMA-TRAIN-COUNT-3: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+// LLAMA-TRAIN-COUNT-3: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>} : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
 // LLAMA-TRAIN-NOT: tp.all_reduce
 // LLAMA-TRAIN: tp.embedding_grad {{.*}} {tp.vocab_axes = array<i64: 0>}
-// LLAMA-TRAIN: tp.all_reduce %{{.*}} {grid_axes = array<i64: 0>} : tensor<f32> -> tensor<f32>
+// LLAMA-TRAIN: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>} : tensor<f32> -> tensor<f32>
 // LLAMA-TRAIN-NOT: tp.all_reduce
 // LLAMA-TRAIN-NOT: tp.all_gather
 // LLAMA-TRAIN: return

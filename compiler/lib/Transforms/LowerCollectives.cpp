@@ -81,7 +81,7 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
       }
       llvm::append_range(current.split[d], extra);
       step([&](RankedTensorType type) {
-        return ReduceScatterOp::create(rewriter, loc, type, value,
+        return ReduceScatterOp::create(rewriter, loc, type, value, grid,
                                        rewriter.getI64IntegerAttr(d),
                                        rewriter.getDenseI64ArrayAttr(extra));
       });
@@ -90,7 +90,7 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
       for (int64_t a : reduce)
         llvm::erase(current.partial, a);
       step([&](RankedTensorType type) {
-        return AllReduceOp::create(rewriter, loc, type, value,
+        return AllReduceOp::create(rewriter, loc, type, value, grid,
                                    rewriter.getDenseI64ArrayAttr(reduce));
       });
     }
@@ -110,14 +110,14 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
         if (to) {
           current.split[*to].push_back(axis);
           step([&](RankedTensorType type) {
-            return AllToAllOp::create(rewriter, loc, type, value,
+            return AllToAllOp::create(rewriter, loc, type, value, grid,
                                       rewriter.getI64IntegerAttr(d),
                                       rewriter.getI64IntegerAttr(*to),
                                       rewriter.getDenseI64ArrayAttr({axis}));
           });
         } else {
           step([&](RankedTensorType type) {
-            return AllGatherOp::create(rewriter, loc, type, value,
+            return AllGatherOp::create(rewriter, loc, type, value, grid,
                                        rewriter.getI64IntegerAttr(d),
                                        rewriter.getDenseI64ArrayAttr({axis}));
           });
@@ -133,7 +133,7 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
                                      .drop_front(current.split[d].size()));
       llvm::append_range(current.split[d], extra);
       step([&](RankedTensorType type) {
-        return LocalSplitOp::create(rewriter, loc, type, value,
+        return LocalSplitOp::create(rewriter, loc, type, value, grid,
                                     rewriter.getI64IntegerAttr(d),
                                     rewriter.getDenseI64ArrayAttr(extra));
       });

@@ -1,6 +1,7 @@
 //===- Partition.cpp - global view -> per-rank program --------------------===//
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AttrTypeSubElements.h"
 #include "tpc/Dialect/TP/IR/TPOps.h"
 #include "tpc/Transforms/Passes.h"
 
@@ -17,27 +18,46 @@ struct TPPartition : public tp::impl::TPPartitionBase<TPPartition> {
   void runOnOperation() override;
 };
 
-/// The local type of `type` on one rank of `grid`, or failure (with a
-/// diagnostic at `loc`) if the layout needs communication or is uneven.
-FailureOr<Type> localType(Type type, ArrayRef<int64_t> gridShape,
-                          Location loc) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  DistAttr dist = getDistLayout(type);
-  if (!dist)
-    return type;
-  SmallVector<int64_t> shape(tensor.getShape());
-  for (auto [dim, size] : llvm::enumerate(shape)) {
-    if (!dist.getDimSizes(dim).empty())
-      return emitError(loc) << "tp-partition: " << type
-                            << " is split unevenly, which the per-rank "
-                               "program cannot express yet";
-    int64_t shards = 1;
+/// The local type of `type`, laid out by `dist` over a grid of `gridShape`:
+/// each split dimension divided by its number of shards, the layout dropped.
+RankedTensorType localType(RankedTensorType type, DistAttr dist,
+                           ArrayRef<int64_t> gridShape) {
+  SmallVector<int64_t> shape(type.getShape());
+  for (auto [dim, size] : llvm::enumerate(shape))
     for (int64_t axis : dist.getSplitAxes(dim))
-      shards *= gridShape[axis];
-    size /= shards;
-  }
-  return RankedTensorType::get(shape, tensor.getElementType());
+      size /= gridShape[axis];
+  return RankedTensorType::get(shape, type.getElementType());
 }
+
+/// Uneven layouts have no per-rank program yet: reports the first.
+LogicalResult checkEvenLayouts(ModuleOp module) {
+  auto uneven = [](Type type) {
+    DistAttr dist = getDistLayout(type);
+    return dist && !dist.getSizes().empty();
+  };
+  auto report = [](Location loc, Type type) {
+    return emitError(loc) << "tp-partition: " << type
+                          << " is split unevenly, which the per-rank "
+                             "program cannot express yet";
+  };
+  WalkResult walk = module.walk([&](Operation *op) -> WalkResult {
+    for (Value result : op->getResults())
+      if (uneven(result.getType()))
+        return report(op->getLoc(), result.getType()), WalkResult::interrupt();
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          if (uneven(arg.getType()))
+            return report(arg.getLoc(), arg.getType()), WalkResult::interrupt();
+    if (auto func = dyn_cast<func::FuncOp>(op))
+      for (Type type : func.getResultTypes())
+        if (uneven(type))
+          return report(func.getLoc(), type), WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
 bool isSplit(Type type) {
   DistAttr dist = getDistLayout(type);
   return dist && llvm::any_of(dist.getSplit(), [](DenseI64ArrayAttr axes) {
@@ -251,46 +271,19 @@ void TPPartition::runOnOperation() {
         if (func.getArgAttr(i, "tp.param"))
           func.setArgAttr(i, "tp.layout", dist);
 
-  WalkResult walk = module.walk([&](Operation *op) -> WalkResult {
-    for (Value result : op->getResults()) {
-      FailureOr<Type> local =
-          localType(result.getType(), gridShape, op->getLoc());
-      if (failed(local))
-        return WalkResult::interrupt();
-      result.setType(*local);
-    }
-    for (Region &region : op->getRegions())
-      for (Block &block : region)
-        for (BlockArgument arg : block.getArguments()) {
-          FailureOr<Type> local =
-              localType(arg.getType(), gridShape, arg.getLoc());
-          if (failed(local))
-            return WalkResult::interrupt();
-          arg.setType(*local);
-        }
-    if (auto func = dyn_cast<func::FuncOp>(op)) {
-      SmallVector<Type> inputs, results;
-      for (Type type : func.getArgumentTypes()) {
-        FailureOr<Type> local = localType(type, gridShape, func.getLoc());
-        if (failed(local))
-          return WalkResult::interrupt();
-        inputs.push_back(*local);
-      }
-      for (Type type : func.getResultTypes()) {
-        FailureOr<Type> local = localType(type, gridShape, func.getLoc());
-        if (failed(local))
-          return WalkResult::interrupt();
-        results.push_back(*local);
-      }
-      func.setFunctionType(
-          FunctionType::get(func.getContext(), inputs, results));
-    }
-    return WalkResult::advance();
-  });
-  if (walk.wasInterrupted())
+  // Every type that carries a layout, wherever it appears (results, block
+  // arguments, function signatures), becomes its local shard. The grid
+  // stays: collectives and parameter layouts name it.
+  if (failed(checkEvenLayouts(module)))
     return signalPassFailure();
-  for (GridOp grid : grids)
-    grid.erase();
-  module->setAttr("tp.grid_shape",
-                  Builder(module.getContext()).getDenseI64ArrayAttr(gridShape));
+  AttrTypeReplacer replacer;
+  replacer.addReplacement([&](RankedTensorType type) -> std::optional<Type> {
+    DistAttr dist = getDistLayout(type);
+    if (!dist)
+      return std::nullopt;
+    return localType(type, dist, gridShape);
+  });
+  replacer.recursivelyReplaceElementsIn(module, /*replaceAttrs=*/true,
+                                        /*replaceLocs=*/false,
+                                        /*replaceTypes=*/true);
 }

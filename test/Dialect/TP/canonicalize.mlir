@@ -66,11 +66,11 @@ tp.grid @g [2, 2]
 
 // A local slice of an all-reduce over the same axes is one reduce-scatter.
 // CHECK-LABEL: func.func @all_reduce_then_split
-// CHECK-NEXT: %[[R:.*]] = tp.reduce_scatter %arg0 {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [0]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], [0]]>>
+// CHECK-NEXT: %[[R:.*]] = tp.reduce_scatter %arg0 over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], []], partial = [0]>> -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}], [0]]>>
 // CHECK-NEXT: return %[[R]]
 func.func @all_reduce_then_split(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>) -> tensor<8x16xf32, #tp.dist<@g, [[], [0]]>> {
-  %0 = tp.all_reduce %x {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
-  %1 = tp.local_split %0 {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
+  %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
+  %1 = tp.local_split %0 over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
   return %1 : tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
 }
 
@@ -80,18 +80,18 @@ func.func @all_reduce_then_split(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], par
 // CHECK-NEXT: %[[L:.*]] = tp.local_split %[[S]]
 // CHECK-NEXT: return %[[S]], %[[L]]
 func.func @all_reduce_kept(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>) -> (tensor<8x16xf32>, tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>) {
-  %0 = tp.all_reduce %x {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
-  %1 = tp.local_split %0 {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
+  %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
+  %1 = tp.local_split %0 over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
   return %0, %1 : tensor<8x16xf32>, tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
 }
 
 // The slice is over another axis than the sum: nothing fuses.
 // CHECK-LABEL: func.func @other_axis
 // CHECK-NEXT: %[[S:.*]] = tp.all_reduce %arg0
-// CHECK-NEXT: %[[L:.*]] = tp.local_split %[[S]] {dim = 1 : i64, grid_axes = array<i64: 1>}
+// CHECK-NEXT: %[[L:.*]] = tp.local_split %[[S]] over @g {dim = 1 : i64, grid_axes = array<i64: 1>}
 // CHECK-NEXT: return %[[L]]
 func.func @other_axis(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>) -> tensor<8x16xf32, #tp.dist<@g, [[], [1]]>> {
-  %0 = tp.all_reduce %x {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
-  %1 = tp.local_split %0 {dim = 1 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [1]]>>
+  %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
+  %1 = tp.local_split %0 over @g {dim = 1 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [1]]>>
   return %1 : tensor<8x16xf32, #tp.dist<@g, [[], [1]]>>
 }

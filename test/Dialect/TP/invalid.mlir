@@ -676,7 +676,7 @@ func.func @norm_squared_type(%x: tensor<4xf32>) {
 tp.grid @g [2, 2]
 func.func @all_reduce_not_partial(%x: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
   // expected-error @+1 {{input is not a partial sum over grid axis 1}}
-  %0 = tp.all_reduce %x {grid_axes = array<i64: 1>} : tensor<8xf32, #tp.dist<@g, [[0]]>> -> tensor<8xf32, #tp.dist<@g, [[0]]>>
+  %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 1>} : tensor<8xf32, #tp.dist<@g, [[0]]>> -> tensor<8xf32, #tp.dist<@g, [[0]]>>
   return
 }
 
@@ -685,7 +685,7 @@ func.func @all_reduce_not_partial(%x: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
 tp.grid @g [2, 2]
 func.func @all_gather_not_minor(%x: tensor<8xf32, #tp.dist<@g, [[0, 1]]>>) {
   // expected-error @+1 {{grid axes [0] are not the minor end of the axes splitting dimension 0}}
-  %0 = tp.all_gather %x {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0, 1]]>> -> tensor<8xf32, #tp.dist<@g, [[1]]>>
+  %0 = tp.all_gather %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0, 1]]>> -> tensor<8xf32, #tp.dist<@g, [[1]]>>
   return
 }
 
@@ -694,7 +694,7 @@ func.func @all_gather_not_minor(%x: tensor<8xf32, #tp.dist<@g, [[0, 1]]>>) {
 tp.grid @g [2, 2]
 func.func @wrong_result_layout(%x: tensor<8x4xf32, #tp.dist<@g, [[], []], partial = [0]>>) {
   // expected-error @+1 {{result layout of 'tensor<8x4xf32, #tp.dist<@g, [[0], []]>>' is not what this collective makes of 'tensor<8x4xf32, #tp.dist<@g, [[], []], partial = [0]>>'}}
-  %0 = tp.reduce_scatter %x {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x4xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x4xf32, #tp.dist<@g, [[0], []]>>
+  %0 = tp.reduce_scatter %x over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x4xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x4xf32, #tp.dist<@g, [[0], []]>>
   return
 }
 
@@ -703,7 +703,7 @@ func.func @wrong_result_layout(%x: tensor<8x4xf32, #tp.dist<@g, [[], []], partia
 tp.grid @g [2, 2]
 func.func @all_to_all_same_dim(%x: tensor<8x4xf32, #tp.dist<@g, [[0], []]>>) {
   // expected-error @+1 {{source and target dimensions are the same}}
-  %0 = tp.all_to_all %x {source_dim = 0 : i64, target_dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x4xf32, #tp.dist<@g, [[0], []]>> -> tensor<8x4xf32, #tp.dist<@g, [[0], []]>>
+  %0 = tp.all_to_all %x over @g {source_dim = 0 : i64, target_dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x4xf32, #tp.dist<@g, [[0], []]>> -> tensor<8x4xf32, #tp.dist<@g, [[0], []]>>
   return
 }
 
@@ -712,7 +712,7 @@ func.func @all_to_all_same_dim(%x: tensor<8x4xf32, #tp.dist<@g, [[0], []]>>) {
 tp.grid @g [2, 2]
 func.func @collective_dim_range(%x: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
   // expected-error @+1 {{dimension 3 is out of range for 'tensor<8xf32, #tp.dist<@g, [[0]]>>'}}
-  %0 = tp.all_gather %x {dim = 3 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0]]>> -> tensor<8xf32>
+  %0 = tp.all_gather %x over @g {dim = 3 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0]]>> -> tensor<8xf32>
   return
 }
 
@@ -721,7 +721,7 @@ func.func @collective_dim_range(%x: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
 tp.grid @g [2, 2]
 func.func @collective_uneven(%x: tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>>) {
   // expected-error @+1 {{collectives need even splits}}
-  %0 = tp.all_gather %x {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>> -> tensor<8xf32>
+  %0 = tp.all_gather %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[0]], sizes = [[3, 5]]>> -> tensor<8xf32>
   return
 }
 
@@ -768,4 +768,43 @@ func.func @overflowing_sizes(%x: tensor<4294967296x4294967296xf32>) -> tensor<42
 func.func @at_the_limit(%x: tensor<1048576x1048576xf32>) -> tensor<1048576x1048576xf32> {
   %0 = tp.gelu %x : tensor<1048576x1048576xf32>
   return %0 : tensor<1048576x1048576xf32>
+}
+
+// -----
+
+// Collectives name the grid they run over: it must exist, be a tp.grid,
+// and be the grid of their layouts.
+func.func @collective_unknown_grid(%x: tensor<8xf32>) {
+  // expected-error @+1 {{@nope does not name a tp.grid}}
+  %0 = tp.all_reduce %x over @nope {grid_axes = array<i64: 0>} : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tp.grid @g [2]
+tp.grid @h [2]
+func.func @collective_other_grid(%x: tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>>) {
+  // expected-error @+1 {{runs over @h but a layout is on @g}}
+  %0 = tp.all_reduce %x over @h {grid_axes = array<i64: 0>} : tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>> -> tensor<8xf32, #tp.dist<@g, [[]]>>
+  return
+}
+
+// -----
+
+// The per-rank view (no layouts): the grid's shape sizes the group.
+tp.grid @g [4]
+func.func @local_gather_shape(%x: tensor<2xf32>) {
+  // expected-error @+1 {{local result 'tensor<4xf32>' does not match the local input 'tensor<2xf32>' over 4 ranks}}
+  %0 = tp.all_gather %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<2xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+tp.grid @g [4]
+func.func @local_axis_range(%x: tensor<2xf32>) {
+  // expected-error @+1 {{grid axis 1 is out of range or repeated for @g of rank 1}}
+  %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 1>} : tensor<2xf32> -> tensor<2xf32>
+  return
 }

@@ -191,16 +191,16 @@ func.func @adamw(%p: tensor<16x32xf32>, %g: tensor<16x32xf32>, %m: tensor<16x32x
 
 tp.grid @c [2, 2]
 // CHECK-LABEL: func.func @collectives
-// CHECK: tp.all_reduce %{{.*}} {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@c, {{\[\[}}0], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@c, {{\[\[}}0], []]>>
-// CHECK: tp.reduce_scatter %{{.*}} {dim = 1 : i64, grid_axes = array<i64: 1>}
-// CHECK: tp.all_gather %{{.*}} {dim = 1 : i64, grid_axes = array<i64: 1>}
-// CHECK: tp.all_to_all %{{.*}} {grid_axes = array<i64: 0>, source_dim = 0 : i64, target_dim = 1 : i64}
-// CHECK: tp.local_split %{{.*}} {dim = 0 : i64, grid_axes = array<i64: 0, 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@c, {{\[\[}}0, 1], []]>>
+// CHECK: tp.all_reduce %{{.*}} over @c {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@c, {{\[\[}}0], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@c, {{\[\[}}0], []]>>
+// CHECK: tp.reduce_scatter %{{.*}} over @c {dim = 1 : i64, grid_axes = array<i64: 1>}
+// CHECK: tp.all_gather %{{.*}} over @c {dim = 1 : i64, grid_axes = array<i64: 1>}
+// CHECK: tp.all_to_all %{{.*}} over @c {grid_axes = array<i64: 0>, source_dim = 0 : i64, target_dim = 1 : i64}
+// CHECK: tp.local_split %{{.*}} over @c {dim = 0 : i64, grid_axes = array<i64: 0, 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@c, {{\[\[}}0, 1], []]>>
 func.func @collectives(%p: tensor<8x16xf32, #tp.dist<@c, [[0], []], partial = [1]>>, %x: tensor<8x16xf32>) {
-  %0 = tp.all_reduce %p {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@c, [[0], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@c, [[0], []]>>
-  %1 = tp.reduce_scatter %p {dim = 1 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@c, [[0], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@c, [[0], [1]]>>
-  %2 = tp.all_gather %1 {dim = 1 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@c, [[0], [1]]>> -> tensor<8x16xf32, #tp.dist<@c, [[0], []]>>
-  %3 = tp.all_to_all %2 {source_dim = 0 : i64, target_dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@c, [[0], []]>> -> tensor<8x16xf32, #tp.dist<@c, [[], [0]]>>
-  %4 = tp.local_split %x {dim = 0 : i64, grid_axes = array<i64: 0, 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@c, [[0, 1], []]>>
+  %0 = tp.all_reduce %p over @c {grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@c, [[0], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@c, [[0], []]>>
+  %1 = tp.reduce_scatter %p over @c {dim = 1 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@c, [[0], []], partial = [1]>> -> tensor<8x16xf32, #tp.dist<@c, [[0], [1]]>>
+  %2 = tp.all_gather %1 over @c {dim = 1 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32, #tp.dist<@c, [[0], [1]]>> -> tensor<8x16xf32, #tp.dist<@c, [[0], []]>>
+  %3 = tp.all_to_all %2 over @c {source_dim = 0 : i64, target_dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@c, [[0], []]>> -> tensor<8x16xf32, #tp.dist<@c, [[], [0]]>>
+  %4 = tp.local_split %x over @c {dim = 0 : i64, grid_axes = array<i64: 0, 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@c, [[0, 1], []]>>
   return
 }

@@ -12,6 +12,6 @@
 tp.grid @g [2]
 func.func @forward(%w: tensor<8x16xf32, #tp.dist<@g, [[], [0]]>> {tp.param = "w", tp.init = "zeros"}) -> tensor<8x16xf32> {
   %0 = tp.gelu %w : tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
-  %1 = tp.all_gather %0 {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], [0]]>> -> tensor<8x16xf32>
+  %1 = tp.all_gather %0 over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], [0]]>> -> tensor<8x16xf32>
   return %1 : tensor<8x16xf32>
 }

@@ -15,17 +15,17 @@ module attributes {tp.model_type = "test"} {
                   %tokens: tensor<2x8xi32> {tp.input = "tokens"},
                   %targets: tensor<2x8xi32> {tp.input = "targets"}) -> (tensor<f32> {tp.output = "loss"}) {
     %x = tp.embedding %emb, %tokens : (tensor<128x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xf32>
-    %xs = tp.local_split %x {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32> -> tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>
-    %xh = tp.all_to_all %xs {source_dim = 1 : i64, target_dim = 2 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>> -> tensor<2x8x16xf32, #tp.dist<@g, [[], [], [0]]>>
+    %xs = tp.local_split %x over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32> -> tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>
+    %xh = tp.all_to_all %xs over @g {source_dim = 1 : i64, target_dim = 2 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>> -> tensor<2x8x16xf32, #tp.dist<@g, [[], [], [0]]>>
     %xg = tp.mul %xh, %gain : (tensor<2x8x16xf32, #tp.dist<@g, [[], [], [0]]>>, tensor<16xf32, #tp.dist<@g, [[0]]>>) -> tensor<2x8x16xf32, #tp.dist<@g, [[], [], [0]]>>
-    %xs2 = tp.all_to_all %xg {source_dim = 2 : i64, target_dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], [0]]>> -> tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>
-    %xf = tp.all_gather %xs2 {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>> -> tensor<2x8x16xf32>
+    %xs2 = tp.all_to_all %xg over @g {source_dim = 2 : i64, target_dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], [0]]>> -> tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>
+    %xf = tp.all_gather %xs2 over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>> -> tensor<2x8x16xf32>
     %h = tp.matmul %xf, %w1 : (tensor<2x8x16xf32>, tensor<16x64xf32, #tp.dist<@g, [[], [0]]>>) -> tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>
     %a = tp.gelu %h : tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>
     %yp = tp.matmul %a, %w2 : (tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>, tensor<64x16xf32, #tp.dist<@g, [[0], []]>>) -> tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0]>>
-    %ys = tp.reduce_scatter %yp {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0]>> -> tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>
+    %ys = tp.reduce_scatter %yp over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0]>> -> tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>
     %rs = tp.add %xs2, %ys : (tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>, tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>) -> tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>
-    %r = tp.all_gather %rs {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>> -> tensor<2x8x16xf32>
+    %r = tp.all_gather %rs over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>> -> tensor<2x8x16xf32>
     %logits = tp.matmul %r, %head : (tensor<2x8x16xf32>, tensor<16x128xf32>) -> tensor<2x8x128xf32>
     %l = tp.cross_entropy %logits, %targets : (tensor<2x8x128xf32>, tensor<2x8xi32>) -> tensor<f32>
     return %l : tensor<f32>

@@ -14,7 +14,7 @@ module attributes {tp.model_type = "test"} {
     %h = tp.matmul %xg, %w1 : (tensor<2x8x16xf32>, tensor<16x64xf32, #tp.dist<@g, [[], [0]]>>) -> tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>
     %a = tp.gelu %h : tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>
     %yp = tp.matmul %a, %w2 : (tensor<2x8x64xf32, #tp.dist<@g, [[], [], [0]]>>, tensor<64x16xf32, #tp.dist<@g, [[0], []]>>) -> tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0]>>
-    %y = tp.all_reduce %yp {grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0]>> -> tensor<2x8x16xf32>
+    %y = tp.all_reduce %yp over @g {grid_axes = array<i64: 0>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0]>> -> tensor<2x8x16xf32>
     %r = tp.add %xg, %y : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
     %logits = tp.matmul %r, %head : (tensor<2x8x16xf32>, tensor<16x128xf32>) -> tensor<2x8x128xf32>
     %l = tp.cross_entropy %logits, %targets : (tensor<2x8x128xf32>, tensor<2x8xi32>) -> tensor<f32>

@@ -12,7 +12,7 @@ module attributes {tp.model_type = "test"} {
                   %tokens: tensor<2x8xi32> {tp.input = "tokens"},
                   %targets: tensor<2x8xi32> {tp.input = "targets"}) -> (tensor<f32> {tp.output = "loss"}) {
     %xp = tp.embedding %emb, %tokens : (tensor<128x16xf32, #tp.dist<@g, [[1, 0], []]>>, tensor<2x8xi32>) -> tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0, 1]>>
-    %x = tp.all_reduce %xp {grid_axes = array<i64: 0, 1>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0, 1]>> -> tensor<2x8x16xf32>
+    %x = tp.all_reduce %xp over @g {grid_axes = array<i64: 0, 1>} : tensor<2x8x16xf32, #tp.dist<@g, [[], [], []], partial = [0, 1]>> -> tensor<2x8x16xf32>
     %xg = tp.mul %x, %gain : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
     %h = tp.matmul %xg, %w1 : (tensor<2x8x16xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
     %a = tp.gelu %h : tensor<2x8x64xf32>

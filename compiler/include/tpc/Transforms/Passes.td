@@ -144,8 +144,11 @@ def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
     Rewrites every tensor type carrying a `#tp.dist` layout to the local
     shape one rank holds (each split dimension divided by its number of
     shards) and drops the layouts, so that the result is one program every
-    rank runs. The grid's shape is recorded on the module as `tp.grid_shape`
-    (a module without a `tp.grid` runs on one rank).
+    rank runs. The `tp.grid` stays: collectives name it
+    (`over @grid`) and size their groups from it, and parameters keep their
+    layout on it as `tp.layout` (a module without a `tp.grid` runs on one
+    rank). Types are rewritten with MLIR's AttrTypeReplacer, so every place a
+    type appears (results, block arguments, signatures) changes at once.
 
     Communication must already be explicit: a remaining `tp.redistribute`
     or a pending partial sum is an error (collectives are inserted by the

@@ -111,12 +111,17 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
   std::vector<flatbuffers::Offset<fb::Axes>> split;
   SmallVector<int64_t> globalShape(type.getShape());
   if (layout) {
-    auto grid = module->getAttrOfType<DenseI64ArrayAttr>("tp.grid_shape");
+    auto grid =
+        SymbolTable::lookupNearestSymbolFrom<GridOp>(func, layout.getGrid());
+    if (!grid)
+      return func.emitError()
+             << "plan: parameter '" << name.getValue() << "' is laid out on "
+             << layout.getGrid() << ", which is no tp.grid";
     for (int64_t d = 0; d < int64_t(globalShape.size()); ++d) {
       split.push_back(fb::CreateAxes(
           builder, builder.CreateVector(layout.getSplitAxes(d).vec())));
       for (int64_t axis : layout.getSplitAxes(d))
-        globalShape[d] *= grid[axis];
+        globalShape[d] *= grid.getShape()[axis];
     }
   }
   // A parameter the program views in another shape than its checkpoints
@@ -390,11 +395,27 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
 
 LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
   // The per-rank program's grid, as tp-partition recorded it.
-  auto gridAttr = module->getAttrOfType<DenseI64ArrayAttr>("tp.grid_shape");
-  if (!gridAttr || !module.getOps<GridOp>().empty())
+  // The per-rank program: no value carries a layout any more.
+  WalkResult global = module.walk([](Operation *op) {
+    auto hasLayout = [](TypeRange types) {
+      return llvm::any_of(types,
+                          [](Type type) { return bool(getDistLayout(type)); });
+    };
+    auto func = dyn_cast<func::FuncOp>(op);
+    bool global = hasLayout(op->getResultTypes()) ||
+                  (func && hasLayout(func.getArgumentTypes()));
+    return global ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  if (global.wasInterrupted())
     return module.emitError()
            << "plan: run tp-partition before emitting a plan";
-  std::vector<int64_t> grid = gridAttr.asArrayRef().vec();
+  // The grid the program runs on (none: one rank).
+  auto grids = llvm::to_vector(module.getOps<GridOp>());
+  if (grids.size() > 1)
+    return grids[1].emitOpError() << "plan: a plan runs on one grid";
+  std::vector<int64_t> grid = {1};
+  if (!grids.empty())
+    grid = grids.front().getShape().vec();
   for (auto func : module.getOps<func::FuncOp>())
     if (!func.isExternal() && failed(emitProgram(func)))
       return failure();

@@ -4,6 +4,6 @@
 tp.grid @g [2]
 func.func @all_reduce(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>) {
   // CHECK: :[[@LINE+1]]:{{.*}} remark: sharding rule: ([i, j]) -> ([i, j]) {i=8, j=16}
-  %0 = tp.all_reduce %x {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
+  %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32>
   return
 }

@@ -4,6 +4,6 @@
 tp.grid @g [2]
 func.func @local_split(%x: tensor<8x16xf32>) {
   // CHECK: :[[@LINE+1]]:{{.*}} remark: sharding rule: ([i, j]) -> ([i, j]) {i=8, j=16}
-  %0 = tp.local_split %x {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
+  %0 = tp.local_split %x over @g {dim = 1 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [0]]>>
   return
 }

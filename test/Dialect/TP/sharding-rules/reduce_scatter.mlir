@@ -4,6 +4,6 @@
 tp.grid @g [2]
 func.func @reduce_scatter(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>) {
   // CHECK: :[[@LINE+1]]:{{.*}} remark: sharding rule: ([i, j]) -> ([i, j]) {i=8, j=16}
-  %0 = tp.reduce_scatter %x {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32, #tp.dist<@g, [[0], []]>>
+  %0 = tp.reduce_scatter %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32, #tp.dist<@g, [[0], []]>>
   return
 }

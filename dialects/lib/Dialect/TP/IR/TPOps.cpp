@@ -984,16 +984,14 @@ LogicalResult dropSuffix(SmallVector<int64_t> &list, ArrayRef<int64_t> axes) {
 }
 } // namespace
 
-/// Checks a collective. In the global view the layouts are even and on one
-/// grid and the result layout is the input's transformed by `apply`, which
-/// returns an empty string or why the op cannot apply. After tp-partition
-/// (the module records `tp.grid_shape`) the types are local shards without
-/// layouts, and `localShape` gives the result shard for the input shard and
-/// the group size (empty: it does not divide).
-static LogicalResult verifyCollective(
-    Operation *op, ArrayRef<int64_t> dims,
-    function_ref<std::string(LayoutParts &)> apply,
-    function_ref<SmallVector<int64_t>(ArrayRef<int64_t>, int64_t)> localShape) {
+/// Checks a collective. In the global view the layouts are even and on the
+/// op's grid, and the result layout is the input's transformed by `apply`,
+/// which returns an empty string or why the op cannot apply. In the
+/// per-rank view (after tp-partition) the types are local shards without
+/// layouts; verifyCollectiveGrid checks them against the grid's shape.
+static LogicalResult
+verifyCollective(Operation *op, ArrayRef<int64_t> dims,
+                 function_ref<std::string(LayoutParts &)> apply) {
   auto input = tensorTypeOf(op->getOperand(0));
   auto result = tensorTypeOf(op->getResult(0));
   for (int64_t dim : dims)
@@ -1001,35 +999,18 @@ static LogicalResult verifyCollective(
       return op->emitOpError()
              << "dimension " << dim << " is out of range for " << input;
   DistAttr in = getDistLayout(input), out = getDistLayout(result);
-  auto module = op->getParentOfType<ModuleOp>();
-  auto gridShape =
-      module ? module->getAttrOfType<DenseI64ArrayAttr>("tp.grid_shape")
-             : DenseI64ArrayAttr();
-  if (gridShape && !in && !out) {
-    int64_t groupSize = 1;
-    for (int64_t axis :
-         op->getAttrOfType<DenseI64ArrayAttr>("grid_axes").asArrayRef()) {
-      if (axis < 0 || axis >= gridShape.size())
-        return op->emitOpError() << "grid axis " << axis << " is out of range";
-      groupSize *= gridShape[axis];
-    }
-    SmallVector<int64_t> expected = localShape(input.getShape(), groupSize);
-    if (expected.size() != size_t(input.getRank()) ||
-        ArrayRef<int64_t>(expected) != result.getShape() ||
-        input.getElementType() != result.getElementType())
-      return op->emitOpError()
-             << "local result " << result << " does not match the local input "
-             << input << " over " << groupSize << " ranks";
+  if (!in && !out)
     return success();
-  }
   if (input.getShape() != result.getShape() ||
       input.getElementType() != result.getElementType())
     return op->emitOpError()
            << "changes only the layout: input " << input << " and result "
            << result << " must have the same shape and element type";
-  if (in && out && in.getGrid() != out.getGrid())
-    return op->emitOpError() << "input and result layouts are on different "
-                                "grids";
+  auto grid = op->getAttrOfType<FlatSymbolRefAttr>("grid");
+  for (DistAttr dist : {in, out})
+    if (dist && dist.getGrid() != grid)
+      return op->emitOpError() << "runs over " << grid << " but a layout is on "
+                               << dist.getGrid();
   for (DistAttr dist : {in, out})
     if (dist && !dist.getSizes().empty())
       return op->emitOpError() << "collectives need even splits";
@@ -1041,6 +1022,40 @@ static LogicalResult verifyCollective(
     return op->emitOpError()
            << "result layout of " << result
            << " is not what this collective makes of " << input;
+  return success();
+}
+
+LogicalResult mlir::tp::verifyCollectiveGrid(
+    Operation *op, FlatSymbolRefAttr gridName, ArrayRef<int64_t> gridAxes,
+    SymbolTableCollection &symbolTables,
+    function_ref<SmallVector<int64_t>(ArrayRef<int64_t>, int64_t)>
+        localResultShape) {
+  auto grid = symbolTables.lookupNearestSymbolFrom<GridOp>(op, gridName);
+  if (!grid)
+    return op->emitOpError() << gridName << " does not name a tp.grid";
+  ArrayRef<int64_t> shape = grid.getShape();
+  int64_t groupSize = 1;
+  SmallVector<int64_t> seen;
+  for (int64_t axis : gridAxes) {
+    if (axis < 0 || axis >= int64_t(shape.size()) ||
+        llvm::is_contained(seen, axis))
+      return op->emitOpError()
+             << "grid axis " << axis << " is out of range or repeated for "
+             << gridName << " of rank " << shape.size();
+    seen.push_back(axis);
+    groupSize *= shape[axis];
+  }
+  auto input = tensorTypeOf(op->getOperand(0));
+  auto result = tensorTypeOf(op->getResult(0));
+  if (getDistLayout(input) || getDistLayout(result))
+    return success(); // the global view, checked by verifyCollective
+  SmallVector<int64_t> expected = localResultShape(input.getShape(), groupSize);
+  if (expected.size() != size_t(input.getRank()) ||
+      ArrayRef<int64_t>(expected) != result.getShape() ||
+      input.getElementType() != result.getElementType())
+    return op->emitOpError()
+           << "local result " << result << " does not match the local input "
+           << input << " over " << groupSize << " ranks";
   return success();
 }
 
@@ -1080,49 +1095,47 @@ static std::string removePartial(LayoutParts &parts, ArrayRef<int64_t> axes) {
 }
 
 LogicalResult AllReduceOp::verify() {
-  return verifyCollective(
-      *this, {},
-      [&](LayoutParts &parts) { return removePartial(parts, getGridAxes()); },
-      [](ArrayRef<int64_t> shape, int64_t) {
-        return SmallVector<int64_t>(shape);
-      });
+  return verifyCollective(*this, {}, [&](LayoutParts &parts) {
+    return removePartial(parts, getGridAxes());
+  });
+}
+SmallVector<int64_t> AllReduceOp::localResultShape(ArrayRef<int64_t> input,
+                                                   int64_t) {
+  return SmallVector<int64_t>(input);
 }
 
 LogicalResult AllGatherOp::verify() {
   int64_t dim = getDim();
-  return verifyCollective(
-      *this, {dim},
-      [&](LayoutParts &parts) -> std::string {
-        if (failed(dropSuffix(parts.split[dim], getGridAxes())))
-          return "grid axes " + axesString(getGridAxes()) +
-                 " are not the minor end of the axes splitting dimension " +
-                 std::to_string(dim);
-        return "";
-      },
-      [&](ArrayRef<int64_t> shape, int64_t n) {
-        return scaleDim(shape, dim, n);
-      });
+  return verifyCollective(*this, {dim}, [&](LayoutParts &parts) -> std::string {
+    if (failed(dropSuffix(parts.split[dim], getGridAxes())))
+      return "grid axes " + axesString(getGridAxes()) +
+             " are not the minor end of the axes splitting dimension " +
+             std::to_string(dim);
+    return "";
+  });
+}
+SmallVector<int64_t> AllGatherOp::localResultShape(ArrayRef<int64_t> input,
+                                                   int64_t ranks) {
+  return scaleDim(input, getDim(), ranks);
 }
 
 LogicalResult ReduceScatterOp::verify() {
   int64_t dim = getDim();
-  return verifyCollective(
-      *this, {dim},
-      [&](LayoutParts &parts) {
-        std::string why = removePartial(parts, getGridAxes());
-        llvm::append_range(parts.split[dim], getGridAxes());
-        return why;
-      },
-      [&](ArrayRef<int64_t> shape, int64_t n) {
-        return divideDim(shape, dim, n);
-      });
+  return verifyCollective(*this, {dim}, [&](LayoutParts &parts) {
+    std::string why = removePartial(parts, getGridAxes());
+    llvm::append_range(parts.split[dim], getGridAxes());
+    return why;
+  });
+}
+SmallVector<int64_t> ReduceScatterOp::localResultShape(ArrayRef<int64_t> input,
+                                                       int64_t ranks) {
+  return divideDim(input, getDim(), ranks);
 }
 
 LogicalResult AllToAllOp::verify() {
   int64_t source = getSourceDim(), target = getTargetDim();
   return verifyCollective(
-      *this, {source, target},
-      [&](LayoutParts &parts) -> std::string {
+      *this, {source, target}, [&](LayoutParts &parts) -> std::string {
         if (source == target)
           return "source and target dimensions are the same";
         if (failed(dropSuffix(parts.split[source], getGridAxes())))
@@ -1131,28 +1144,29 @@ LogicalResult AllToAllOp::verify() {
                  std::to_string(source);
         llvm::append_range(parts.split[target], getGridAxes());
         return "";
-      },
-      [&](ArrayRef<int64_t> shape, int64_t n) {
-        if (source == target)
-          return SmallVector<int64_t>();
-        SmallVector<int64_t> out = divideDim(shape, target, n);
-        return out.empty() ? out : scaleDim(out, source, n);
       });
+}
+SmallVector<int64_t> AllToAllOp::localResultShape(ArrayRef<int64_t> input,
+                                                  int64_t ranks) {
+  int64_t source = getSourceDim(), target = getTargetDim();
+  if (source == target)
+    return {};
+  SmallVector<int64_t> out = divideDim(input, target, ranks);
+  return out.empty() ? out : scaleDim(out, source, ranks);
 }
 
 // (A grid axis the input already uses cannot appear twice in the result's
 // layout: the #tp.dist verifier rejects that.)
 LogicalResult LocalSplitOp::verify() {
   int64_t dim = getDim();
-  return verifyCollective(
-      *this, {dim},
-      [&](LayoutParts &parts) {
-        llvm::append_range(parts.split[dim], getGridAxes());
-        return std::string();
-      },
-      [&](ArrayRef<int64_t> shape, int64_t n) {
-        return divideDim(shape, dim, n);
-      });
+  return verifyCollective(*this, {dim}, [&](LayoutParts &parts) {
+    llvm::append_range(parts.split[dim], getGridAxes());
+    return std::string();
+  });
+}
+SmallVector<int64_t> LocalSplitOp::localResultShape(ArrayRef<int64_t> input,
+                                                    int64_t ranks) {
+  return divideDim(input, getDim(), ranks);
 }
 
 // Collectives change layouts, not values: every factor passes through.
@@ -1214,11 +1228,12 @@ struct FuseAllReduceThenSplit : public OpRewritePattern<LocalSplitOp> {
                                 PatternRewriter &rewriter) const override {
     auto allReduce = op.getInput().getDefiningOp<AllReduceOp>();
     if (!allReduce || !allReduce->hasOneUse() ||
+        allReduce.getGrid() != op.getGrid() ||
         allReduce.getGridAxes() != op.getGridAxes())
       return failure();
     rewriter.replaceOpWithNewOp<ReduceScatterOp>(
-        op, op.getType(), allReduce.getInput(), op.getDimAttr(),
-        op.getGridAxesAttr());
+        op, op.getType(), allReduce.getInput(), op.getGridAttr(),
+        op.getDimAttr(), op.getGridAxesAttr());
     rewriter.eraseOp(allReduce);
     return success();
   }

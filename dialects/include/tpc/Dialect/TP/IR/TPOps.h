@@ -30,6 +30,15 @@ constexpr llvm::StringLiteral kVocabAxesAttrName = "tp.vocab_axes";
 LogicalResult verifyDistLayouts(Operation *op,
                                 SymbolTableCollection &symbolTables);
 
+/// Checks a collective's grid: `grid` names a tp.grid, `gridAxes` are
+/// distinct axes of it, and in the per-rank view (no layouts) the result
+/// shard is `localResultShape(input shard, group size)`.
+LogicalResult verifyCollectiveGrid(
+    Operation *op, FlatSymbolRefAttr grid, ArrayRef<int64_t> gridAxes,
+    SymbolTableCollection &symbolTables,
+    function_ref<SmallVector<int64_t>(ArrayRef<int64_t>, int64_t)>
+        localResultShape);
+
 /// Checks one tensor type's layout against `grid`; diagnostics go through
 /// `emitError` and name `what` (e.g. "operand #1").
 LogicalResult verifyDistLayout(RankedTensorType type, GridOp grid,

@@ -475,15 +475,38 @@ def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums, TP_HasVJP]> {
 // Layout change
 //===----------------------------------------------------------------------===//
 
-// A collective on the grid axes `grid_axes`: the result's #tp.dist layout
-// is the input's with exactly the change the op names, which the verifier
-// checks. Global view: shapes are unchanged.
+// A collective over the grid axes `grid_axes` of the grid `grid` names: the
+// result's #tp.dist layout is the input's with exactly the change the op
+// names, which the verifier checks. Global view: shapes are unchanged and
+// the layouts are on `grid`. Per-rank view (after tp-partition, no layouts):
+// the result shard follows from the input shard and the group size, which
+// the grid's shape gives.
 class TP_CollectiveOp<string mnemonic, string desc, list<Trait> traits = []>
     : TP_ComputeOp<mnemonic, traits> {
   let summary = desc;
   let results = (outs TP_AnyTensor:$result);
   let assemblyFormat = [{
-    $input attr-dict `:` type($input) `->` type($result)
+    $input `over` $grid attr-dict `:` type($input) `->` type($result)
+  }];
+  let extraClassDeclaration = [{
+    ::llvm::StringRef getPlanOpKind() { return "}] # planOpKind # [{"; }
+    /// The per-rank result shard for `input` over a group of `ranks`; empty
+    /// when the group does not divide it.
+    ::llvm::SmallVector<int64_t> localResultShape(
+        ::llvm::ArrayRef<int64_t> input, int64_t ranks);
+  }];
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verifySymbolUses(
+        ::mlir::SymbolTableCollection &symbolTables) {
+      if (::mlir::failed(
+              ::mlir::tp::verifyDistLayouts(getOperation(), symbolTables)))
+        return ::mlir::failure();
+      return ::mlir::tp::verifyCollectiveGrid(
+          getOperation(), getGridAttr(), getGridAxes(), symbolTables,
+          [&](::llvm::ArrayRef<int64_t> input, int64_t ranks) {
+            return localResultShape(input, ranks);
+          });
+    }
   }];
 }
 
@@ -494,7 +517,8 @@ def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
     Removes `grid_axes` from the input's partial axes; every rank of each
     group ends with the full sum.
   }];
-  let arguments = (ins TP_AnyTensor:$input, DenseI64ArrayAttr:$grid_axes);
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       DenseI64ArrayAttr:$grid_axes);
 }
 
 def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
@@ -504,7 +528,8 @@ def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
     `grid_axes` must be the minor end of the axes splitting dimension `dim`;
     they are removed from it.
   }];
-  let arguments = (ins TP_AnyTensor:$input, I64Attr:$dim,
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       I64Attr:$dim,
                        DenseI64ArrayAttr:$grid_axes);
 }
 
@@ -517,7 +542,8 @@ def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter",
     splitting `dim`: an all-reduce followed by a local slice, at the cost of
     half the all-reduce.
   }];
-  let arguments = (ins TP_AnyTensor:$input, I64Attr:$dim,
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       I64Attr:$dim,
                        DenseI64ArrayAttr:$grid_axes);
 }
 
@@ -528,7 +554,8 @@ def TP_AllToAllOp : TP_CollectiveOp<"all_to_all",
     `grid_axes` (the minor end of `source_dim`'s axes) move to the minor end
     of `target_dim`'s axes.
   }];
-  let arguments = (ins TP_AnyTensor:$input, I64Attr:$source_dim,
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       I64Attr:$source_dim,
                        I64Attr:$target_dim, DenseI64ArrayAttr:$grid_axes);
 }
 
@@ -541,7 +568,8 @@ def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
     Canonicalization: a slice over the same axes of an all-reduce that has
     no other use is one reduce-scatter (half the all-reduce's volume).
   }];
-  let arguments = (ins TP_AnyTensor:$input, I64Attr:$dim,
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       I64Attr:$dim,
                        DenseI64ArrayAttr:$grid_axes);
   let hasCanonicalizer = 1;
 }
