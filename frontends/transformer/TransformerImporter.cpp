@@ -396,7 +396,8 @@ Value ModelEmitter::attention(Value q, Value k, Value v) {
 void ModelEmitter::markLayer(int64_t layer, Operation *start) {
   auto it = start ? std::next(start->getIterator()) : body->begin();
   for (Operation &op : llvm::make_range(it, body->end()))
-    op.setAttr("tp.layer", b.getI64IntegerAttr(layer));
+    op.setAttr(tp::TPDialect::LayerAttrHelper::getNameStr(),
+               b.getI64IntegerAttr(layer));
 }
 
 Value ModelEmitter::gpt2(Value tokens) {
@@ -538,25 +539,32 @@ func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
   func::ReturnOp::create(b, loc, result);
   func.setFunctionType(
       b.getFunctionType(body->getArgumentTypes(), {result.getType()}));
-  func.setResultAttr(0, "tp.output",
+  func.setResultAttr(0, tp::TPDialect::OutputAttrHelper::getNameStr(),
                      b.getStringAttr(withLoss ? "loss" : "logits"));
 
   // Argument attributes: HF name and initialisation for parameters, the
   // role for data inputs.
   for (auto [idx, spec] : llvm::enumerate(params)) {
-    func.setArgAttr(idx, "tp.param", b.getStringAttr(spec.name));
+    func.setArgAttr(idx, tp::TPDialect::ParamAttrHelper::getNameStr(),
+                    b.getStringAttr(spec.name));
     StringRef init = spec.init == Init::Normal  ? "normal"
                      : spec.init == Init::Zeros ? "zeros"
                                                 : "ones";
-    func.setArgAttr(idx, "tp.init", b.getStringAttr(init));
+    func.setArgAttr(idx, tp::TPDialect::InitAttrHelper::getNameStr(),
+                    b.getStringAttr(init));
     if (spec.init == Init::Normal)
-      func.setArgAttr(idx, "tp.init_std", b.getF64FloatAttr(spec.stddev));
+      func.setArgAttr(idx, tp::TPDialect::InitStdAttrHelper::getNameStr(),
+                      b.getF64FloatAttr(spec.stddev));
     if (!spec.hfShape.empty())
-      func.setArgAttr(idx, "tp.hf_shape", b.getDenseI64ArrayAttr(spec.hfShape));
+      func.setArgAttr(idx, tp::TPDialect::HfShapeAttrHelper::getNameStr(),
+                      b.getDenseI64ArrayAttr(spec.hfShape));
   }
-  func.setArgAttr(params.size(), "tp.input", b.getStringAttr("tokens"));
+  func.setArgAttr(params.size(), tp::TPDialect::InputAttrHelper::getNameStr(),
+                  b.getStringAttr("tokens"));
   if (withLoss)
-    func.setArgAttr(params.size() + 1, "tp.input", b.getStringAttr("targets"));
+    func.setArgAttr(params.size() + 1,
+                    tp::TPDialect::InputAttrHelper::getNameStr(),
+                    b.getStringAttr("targets"));
   return func;
 }
 
@@ -594,9 +602,10 @@ tpc::frontend::importTransformer(MLIRContext &context,
   OwningOpRef<ModuleOp> module = ModuleOp::create(b.getUnknownLoc());
   Builder attrs(&context);
   (*module)->setAttr(
-      "tp.model_type",
+      tp::TPDialect::ModelTypeAttrHelper::getNameStr(),
       attrs.getStringAttr(config.kind == ModelKind::GPT2 ? "gpt2" : "llama"));
-  (*module)->setAttr("tp.hf_config", attrs.getStringAttr(config.json));
+  (*module)->setAttr(tp::TPDialect::HfConfigAttrHelper::getNameStr(),
+                     attrs.getStringAttr(config.json));
   // The head counts, under their config names, so that a scheme that splits
   // heads over ranks names the one the grid does not divide.
   SmallVector<NamedAttribute> headCounts;
@@ -610,7 +619,8 @@ tpc::frontend::importTransformer(MLIRContext &context,
     addCount("num_attention_heads", config.numHeads);
     addCount("num_key_value_heads", config.numKeyValueHeads);
   }
-  (*module)->setAttr("tp.head_counts", attrs.getDictionaryAttr(headCounts));
+  (*module)->setAttr(tp::TPDialect::HeadCountsAttrHelper::getNameStr(),
+                     attrs.getDictionaryAttr(headCounts));
   ModelEmitter emitter(context, config, batch, seq);
   emitter.build(*module, "forward", /*withLoss=*/false);
   emitter.build(*module, "loss", /*withLoss=*/true);

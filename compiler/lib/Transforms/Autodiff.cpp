@@ -68,7 +68,8 @@ void Differentiator::accumulate(Value value, Value cotangent) {
 }
 
 static std::optional<int64_t> layerOf(Operation *op) {
-  if (auto attr = op->getAttrOfType<IntegerAttr>("tp.layer"))
+  if (auto attr = op->getAttrOfType<IntegerAttr>(
+          TPDialect::LayerAttrHelper::getNameStr()))
     return attr.getInt();
   return std::nullopt;
 }
@@ -84,7 +85,8 @@ void Differentiator::recomputeLayer(int64_t layer,
       // The mark keeps CSE from merging a recomputation with its original,
       // which would undo the memory saving.
       Operation *clone = builder.clone(*op, recomputed);
-      clone->setAttr("tp.recomputed", builder.getUnitAttr());
+      clone->setAttr(TPDialect::RecomputedAttrHelper::getNameStr(),
+                     builder.getUnitAttr());
     }
 }
 
@@ -154,7 +156,7 @@ LogicalResult Differentiator::vjp(Operation *op, Value resultCotangent) {
 static SmallVector<unsigned> paramIndices(func::FuncOp func) {
   SmallVector<unsigned> indices;
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (func.getArgAttr(i, "tp.param"))
+    if (func.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()))
       indices.push_back(i);
   return indices;
 }
@@ -192,9 +194,12 @@ FailureOr<func::FuncOp> TPAutodiff::buildGradients(func::FuncOp loss) {
       &getContext(), block.getArgumentTypes(), ValueRange(results).getTypes()));
   // @loss's result attributes describe one result; start afresh.
   grads.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
-  grads.setResultAttr(0, "tp.output", b.getStringAttr("loss"));
+  grads.setResultAttr(0, TPDialect::OutputAttrHelper::getNameStr(),
+                      b.getStringAttr("loss"));
   for (auto [n, i] : llvm::enumerate(indices))
-    grads.setResultAttr(n + 1, "tp.grad_of", grads.getArgAttr(i, "tp.param"));
+    grads.setResultAttr(
+        n + 1, TPDialect::GradOfAttrHelper::getNameStr(),
+        grads.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()));
   return grads;
 }
 
@@ -222,8 +227,10 @@ LogicalResult TPAutodiff::buildTrainStep(func::FuncOp gradients) {
       at.push_back(numParams);
       types.push_back(step.getArgumentTypes()[i]);
       attrs.push_back(attrBuilder.getDictionaryAttr(
-          {attrBuilder.getNamedAttr("tp.param", step.getArgAttr(i, "tp.param")),
-           attrBuilder.getNamedAttr("tp.state",
+          {attrBuilder.getNamedAttr(
+               TPDialect::ParamAttrHelper::getNameStr(),
+               step.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr())),
+           attrBuilder.getNamedAttr(TPDialect::StateAttrHelper::getNameStr(),
                                     attrBuilder.getStringAttr(kind))}));
       locs.push_back(block.getArgument(i).getLoc());
     }
@@ -231,10 +238,12 @@ LogicalResult TPAutodiff::buildTrainStep(func::FuncOp gradients) {
   at.append({end, end});
   types.push_back(RankedTensorType::get({}, attrBuilder.getI64Type()));
   types.push_back(RankedTensorType::get({5}, attrBuilder.getF32Type()));
+  attrs.push_back(attrBuilder.getDictionaryAttr(
+      {attrBuilder.getNamedAttr(TPDialect::InputAttrHelper::getNameStr(),
+                                attrBuilder.getStringAttr("step"))}));
   attrs.push_back(attrBuilder.getDictionaryAttr({attrBuilder.getNamedAttr(
-      "tp.input", attrBuilder.getStringAttr("step"))}));
-  attrs.push_back(attrBuilder.getDictionaryAttr({attrBuilder.getNamedAttr(
-      "tp.input", attrBuilder.getStringAttr("hyperparameters"))}));
+      TPDialect::InputAttrHelper::getNameStr(),
+      attrBuilder.getStringAttr("hyperparameters"))}));
   locs.append(2, step.getLoc());
   if (failed(step.insertArguments(at, types, attrs, locs)))
     return failure();
@@ -280,9 +289,11 @@ LogicalResult TPAutodiff::buildTrainStep(func::FuncOp gradients) {
   step.setFunctionType(FunctionType::get(ctx, block.getArgumentTypes(),
                                          ValueRange(results).getTypes()));
   step.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
-  step.setResultAttr(0, "tp.output", b.getStringAttr("loss"));
+  step.setResultAttr(0, TPDialect::OutputAttrHelper::getNameStr(),
+                     b.getStringAttr("loss"));
   for (unsigned i = 0; i < 3 * numParams; ++i)
-    step.setResultAttr(1 + i, "tp.updates", b.getI64IntegerAttr(i));
+    step.setResultAttr(1 + i, TPDialect::UpdatesAttrHelper::getNameStr(),
+                       b.getI64IntegerAttr(i));
   return success();
 }
 

@@ -260,7 +260,7 @@ void TPPartition::runOnOperation() {
   module.walk([&](Operation *op) {
     SmallVector<int64_t> vocab = *vocabParallelAxes(op);
     if (!vocab.empty())
-      op->setAttr(kVocabAxesAttrName,
+      op->setAttr(TPDialect::VocabAxesAttrHelper::getNameStr(),
                   DenseI64ArrayAttr::get(op->getContext(), vocab));
   });
   // Parameters keep their layout for the plan: the runtime loads and
@@ -268,8 +268,8 @@ void TPPartition::runOnOperation() {
   for (auto func : module.getOps<func::FuncOp>())
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (DistAttr dist = getDistLayout(func.getArgumentTypes()[i]))
-        if (func.getArgAttr(i, "tp.param"))
-          func.setArgAttr(i, "tp.layout", dist);
+        if (func.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()))
+          func.setArgAttr(i, TPDialect::LayoutAttrHelper::getNameStr(), dist);
 
   // Every type that carries a layout, wherever it appears (results, block
   // arguments, function signatures), becomes its local shard. The grid

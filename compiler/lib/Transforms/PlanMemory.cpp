@@ -85,7 +85,8 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
   // elementwise and, checked here, nothing after it reads the old value.
   for (auto [idx, result] :
        llvm::enumerate(block.getTerminator()->getOperands())) {
-    auto updates = func.getResultAttrOfType<IntegerAttr>(idx, "tp.updates");
+    auto updates = func.getResultAttrOfType<IntegerAttr>(
+        idx, TPDialect::UpdatesAttrHelper::getNameStr());
     auto adamw = result.getDefiningOp<AdamWOp>();
     if (!updates || !adamw)
       continue;
@@ -146,8 +147,10 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
       auto it = bufferOf.find(result);
       offsets.push_back(it == bufferOf.end() ? -1 : buffers[it->second].offset);
     }
-    op.setAttr("tp.buffer_offsets", builder.getDenseI64ArrayAttr(offsets));
+    op.setAttr(TPDialect::BufferOffsetsAttrHelper::getNameStr(),
+               builder.getDenseI64ArrayAttr(offsets));
   }
-  func->setAttr("tp.arena_bytes", builder.getI64IntegerAttr(arenaBytes));
+  func->setAttr(TPDialect::ArenaBytesAttrHelper::getNameStr(),
+                builder.getI64IntegerAttr(arenaBytes));
   return success();
 }

@@ -138,8 +138,8 @@ std::string Sharder::describe(Value value) const {
   }
   if (auto arg = dyn_cast<BlockArgument>(root))
     if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
-      if (auto name =
-              func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tp.param"))
+      if (auto name = func.getArgAttrOfType<StringAttr>(
+              arg.getArgNumber(), TPDialect::ParamAttrHelper::getNameStr()))
         return ("parameter '" + name.getValue() + "'").str();
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -502,9 +502,11 @@ LogicalResult Sharder::decide(Value value, const Layout &layout) {
     arg.setType(withLayout(tensorType(arg), gridRef, layout));
     auto func = cast<func::FuncOp>(arg.getOwner()->getParentOp());
     std::string key =
-        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tp.param").str();
-    if (auto state =
-            func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tp.state"))
+        func.getArgAttrOfType<StringAttr>(
+                arg.getArgNumber(), TPDialect::ParamAttrHelper::getNameStr())
+            .str();
+    if (auto state = func.getArgAttrOfType<StringAttr>(
+            arg.getArgNumber(), TPDialect::StateAttrHelper::getNameStr()))
       key += "#" + state.str();
     parameterLayouts[key] = layout;
     return success();
@@ -536,7 +538,8 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
   Block &body = func.getBody().front();
   for (BlockArgument arg : body.getArguments()) {
     unsigned i = arg.getArgNumber();
-    if (auto input = func.getArgAttrOfType<StringAttr>(i, "tp.input");
+    if (auto input = func.getArgAttrOfType<StringAttr>(
+            i, TPDialect::InputAttrHelper::getNameStr());
         input && input.getValue() == "tokens") {
       batch = tensorType(arg).getDimSize(0);
       seq = tensorType(arg).getDimSize(1);
@@ -548,11 +551,13 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
                   "(length "
                << seq << ") over " << shards << " ranks";
     }
-    auto name = func.getArgAttrOfType<StringAttr>(i, "tp.param");
+    auto name = func.getArgAttrOfType<StringAttr>(
+        i, TPDialect::ParamAttrHelper::getNameStr());
     if (!name)
       continue;
     std::string key = name.str();
-    if (auto state = func.getArgAttrOfType<StringAttr>(i, "tp.state"))
+    if (auto state = func.getArgAttrOfType<StringAttr>(
+            i, TPDialect::StateAttrHelper::getNameStr()))
       key += "#" + state.str();
     auto it = parameterLayouts.find(key);
     if (it != parameterLayouts.end())
@@ -595,7 +600,8 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
   for (unsigned r = 0; r < ret.getNumOperands(); ++r) {
     Value value = ret.getOperand(r);
     Layout target = Layout::replicated(tensorType(value).getRank());
-    if (auto updates = func.getResultAttrOfType<IntegerAttr>(r, "tp.updates"))
+    if (auto updates = func.getResultAttrOfType<IntegerAttr>(
+            r, TPDialect::UpdatesAttrHelper::getNameStr()))
       target = getLayout(tensorType(body.getArgument(updates.getInt())));
     ret.setOperand(r, redistribute(value, target, ret));
   }
@@ -692,7 +698,8 @@ LogicalResult Sharder::run() {
   // does not divide (tpc-import records them) rather than the view op whose
   // split it would stop at.
   int64_t ranks = numRanks();
-  if (auto headCounts = module->getAttrOfType<DictionaryAttr>("tp.head_counts"))
+  if (auto headCounts = module->getAttrOfType<DictionaryAttr>(
+          TPDialect::HeadCountsAttrHelper::getNameStr()))
     for (NamedAttribute count : headCounts)
       if (auto value = dyn_cast<IntegerAttr>(count.getValue());
           value && value.getInt() % ranks != 0)

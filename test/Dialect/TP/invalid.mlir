@@ -808,3 +808,40 @@ func.func @local_axis_range(%x: tensor<2xf32>) {
   %0 = tp.all_reduce %x over @g {grid_axes = array<i64: 1>} : tensor<2xf32> -> tensor<2xf32>
   return
 }
+
+// -----
+
+// The dialect's discardable attributes (TPBase.td) are checked for place
+// and kind; a misspelt name is an error, not silently ignored.
+// expected-error @+1 {{'func.func' op unknown tp attribute 'tp.prams'}}
+func.func @misspelt_attribute(%w: tensor<4xf32> {tp.prams = "w"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'tp.param' must be a string, got 3 : i64}}
+func.func @param_not_a_string(%w: tensor<4xf32> {tp.param = 3}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'tp.output' belongs on a function result, not on a function argument}}
+func.func @output_on_argument(%w: tensor<4xf32> {tp.output = "loss"}) {
+  return
+}
+
+// -----
+
+func.func @layer_not_an_integer(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'tp.layer' must be an i64, got "0"}}
+  %0 = tp.gelu %x {tp.layer = "0"} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'builtin.module' op 'tp.layer' belongs on an operation, not on the module}}
+module attributes {tp.layer = 0} {
+}

@@ -73,11 +73,13 @@ FailureOr<fb::DType> PlanEmitter::dtypeOf(Operation *where, Type type) {
 
 FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
                                             unsigned argIdx) {
-  auto name = func.getArgAttrOfType<StringAttr>(argIdx, "tp.param");
+  auto name = func.getArgAttrOfType<StringAttr>(
+      argIdx, TPDialect::ParamAttrHelper::getNameStr());
   auto type = cast<RankedTensorType>(func.getArgumentTypes()[argIdx]);
   if (auto it = paramByName.find(name.getValue()); it != paramByName.end()) {
     if (paramShapes[it->second] != type.getShape() ||
-        paramLayouts[it->second] != func.getArgAttr(argIdx, "tp.layout"))
+        paramLayouts[it->second] !=
+            func.getArgAttr(argIdx, TPDialect::LayoutAttrHelper::getNameStr()))
       return func.emitOpError()
              << "plan: parameter '" << name.getValue() << "' has shape " << type
              << " here but a different shape elsewhere";
@@ -88,14 +90,16 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
     return failure();
   fb::Init init = fb::Init::Normal;
   double stddev = 0.0;
-  auto initAttr = func.getArgAttrOfType<StringAttr>(argIdx, "tp.init");
+  auto initAttr = func.getArgAttrOfType<StringAttr>(
+      argIdx, TPDialect::InitAttrHelper::getNameStr());
   StringRef initName = initAttr ? initAttr.getValue() : "";
   if (initName == "zeros") {
     init = fb::Init::Zeros;
   } else if (initName == "ones") {
     init = fb::Init::Ones;
   } else if (initName == "normal") {
-    auto std = func.getArgAttrOfType<FloatAttr>(argIdx, "tp.init_std");
+    auto std = func.getArgAttrOfType<FloatAttr>(
+        argIdx, TPDialect::InitStdAttrHelper::getNameStr());
     if (!std)
       return func.emitOpError() << "plan: parameter '" << name.getValue()
                                 << "' has a normal init without tp.init_std";
@@ -107,7 +111,8 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
   }
   // A parameter split across ranks keeps its global shape here and its
   // layout, from which each rank loads its own block.
-  auto layout = func.getArgAttrOfType<DistAttr>(argIdx, "tp.layout");
+  auto layout = func.getArgAttrOfType<DistAttr>(
+      argIdx, TPDialect::LayoutAttrHelper::getNameStr());
   std::vector<flatbuffers::Offset<fb::Axes>> split;
   SmallVector<int64_t> globalShape(type.getShape());
   if (layout) {
@@ -127,8 +132,8 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
   // A parameter the program views in another shape than its checkpoints
   // (GPT-2's fused QKV as [h, 3, h]) keeps the file's shape for loading.
   flatbuffers::Offset<flatbuffers::Vector<int64_t>> hfShape = 0;
-  if (auto attr =
-          func.getArgAttrOfType<DenseI64ArrayAttr>(argIdx, "tp.hf_shape")) {
+  if (auto attr = func.getArgAttrOfType<DenseI64ArrayAttr>(
+          argIdx, TPDialect::HfShapeAttrHelper::getNameStr())) {
     int64_t fileCount = 1, count = 1;
     for (int64_t d : attr.asArrayRef())
       fileCount *= d;
@@ -147,7 +152,8 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
       stddev, split.empty() ? 0 : builder.CreateVector(split), hfShape));
   paramByName[name.getValue()] = index;
   paramShapes.emplace_back(type.getShape());
-  paramLayouts.push_back(func.getArgAttr(argIdx, "tp.layout"));
+  paramLayouts.push_back(
+      func.getArgAttr(argIdx, TPDialect::LayoutAttrHelper::getNameStr()));
   return index;
 }
 
@@ -198,7 +204,8 @@ static std::string locationString(Location loc) {
 }
 
 LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
-  auto arenaAttr = func->getAttrOfType<IntegerAttr>("tp.arena_bytes");
+  auto arenaAttr = func->getAttrOfType<IntegerAttr>(
+      TPDialect::ArenaBytesAttrHelper::getNameStr());
   if (!arenaAttr)
     return func.emitOpError()
            << "plan: run tp-plan-memory before emitting a plan";
@@ -224,9 +231,10 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
   std::vector<flatbuffers::Offset<fb::Input>> inputs;
   for (BlockArgument arg : block.getArguments()) {
     unsigned idx = arg.getArgNumber();
-    if (func.getArgAttr(idx, "tp.param")) {
+    if (func.getArgAttr(idx, TPDialect::ParamAttrHelper::getNameStr())) {
       // A parameter, or one of its AdamW moments.
-      auto state = func.getArgAttrOfType<StringAttr>(idx, "tp.state");
+      auto state = func.getArgAttrOfType<StringAttr>(
+          idx, TPDialect::StateAttrHelper::getNameStr());
       fb::Storage storage = fb::Storage::Param;
       if (state && state.getValue() == "exp_avg")
         storage = fb::Storage::ExpAvg;
@@ -240,7 +248,8 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
         return failure();
       continue;
     }
-    auto role = func.getArgAttrOfType<StringAttr>(idx, "tp.input");
+    auto role = func.getArgAttrOfType<StringAttr>(
+        idx, TPDialect::InputAttrHelper::getNameStr());
     fb::InputKind kind;
     if (role && role.getValue() == "tokens")
       kind = fb::InputKind::Tokens;
@@ -267,7 +276,8 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
     FailureOr<fb::OpKind> kind = opKindOf(&op);
     if (failed(kind))
       return failure();
-    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>("tp.buffer_offsets");
+    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(
+        TPDialect::BufferOffsetsAttrHelper::getNameStr());
     if (!offsets || offsets.size() != int64_t(op.getNumResults()))
       return op.emitOpError()
              << "plan: missing tp.buffer_offsets; run tp-plan-memory";
@@ -310,8 +320,8 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       ints = builder.CreateVector(pad.getOffsets().vec());
     else if (auto axes = op.getAttrOfType<DenseI64ArrayAttr>("grid_axes"))
       ints = builder.CreateVector(axes.asArrayRef().vec());
-    else if (auto axes =
-                 op.getAttrOfType<DenseI64ArrayAttr>(kVocabAxesAttrName))
+    else if (auto axes = op.getAttrOfType<DenseI64ArrayAttr>(
+                 TPDialect::VocabAxesAttrHelper::getNameStr()))
       ints = builder.CreateVector(axes.asArrayRef().vec());
     else if (auto sum = dyn_cast<ReduceSumOp>(op))
       ints = builder.CreateVector(sum.getDims().vec());
@@ -377,11 +387,13 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
   std::vector<flatbuffers::Offset<flatbuffers::String>> resultNames;
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
     std::string name = "result" + std::to_string(i);
-    if (auto output = func.getResultAttrOfType<StringAttr>(i, "tp.output"))
+    if (auto output = func.getResultAttrOfType<StringAttr>(
+            i, TPDialect::OutputAttrHelper::getNameStr()))
       name = output.str();
-    else if (auto grad = func.getResultAttrOfType<StringAttr>(i, "tp.grad_of"))
+    else if (auto grad = func.getResultAttrOfType<StringAttr>(
+                 i, TPDialect::GradOfAttrHelper::getNameStr()))
       name = grad.str();
-    else if (func.getResultAttr(i, "tp.updates"))
+    else if (func.getResultAttr(i, TPDialect::UpdatesAttrHelper::getNameStr()))
       name = "update";
     resultNames.push_back(builder.CreateString(name));
   }
@@ -426,8 +438,8 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
     auto attr = module->getAttrOfType<StringAttr>(name);
     return builder.CreateString(attr ? attr.getValue().str() : "");
   };
-  auto modelType = stringAttr("tp.model_type");
-  auto hfConfig = stringAttr("tp.hf_config");
+  auto modelType = stringAttr(TPDialect::ModelTypeAttrHelper::getNameStr());
+  auto hfConfig = stringAttr(TPDialect::HfConfigAttrHelper::getNameStr());
   auto plan = fb::CreatePlan(builder, kPlanVersionMajor, kPlanVersionMinor,
                              builder.CreateString("tpc-opt"),
                              builder.CreateVector(grid), modelType, hfConfig,

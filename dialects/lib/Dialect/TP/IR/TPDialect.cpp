@@ -3,6 +3,7 @@
 #include "tpc/Dialect/TP/IR/TPDialect.h"
 
 #include "mlir/IR/DialectRegistry.h"
+#include "tpc/Dialect/TP/IR/TPAttrs.h"
 #include "tpc/Dialect/TP/IR/TPOps.h"
 
 using namespace mlir;
@@ -16,6 +17,122 @@ void TPDialect::initialize() {
 #include "tpc/Dialect/TP/IR/TPOps.cpp.inc"
       >();
   registerAttributes();
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Where a discardable tp attribute may appear.
+enum class Placement { Argument, Result, Operation, Module };
+
+struct DiscardableAttrSpec {
+  StringRef name;
+  Placement placement;
+  bool (*isValid)(Attribute);
+  const char *expected;
+};
+
+template <typename AttrT> bool isA(Attribute attr) { return isa<AttrT>(attr); }
+bool isI64(Attribute attr) {
+  auto integer = dyn_cast<IntegerAttr>(attr);
+  return integer && integer.getType().isSignlessInteger(64);
+}
+
+/// Every discardable attribute of the dialect (TPBase.td) with its place and
+/// kind; names come from the generated helpers.
+ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
+  using D = TPDialect;
+  static const DiscardableAttrSpec specs[] = {
+      {D::ParamAttrHelper::getNameStr(), Placement::Argument, isA<StringAttr>,
+       "a string"},
+      {D::InitAttrHelper::getNameStr(), Placement::Argument, isA<StringAttr>,
+       "a string"},
+      {D::InitStdAttrHelper::getNameStr(), Placement::Argument, isA<FloatAttr>,
+       "a float"},
+      {D::HfShapeAttrHelper::getNameStr(), Placement::Argument,
+       isA<DenseI64ArrayAttr>, "an array<i64>"},
+      {D::StateAttrHelper::getNameStr(), Placement::Argument, isA<StringAttr>,
+       "a string"},
+      {D::InputAttrHelper::getNameStr(), Placement::Argument, isA<StringAttr>,
+       "a string"},
+      {D::LayoutAttrHelper::getNameStr(), Placement::Argument, isA<DistAttr>,
+       "a #tp.dist layout"},
+      {D::OutputAttrHelper::getNameStr(), Placement::Result, isA<StringAttr>,
+       "a string"},
+      {D::GradOfAttrHelper::getNameStr(), Placement::Result, isA<StringAttr>,
+       "a string"},
+      {D::UpdatesAttrHelper::getNameStr(), Placement::Result, isI64, "an i64"},
+      {D::LayerAttrHelper::getNameStr(), Placement::Operation, isI64, "an i64"},
+      {D::RecomputedAttrHelper::getNameStr(), Placement::Operation,
+       isA<UnitAttr>, "a unit attribute"},
+      {D::VocabAxesAttrHelper::getNameStr(), Placement::Operation,
+       isA<DenseI64ArrayAttr>, "an array<i64>"},
+      {D::BufferOffsetsAttrHelper::getNameStr(), Placement::Operation,
+       isA<DenseI64ArrayAttr>, "an array<i64>"},
+      {D::ArenaBytesAttrHelper::getNameStr(), Placement::Operation, isI64,
+       "an i64"},
+      {D::ModelTypeAttrHelper::getNameStr(), Placement::Module, isA<StringAttr>,
+       "a string"},
+      {D::HfConfigAttrHelper::getNameStr(), Placement::Module, isA<StringAttr>,
+       "a string"},
+      {D::HeadCountsAttrHelper::getNameStr(), Placement::Module,
+       isA<DictionaryAttr>, "a dictionary"},
+  };
+  return specs;
+}
+
+const char *placementName(Placement placement) {
+  switch (placement) {
+  case Placement::Argument:
+    return "a function argument";
+  case Placement::Result:
+    return "a function result";
+  case Placement::Operation:
+    return "an operation";
+  case Placement::Module:
+    return "the module";
+  }
+  llvm_unreachable("unknown placement");
+}
+
+/// Checks that `attr` is a known tp attribute, in its place, of its kind.
+LogicalResult verifyDiscardableAttr(Operation *op, NamedAttribute attr,
+                                    Placement placement) {
+  for (const DiscardableAttrSpec &spec : discardableAttrSpecs()) {
+    if (attr.getName() != spec.name)
+      continue;
+    if (spec.placement != placement)
+      return op->emitOpError() << "'" << spec.name << "' belongs on "
+                               << placementName(spec.placement) << ", not on "
+                               << placementName(placement);
+    if (!spec.isValid(attr.getValue()))
+      return op->emitOpError() << "'" << spec.name << "' must be "
+                               << spec.expected << ", got " << attr.getValue();
+    return success();
+  }
+  return op->emitOpError() << "unknown tp attribute '"
+                           << attr.getName().getValue() << "'";
+}
+} // namespace
+
+LogicalResult TPDialect::verifyOperationAttribute(Operation *op,
+                                                  NamedAttribute attr) {
+  return verifyDiscardableAttr(
+      op, attr, isa<ModuleOp>(op) ? Placement::Module : Placement::Operation);
+}
+
+LogicalResult TPDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                  unsigned,
+                                                  NamedAttribute attr) {
+  return verifyDiscardableAttr(op, attr, Placement::Argument);
+}
+
+LogicalResult TPDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                     unsigned,
+                                                     NamedAttribute attr) {
+  return verifyDiscardableAttr(op, attr, Placement::Result);
 }
 
 namespace {

@@ -25,6 +25,42 @@ def TP_Dialect : Dialect {
   }];
   let useDefaultAttributePrinterParser = 1;
   let dependentDialects = ["::mlir::func::FuncDialect"];
+  // The discardable attributes the importer and the passes put on functions,
+  // their arguments and results, ops and the module. Passes name them only
+  // through the generated helpers (TPDialect::ParamAttrHelper, ...); the
+  // dialect verifies where each may appear and its kind.
+  let discardableAttrs = (ins
+    // Function arguments.
+    "::mlir::StringAttr":$param,          // a parameter, by its HF name
+    "::mlir::StringAttr":$init,           // "normal" | "zeros" | "ones"
+    "::mlir::FloatAttr":$init_std,        // the normal init's stddev
+    "::mlir::DenseI64ArrayAttr":$hf_shape,// its shape in safetensors files
+    "::mlir::StringAttr":$state,          // AdamW moment: "exp_avg" | ...
+    "::mlir::StringAttr":$input,          // "tokens" | "targets" | ...
+    "::mlir::Attribute":$layout,          // a #tp.dist parameter layout,
+                                          // kept after tp-partition
+    // Function results.
+    "::mlir::StringAttr":$output,         // "loss", "logits", ...
+    "::mlir::StringAttr":$grad_of,        // the gradient of this parameter
+    "::mlir::IntegerAttr":$updates,       // the new value of this argument
+    // Ops and functions.
+    "::mlir::IntegerAttr":$layer,         // the transformer layer of an op
+    "::mlir::UnitAttr":$recomputed,       // a forward op recomputed
+    // Set by tp-partition on a per-rank tp.embedding whose table is split
+    // along the vocabulary, or a tp.cross_entropy whose logits are: the
+    // grid axes that split it. Each rank looks up only the ids in its block
+    // of rows (zeros for the rest), or reduces only its block of columns.
+    "::mlir::DenseI64ArrayAttr":$vocab_axes,
+    "::mlir::DenseI64ArrayAttr":$buffer_offsets, // arena offsets (results)
+    "::mlir::IntegerAttr":$arena_bytes,   // a function's arena size
+    // The module.
+    "::mlir::StringAttr":$model_type,     // "gpt2" | "llama"
+    "::mlir::StringAttr":$hf_config,      // the config.json, verbatim
+    "::mlir::DictionaryAttr":$head_counts // heads a grid must divide
+  );
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerAttributes();
   }];

@@ -18,12 +18,6 @@
 namespace mlir::tp {
 class GridOp;
 
-/// Set by tp-partition on a per-rank `tp.embedding` whose table is split
-/// along the vocabulary, or a `tp.cross_entropy` whose logits are: the grid
-/// axes that split it. Each rank looks up only the ids in its block of rows
-/// (zeros for the rest), or reduces only its block of logit columns.
-constexpr llvm::StringLiteral kVocabAxesAttrName = "tp.vocab_axes";
-
 /// Checks every #tp.dist layout in `op`'s operand and result types against
 /// the tp.grid it names: the grid exists, axes are in range, and each split
 /// dimension divides evenly or carries one size per shard.
