@@ -58,118 +58,9 @@ LogicalResult checkEvenLayouts(ModuleOp module) {
   return failure(walk.wasInterrupted());
 }
 
-bool isSplit(Type type) {
-  DistAttr dist = getDistLayout(type);
-  return dist && llvm::any_of(dist.getSplit(), [](DenseI64ArrayAttr axes) {
-           return !axes.empty();
-         });
-}
-
 bool isPartial(Type type) {
   DistAttr dist = getDistLayout(type);
   return dist && !dist.getPartial().empty();
-}
-
-SmallVector<int64_t> splitAxesOf(Type type, int64_t dim) {
-  DistAttr dist = getDistLayout(type);
-  return dist ? SmallVector<int64_t>(dist.getSplitAxes(dim))
-              : SmallVector<int64_t>();
-}
-
-/// A vocabulary-parallel embedding (Megatron's VocabParallelEmbedding): the
-/// table's rows are split over some grid axes and each rank looks up only the
-/// ids in its block, leaving zeros elsewhere, so the result is a partial sum
-/// over exactly those axes. Returns the vocabulary axes (empty when the table
-/// is not split along the vocabulary) or failure with a diagnostic when the
-/// layouts do not describe that.
-FailureOr<SmallVector<int64_t>> vocabParallelAxes(EmbeddingOp op) {
-  Type table = op.getTable().getType(), result = op.getResult().getType();
-  SmallVector<int64_t> vocab = splitAxesOf(table, 0);
-  if (vocab.empty())
-    return vocab;
-  DistAttr resultDist = getDistLayout(result);
-  SmallVector<int64_t> partial =
-      resultDist ? SmallVector<int64_t>(resultDist.getPartial().asArrayRef())
-                 : SmallVector<int64_t>();
-  SmallVector<int64_t> sortedVocab = vocab;
-  llvm::sort(sortedVocab);
-  llvm::sort(partial);
-  int64_t resultRank = cast<RankedTensorType>(result).getRank();
-  bool resultSplitBeforeHidden = false;
-  for (int64_t d = 0; d + 1 < resultRank; ++d)
-    resultSplitBeforeHidden |= !splitAxesOf(result, d).empty();
-  if (partial != sortedVocab || isSplit(op.getIds().getType()) ||
-      resultSplitBeforeHidden ||
-      splitAxesOf(table, 1) != splitAxesOf(result, resultRank - 1)) {
-    op.emitOpError() << "tp-partition: a vocabulary-split embedding needs "
-                        "replicated ids and a result that is partial over "
-                        "exactly the table's vocabulary axes";
-    return failure();
-  }
-  return vocab;
-}
-
-/// A vocabulary-parallel cross-entropy (Megatron's
-/// vocab_parallel_cross_entropy) or its gradient: the logits' last dim is
-/// split over some grid axes; each rank reduces its columns to per-token
-/// statistics and one all-gather of them gives every rank the whole loss
-/// (or the softmax of its own columns). Returns the vocabulary axes (empty
-/// when the logits are not split along the vocabulary) or failure with a
-/// diagnostic.
-FailureOr<SmallVector<int64_t>>
-crossEntropyVocabAxes(Operation *op, Value logits, Value targets) {
-  int64_t rank = cast<RankedTensorType>(logits.getType()).getRank();
-  SmallVector<int64_t> vocab = splitAxesOf(logits.getType(), rank - 1);
-  if (vocab.empty())
-    return vocab;
-  bool tokensSplit = false;
-  for (int64_t d = 0; d + 1 < rank; ++d)
-    tokensSplit |= !splitAxesOf(logits.getType(), d).empty();
-  Type result = op->getResult(0).getType();
-  bool resultMatches = isa<CrossEntropyOp>(op) ? !getDistLayout(result)
-                                               : result == logits.getType();
-  if (tokensSplit || isPartial(logits.getType()) ||
-      isSplit(targets.getType()) || !resultMatches) {
-    op->emitOpError() << "tp-partition: a vocabulary-split " << op->getName()
-                      << " needs logits split only along the vocabulary, "
-                         "replicated targets and a result laid out like a "
-                         "whole loss or the logits";
-    return failure();
-  }
-  return vocab;
-}
-
-/// A vocabulary-parallel embedding gradient: the table gradient's rows are
-/// split and each rank scatters only the ids in its block.
-FailureOr<SmallVector<int64_t>> vocabParallelAxes(EmbeddingGradOp op) {
-  Type result = op.getResult().getType();
-  SmallVector<int64_t> vocab = splitAxesOf(result, 0);
-  if (vocab.empty())
-    return vocab;
-  if (isSplit(op.getIds().getType()) || isPartial(result) ||
-      isSplit(op.getResultGrad().getType()) ||
-      isPartial(op.getResultGrad().getType())) {
-    op.emitOpError() << "tp-partition: a vocabulary-split embedding_grad "
-                        "needs replicated ids and output gradient";
-    return failure();
-  }
-  return vocab;
-}
-
-/// The vocabulary axes of a vocabulary-parallel op (empty for any other op
-/// or layout), or failure with a diagnostic.
-FailureOr<SmallVector<int64_t>> vocabParallelAxes(Operation *op) {
-  if (auto embedding = dyn_cast<EmbeddingOp>(op))
-    return vocabParallelAxes(embedding);
-  if (auto embeddingGrad = dyn_cast<EmbeddingGradOp>(op))
-    return vocabParallelAxes(embeddingGrad);
-  if (auto crossEntropy = dyn_cast<CrossEntropyOp>(op))
-    return crossEntropyVocabAxes(op, crossEntropy.getLogits(),
-                                 crossEntropy.getTargets());
-  if (auto crossEntropyGrad = dyn_cast<CrossEntropyGradOp>(op))
-    return crossEntropyVocabAxes(op, crossEntropyGrad.getLogits(),
-                                 crossEntropyGrad.getTargets());
-  return SmallVector<int64_t>();
 }
 
 /// Checks that every op can run on its local shards: every split dimension
@@ -187,8 +78,9 @@ LogicalResult checkShardedOps(ModuleOp module) {
     auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
     if (!ruled)
       return WalkResult::advance();
-    if (failed(vocabParallelAxes(op)))
-      return WalkResult::interrupt();
+    if (auto vocabParallel = dyn_cast<VocabParallelOpInterface>(op))
+      if (failed(vocabParallel.getVocabParallelAxes()))
+        return WalkResult::interrupt();
     ShardingRule rule = ruled.getShardingRule();
     auto checkSplits = [&](TypeRange types, ArrayRef<TensorFactors> factors,
                            StringRef what) -> bool {
@@ -257,8 +149,8 @@ void TPPartition::runOnOperation() {
   if (failed(checkShardedOps(module)))
     return signalPassFailure();
   // The layouts vanish below; vocabulary-parallel ops keep their axes.
-  module.walk([&](Operation *op) {
-    SmallVector<int64_t> vocab = *vocabParallelAxes(op);
+  module.walk([&](VocabParallelOpInterface op) {
+    SmallVector<int64_t> vocab = *op.getVocabParallelAxes();
     if (!vocab.empty())
       op->setAttr(TPDialect::VocabAxesAttrHelper::getNameStr(),
                   DenseI64ArrayAttr::get(op->getContext(), vocab));

@@ -40,25 +40,31 @@ struct TPReportCommunication
     if (!grids.empty())
       gridShape.assign(grids.front().getShape().begin(),
                        grids.front().getShape().end());
+    bool failedLayout = false;
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       std::map<std::string, Volume> volumes;
       func.walk([&](Operation *op) {
-        // A vocabulary-parallel cross-entropy, and its gradient, gathers 3
-        // floats per token (max, sum of exponentials, target logit) from
-        // each rank.
-        if (isa<CrossEntropyOp, CrossEntropyGradOp>(op)) {
-          auto logits = cast<RankedTensorType>(op->getOperand(0).getType());
-          DistAttr dist = getDistLayout(logits);
-          if (!dist || dist.getSplitAxes(logits.getRank() - 1).empty())
+        // Vocabulary-parallel kernels may gather by themselves (the
+        // cross-entropy's per-token statistics) from each rank of their
+        // vocabulary group.
+        if (auto vocabParallel = dyn_cast<VocabParallelOpInterface>(op)) {
+          int64_t floats = vocabParallel.getGatheredFloatsPerRank();
+          if (floats == 0)
+            return;
+          FailureOr<SmallVector<int64_t>> axes =
+              vocabParallel.getVocabParallelAxes();
+          if (failed(axes)) {
+            failedLayout = true;
+            return;
+          }
+          if (axes->empty())
             return;
           double n = 1;
-          for (int64_t axis : dist.getSplitAxes(logits.getRank() - 1))
+          for (int64_t axis : *axes)
             n *= double(gridShape[axis]);
-          double tokens =
-              double(logits.getNumElements() / logits.getShape().back());
           Volume &v = volumes["all_gather"];
           v.calls += 1;
-          v.bytes += (n - 1) * 3 * tokens * sizeof(float);
+          v.bytes += (n - 1) * double(floats) * sizeof(float);
           return;
         }
         auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
@@ -113,6 +119,9 @@ struct TPReportCommunication
       mlir::emitRemark(UnknownLoc::get(func.getContext()))
           << "@" << func.getName() << " " << text;
     }
+    // A layout no kernel runs was reported on its op.
+    if (failedLayout)
+      signalPassFailure();
   }
 };
 } // namespace

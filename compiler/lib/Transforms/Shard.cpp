@@ -240,7 +240,7 @@ Value Sharder::redistribute(Value value, const Layout &to, Operation *before) {
 }
 
 /// The layout a gradient should arrive in: its parameter's, when AdamW (or a
-/// sum feeding it) consumes it.
+/// same-typed linear op feeding it: a sum of gradients) consumes it.
 std::optional<Layout> Sharder::hintFor(Value value) {
   auto it = hints.find(value);
   if (it != hints.end())
@@ -252,8 +252,10 @@ std::optional<Layout> Sharder::hintFor(Value value) {
     if (auto adamw = dyn_cast<AdamWOp>(user)) {
       if (use.getOperandNumber() == 1 && !isFree(adamw.getParam()))
         hint = getLayout(tensorType(adamw.getParam()));
-    } else if (isa<AddOp, SubOp>(user) &&
+    } else if (user->hasTrait<OpTrait::tp::PassesPartialSums>() &&
                user->getResult(0).getType() == value.getType()) {
+      // A linear op that keeps the type (a gradient summed or scaled on
+      // its way to the optimizer) wants what its result wants.
       hint = hintFor(user->getResult(0));
     }
     if (hint)

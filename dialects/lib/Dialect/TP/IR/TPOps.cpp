@@ -1245,6 +1245,121 @@ void LocalSplitOp::getCanonicalizationPatterns(RewritePatternSet &results,
   results.add<FuseAllReduceThenSplit>(context);
 }
 
+//===----------------------------------------------------------------------===//
+// Vocabulary-parallel forms (VocabParallelOpInterface)
+//===----------------------------------------------------------------------===//
+
+static bool isSplitLayout(Type type) {
+  DistAttr dist = getDistLayout(type);
+  return dist && llvm::any_of(dist.getSplit(), [](DenseI64ArrayAttr axes) {
+           return !axes.empty();
+         });
+}
+
+static bool isPartialLayout(Type type) {
+  DistAttr dist = getDistLayout(type);
+  return dist && !dist.getPartial().empty();
+}
+
+static SmallVector<int64_t> splitAxesOf(Type type, int64_t dim) {
+  DistAttr dist = getDistLayout(type);
+  return dist ? SmallVector<int64_t>(dist.getSplitAxes(dim))
+              : SmallVector<int64_t>();
+}
+
+/// Megatron's VocabParallelEmbedding: the table's rows are split over some
+/// grid axes and each rank looks up only the ids in its block, leaving zeros
+/// elsewhere, so the result is a partial sum over exactly those axes.
+FailureOr<SmallVector<int64_t>> EmbeddingOp::getVocabParallelAxes() {
+  Type table = getTable().getType(), result = getResult().getType();
+  SmallVector<int64_t> vocab = splitAxesOf(table, 0);
+  if (vocab.empty())
+    return vocab;
+  DistAttr resultDist = getDistLayout(result);
+  SmallVector<int64_t> partial =
+      resultDist ? SmallVector<int64_t>(resultDist.getPartial().asArrayRef())
+                 : SmallVector<int64_t>();
+  SmallVector<int64_t> sortedVocab = vocab;
+  llvm::sort(sortedVocab);
+  llvm::sort(partial);
+  int64_t resultRank = cast<RankedTensorType>(result).getRank();
+  bool resultSplitBeforeHidden = false;
+  for (int64_t d = 0; d + 1 < resultRank; ++d)
+    resultSplitBeforeHidden |= !splitAxesOf(result, d).empty();
+  if (partial != sortedVocab || isSplitLayout(getIds().getType()) ||
+      resultSplitBeforeHidden ||
+      splitAxesOf(table, 1) != splitAxesOf(result, resultRank - 1))
+    return emitOpError() << "tp-partition: a vocabulary-split embedding needs "
+                            "replicated ids and a result that is partial over "
+                            "exactly the table's vocabulary axes";
+  return vocab;
+}
+
+/// The table gradient's rows are split and each rank scatters only the ids
+/// in its block.
+FailureOr<SmallVector<int64_t>> EmbeddingGradOp::getVocabParallelAxes() {
+  Type result = getResult().getType();
+  SmallVector<int64_t> vocab = splitAxesOf(result, 0);
+  if (vocab.empty())
+    return vocab;
+  if (isSplitLayout(getIds().getType()) || isPartialLayout(result) ||
+      isSplitLayout(getResultGrad().getType()) ||
+      isPartialLayout(getResultGrad().getType()))
+    return emitOpError() << "tp-partition: a vocabulary-split embedding_grad "
+                            "needs replicated ids and output gradient";
+  return vocab;
+}
+
+/// Megatron's vocab_parallel_cross_entropy, or its gradient: the logits'
+/// last dim is split over some grid axes; each rank reduces its columns to
+/// per-token statistics and one all-gather of them gives every rank the
+/// whole loss (or the softmax of its own columns). `wholeResult` says
+/// whether the result is laid out as expected (a whole loss, or the logits'
+/// layout for the gradient).
+static FailureOr<SmallVector<int64_t>> crossEntropyVocabAxes(Operation *op,
+                                                             Value logits,
+                                                             Value targets,
+                                                             bool wholeResult) {
+  int64_t rank = cast<RankedTensorType>(logits.getType()).getRank();
+  SmallVector<int64_t> vocab = splitAxesOf(logits.getType(), rank - 1);
+  if (vocab.empty())
+    return vocab;
+  bool tokensSplit = false;
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    tokensSplit |= !splitAxesOf(logits.getType(), d).empty();
+  if (tokensSplit || isPartialLayout(logits.getType()) ||
+      isSplitLayout(targets.getType()) || !wholeResult)
+    return op->emitOpError()
+           << "tp-partition: a vocabulary-split " << op->getName()
+           << " needs logits split only along the vocabulary, replicated "
+              "targets and a result laid out like a whole loss or the logits";
+  return vocab;
+}
+
+FailureOr<SmallVector<int64_t>> CrossEntropyOp::getVocabParallelAxes() {
+  return crossEntropyVocabAxes(*this, getLogits(), getTargets(),
+                               !getDistLayout(getResult().getType()));
+}
+
+FailureOr<SmallVector<int64_t>> CrossEntropyGradOp::getVocabParallelAxes() {
+  return crossEntropyVocabAxes(*this, getLogits(), getTargets(),
+                               getResult().getType() == getLogits().getType());
+}
+
+/// The per-token statistics: max, sum of exponentials, target logit.
+static int64_t crossEntropyGatheredFloats(Value logits) {
+  auto type = cast<RankedTensorType>(logits.getType());
+  return 3 * (type.getNumElements() / type.getShape().back());
+}
+
+int64_t CrossEntropyOp::getGatheredFloatsPerRank() {
+  return crossEntropyGatheredFloats(getLogits());
+}
+
+int64_t CrossEntropyGradOp::getGatheredFloatsPerRank() {
+  return crossEntropyGatheredFloats(getLogits());
+}
+
 #define GET_OP_CLASSES
 #include "tpc/Dialect/TP/IR/TPOps.cpp.inc"
 

@@ -61,6 +61,38 @@ def TP_PlanOpInterface : OpInterface<"PlanOpInterface"> {
   ];
 }
 
+def TP_VocabParallelOpInterface : OpInterface<"VocabParallelOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    An op whose kernel can run with its vocabulary dimension split over grid
+    axes (Megatron-LM's vocabulary-parallel embedding and cross-entropy and
+    their gradients). tp-partition records the axes on the per-rank op
+    (`tp.vocab_axes`) so that each rank's kernel knows its block, and the
+    communication report counts what the kernel gathers by itself.
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/[{
+        The grid axes that split the vocabulary in the op's current layouts
+        (empty when none do), or failure, with a diagnostic on the op, when
+        the layouts describe no vocabulary-parallel form the kernel runs.
+      }],
+      /*retTy=*/"::mlir::FailureOr<::llvm::SmallVector<int64_t>>",
+      /*methodName=*/"getVocabParallelAxes",
+      /*args=*/(ins)>,
+    InterfaceMethod<
+      /*desc=*/[{
+        Floats the kernel itself all-gathers from each rank of a
+        vocabulary group (outside any collective op), per run.
+      }],
+      /*retTy=*/"int64_t",
+      /*methodName=*/"getGatheredFloatsPerRank",
+      /*args=*/(ins),
+      /*methodBody=*/"",
+      /*defaultImplementation=*/"return 0;">,
+  ];
+}
+
 def TP_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
   let cppNamespace = "::mlir::tp";
   let description = [{

@@ -141,14 +141,18 @@ def TP_GridOp : TP_Op<"grid", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 //===----------------------------------------------------------------------===//
 
 def TP_EmbeddingOp
-    : TP_ComputeOp<"embedding", [TP_InferResultShapes, TP_HasVJP]> {
+    : TP_ComputeOp<"embedding", [TP_InferResultShapes, TP_HasVJP,
+                                 DeclareOpInterfaceMethods<
+                                     TP_VocabParallelOpInterface>]> {
   let planOpKind = "Embedding";
   let summary = "Embedding lookup: result[t..., :] = table[ids[t...], :]";
   let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids);
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_EmbeddingGradOp : TP_ComputeOp<"embedding_grad"> {
+def TP_EmbeddingGradOp
+    : TP_ComputeOp<"embedding_grad", [DeclareOpInterfaceMethods<
+                                          TP_VocabParallelOpInterface>]> {
   let planOpKind = "EmbeddingGrad";
   let summary = "Embedding gradient: scatter-add of result_grad rows by ids";
   let description = [{
@@ -362,7 +366,10 @@ def TP_ReduceMeanOp
 //===----------------------------------------------------------------------===//
 
 def TP_CrossEntropyOp
-    : TP_ComputeOp<"cross_entropy", [TP_InferResultShapes, TP_HasVJP],
+    : TP_ComputeOp<"cross_entropy", [TP_InferResultShapes, TP_HasVJP,
+                                     DeclareOpInterfaceMethods<
+                                         TP_VocabParallelOpInterface,
+                                         ["getGatheredFloatsPerRank"]>],
                    ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropy";
   let summary = "Mean softmax cross-entropy over tokens with integer targets";
@@ -371,7 +378,10 @@ def TP_CrossEntropyOp
 }
 
 def TP_CrossEntropyGradOp
-    : TP_ComputeOp<"cross_entropy_grad", [TP_InferResultShapes],
+    : TP_ComputeOp<"cross_entropy_grad", [TP_InferResultShapes,
+                                          DeclareOpInterfaceMethods<
+                                              TP_VocabParallelOpInterface,
+                                              ["getGatheredFloatsPerRank"]>],
                    ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropyGrad";
   let summary = "Gradient of tp.cross_entropy w.r.t. logits";
