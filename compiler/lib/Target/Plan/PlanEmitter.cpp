@@ -4,9 +4,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "tpc/Dialect/TP/IR/TPOps.h"
-#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Endian.h"
+
 #include "llvm/Support/xxhash.h"
+#include <functional>
 
 #include "tpc/plan/plan_generated.h"
 
@@ -175,6 +176,105 @@ static void sealChecksum(uint8_t *buffer, size_t size) {
   llvm::support::endian::write64le(field, sum);
 }
 
+namespace {
+/// What one op puts in its plan step besides kind, operands and results.
+struct StepFields {
+  std::optional<ArrayRef<int64_t>> ints;
+  SmallVector<std::function<void(fb::StepBuilder &)>> setters;
+};
+} // namespace
+
+/// Maps an op's attributes to the plan step's fields of the same name (the
+/// plan schema names its fields after the ops' attributes), so no op is
+/// listed here: an op's integer array (permutation, offsets, dims, grid
+/// axes, vocabulary axes) becomes the step's `ints`, and every other
+/// attribute must have a field, or emission fails instead of silently
+/// dropping it.
+static FailureOr<StepFields> stepFieldsOf(Operation &op) {
+  StepFields fields;
+  auto setInts = [&](NamedAttribute attr) -> LogicalResult {
+    auto array = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!array || fields.ints)
+      return op.emitOpError() << "plan: a step holds one integer array; '"
+                              << attr.getName().getValue() << "' is another";
+    fields.ints = array.asArrayRef();
+    return success();
+  };
+  using Setter = void (fb::StepBuilder::*)(double);
+  static const std::pair<StringRef, Setter> doubles[] = {
+      {"epsilon", &fb::StepBuilder::add_epsilon},
+      {"factor", &fb::StepBuilder::add_factor},
+      {"theta", &fb::StepBuilder::add_theta},
+      {"alpha", &fb::StepBuilder::add_alpha},
+      {"value", &fb::StepBuilder::add_value},
+      {"beta1", &fb::StepBuilder::add_beta1},
+      {"beta2", &fb::StepBuilder::add_beta2},
+      {"weight_decay", &fb::StepBuilder::add_weight_decay}};
+  using FlagSetter = void (fb::StepBuilder::*)(bool);
+  static const std::pair<StringRef, FlagSetter> flags[] = {
+      {"transpose_lhs", &fb::StepBuilder::add_transpose_lhs},
+      {"transpose_rhs", &fb::StepBuilder::add_transpose_rhs},
+      {"causal", &fb::StepBuilder::add_causal},
+      {"inverse", &fb::StepBuilder::add_inverse}};
+  using DimSetter = void (fb::StepBuilder::*)(int64_t);
+  static const std::pair<StringRef, DimSetter> dims[] = {
+      {"dim", &fb::StepBuilder::add_dim},
+      {"source_dim", &fb::StepBuilder::add_dim},
+      {"target_dim", &fb::StepBuilder::add_target_dim}};
+
+  for (NamedAttribute attr : op.getAttrs()) {
+    StringRef name = attr.getName().getValue();
+    Attribute value = attr.getValue();
+    // Not for the runtime: the memory plan (read above), the layer and
+    // recomputation marks, and a collective's grid (the plan records the
+    // grid once).
+    if (name == TPDialect::BufferOffsetsAttrHelper::getNameStr() ||
+        name == TPDialect::LayerAttrHelper::getNameStr() ||
+        name == TPDialect::RecomputedAttrHelper::getNameStr() || name == "grid")
+      continue;
+    if (name == "permutation" || name == "offsets" || name == "dims" ||
+        name == "grid_axes" ||
+        name == TPDialect::VocabAxesAttrHelper::getNameStr()) {
+      if (failed(setInts(attr)))
+        return failure();
+      continue;
+    }
+    if (auto it =
+            llvm::find_if(doubles, [&](auto &e) { return e.first == name; });
+        it != std::end(doubles)) {
+      auto number = dyn_cast<FloatAttr>(value);
+      if (!number)
+        return op.emitOpError() << "plan: '" << name << "' must be a float";
+      double v = number.getValueAsDouble();
+      Setter set = it->second;
+      fields.setters.push_back([=](fb::StepBuilder &step) { (step.*set)(v); });
+      continue;
+    }
+    if (auto it =
+            llvm::find_if(flags, [&](auto &e) { return e.first == name; });
+        it != std::end(flags)) {
+      bool v = isa<UnitAttr>(value) ||
+               (isa<BoolAttr>(value) && cast<BoolAttr>(value).getValue());
+      FlagSetter set = it->second;
+      fields.setters.push_back([=](fb::StepBuilder &step) { (step.*set)(v); });
+      continue;
+    }
+    if (auto it = llvm::find_if(dims, [&](auto &e) { return e.first == name; });
+        it != std::end(dims)) {
+      auto integer = dyn_cast<IntegerAttr>(value);
+      if (!integer)
+        return op.emitOpError() << "plan: '" << name << "' must be an integer";
+      int64_t v = integer.getInt();
+      DimSetter set = it->second;
+      fields.setters.push_back([=](fb::StepBuilder &step) { (step.*set)(v); });
+      continue;
+    }
+    return op.emitOpError()
+           << "plan: attribute '" << name << "' has no field in a plan step";
+  }
+  return fields;
+}
+
 static FailureOr<fb::OpKind> opKindOf(Operation *op) {
   static const llvm::StringMap<fb::OpKind> kindsByName = [] {
     llvm::StringMap<fb::OpKind> kinds;
@@ -309,24 +409,14 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       results.push_back(table.ids[result]);
     }
 
+    FailureOr<StepFields> fields = stepFieldsOf(op);
+    if (failed(fields))
+      return failure();
     auto operandsVec = builder.CreateVector(operands);
     auto resultsVec = builder.CreateVector(results);
     flatbuffers::Offset<flatbuffers::Vector<int64_t>> ints;
-    if (auto transpose = dyn_cast<TransposeOp>(op))
-      ints = builder.CreateVector(transpose.getPermutation().vec());
-    else if (auto slice = dyn_cast<SliceOp>(op))
-      ints = builder.CreateVector(slice.getOffsets().vec());
-    else if (auto pad = dyn_cast<PadOp>(op))
-      ints = builder.CreateVector(pad.getOffsets().vec());
-    else if (auto axes = op.getAttrOfType<DenseI64ArrayAttr>("grid_axes"))
-      ints = builder.CreateVector(axes.asArrayRef().vec());
-    else if (auto axes = op.getAttrOfType<DenseI64ArrayAttr>(
-                 TPDialect::VocabAxesAttrHelper::getNameStr()))
-      ints = builder.CreateVector(axes.asArrayRef().vec());
-    else if (auto sum = dyn_cast<ReduceSumOp>(op))
-      ints = builder.CreateVector(sum.getDims().vec());
-    else if (auto mean = dyn_cast<ReduceMeanOp>(op))
-      ints = builder.CreateVector(mean.getDims().vec());
+    if (fields->ints)
+      ints = builder.CreateVector(fields->ints->vec());
     auto location = builder.CreateString(locationString(op.getLoc()));
     fb::StepBuilder step(builder);
     step.add_kind(*kind);
@@ -335,42 +425,8 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
     if (!ints.IsNull())
       step.add_ints(ints);
     step.add_location(location);
-    auto epsilonOf = [](Operation *o) -> std::optional<double> {
-      if (auto attr = o->getAttrOfType<FloatAttr>("epsilon"))
-        return attr.getValueAsDouble();
-      return std::nullopt;
-    };
-    if (std::optional<double> epsilon = epsilonOf(&op))
-      step.add_epsilon(*epsilon);
-    llvm::TypeSwitch<Operation *>(&op)
-        .Case([&](MatmulOp m) {
-          step.add_transpose_lhs(m.getTransposeLhs());
-          step.add_transpose_rhs(m.getTransposeRhs());
-          step.add_alpha(m.getAlphaAttr().getValueAsDouble());
-        })
-        .Case([&](SoftmaxOp s) { step.add_causal(s.getCausal()); })
-        .Case([&](RotaryOp r) {
-          step.add_theta(r.getThetaAttr().getValueAsDouble());
-          step.add_inverse(r.getInverse());
-        })
-        .Case([&](ScaleOp s) {
-          step.add_factor(s.getFactorAttr().getValueAsDouble());
-        })
-        .Case([&](AllGatherOp c) { step.add_dim(c.getDim()); })
-        .Case([&](ReduceScatterOp c) { step.add_dim(c.getDim()); })
-        .Case([&](LocalSplitOp c) { step.add_dim(c.getDim()); })
-        .Case([&](AllToAllOp c) {
-          step.add_dim(c.getSourceDim());
-          step.add_target_dim(c.getTargetDim());
-        })
-        .Case([&](ConstantOp c) {
-          step.add_value(c.getValueAttr().getValueAsDouble());
-        })
-        .Case([&](AdamWOp a) {
-          step.add_beta1(a.getBeta1Attr().getValueAsDouble());
-          step.add_beta2(a.getBeta2Attr().getValueAsDouble());
-          step.add_weight_decay(a.getWeightDecayAttr().getValueAsDouble());
-        });
+    for (auto &set : fields->setters)
+      set(step);
     steps.push_back(step.Finish());
   }
 
