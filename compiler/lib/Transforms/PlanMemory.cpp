@@ -62,9 +62,14 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
     for (Value operand : op.getOperands())
       if (auto it = bufferOf.find(operand); it != bufferOf.end())
         buffers[it->second].lastUse = index;
-    if (auto reshape = dyn_cast<ReshapeOp>(op)) {
-      if (auto it = bufferOf.find(reshape.getInput()); it != bufferOf.end())
-        bufferOf[reshape.getResult()] = it->second;
+    // Views (a reshape) live in their operand's buffer.
+    if (auto alias = dyn_cast<StorageAliasOpInterface>(op);
+        alias && alias.alwaysSharesStorage()) {
+      for (OpResult result : op.getResults())
+        if (auto it = bufferOf.find(op.getOperand(
+                *alias.getStorageOperand(result.getResultNumber())));
+            it != bufferOf.end())
+          bufferOf[result] = it->second;
       continue;
     }
     for (Value result : op.getResults()) {
@@ -80,18 +85,22 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
     if (auto it = bufferOf.find(result); it != bufferOf.end())
       buffers[it->second].lastUse = end + 1;
 
-  // An AdamW result returned as the update of the argument it read
-  // (tp.updates) is written in place: no buffer. Safe because AdamW is
-  // elementwise and, checked here, nothing after it reads the old value.
+  // A result returned as the update of the argument whose storage it may
+  // reuse (tp.updates; AdamW's parameter and moments) is written in place:
+  // no buffer. Safe because such updates are elementwise and, checked here,
+  // nothing after the op reads the old value.
   for (auto [idx, result] :
        llvm::enumerate(block.getTerminator()->getOperands())) {
     auto updates = func.getResultAttrOfType<IntegerAttr>(
         idx, TPDialect::UpdatesAttrHelper::getNameStr());
-    auto adamw = result.getDefiningOp<AdamWOp>();
-    if (!updates || !adamw)
+    auto adamw = result.getDefiningOp<StorageAliasOpInterface>();
+    if (!updates || !adamw || adamw.alwaysSharesStorage())
       continue;
     unsigned which = cast<OpResult>(result).getResultNumber();
-    Value source = adamw->getOperand(which == 0 ? 0 : which + 1);
+    std::optional<unsigned> operand = adamw.getStorageOperand(which);
+    if (!operand)
+      continue;
+    Value source = adamw->getOperand(*operand);
     auto arg = dyn_cast<BlockArgument>(source);
     if (!arg || arg.getArgNumber() != updates.getInt())
       return adamw.emitOpError()

@@ -390,17 +390,16 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       if (offset >= 0) {
         added = add(result, &op, fb::Storage::Arena, offset, 0);
       } else {
-        // A reshape aliasing a parameter or input (same storage, new
-        // shape), or AdamW updating a parameter or moment in place.
-        Value aliased;
-        if (auto reshape = dyn_cast<ReshapeOp>(op))
-          aliased = reshape.getInput();
-        else if (isa<AdamWOp>(op))
-          aliased = op.getOperand(
-              result.getResultNumber() == 0 ? 0 : result.getResultNumber() + 1);
-        else
+        // A view of a parameter or input (same storage, new shape), or an
+        // update of a parameter or moment in place.
+        auto alias = dyn_cast<StorageAliasOpInterface>(op);
+        std::optional<unsigned> operand =
+            alias ? alias.getStorageOperand(result.getResultNumber())
+                  : std::nullopt;
+        if (!operand)
           return op.emitOpError()
-                 << "plan: only a reshape or an in-place AdamW may alias";
+                 << "plan: only a view or an in-place update may alias";
+        Value aliased = op.getOperand(*operand);
         const TensorTable::Entry source = table.entries[table.ids.at(aliased)];
         added = add(result, &op, source.storage, source.offset, source.index);
       }

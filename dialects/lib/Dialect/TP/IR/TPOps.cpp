@@ -1246,6 +1246,20 @@ void LocalSplitOp::getCanonicalizationPatterns(RewritePatternSet &results,
 }
 
 //===----------------------------------------------------------------------===//
+// Results in operand storage (StorageAliasOpInterface)
+//===----------------------------------------------------------------------===//
+
+std::optional<unsigned> ReshapeOp::getStorageOperand(unsigned) { return 0; }
+bool ReshapeOp::alwaysSharesStorage() { return true; }
+
+// (param, grad, exp_avg, exp_avg_sq, ...) -> (param, exp_avg, exp_avg_sq).
+std::optional<unsigned> AdamWOp::getStorageOperand(unsigned result) {
+  static constexpr unsigned kUpdated[] = {0, 2, 3};
+  return kUpdated[result];
+}
+bool AdamWOp::alwaysSharesStorage() { return false; }
+
+//===----------------------------------------------------------------------===//
 // Vocabulary-parallel forms (VocabParallelOpInterface)
 //===----------------------------------------------------------------------===//
 

@@ -93,6 +93,33 @@ def TP_VocabParallelOpInterface : OpInterface<"VocabParallelOpInterface"> {
   ];
 }
 
+def TP_StorageAliasOpInterface : OpInterface<"StorageAliasOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    An op some of whose results may live in an operand's storage instead of
+    new memory: a reshape's result is a view of its input's bytes (always);
+    AdamW may write the parameter and moments it reads (when tp-plan-memory
+    finds the old values dead). tp-plan-memory and the plan emitter ask this
+    interface, and the runtime's op table states the same rule.
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/"The operand whose storage result `result` may reuse.",
+      /*retTy=*/"::std::optional<unsigned>",
+      /*methodName=*/"getStorageOperand",
+      /*args=*/(ins "unsigned":$result)>,
+    InterfaceMethod<
+      /*desc=*/[{
+        True if the results always share their operands' storage (a view),
+        false if sharing is the memory planner's choice (an in-place
+        update).
+      }],
+      /*retTy=*/"bool",
+      /*methodName=*/"alwaysSharesStorage",
+      /*args=*/(ins)>,
+  ];
+}
+
 def TP_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
   let cppNamespace = "::mlir::tp";
   let description = [{

@@ -315,7 +315,9 @@ def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>,
 //===----------------------------------------------------------------------===//
 
 def TP_ReshapeOp
-    : TP_ComputeOp<"reshape", [TP_PassesPartialSums, TP_IsView, TP_HasVJP]> {
+    : TP_ComputeOp<"reshape", [TP_PassesPartialSums, TP_IsView, TP_HasVJP,
+                               DeclareOpInterfaceMethods<
+                                   TP_StorageAliasOpInterface>]> {
   let planOpKind = "Reshape";
   let summary = "Reshape to a static shape with the same number of elements";
   let arguments = (ins TP_FloatTensor:$input);
@@ -397,7 +399,10 @@ def TP_CrossEntropyGradOp
 // Optimiser
 //===----------------------------------------------------------------------===//
 
-def TP_AdamWOp : TP_ComputeOp<"adamw", [TP_InferResultShapes]> {
+def TP_AdamWOp
+    : TP_ComputeOp<"adamw", [TP_InferResultShapes,
+                             DeclareOpInterfaceMethods<
+                                 TP_StorageAliasOpInterface>]> {
   let planOpKind = "AdamW";
   let summary = "One AdamW update of a parameter and its moments";
   let description = [{
