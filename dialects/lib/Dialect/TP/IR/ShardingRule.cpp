@@ -3,7 +3,9 @@
 #include "tpc/Dialect/TP/IR/ShardingRule.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Operation.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 using namespace mlir;
 using namespace mlir::tp;
@@ -57,7 +59,16 @@ static LogicalResult verifyTensorFactors(Operation *op, StringRef what,
       if (factor < 0 || factor >= static_cast<int64_t>(factors.size()))
         return op->emitOpError() << "sharding rule: " << what << " #" << idx
                                  << " names unknown factor " << factor;
-      product *= factors[factor].size;
+      int64_t size = factors[factor].size;
+      if (size < 1)
+        return op->emitOpError()
+               << "sharding rule: factor " << factor << " has size " << size;
+      std::optional<int64_t> next = llvm::checkedMul(product, size);
+      if (!next)
+        return op->emitOpError()
+               << "sharding rule: the factors of " << what << " #" << idx
+               << " dimension " << dim << " overflow";
+      product = *next;
     }
     if (product != tensorType.getDimSize(dim))
       return op->emitOpError()

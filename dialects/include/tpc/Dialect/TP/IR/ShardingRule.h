@@ -75,8 +75,10 @@ public:
   }
 
   /// Checks the rule against `op`'s types: one entry per operand, result and
-  /// dimension, factor indices in range, and factor sizes multiplying to each
-  /// non-empty dimension's size.
+  /// dimension, factor indices in range, factor sizes positive, and each
+  /// non-empty dimension's factors multiplying (without overflow) to its
+  /// size. Every tp op's verification runs it, so a rule that disagrees with
+  /// its op's shapes is an error on the op, not a wrong sharding.
   LogicalResult verify(Operation *op) const;
 
   /// Prints `([i, k], [k, j]) -> ([i, j]) {i=8, j=32, k=16} reduction={k}`.

@@ -79,6 +79,9 @@ class TP_ComputeOp<string mnemonic, list<Trait> traits = [],
   let extraClassDefinition = [{
     ::llvm::LogicalResult $cppClass::verifySymbolUses(
         ::mlir::SymbolTableCollection &symbolTables) {
+      // After every op verified: the rule may assume well-formed types.
+      if (::mlir::failed(getShardingRule().verify(getOperation())))
+        return ::mlir::failure();
       return ::mlir::tp::verifyDistLayouts(getOperation(), symbolTables);
     }
   }];
@@ -513,6 +516,8 @@ class TP_CollectiveOp<string mnemonic, string desc, list<Trait> traits = []>
   let extraClassDefinition = [{
     ::llvm::LogicalResult $cppClass::verifySymbolUses(
         ::mlir::SymbolTableCollection &symbolTables) {
+      // (No sharding-rule check: per-rank collectives change the shape the
+      // global-view rule keeps; verifyCollectiveGrid checks them.)
       if (::mlir::failed(
               ::mlir::tp::verifyDistLayouts(getOperation(), symbolTables)))
         return ::mlir::failure();
