@@ -7,13 +7,11 @@
 #include "tpc/runtime/cpu/Kernels.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 namespace tpc::runtime {
 
-using plan::OpKind;
 using plan::Storage;
 
 //===----------------------------------------------------------------------===//
@@ -146,15 +144,10 @@ ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
                                "', which the plan needs");
     ParamBlock block = paramBlock(loaded, *param, coords);
     if (info->shape != fileShape(*param)) {
-      auto str = [](const std::vector<int64_t> &s) {
-        std::string r = "[";
-        for (size_t i = 0; i < s.size(); ++i)
-          r += (i ? "," : "") + std::to_string(s[i]);
-        return r + "]";
-      };
       throw std::runtime_error(path + ": tensor '" + name + "' has shape " +
-                               str(info->shape) + ", the plan expects " +
-                               str(fileShape(*param)));
+                               shapeString(info->shape) +
+                               ", the plan expects " +
+                               shapeString(fileShape(*param)));
     }
     store.values.push_back(sliceBlock(file.readAsF32(name), block));
   }

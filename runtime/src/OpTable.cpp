@@ -12,13 +12,6 @@ using DT = plan::DType;
 
 namespace {
 
-std::string shapeString(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 /// NumPy broadcasting of two shapes; `ok` is false if they do not broadcast.
 std::vector<int64_t> broadcast(const std::vector<int64_t> &a,
                                const std::vector<int64_t> &b, bool &ok) {
@@ -151,7 +144,7 @@ void checkReshape(const StepCheck &c) {
 }
 
 void checkTranspose(const StepCheck &c) {
-  std::vector<int64_t> perm = c.ints();
+  std::span<const int64_t> perm = c.ints();
   const auto &in = c.operands[0].shape;
   if (perm.size() != in.size())
     c.fail("permutation length differs from the rank");
@@ -170,7 +163,7 @@ void checkTranspose(const StepCheck &c) {
 /// of its result. The window lies at the step's offsets.
 void checkWindow(const StepCheck &c, const std::vector<int64_t> &whole,
                  const std::vector<int64_t> &window, const char *what) {
-  std::vector<int64_t> offsets = c.ints();
+  std::span<const int64_t> offsets = c.ints();
   if (offsets.size() != whole.size() || window.size() != whole.size())
     c.fail(std::string(what) + " offsets, input and result ranks differ");
   for (size_t d = 0; d < whole.size(); ++d)
@@ -190,7 +183,8 @@ void checkPad(const StepCheck &c) {
 }
 
 void checkReduce(const StepCheck &c) {
-  std::vector<int64_t> dims = c.ints(), shape;
+  std::span<const int64_t> dims = c.ints();
+  std::vector<int64_t> shape;
   const auto &in = c.operands[0].shape;
   for (size_t i = 0; i < dims.size(); ++i)
     if (dims[i] < 0 || dims[i] >= int64_t(in.size()) ||
@@ -408,11 +402,7 @@ void StepCheck::fail(const std::string &message) const {
   throw PlanError(where + ": " + message);
 }
 
-std::vector<int64_t> StepCheck::ints() const {
-  if (!step.ints())
-    return {};
-  return {step.ints()->begin(), step.ints()->end()};
-}
+std::span<const int64_t> StepCheck::ints() const { return stepInts(step); }
 
 void StepCheck::requireShape(const TensorType &type,
                              const std::vector<int64_t> &shape,
@@ -441,7 +431,7 @@ void StepCheck::requireFiniteF32(double value, const char *name) const {
 }
 
 int64_t StepCheck::gridAxes(bool allowNone, const char *what) const {
-  std::vector<int64_t> axes = ints();
+  std::span<const int64_t> axes = ints();
   if (axes.empty() && !allowNone)
     fail("a collective needs grid axes");
   std::set<int64_t> seen;

@@ -39,6 +39,13 @@ const char *dtypeName(PlanDType dtype) {
   return *name ? name : "unknown";
 }
 
+std::string shapeString(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 const char *opKindName(OpKind kind) {
   const char *name = plan::EnumNameOpKind(kind);
   return *name ? name : "unknown";
@@ -50,13 +57,6 @@ constexpr int64_t kMaxElements = int64_t(1) << 40;
 constexpr int64_t kMaxRank = 8;
 
 [[noreturn]] void fail(const std::string &message) { throw PlanError(message); }
-
-std::string shapeString(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
   return v ? std::vector<int64_t>(v->begin(), v->end())

@@ -58,11 +58,6 @@ LogicalResult checkEvenLayouts(ModuleOp module) {
   return failure(walk.wasInterrupted());
 }
 
-bool isPartial(Type type) {
-  DistAttr dist = getDistLayout(type);
-  return dist && !dist.getPartial().empty();
-}
-
 /// Checks that every op can run on its local shards: every split dimension
 /// splits a factor the op's kernel supports splitting
 /// (ShardingRuleOpInterface::isSplittableFactor; vocabulary-parallel ops get
@@ -108,7 +103,7 @@ LogicalResult checkShardedOps(ModuleOp module) {
                      "operand") ||
         !checkSplits(op->getResultTypes(), rule.getResultFactors(), "result"))
       return WalkResult::interrupt();
-    bool partialIn = llvm::any_of(op->getOperandTypes(), isPartial);
+    bool partialIn = llvm::any_of(op->getOperandTypes(), isPartialLayout);
     bool passes = op->hasTrait<OpTrait::tp::PassesPartialSums>();
     if (partialIn && !passes &&
         !op->hasTrait<OpTrait::tp::ReducesPartialSums>()) {

@@ -184,6 +184,16 @@ struct StepFields {
 };
 } // namespace
 
+/// The setter `table` lists for `name`, or null.
+template <typename Setter, size_t N>
+static const Setter *findSetter(const std::pair<StringRef, Setter> (&table)[N],
+                                StringRef name) {
+  for (const auto &[key, setter] : table)
+    if (key == name)
+      return &setter;
+  return nullptr;
+}
+
 /// Maps an op's attributes to the plan step's fields of the same name (the
 /// plan schema names its fields after the ops' attributes), so no op is
 /// listed here: an op's integer array (permutation, offsets, dims, grid
@@ -222,6 +232,10 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
       {"source_dim", &fb::StepBuilder::add_dim},
       {"target_dim", &fb::StepBuilder::add_target_dim}};
 
+  // Sets the field when the step is built (after its vectors).
+  auto defer = [&](auto set, auto v) {
+    fields.setters.push_back([=](fb::StepBuilder &step) { (step.*set)(v); });
+  };
   for (NamedAttribute attr : op.getAttrs()) {
     StringRef name = attr.getName().getValue();
     Attribute value = attr.getValue();
@@ -239,34 +253,23 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
         return failure();
       continue;
     }
-    if (auto it =
-            llvm::find_if(doubles, [&](auto &e) { return e.first == name; });
-        it != std::end(doubles)) {
+    if (const Setter *set = findSetter(doubles, name)) {
       auto number = dyn_cast<FloatAttr>(value);
       if (!number)
         return op.emitOpError() << "plan: '" << name << "' must be a float";
-      double v = number.getValueAsDouble();
-      Setter set = it->second;
-      fields.setters.push_back([=](fb::StepBuilder &step) { (step.*set)(v); });
+      defer(*set, number.getValueAsDouble());
       continue;
     }
-    if (auto it =
-            llvm::find_if(flags, [&](auto &e) { return e.first == name; });
-        it != std::end(flags)) {
-      bool v = isa<UnitAttr>(value) ||
-               (isa<BoolAttr>(value) && cast<BoolAttr>(value).getValue());
-      FlagSetter set = it->second;
-      fields.setters.push_back([=](fb::StepBuilder &step) { (step.*set)(v); });
+    if (const FlagSetter *set = findSetter(flags, name)) {
+      auto flag = dyn_cast<BoolAttr>(value);
+      defer(*set, isa<UnitAttr>(value) || (flag && flag.getValue()));
       continue;
     }
-    if (auto it = llvm::find_if(dims, [&](auto &e) { return e.first == name; });
-        it != std::end(dims)) {
+    if (const DimSetter *set = findSetter(dims, name)) {
       auto integer = dyn_cast<IntegerAttr>(value);
       if (!integer)
         return op.emitOpError() << "plan: '" << name << "' must be an integer";
-      int64_t v = integer.getInt();
-      DimSetter set = it->second;
-      fields.setters.push_back([=](fb::StepBuilder &step) { (step.*set)(v); });
+      defer(*set, integer.getInt());
       continue;
     }
     return op.emitOpError()

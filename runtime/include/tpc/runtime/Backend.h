@@ -50,11 +50,7 @@ struct Dispatch {
   GridComm *comm;
 
   /// The step's integer attributes; absent is empty.
-  std::span<const int64_t> ints() const {
-    if (!step.ints())
-      return {};
-    return {step.ints()->data(), step.ints()->size()};
-  }
+  std::span<const int64_t> ints() const { return stepInts(step); }
 };
 
 /// A kernel runs one dispatch; it throws std::runtime_error with a one-line

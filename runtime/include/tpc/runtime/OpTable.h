@@ -49,7 +49,7 @@ public:
   [[noreturn]] void fail(const std::string &message) const;
 
   /// The step's integer attributes; absent is empty.
-  std::vector<int64_t> ints() const;
+  std::span<const int64_t> ints() const;
   void requireShape(const TensorType &type, const std::vector<int64_t> &shape,
                     const char *name) const;
   void requireScalar(const TensorType &type, const char *name) const {

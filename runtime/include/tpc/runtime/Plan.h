@@ -31,6 +31,15 @@ public:
 int64_t dtypeSize(plan::DType dtype);
 const char *dtypeName(plan::DType dtype);
 const char *opKindName(plan::OpKind kind);
+/// A shape for messages: "[2,3,5]".
+std::string shapeString(std::span<const int64_t> shape);
+/// A step's integer attributes; an absent vector (legal where the op needs
+/// none, e.g. the permutation of a scalar) is empty.
+inline std::span<const int64_t> stepInts(const plan::Step &step) {
+  if (!step.ints())
+    return {};
+  return {step.ints()->data(), step.ints()->size()};
+}
 
 /// Plans from version 1.2 carry Plan.content_checksum: XXH3-64 of the file
 /// with the checksum's eight bytes zeroed, which the loader recomputes.

@@ -28,6 +28,24 @@ DistAttr mlir::tp::getDistLayout(Type type) {
                     : DistAttr();
 }
 
+bool mlir::tp::isSplitLayout(Type type) {
+  DistAttr dist = getDistLayout(type);
+  return dist && llvm::any_of(dist.getSplit(), [](DenseI64ArrayAttr axes) {
+           return !axes.empty();
+         });
+}
+
+bool mlir::tp::isPartialLayout(Type type) {
+  DistAttr dist = getDistLayout(type);
+  return dist && !dist.getPartial().empty();
+}
+
+SmallVector<int64_t> mlir::tp::splitAxesOf(Type type, int64_t dim) {
+  DistAttr dist = getDistLayout(type);
+  return dist ? SmallVector<int64_t>(dist.getSplitAxes(dim))
+              : SmallVector<int64_t>();
+}
+
 Layout Layout::replicated(int64_t rank) {
   Layout layout;
   layout.split.resize(rank);

@@ -1263,24 +1263,6 @@ bool AdamWOp::alwaysSharesStorage() { return false; }
 // Vocabulary-parallel forms (VocabParallelOpInterface)
 //===----------------------------------------------------------------------===//
 
-static bool isSplitLayout(Type type) {
-  DistAttr dist = getDistLayout(type);
-  return dist && llvm::any_of(dist.getSplit(), [](DenseI64ArrayAttr axes) {
-           return !axes.empty();
-         });
-}
-
-static bool isPartialLayout(Type type) {
-  DistAttr dist = getDistLayout(type);
-  return dist && !dist.getPartial().empty();
-}
-
-static SmallVector<int64_t> splitAxesOf(Type type, int64_t dim) {
-  DistAttr dist = getDistLayout(type);
-  return dist ? SmallVector<int64_t>(dist.getSplitAxes(dim))
-              : SmallVector<int64_t>();
-}
-
 /// Megatron's VocabParallelEmbedding: the table's rows are split over some
 /// grid axes and each rank looks up only the ids in its block, leaving zeros
 /// elsewhere, so the result is a partial sum over exactly those axes.

@@ -14,6 +14,12 @@
 namespace mlir::tp {
 /// The #tp.dist layout of `type`, or null when it has none.
 DistAttr getDistLayout(Type type);
+/// Whether `type`'s layout splits some dimension.
+bool isSplitLayout(Type type);
+/// Whether `type`'s layout holds a pending partial sum.
+bool isPartialLayout(Type type);
+/// The grid axes splitting dimension `dim` of `type` (none without a layout).
+SmallVector<int64_t> splitAxesOf(Type type, int64_t dim);
 
 /// An even #tp.dist layout as plain lists, for passes that edit layouts: per
 /// dimension the grid axes splitting it (major to minor), and the axes of a
