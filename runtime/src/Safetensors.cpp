@@ -1,5 +1,7 @@
 #include "tpc/runtime/Safetensors.h"
 
+#include "JsonErrorText.h"
+
 #include "tpc/runtime/Files.h"
 
 #include <nlohmann/json.hpp>
@@ -203,11 +205,7 @@ Json parseHeaderJson(std::string_view text) {
   try {
     return Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::parse_error &error) {
-    // nlohmann's message without its "[json.exception.parse_error.N] " tag.
-    std::string what = error.what();
-    if (size_t cut = what.find("] "); cut != std::string::npos)
-      what = what.substr(cut + 2);
-    invalid("invalid JSON in header: " + printable(what, 300));
+    invalid("invalid JSON in header: " + printable(jsonErrorText(error), 300));
   }
 }
 

@@ -1,5 +1,7 @@
 #include "tpc/runtime/Tokenizer.h"
 
+#include "JsonErrorText.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -570,12 +572,9 @@ public:
   bool end_array() override { return true; }
   bool parse_error(std::size_t, const std::string &,
                    const nlohmann::detail::exception &error) override {
-    // nlohmann's message ("parse error at line L, column C: ...") without its
-    // "[json.exception.parse_error.N] " tag; raw bytes escaped.
-    std::string what = error.what();
-    if (size_t cut = what.find("] "); cut != std::string::npos)
-      what = what.substr(cut + 2);
-    std::string message = quote(what);
+    // nlohmann's message ("parse error at line L, column C: ..."), raw
+    // bytes escaped.
+    std::string message = quote(jsonErrorText(error));
     fail(message.substr(1, message.size() - 2));
   }
 
