@@ -18,18 +18,23 @@ using plan::Storage;
 // ParamStore
 //===----------------------------------------------------------------------===//
 
-ParamBlock paramBlock(const LoadedPlan &loaded, const plan::Param &param,
-                      const std::vector<int64_t> &coords) {
+namespace {
+using SplitAxes = flatbuffers::Vector<flatbuffers::Offset<plan::Axes>>;
+
+/// The block at grid coordinates `coords` (empty: the first) of a tensor of
+/// shape `globalShape` split as `split` (null or empty: whole).
+ParamBlock blockOf(const LoadedPlan &loaded, std::vector<int64_t> globalShape,
+                   const SplitAxes *split, const std::vector<int64_t> &coords) {
   ParamBlock block;
-  block.globalShape.assign(param.shape()->begin(), param.shape()->end());
+  block.globalShape = std::move(globalShape);
   block.offset.assign(block.globalShape.size(), 0);
   block.shape = block.globalShape;
-  if (!param.split())
+  if (!split)
     return block;
   const auto &grid = *loaded.plan().grid();
-  for (size_t d = 0; d < param.split()->size(); ++d) {
+  for (size_t d = 0; d < split->size(); ++d) {
     int64_t shards = 1, index = 0;
-    for (int64_t axis : *param.split()->Get(d)->axes()) {
+    for (int64_t axis : *split->Get(d)->axes()) {
       int64_t coord = coords.empty() ? 0 : coords[axis];
       index = index * grid.Get(axis) + coord;
       shards *= grid.Get(axis);
@@ -38,6 +43,15 @@ ParamBlock paramBlock(const LoadedPlan &loaded, const plan::Param &param,
     block.offset[d] = index * block.shape[d];
   }
   return block;
+}
+} // namespace
+
+ParamBlock paramBlock(const LoadedPlan &loaded, const plan::Param &param,
+                      const std::vector<int64_t> &coords) {
+  return blockOf(
+      loaded,
+      std::vector<int64_t>(param.shape()->begin(), param.shape()->end()),
+      param.split(), coords);
 }
 
 namespace {
@@ -225,10 +239,26 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
   arena = backend.allocate(program->arena_bytes());
   for (const plan::Tensor *t : *program->tensors())
     shapes.emplace_back(t->shape()->begin(), t->shape()->end());
+  std::vector<int64_t> coords;
+  if (comm)
+    coords = GridComm::coordsOf(comm->shape(), comm->rank());
   for (const plan::Input *input : *program->inputs()) {
     const plan::Tensor &t = *program->tensors()->Get(input->tensor());
     uint64_t bytes = elements(input->tensor()) * dtypeSize(t.dtype());
     inputs.emplace_back((bytes + 7) / 8, 0);
+    // The whole input is the local block times the shards of each dim.
+    std::vector<int64_t> whole = shapes[input->tensor()];
+    if (input->split() && input->split()->size() == whole.size())
+      for (size_t d = 0; d < whole.size(); ++d)
+        for (int64_t axis : *input->split()->Get(d)->axes())
+          whole[d] *= loaded.plan().grid()->Get(axis);
+    else if (input->split() && input->split()->size() != 0)
+      throw PlanError("an input's split does not match its rank");
+    if (input->split() && input->split()->size() != 0 && !comm)
+      throw PlanError("the program's inputs are split over the grid; it "
+                      "needs ranks to run on");
+    inputBlocks.push_back(
+        blockOf(loaded, std::move(whole), input->split(), coords));
   }
   bindings.resize(shapes.size());
 }
@@ -269,9 +299,9 @@ bool ProgramRunner::hasInput(plan::InputKind kind) const {
 }
 
 std::vector<int64_t> ProgramRunner::tokensShape() const {
-  for (const plan::Input *input : *program->inputs())
-    if (input->kind() == plan::InputKind::Tokens)
-      return shapes[input->tensor()];
+  for (size_t i = 0; i < program->inputs()->size(); ++i)
+    if (program->inputs()->Get(i)->kind() == plan::InputKind::Tokens)
+      return inputBlocks[i].globalShape;
   throw PlanError("the program has no tokens input");
 }
 
@@ -296,8 +326,30 @@ std::vector<uint64_t> &ProgramRunner::inputStorage(plan::InputKind kind,
 
 void ProgramRunner::setInput(plan::InputKind kind,
                              std::span<const int32_t> values) {
-  std::memcpy(inputStorage(kind, values.size_bytes()).data(), values.data(),
-              values.size_bytes());
+  for (size_t i = 0; i < program->inputs()->size(); ++i) {
+    if (program->inputs()->Get(i)->kind() != kind)
+      continue;
+    const ParamBlock &block = inputBlocks[i];
+    int64_t whole = 1;
+    for (int64_t d : block.globalShape)
+      whole *= d;
+    if (int64_t(values.size()) != whole)
+      throw std::runtime_error(
+          std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
+          std::to_string(values.size()) + " values, the program expects " +
+          std::to_string(whole));
+    // This rank's block, row by row (tokens and targets are [batch, seq]).
+    auto *out = reinterpret_cast<int32_t *>(inputs[i].data());
+    const int64_t rows = block.shape[0], columns = block.shape[1];
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(out + r * columns,
+                  values.data() + (block.offset[0] + r) * block.globalShape[1] +
+                      block.offset[1],
+                  sizeof(int32_t) * size_t(columns));
+    return;
+  }
+  throw std::runtime_error(std::string("the program has no ") +
+                           plan::EnumNameInputKind(kind) + " input");
 }
 
 void ProgramRunner::setStep(int64_t step) {

@@ -186,6 +186,22 @@ void ProgramChecker::checkInputs() {
       fail(what + " and its tensor " + std::to_string(input.tensor()) +
            " disagree on their storage");
     const std::vector<int64_t> &shape = tensors[input.tensor()].shape;
+    if (input.split() && input.split()->size() != 0) {
+      if (input.kind() != plan::InputKind::Tokens &&
+          input.kind() != plan::InputKind::Targets)
+        fail(what + " is split over the grid, which only tokens and targets "
+                    "may be");
+      if (input.split()->size() != shape.size())
+        fail(what + " has a split for " +
+             std::to_string(input.split()->size()) + " of its " +
+             std::to_string(shape.size()) + " dimensions");
+      std::set<int64_t> used;
+      for (const plan::Axes *axes : *input.split())
+        for (int64_t axis : *axes->axes())
+          if (axis < 0 || axis >= int64_t(plan.grid()->size()) ||
+              !used.insert(axis).second)
+            fail(what + " has invalid split axes");
+    }
     switch (input.kind()) {
     case plan::InputKind::Tokens:
     case plan::InputKind::Targets:
@@ -438,6 +454,11 @@ void checkAlignment(const plan::Plan &p, const std::string &what) {
       if (program->steps())
         for (const plan::Step *step : *program->steps())
           checkAligned(step->ints(), what + ": a step's integers");
+      if (program->inputs())
+        for (const plan::Input *input : *program->inputs())
+          if (input->split())
+            for (const plan::Axes *axes : *input->split())
+              checkAligned(axes->axes(), what + ": an input split");
     }
 }
 } // namespace

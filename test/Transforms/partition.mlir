@@ -114,7 +114,7 @@ func.func @vocab_parallel_loss(%logits: tensor<2x8x64xf32, #tp.dist<@g, [[], [],
 
 tp.grid @g [2, 2]
 func.func @vocab_parallel_loss_split_tokens(%logits: tensor<2x8x64xf32, #tp.dist<@g, [[1], [], [0]]>>, %targets: tensor<2x8xi32, #tp.dist<@g, [[1], []]>>) {
-  // expected-error @+1 {{tp-partition: a vocabulary-split tp.cross_entropy needs logits split only along the vocabulary, replicated targets and a result laid out like a whole loss or the logits}}
+  // expected-error @+1 {{tp-partition: a vocabulary-split tp.cross_entropy needs logits split along the tokens as the targets are, and a result laid out like the loss or the logits}}
   %0 = tp.cross_entropy %logits, %targets : (tensor<2x8x64xf32, #tp.dist<@g, [[1], [], [0]]>>, tensor<2x8xi32, #tp.dist<@g, [[1], []]>>) -> tensor<f32>
   return
 }
@@ -123,7 +123,7 @@ func.func @vocab_parallel_loss_split_tokens(%logits: tensor<2x8x64xf32, #tp.dist
 
 tp.grid @g [2]
 func.func @vocab_parallel_not_partial(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, %ids: tensor<4xi32>) {
-  // expected-error @+1 {{tp-partition: a vocabulary-split embedding needs replicated ids and a result that is partial over exactly the table's vocabulary axes}}
+  // expected-error @+1 {{tp-partition: a vocabulary-split embedding needs a result split along the tokens as the ids are and partial over exactly the table's vocabulary axes}}
   %0 = tp.embedding %t, %ids : (tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, tensor<4xi32>) -> tensor<4x8xf32>
   return
 }
@@ -132,8 +132,8 @@ func.func @vocab_parallel_not_partial(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []
 
 tp.grid @g [2, 2]
 func.func @vocab_parallel_split_ids(%t: tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, %ids: tensor<4xi32, #tp.dist<@g, [[1]]>>) {
-  // expected-error @+1 {{tp-partition: a vocabulary-split embedding needs replicated ids}}
-  %0 = tp.embedding %t, %ids : (tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, tensor<4xi32, #tp.dist<@g, [[1]]>>) -> tensor<4x8xf32, #tp.dist<@g, [[1], []], partial = [0]>>
+  // expected-error @+1 {{tp-partition: a vocabulary-split embedding needs a result split along the tokens as the ids are}}
+  %0 = tp.embedding %t, %ids : (tensor<16x8xf32, #tp.dist<@g, [[0], []]>>, tensor<4xi32, #tp.dist<@g, [[1]]>>) -> tensor<4x8xf32, #tp.dist<@g, [[], []], partial = [0]>>
   return
 }
 
@@ -190,7 +190,7 @@ func.func @vocab_parallel_grads(%logits: tensor<2x8x64xf32, #tp.dist<@g, [[], []
 
 tp.grid @g [2]
 func.func @vocab_parallel_grad_split_tokens(%dy: tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>, %ids: tensor<2x8xi32>) {
-  // expected-error @+1 {{tp-partition: a vocabulary-split embedding_grad needs replicated ids and output gradient}}
+  // expected-error @+1 {{tp-partition: a vocabulary-split embedding_grad needs ids and output gradient split alike along the tokens and the gradient's features split as the table's}}
   %0 = tp.embedding_grad %dy, %ids : (tensor<2x8x16xf32, #tp.dist<@g, [[], [0], []]>>, tensor<2x8xi32>) -> tensor<64x16xf32, #tp.dist<@g, [[0], []]>>
   return
 }

@@ -16,8 +16,16 @@
 // RUN: not tpc-opt %s --tp-shard=grid=2x2 2>&1 | FileCheck %s --check-prefix=GRID-1D
 // RUN: not tpc-opt %s --tp-shard=grid=2x2 2>&1 | count 1
 // GRID-1D: tpc-opt: error: tp-shard: mode=1d needs a one-axis grid, got grid=2x2
-// RUN: not tpc-opt %s --tp-shard=mode=2d 2>&1 | FileCheck %s --check-prefix=MODE
-// MODE: tpc-opt: for the --mode option: Cannot find option named '2d'!
+// RUN: not tpc-opt %s --tp-shard=mode=3d 2>&1 | FileCheck %s --check-prefix=MODE
+// MODE: tpc-opt: for the --mode option: Cannot find option named '3d'!
+// RUN: not tpc-opt %s --tp-shard=mode=2d 2>&1 | FileCheck %s --check-prefix=GRID-2D
+// GRID-2D: tpc-opt: error: tp-shard: mode=2d needs a grid QxQ, e.g. grid=2x2, got none
+// RUN: not tpc-opt %s --tp-shard="mode=2d grid=2x4" 2>&1 | FileCheck %s --check-prefix=GRID-2D-SQUARE
+// GRID-2D-SQUARE: tpc-opt: error: tp-shard: mode=2d needs as many rows as columns (QxQ, e.g. grid=2x2), got grid=2x4
+// RUN: not tpc-opt %s --tp-shard="mode=2.5d grid=2x2" 2>&1 | FileCheck %s --check-prefix=GRID-25D
+// GRID-25D: tpc-opt: error: tp-shard: mode=2.5d needs a grid QxQxD, e.g. grid=2x2x2, got grid=2x2
+// RUN: not tpc-opt %s --tp-shard="mode=2d grid=2x2 seq-parallel=true" 2>&1 | FileCheck %s --check-prefix=SP-2D
+// SP-2D: tpc-opt: error: tp-shard: seq-parallel=true is for mode=1d; mode=2d already splits activations over the whole grid
 // RUN: not tpc-opt %s --tp-shard=mode=none 2>&1 | FileCheck %s --check-prefix=MODE-NONE
 // MODE-NONE: tpc-opt: error: tp-shard: mode=none distributes nothing; use mode=1d
 

@@ -150,12 +150,21 @@ void TPPartition::runOnOperation() {
       op->setAttr(TPDialect::VocabAxesAttrHelper::getNameStr(),
                   DenseI64ArrayAttr::get(op->getContext(), vocab));
   });
-  // Parameters keep their layout for the plan: the runtime loads and
-  // initialises each rank's block of them.
+  // A mean over split tokens: each shard's kernel averages its own tokens,
+  // a 1/shards share of the whole mean.
+  module.walk([&](TokenMeanOpInterface op) {
+    if (int64_t shards = op.getTokenShards(gridShape); shards > 1) {
+      OpBuilder builder(op);
+      op.scaleTokenMean(builder, 1.0 / double(shards));
+    }
+  });
+  // Parameters and inputs (a batch split) keep their layout for the plan:
+  // the runtime loads, initialises or feeds each rank's block of them.
   for (auto func : module.getOps<func::FuncOp>())
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (DistAttr dist = getDistLayout(func.getArgumentTypes()[i]))
-        if (func.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()))
+        if (func.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()) ||
+            func.getArgAttr(i, TPDialect::InputAttrHelper::getNameStr()))
           func.setArgAttr(i, TPDialect::LayoutAttrHelper::getNameStr(), dist);
 
   // Every type that carries a layout, wherever it appears (results, block

@@ -43,6 +43,26 @@ llvm::LogicalResult mlir::tp::verifyShardOptions(
       return emitError(
           passName + ": mode=1d needs a one-axis grid, got grid=" + grid.str());
     return llvm::success();
+  case ParallelMode::TwoD:
+  case ParallelMode::TwoHalfD: {
+    bool twoD = mode == ParallelMode::TwoD;
+    llvm::StringRef name = twoD ? "2d" : "2.5d",
+                    shape =
+                        twoD ? "QxQ, e.g. grid=2x2" : "QxQxD, e.g. grid=2x2x2";
+    if (grid.sizes.size() != (twoD ? 2u : 3u))
+      return emitError(passName + ": mode=" + name + " needs a grid " + shape +
+                       ", got " +
+                       (grid.empty() ? "none" : "grid=" + grid.str()));
+    if (grid.sizes[0] != grid.sizes[1])
+      return emitError(passName + ": mode=" + name +
+                       " needs as many rows as columns (" + shape +
+                       "), got grid=" + grid.str());
+    if (seqParallel)
+      return emitError(passName +
+                       ": seq-parallel=true is for mode=1d; mode=" + name +
+                       " already splits activations over the whole grid");
+    return llvm::success();
+  }
   }
   llvm_unreachable("unknown ParallelMode");
 }

@@ -1,11 +1,13 @@
 //===- Shard.cpp - distribution layouts from sharding rules ---------------===//
 //
 // tp-shard: every value gets a #tp.dist layout, chosen op by op in program
-// order from the op's sharding rule (see Passes.td for the policy). The
-// scheme-specific code is `schemeClaims` (which weights split how) and the
-// sequence-parallel seed in `shardOp`; everything else reads the rules.
+// order from the op's sharding rule (see Passes.td). This file is the engine;
+// what a scheme decides (which grid axes split which factors of weights,
+// activations and batch) is its ShardScheme policy (ShardSchemes.cpp).
 //
 //===----------------------------------------------------------------------===//
+
+#include "ShardScheme.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -26,22 +28,10 @@ using namespace mlir;
 using namespace mlir::tp;
 
 namespace {
-using Axes = SmallVector<int64_t, 2>;
-
 /// Grid axes per factor of a rule; empty: the factor is not split.
 using Assignment = SmallVector<Axes>;
 
-/// "Factor `factor` split over `axes`", proposed by an operand's layout, the
-/// scheme or a wanted result layout.
-struct Claim {
-  int64_t factor;
-  Axes axes;
-};
-
 constexpr double kInfiniteCost = std::numeric_limits<double>::infinity();
-/// Moving a parameter costs this many times its bytes: the schemes keep
-/// weights in place and move activations.
-constexpr double kParameterCostFactor = 1000.0;
 
 RankedTensorType tensorType(Value value) {
   return cast<RankedTensorType>(value.getType());
@@ -52,13 +42,33 @@ double bytesOf(RankedTensorType type) {
          double(std::max<unsigned>(1, type.getElementTypeBitWidth() / 8));
 }
 
-class Sharder {
+class Sharder : public ShardQueries {
 public:
-  Sharder(ModuleOp module, SmallVector<int64_t> gridShape, bool seqParallel)
-      : module(module), gridShape(std::move(gridShape)),
-        seqParallel(seqParallel) {}
+  Sharder(ModuleOp module, SmallVector<int64_t> gridShape,
+          const ShardScheme &scheme)
+      : module(module), gridShape(std::move(gridShape)), scheme(scheme) {}
 
   LogicalResult run();
+
+  // ShardQueries, for the scheme.
+  ArrayRef<int64_t> getGridShape() const override { return gridShape; }
+  int64_t shardsOf(ArrayRef<int64_t> axes) const override {
+    int64_t shards = 1;
+    for (int64_t axis : axes)
+      shards *= gridShape[axis];
+    return shards;
+  }
+  bool isUndecided(Value value) const override { return isFree(value); }
+  std::string describe(Value value) const override;
+  bool isActivation(RankedTensorType type) const override {
+    return type.getRank() >= 3 && batch >= 0 && type.getDimSize(0) == batch &&
+           type.getDimSize(1) == seq;
+  }
+  bool isTokenIds(RankedTensorType type) const override {
+    return type.getRank() == 2 && isa<IntegerType>(type.getElementType()) &&
+           batch >= 0 && type.getDimSize(0) == batch &&
+           type.getDimSize(1) == seq;
+  }
 
 private:
   LogicalResult shardFunction(func::FuncOp func);
@@ -68,19 +78,6 @@ private:
   /// its deferred view ops can produce).
   LogicalResult decide(Value value, const Layout &layout);
 
-  // Layout arithmetic.
-  int64_t numRanks() const {
-    int64_t ranks = 1;
-    for (int64_t size : gridShape)
-      ranks *= size;
-    return ranks;
-  }
-  int64_t shardsOf(ArrayRef<int64_t> axes) const {
-    int64_t shards = 1;
-    for (int64_t axis : axes)
-      shards *= gridShape[axis];
-    return shards;
-  }
   /// The claims a value's splits make on the factors of `dims`; fails with
   /// a diagnostic when a split dimension does not divide.
   FailureOr<SmallVector<Claim>>
@@ -94,12 +91,6 @@ private:
                             const Layout &to) const;
   Value redistribute(Value value, const Layout &to, Operation *before);
   std::optional<Layout> hintFor(Value value);
-  /// The scheme's claims for `op` (Megatron's column-parallel weights and
-  /// vocabulary-parallel embedding), given its operands' claims.
-  FailureOr<SmallVector<Claim>>
-  schemeClaims(Operation *op, const ShardingRule &rule,
-               ArrayRef<std::optional<SmallVector<Claim>>> operandClaims);
-  std::string describe(Value value) const;
   /// An error about the whole program, named in its text: the source line
   /// of the module or a function (all attributes, all parameters) would
   /// make it thousands of characters long.
@@ -112,21 +103,42 @@ private:
 
   ModuleOp module;
   SmallVector<int64_t> gridShape;
-  bool seqParallel;
+  const ShardScheme &scheme;
   FlatSymbolRefAttr gridRef;
   int64_t batch = -1, seq = -1;
 
-  /// Parameter (and moment) layouts by "name" or "name#state", shared by
-  /// all functions.
-  llvm::StringMap<Layout> parameterLayouts;
-  /// Parameters and the results of deferred view ops of them whose layout
-  /// is not decided yet.
+  /// Layouts of parameters (and moments) and of token inputs, by
+  /// argumentKey, shared by all functions.
+  llvm::StringMap<Layout> argumentLayouts;
+  /// Parameters, token inputs and the results of deferred view ops of
+  /// parameters whose layout is not decided yet.
   llvm::DenseSet<Value> undecided;
   llvm::DenseSet<Operation *> deferred;
   /// Redistributions made so far: (value, layout type) -> result.
   DenseMap<std::pair<Value, Type>, Value> redistributed;
   DenseMap<Value, std::optional<Layout>> hints;
 };
+
+/// The name under which argument `index` of `func` has one layout in every
+/// function: "name" or "name#state" for a parameter or its moment,
+/// "input#tokens" or "input#targets" for the token inputs; none for other
+/// arguments (the step, hyperparameters), which stay whole.
+static std::optional<std::string> argumentKey(func::FuncOp func,
+                                              unsigned index) {
+  if (auto name = func.getArgAttrOfType<StringAttr>(
+          index, TPDialect::ParamAttrHelper::getNameStr())) {
+    std::string key = name.str();
+    if (auto state = func.getArgAttrOfType<StringAttr>(
+            index, TPDialect::StateAttrHelper::getNameStr()))
+      key += "#" + state.str();
+    return key;
+  }
+  if (auto input = func.getArgAttrOfType<StringAttr>(
+          index, TPDialect::InputAttrHelper::getNameStr());
+      input && (input.getValue() == "tokens" || input.getValue() == "targets"))
+    return ("input#" + input.getValue()).str();
+  return std::nullopt;
+}
 
 std::string Sharder::describe(Value value) const {
   // Follow view ops back to a parameter to name it.
@@ -219,7 +231,7 @@ double Sharder::redistributionCost(Value value, const Layout &from,
         cost += (n - 1) / n * bytes;
       }
   if (isArgument(value))
-    cost *= kParameterCostFactor;
+    cost *= scheme.parameterCostFactor();
   return cost;
 }
 
@@ -263,54 +275,6 @@ std::optional<Layout> Sharder::hintFor(Value value) {
   }
   hints[value] = hint;
   return hint;
-}
-
-FailureOr<SmallVector<Claim>> Sharder::schemeClaims(
-    Operation *op, const ShardingRule &rule,
-    ArrayRef<std::optional<SmallVector<Claim>>> operandClaims) {
-  SmallVector<Claim> claims;
-  Axes allAxes;
-  for (int64_t axis = 0; axis < int64_t(gridShape.size()); ++axis)
-    allAxes.push_back(axis);
-  int64_t shards = shardsOf(allAxes);
-  auto claimAll = [&](Value weight, int64_t factor,
-                      StringRef what) -> LogicalResult {
-    int64_t size = rule.getFactors()[factor].size;
-    if (size % shards != 0)
-      return op->emitOpError()
-             << "tp-shard: cannot split the " << what << " (size " << size
-             << ") of " << describe(weight) << " over " << shards << " ranks";
-    claims.push_back({factor, allAxes});
-    return success();
-  };
-  if (auto matmul = dyn_cast<MatmulOp>(op)) {
-    // Megatron: a weight whose input is not split along the contraction is
-    // split along its output features (column-parallel); otherwise it
-    // follows the input's split (row-parallel).
-    Value rhs = matmul.getRhs();
-    if (!isFree(rhs) || tensorType(rhs).getRank() != 2 || !operandClaims[0])
-      return claims;
-    bool contractionSplit =
-        llvm::any_of(*operandClaims[0], [&](const Claim &c) {
-          return rule.getKind(c.factor) == FactorKind::Reduction;
-        });
-    if (contractionSplit)
-      return claims;
-    const DimFactors &out = rule.getResultFactors()[0].back();
-    if (!out.empty() && failed(claimAll(rhs, out.front(), "output features")))
-      return failure();
-    return claims;
-  }
-  if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
-    // Megatron's VocabParallelEmbedding.
-    if (!isFree(embedding.getTable()))
-      return claims;
-    const DimFactors &vocab = rule.getOperandFactors()[0].front();
-    if (!vocab.empty() &&
-        failed(claimAll(embedding.getTable(), vocab.front(), "vocabulary")))
-      return failure();
-  }
-  return claims;
 }
 
 /// Whether `op` passes a pending partial sum in operand `index` through to
@@ -366,8 +330,9 @@ LogicalResult Sharder::shardOp(Operation *op) {
       return failure();
     operandClaims.push_back(std::move(*claims));
   }
-  FailureOr<SmallVector<Claim>> scheme = schemeClaims(op, rule, operandClaims);
-  if (failed(scheme))
+  FailureOr<SmallVector<Claim>> schemeClaims =
+      scheme.claims(op, rule, operandClaims, *this);
+  if (failed(schemeClaims))
     return failure();
 
   // Seeds, in order of preference on equal cost: parameters' splits, other
@@ -381,23 +346,13 @@ LogicalResult Sharder::shardOp(Operation *op) {
         claimOrder.push_back(i);
   for (unsigned i : claimOrder)
     seeds.push_back(*operandClaims[i]);
-  if (seqParallel) {
-    for (unsigned i = 0; i < numOperands; ++i) {
-      RankedTensorType type = tensorType(op->getOperand(i));
-      if (!layouts[i] || layouts[i]->partial.empty() || keep[i] ||
-          type.getRank() < 3 || type.getDimSize(0) != batch ||
-          type.getDimSize(1) != seq)
-        continue;
-      const DimFactors &seqFactors = rule.getOperandFactors()[i][1];
-      if (seqFactors.empty() ||
-          !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
-              rule, seqFactors.front()) ||
-          rule.getFactors()[seqFactors.front()].size %
-                  shardsOf(layouts[i]->partial) !=
-              0)
-        continue;
-      seeds.push_back({{seqFactors.front(), layouts[i]->partial}});
-    }
+  for (unsigned i = 0; i < numOperands; ++i) {
+    if (!layouts[i] || layouts[i]->partial.empty() || keep[i])
+      continue;
+    SmallVector<Claim> claims =
+        scheme.resolutionClaims(op, rule, i, *layouts[i], *this);
+    if (!claims.empty())
+      seeds.push_back(std::move(claims));
   }
   SmallVector<std::optional<Layout>> resultHints;
   for (auto [r, result] : llvm::enumerate(op->getResults())) {
@@ -433,7 +388,7 @@ LogicalResult Sharder::shardOp(Operation *op) {
       candidate.assignment[claim.factor] = claim.axes;
       used.insert(claim.axes.begin(), claim.axes.end());
     };
-    llvm::for_each(*scheme, apply);
+    llvm::for_each(*schemeClaims, apply);
     llvm::for_each(seed, apply);
     if (seedIndex != bareSeed)
       for (unsigned i : claimOrder)
@@ -501,16 +456,15 @@ LogicalResult Sharder::decide(Value value, const Layout &layout) {
   if (!undecided.erase(value))
     return success();
   if (auto arg = dyn_cast<BlockArgument>(value)) {
-    arg.setType(withLayout(tensorType(arg), gridRef, layout));
     auto func = cast<func::FuncOp>(arg.getOwner()->getParentOp());
-    std::string key =
-        func.getArgAttrOfType<StringAttr>(
-                arg.getArgNumber(), TPDialect::ParamAttrHelper::getNameStr())
-            .str();
-    if (auto state = func.getArgAttrOfType<StringAttr>(
-            arg.getArgNumber(), TPDialect::StateAttrHelper::getNameStr()))
-      key += "#" + state.str();
-    parameterLayouts[key] = layout;
+    std::optional<std::string> key = argumentKey(func, arg.getArgNumber());
+    // Parameters are stored as the scheme says; inputs as first used.
+    Layout stored = func.getArgAttr(arg.getArgNumber(),
+                                    TPDialect::ParamAttrHelper::getNameStr())
+                        ? scheme.storageLayout(arg, layout, *this)
+                        : layout;
+    arg.setType(withLayout(tensorType(arg), gridRef, stored));
+    argumentLayouts[*key] = stored;
     return success();
   }
   // A deferred view op: pull the layout back through its rule, decide its
@@ -545,24 +499,14 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
         input && input.getValue() == "tokens") {
       batch = tensorType(arg).getDimSize(0);
       seq = tensorType(arg).getDimSize(1);
-      int64_t shards = numRanks();
-      // Sequence parallelism that cannot apply is an error, not a no-op.
-      if (seqParallel && seq % shards != 0)
-        return moduleError()
-               << "tp-shard: seq-parallel=true cannot split the sequence "
-                  "(length "
-               << seq << ") over " << shards << " ranks";
+      if (failed(scheme.checkTokens(batch, seq, [&] { return moduleError(); })))
+        return failure();
     }
-    auto name = func.getArgAttrOfType<StringAttr>(
-        i, TPDialect::ParamAttrHelper::getNameStr());
-    if (!name)
+    std::optional<std::string> key = argumentKey(func, i);
+    if (!key)
       continue;
-    std::string key = name.str();
-    if (auto state = func.getArgAttrOfType<StringAttr>(
-            i, TPDialect::StateAttrHelper::getNameStr()))
-      key += "#" + state.str();
-    auto it = parameterLayouts.find(key);
-    if (it != parameterLayouts.end())
+    auto it = argumentLayouts.find(*key);
+    if (it != argumentLayouts.end())
       arg.setType(withLayout(tensorType(arg), gridRef, it->second));
     else
       undecided.insert(arg);
@@ -696,19 +640,8 @@ void Sharder::reduceScalarSumsOnce(func::FuncOp func) {
 LogicalResult Sharder::run() {
   if (!module.getOps<GridOp>().empty())
     return module.emitError() << "tp-shard: the module already has a tp.grid";
-  // 1d splits attention heads over all ranks: name the head count the grid
-  // does not divide (tpc-import records them) rather than the view op whose
-  // split it would stop at.
-  int64_t ranks = numRanks();
-  if (auto headCounts = module->getAttrOfType<DictionaryAttr>(
-          TPDialect::HeadCountsAttrHelper::getNameStr()))
-    for (NamedAttribute count : headCounts)
-      if (auto value = dyn_cast<IntegerAttr>(count.getValue());
-          value && value.getInt() % ranks != 0)
-        return moduleError()
-               << "tp-shard: " << count.getName().getValue() << " ("
-               << value.getInt() << ") is not divisible by the " << ranks
-               << " ranks of the grid, over which 1d splits the heads";
+  if (failed(scheme.checkModel(module, [&] { return moduleError(); })))
+    return failure();
   OpBuilder builder(module.getBodyRegion());
   builder.setInsertionPointToStart(module.getBody());
   auto grid = GridOp::create(builder, module.getLoc(), "tp",
@@ -727,10 +660,8 @@ LogicalResult Sharder::run() {
     if (failed(shardFunction(func)))
       return failure();
   }
-  if (seqParallel && seq < 0)
-    return moduleError()
-           << "tp-shard: seq-parallel=true needs a function with a "
-              "tp.input = \"tokens\" argument to find the sequence";
+  if (std::string why = scheme.whyTokensNeeded(); !why.empty() && seq < 0)
+    return moduleError() << "tp-shard: " << why;
   return success();
 }
 
@@ -764,7 +695,9 @@ struct TPShard : public tp::impl::TPShardBase<TPShard> {
     SmallVector<int64_t> shape(ArrayRef<int64_t>(grid.getValue().sizes));
     if (shape.empty())
       shape.push_back(1);
-    if (failed(Sharder(getOperation(), shape, seqParallel).run()))
+    std::unique_ptr<ShardScheme> scheme =
+        makeShardScheme(mode, shape, seqParallel);
+    if (failed(Sharder(getOperation(), shape, *scheme).run()))
       return signalPassFailure();
   }
 };

@@ -19,16 +19,22 @@
 
 namespace mlir::tp {
 
-/// How the training step is distributed. Later schemes add values here (and
-/// to parallelModeValues).
-enum class ParallelMode { None, OneD };
+/// How the training step is distributed (docs/schemes.md).
+enum class ParallelMode { None, OneD, TwoD, TwoHalfD };
 
 /// The `mode` values as written on the command line.
 inline auto parallelModeValues() {
   return llvm::cl::values(
       clEnumValN(ParallelMode::None, "none", "One rank, no distribution"),
       clEnumValN(ParallelMode::OneD, "1d",
-                 "1D tensor parallelism (Megatron-LM) over grid=t"));
+                 "1D tensor parallelism (Megatron-LM) over grid=t"),
+      clEnumValN(ParallelMode::TwoD, "2d",
+                 "2D tensor parallelism (Optimus) over grid=qxq: batch over "
+                 "rows, heads and features over columns"),
+      clEnumValN(ParallelMode::TwoHalfD, "2.5d",
+                 "2.5D tensor parallelism (Tesseract) over grid=qxqxd: 2D "
+                 "on each of d depth layers, the batch also split over "
+                 "depth"));
 }
 
 /// Activation recomputation in tp-autodiff.

@@ -370,7 +370,19 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
     uint32_t inputIdx = inputs.size();
     if (failed(add(arg, func, fb::Storage::Input, 0, inputIdx)))
       return failure();
-    inputs.push_back(fb::CreateInput(builder, kind, table.ids[arg]));
+    // Tokens and targets split over the grid (a batch split): each rank is
+    // fed its block.
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Axes>>>
+        split = 0;
+    if (auto layout = func.getArgAttrOfType<DistAttr>(
+            idx, TPDialect::LayoutAttrHelper::getNameStr())) {
+      std::vector<flatbuffers::Offset<fb::Axes>> axes;
+      for (int64_t d = 0; d < int64_t(layout.getSplit().size()); ++d)
+        axes.push_back(fb::CreateAxes(
+            builder, builder.CreateVector(layout.getSplitAxes(d).vec())));
+      split = builder.CreateVector(axes);
+    }
+    inputs.push_back(fb::CreateInput(builder, kind, table.ids[arg], split));
   }
 
   // Steps.

@@ -91,13 +91,16 @@ public:
                 Backend &backend = cpuBackend());
 
   bool hasInput(plan::InputKind kind) const;
-  /// Sets tokens or targets; throws if the size differs.
+  /// Sets tokens or targets from the whole [batch, seq] values (every rank
+  /// passes the same); a rank whose input is split over the grid keeps its
+  /// block. Throws if the size differs from tokensShape().
   void setInput(plan::InputKind kind, std::span<const int32_t> values);
   /// Sets the 1-based step of a train step.
   void setStep(int64_t step);
   /// Sets [peak_lr, min_lr, warmup_steps, decay_steps, max_grad_norm].
   void setHyperparameters(const std::array<float, 5> &values);
-  /// The [batch, seq] shape of the tokens input.
+  /// The whole [batch, seq] shape of the tokens input (of all ranks'
+  /// blocks together when it is split over the grid).
   std::vector<int64_t> tokensShape() const;
 
   /// Executes every step once.
@@ -127,6 +130,9 @@ private:
   Backend &backend;
   std::unique_ptr<Buffer> arena;
   std::vector<std::vector<uint64_t>> inputs; // 8-byte aligned bytes
+  /// Per input: this rank's block of the whole input (the whole input when
+  /// it is not split).
+  std::vector<ParamBlock> inputBlocks;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<TensorBinding> bindings; // by tensor index
   std::map<std::string, OpStats> opStats;

@@ -1279,15 +1279,18 @@ FailureOr<SmallVector<int64_t>> EmbeddingOp::getVocabParallelAxes() {
   llvm::sort(sortedVocab);
   llvm::sort(partial);
   int64_t resultRank = cast<RankedTensorType>(result).getRank();
-  bool resultSplitBeforeHidden = false;
+  // The ids may be split along the tokens (a batch split), the result
+  // alike; each rank then looks up its tokens in its block.
+  bool tokensAsIds = true;
   for (int64_t d = 0; d + 1 < resultRank; ++d)
-    resultSplitBeforeHidden |= !splitAxesOf(result, d).empty();
-  if (partial != sortedVocab || isSplitLayout(getIds().getType()) ||
-      resultSplitBeforeHidden ||
+    tokensAsIds &= splitAxesOf(result, d) == splitAxesOf(getIds().getType(), d);
+  if (partial != sortedVocab || isPartialLayout(getIds().getType()) ||
+      !tokensAsIds ||
       splitAxesOf(table, 1) != splitAxesOf(result, resultRank - 1))
     return emitOpError() << "tp-partition: a vocabulary-split embedding needs "
-                            "replicated ids and a result that is partial over "
-                            "exactly the table's vocabulary axes";
+                            "a result split along the tokens as the ids are "
+                            "and partial over exactly the table's vocabulary "
+                            "axes";
   return vocab;
 }
 
@@ -1298,11 +1301,21 @@ FailureOr<SmallVector<int64_t>> EmbeddingGradOp::getVocabParallelAxes() {
   SmallVector<int64_t> vocab = splitAxesOf(result, 0);
   if (vocab.empty())
     return vocab;
-  if (isSplitLayout(getIds().getType()) || isPartialLayout(result) ||
-      isSplitLayout(getResultGrad().getType()) ||
-      isPartialLayout(getResultGrad().getType()))
+  // Ids and output gradient may be split alike along the tokens (each
+  // rank's table gradient then a partial sum over those axes).
+  Type resultGrad = getResultGrad().getType();
+  int64_t gradRank = cast<RankedTensorType>(resultGrad).getRank();
+  bool tokensAsIds = true;
+  for (int64_t d = 0; d + 1 < gradRank; ++d)
+    tokensAsIds &=
+        splitAxesOf(resultGrad, d) == splitAxesOf(getIds().getType(), d);
+  if (!tokensAsIds || isPartialLayout(resultGrad) ||
+      isPartialLayout(getIds().getType()) ||
+      splitAxesOf(resultGrad, gradRank - 1) != splitAxesOf(result, 1))
     return emitOpError() << "tp-partition: a vocabulary-split embedding_grad "
-                            "needs replicated ids and output gradient";
+                            "needs ids and output gradient split alike along "
+                            "the tokens and the gradient's features split as "
+                            "the table's";
   return vocab;
 }
 
@@ -1320,21 +1333,40 @@ static FailureOr<SmallVector<int64_t>> crossEntropyVocabAxes(Operation *op,
   SmallVector<int64_t> vocab = splitAxesOf(logits.getType(), rank - 1);
   if (vocab.empty())
     return vocab;
-  bool tokensSplit = false;
+  // The tokens may be split (a batch split) as the targets are.
+  bool tokensAsTargets = true;
   for (int64_t d = 0; d + 1 < rank; ++d)
-    tokensSplit |= !splitAxesOf(logits.getType(), d).empty();
-  if (tokensSplit || isPartialLayout(logits.getType()) ||
-      isSplitLayout(targets.getType()) || !wholeResult)
+    tokensAsTargets &=
+        splitAxesOf(logits.getType(), d) == splitAxesOf(targets.getType(), d);
+  if (!tokensAsTargets || isPartialLayout(logits.getType()) ||
+      isPartialLayout(targets.getType()) || !wholeResult)
     return op->emitOpError()
            << "tp-partition: a vocabulary-split " << op->getName()
-           << " needs logits split only along the vocabulary, replicated "
-              "targets and a result laid out like a whole loss or the logits";
+           << " needs logits split along the tokens as the targets are, and "
+              "a result laid out like the loss or the logits";
   return vocab;
 }
 
+/// The grid axes splitting the logits' token dims.
+static SmallVector<int64_t> tokenAxesOf(Value logits) {
+  int64_t rank = cast<RankedTensorType>(logits.getType()).getRank();
+  SmallVector<int64_t> axes;
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    llvm::append_range(axes, splitAxesOf(logits.getType(), d));
+  return axes;
+}
+
 FailureOr<SmallVector<int64_t>> CrossEntropyOp::getVocabParallelAxes() {
+  // The loss is whole, or partial over the axes splitting the tokens.
+  DistAttr loss = getDistLayout(getResult().getType());
+  SmallVector<int64_t> partial =
+      loss ? SmallVector<int64_t>(loss.getPartial().asArrayRef())
+           : SmallVector<int64_t>();
+  SmallVector<int64_t> tokens = tokenAxesOf(getLogits());
+  llvm::sort(partial);
+  llvm::sort(tokens);
   return crossEntropyVocabAxes(*this, getLogits(), getTargets(),
-                               !getDistLayout(getResult().getType()));
+                               partial == tokens);
 }
 
 FailureOr<SmallVector<int64_t>> CrossEntropyGradOp::getVocabParallelAxes() {
@@ -1346,6 +1378,39 @@ FailureOr<SmallVector<int64_t>> CrossEntropyGradOp::getVocabParallelAxes() {
 static int64_t crossEntropyGatheredFloats(Value logits) {
   auto type = cast<RankedTensorType>(logits.getType());
   return 3 * (type.getNumElements() / type.getShape().back());
+}
+
+//===----------------------------------------------------------------------===//
+// Means over split tokens (TokenMeanOpInterface)
+//===----------------------------------------------------------------------===//
+
+static int64_t tokenShardsOf(Value logits, ArrayRef<int64_t> gridShape) {
+  int64_t shards = 1;
+  for (int64_t axis : tokenAxesOf(logits))
+    shards *= gridShape[axis];
+  return shards;
+}
+
+int64_t CrossEntropyOp::getTokenShards(ArrayRef<int64_t> gridShape) {
+  return tokenShardsOf(getLogits(), gridShape);
+}
+
+void CrossEntropyOp::scaleTokenMean(OpBuilder &builder, double factor) {
+  builder.setInsertionPointAfter(*this);
+  auto scale = ScaleOp::create(builder, getLoc(), getResult(),
+                               builder.getF64FloatAttr(factor));
+  getResult().replaceAllUsesExcept(scale.getResult(), scale);
+}
+
+int64_t CrossEntropyGradOp::getTokenShards(ArrayRef<int64_t> gridShape) {
+  return tokenShardsOf(getLogits(), gridShape);
+}
+
+void CrossEntropyGradOp::scaleTokenMean(OpBuilder &builder, double factor) {
+  builder.setInsertionPoint(*this);
+  auto scale = ScaleOp::create(builder, getLoc(), getLossGrad(),
+                               builder.getF64FloatAttr(factor));
+  getLossGradMutable().assign(scale.getResult());
 }
 
 int64_t CrossEntropyOp::getGatheredFloatsPerRank() {
@@ -1364,11 +1429,11 @@ int64_t CrossEntropyGradOp::getGatheredFloatsPerRank() {
 //===----------------------------------------------------------------------===//
 
 /// A cross-entropy's step combines per-rank softmax statistics over the
-/// vocabulary (logits' last dim); its tokens stay whole (the mean's count).
+/// vocabulary (logits' last dim); split tokens are rescaled to the global
+/// mean by tp-partition (TokenMeanOpInterface).
 static bool isSplittableCrossEntropyFactor(const ShardingRule &rule,
                                            int64_t factor) {
-  return rule.getKind(factor) != FactorKind::Replicated &&
-         rule.indexesOperandDim(0, -1, factor);
+  return rule.getKind(factor) != FactorKind::Replicated;
 }
 
 bool CrossEntropyOp::isSplittableFactor(const ShardingRule &rule,

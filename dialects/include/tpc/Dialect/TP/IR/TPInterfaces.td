@@ -93,6 +93,35 @@ def TP_VocabParallelOpInterface : OpInterface<"VocabParallelOpInterface"> {
   ];
 }
 
+def TP_TokenMeanOpInterface : OpInterface<"TokenMeanOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    An op that averages over tokens (a mean loss, or its gradient) whose
+    kernel divides by the tokens it holds. With the tokens split over S
+    ranks each rank's shard must contribute 1/S of its local mean, so
+    tp-partition asks the op to rescale itself before the layouts vanish.
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/[{
+        Ranks splitting the tokens in the op's current layouts (1 when whole)
+        on a grid of shape `gridShape`.
+      }],
+      /*retTy=*/"int64_t",
+      /*methodName=*/"getTokenShards",
+      /*args=*/(ins "::llvm::ArrayRef<int64_t>":$gridShape)>,
+    InterfaceMethod<
+      /*desc=*/[{
+        Makes the op compute `factor` times its current result, with ops
+        inserted through `builder` (a tp.scale of the loss, or of the
+        incoming loss gradient).
+      }],
+      /*retTy=*/"void",
+      /*methodName=*/"scaleTokenMean",
+      /*args=*/(ins "::mlir::OpBuilder &":$builder, "double":$factor)>,
+  ];
+}
+
 def TP_StorageAliasOpInterface : OpInterface<"StorageAliasOpInterface"> {
   let cppNamespace = "::mlir::tp";
   let description = [{

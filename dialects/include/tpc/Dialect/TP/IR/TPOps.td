@@ -374,7 +374,9 @@ def TP_CrossEntropyOp
     : TP_ComputeOp<"cross_entropy", [TP_InferResultShapes, TP_HasVJP,
                                      DeclareOpInterfaceMethods<
                                          TP_VocabParallelOpInterface,
-                                         ["getGatheredFloatsPerRank"]>],
+                                         ["getGatheredFloatsPerRank"]>,
+                                     DeclareOpInterfaceMethods<
+                                         TP_TokenMeanOpInterface>],
                    ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropy";
   let summary = "Mean softmax cross-entropy over tokens with integer targets";
@@ -386,7 +388,9 @@ def TP_CrossEntropyGradOp
     : TP_ComputeOp<"cross_entropy_grad", [TP_InferResultShapes,
                                           DeclareOpInterfaceMethods<
                                               TP_VocabParallelOpInterface,
-                                              ["getGatheredFloatsPerRank"]>],
+                                              ["getGatheredFloatsPerRank"]>,
+                                          DeclareOpInterfaceMethods<
+                                              TP_TokenMeanOpInterface>],
                    ["isSplittableFactor"]> {
   let planOpKind = "CrossEntropyGrad";
   let summary = "Gradient of tp.cross_entropy w.r.t. logits";
@@ -580,11 +584,13 @@ def TP_AllToAllOp : TP_CollectiveOp<"all_to_all",
 }
 
 def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
-    "Keep one shard of a replicated dimension (no communication)"> {
+    "Keep one shard of a replicated dimension (no communication)",
+    [TP_PassesPartialSums]> {
   let planOpKind = "LocalSplit";
   let description = [{
     Appends `grid_axes`, unused by the input's layout, to the axes splitting
-    `dim`: each rank keeps its own slice of data it already holds.
+    `dim`: each rank keeps its own slice of data it already holds. A slice
+    is linear: a pending partial sum over other axes passes through.
     Canonicalization: a slice over the same axes of an all-reduce that has
     no other use is one reduce-scatter (half the all-reduce's volume).
   }];

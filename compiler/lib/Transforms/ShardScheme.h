@@ -1,0 +1,116 @@
+//===- ShardScheme.h - what a distribution scheme decides -------*- C++ -*-===//
+//
+// tp-shard is one propagation engine (Shard.cpp: sharding rules, partial-sum
+// tracking, costing, redistribution) and one small policy per scheme (this
+// interface, ShardSchemes.cpp). A policy only states claims: which grid axes
+// split which factor of weights, activations and batch, where a resolved
+// partial sum lands, and how a parameter is stored. Everything an op's
+// sharding rule already describes stays in the engine.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TPC_TRANSFORMS_SHARDSCHEME_H
+#define TPC_TRANSFORMS_SHARDSCHEME_H
+
+#include "tpc/Dialect/TP/IR/ShardingRule.h"
+#include "tpc/Dialect/TP/IR/TPAttrs.h"
+#include "tpc/Transforms/PassOptions.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace mlir::tp {
+
+using Axes = SmallVector<int64_t, 2>;
+
+/// "Factor `factor` split over grid axes `axes`", proposed by an operand's
+/// layout, the scheme or a wanted result layout.
+struct Claim {
+  int64_t factor;
+  Axes axes;
+};
+
+/// What a scheme may ask the engine while it decides.
+class ShardQueries {
+public:
+  virtual ~ShardQueries() = default;
+  virtual ArrayRef<int64_t> getGridShape() const = 0;
+  /// Ranks splitting a value over `axes`.
+  virtual int64_t shardsOf(ArrayRef<int64_t> axes) const = 0;
+  /// A parameter (or a view of one) whose layout is not decided yet.
+  virtual bool isUndecided(Value value) const = 0;
+  /// A parameter, or its type, for error messages.
+  virtual std::string describe(Value value) const = 0;
+  /// Whether `type` is an activation: [batch, sequence, ...] of the step's
+  /// tokens (known once a function's tokens argument has been seen).
+  virtual bool isActivation(RankedTensorType type) const = 0;
+  /// Whether `type` is the step's token ids or targets: integers [batch,
+  /// sequence].
+  virtual bool isTokenIds(RankedTensorType type) const = 0;
+};
+
+class ShardScheme {
+public:
+  virtual ~ShardScheme() = default;
+
+  /// One-line errors, before any op is sharded, for a model the grid cannot
+  /// split as the scheme wants (head counts the tp.head_counts module
+  /// attribute records). `error` starts a module-level diagnostic.
+  virtual LogicalResult
+  checkModel(ModuleOp module,
+             function_ref<InFlightDiagnostic()> error) const = 0;
+
+  /// Why the scheme needs to know the step's tokens (a function with a
+  /// tp.input = "tokens" argument) to split activations, as the error when
+  /// no function has them; empty when it does not need them.
+  virtual std::string whyTokensNeeded() const = 0;
+
+  /// Checks the step's token batch and sequence length against the grid.
+  virtual LogicalResult
+  checkTokens(int64_t batch, int64_t seq,
+              function_ref<InFlightDiagnostic()> error) const = 0;
+
+  /// The scheme's claims for `op`'s factors, given the claims its decided
+  /// operands make (nullopt: undecided). They win over the operands'.
+  virtual FailureOr<SmallVector<Claim>>
+  claims(Operation *op, const ShardingRule &rule,
+         ArrayRef<std::optional<SmallVector<Claim>>> operandClaims,
+         const ShardQueries &engine) const = 0;
+
+  /// Where operand `index` of `op`, a pending partial sum over
+  /// `layout.partial` that `op` cannot pass through, may be resolved to
+  /// besides a whole value: a reduce-scatter onto the returned claims (for
+  /// instance the sequence, in Megatron's sequence parallelism). Empty:
+  /// nowhere.
+  virtual SmallVector<Claim>
+  resolutionClaims(Operation *op, const ShardingRule &rule, unsigned index,
+                   const Layout &layout, const ShardQueries &engine) const {
+    return {};
+  }
+
+  /// How parameter `param` is stored, given the layout its first use wants
+  /// (`use`). Stored more finely than used, it is gathered where used and
+  /// its gradient reduce-scattered to it.
+  virtual Layout storageLayout(Value param, const Layout &use,
+                               const ShardQueries &engine) const {
+    return use;
+  }
+
+  /// Moving a parameter costs this many times its bytes in the engine's
+  /// choices: large where the scheme keeps weights in place and moves
+  /// activations (1D), 1 where weights move by design.
+  virtual double parameterCostFactor() const = 0;
+};
+
+/// The policy for `mode` on a grid of shape `grid` (at least one axis);
+/// `mode` is not ParallelMode::None.
+std::unique_ptr<ShardScheme>
+makeShardScheme(ParallelMode mode, ArrayRef<int64_t> grid, bool seqParallel);
+
+} // namespace mlir::tp
+
+#endif // TPC_TRANSFORMS_SHARDSCHEME_H
