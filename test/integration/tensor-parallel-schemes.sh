@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# 2D (tp-pipeline mode=2d) and 2.5D (mode=2.5d) tensor-parallel training
+# against the one-rank run, for a small GPT-2 or LLaMA (GQA) model, on the
+# grids 2x2 (4 ranks), 2x2x1 (4) and 2x2x2 (8, oversubscribed):
+#  1. the loss of each of 5 AdamW steps and every parameter afterwards (the
+#     export, gathered into one model.safetensors) match the one-rank plan's
+#     within the tolerances of the 1D test;
+#  2. a run stopped at step 3 on one scheme resumes on another (2D -> 2.5D
+#     2x2x2 and 2.5D -> 1D) and ends at the one-rank run's weights.
+# The batch (4) is split over the rows and depth, so 2x2x2 needs 4 | batch.
+#
+#   tensor-parallel-schemes.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
+set -euo pipefail
+build=$1 python=$2 work=$3 model=$4
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bin=$build/bin
+check="$python $here/tensor_parallel_check.py"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+if [ ! -x "$python" ]; then
+  echo "tensor-parallel-schemes: no Python at $python; run tools/setup-venv.sh" >&2
+  exit 1
+fi
+rm -rf "$work" && mkdir -p "$work"
+config=$here/Inputs/tp-$model.json
+batch=4 seq=8 steps=5 lr=3e-4
+keybias="--key-bias-bound $(awk -v lr=$lr -v s=$steps 'BEGIN { print 2 * lr * s }')"
+"$bin/tpc-tokenize" "$here/../tp-run/Inputs/text.txt" -o "$work/text.tokens" > /dev/null
+"$bin/tpc-import" "$config" --batch $batch --seq $seq -o "$work/model.mlir"
+train() { # RANKS PLAN OUT [tp-run flags...]
+  local ranks=$1 plan=$2 out=$3
+  shift 3
+  timeout 120 mpirun -np "$ranks" --oversubscribe "$bin/tp-run" "$plan" \
+    --data "$work/text.tokens" --lr $lr --warmup 0 --decay-steps $steps \
+    --metrics "$out.json" "$@" > "$out.log"
+}
+compile() { # NAME PIPELINE-OPTIONS
+  "$bin/tpc-opt" "$work/model.mlir" -o "$work/$1.tpplan" \
+    --tp-pipeline="$2" 2> "$work/$1.remarks"
+}
+
+compile one ""
+train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
+
+for scheme in "2d 2x2 4" "2.5d 2x2x1 4" "2.5d 2x2x2 8"; do
+  read -r mode grid ranks <<< "$scheme"
+  name=$mode-$grid
+  echo "== $model, mode=$mode grid=$grid ($ranks ranks)"
+  compile "$name" "mode=$mode grid=$grid"
+  train "$ranks" "$work/$name.tpplan" "$work/$name" --steps $steps \
+    --export "$work/$name"
+  $check losses "$work/one.json" "$work/$name.json"
+  $check weights "$work/one/model.safetensors" "$work/$name/model.safetensors" $keybias
+done
+
+echo "== resume on another scheme"
+train 4 "$work/2d-2x2.tpplan" "$work/stopped" --steps 3 --checkpoint-dir "$work/stopped.ckpt"
+train 8 "$work/2.5d-2x2x2.tpplan" "$work/resumed" --steps $steps \
+  --resume "$work/stopped.ckpt" --export "$work/resumed"
+$check weights "$work/one/model.safetensors" "$work/resumed/model.safetensors" $keybias
+compile 1d-2 "mode=1d grid=2"
+train 4 "$work/2.5d-2x2x1.tpplan" "$work/stopped25" --steps 3 --checkpoint-dir "$work/stopped25.ckpt"
+train 2 "$work/1d-2.tpplan" "$work/resumed1d" --steps $steps \
+  --resume "$work/stopped25.ckpt" --export "$work/resumed1d"
+$check weights "$work/one/model.safetensors" "$work/resumed1d/model.safetensors" $keybias
