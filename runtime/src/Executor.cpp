@@ -246,17 +246,16 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
     const plan::Tensor &t = *program->tensors()->Get(input->tensor());
     uint64_t bytes = elements(input->tensor()) * dtypeSize(t.dtype());
     inputs.emplace_back((bytes + 7) / 8, 0);
-    // The whole input is the local block times the shards of each dim.
+    // The whole input is the local block times the shards of each dim
+    // (the loader checked the split against the input's rank).
     std::vector<int64_t> whole = shapes[input->tensor()];
-    if (input->split() && input->split()->size() == whole.size())
-      for (size_t d = 0; d < whole.size(); ++d)
-        for (int64_t axis : *input->split()->Get(d)->axes())
-          whole[d] *= loaded.plan().grid()->Get(axis);
-    else if (input->split() && input->split()->size() != 0)
-      throw PlanError("an input's split does not match its rank");
-    if (input->split() && input->split()->size() != 0 && !comm)
+    bool split = input->split() && input->split()->size() != 0;
+    if (split && !comm)
       throw PlanError("the program's inputs are split over the grid; it "
                       "needs ranks to run on");
+    for (size_t d = 0; split && d < whole.size(); ++d)
+      for (int64_t axis : *input->split()->Get(d)->axes())
+        whole[d] *= loaded.plan().grid()->Get(axis);
     inputBlocks.push_back(
         blockOf(loaded, std::move(whole), input->split(), coords));
   }
@@ -299,57 +298,53 @@ bool ProgramRunner::hasInput(plan::InputKind kind) const {
 }
 
 std::vector<int64_t> ProgramRunner::tokensShape() const {
+  if (!hasInput(plan::InputKind::Tokens))
+    throw PlanError("the program has no tokens input");
+  return inputBlocks[inputIndex(plan::InputKind::Tokens)].globalShape;
+}
+
+size_t ProgramRunner::inputIndex(plan::InputKind kind) const {
   for (size_t i = 0; i < program->inputs()->size(); ++i)
-    if (program->inputs()->Get(i)->kind() == plan::InputKind::Tokens)
-      return inputBlocks[i].globalShape;
-  throw PlanError("the program has no tokens input");
+    if (program->inputs()->Get(i)->kind() == kind)
+      return i;
+  throw std::runtime_error(std::string("the program has no ") +
+                           plan::EnumNameInputKind(kind) + " input");
 }
 
 std::vector<uint64_t> &ProgramRunner::inputStorage(plan::InputKind kind,
                                                    size_t bytes) {
-  for (size_t i = 0; i < program->inputs()->size(); ++i) {
-    const plan::Input &input = *program->inputs()->Get(i);
-    if (input.kind() != kind)
-      continue;
-    const plan::Tensor &t = *program->tensors()->Get(input.tensor());
-    uint64_t expected = elements(input.tensor()) * dtypeSize(t.dtype());
-    if (bytes != expected)
-      throw std::runtime_error(
-          std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
-          std::to_string(bytes) + " bytes, the program expects " +
-          std::to_string(expected));
-    return inputs[i];
-  }
-  throw std::runtime_error(std::string("the program has no ") +
-                           plan::EnumNameInputKind(kind) + " input");
+  size_t i = inputIndex(kind);
+  uint32_t tensor = program->inputs()->Get(i)->tensor();
+  uint64_t expected =
+      elements(tensor) * dtypeSize(program->tensors()->Get(tensor)->dtype());
+  if (bytes != expected)
+    throw std::runtime_error(
+        std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
+        std::to_string(bytes) + " bytes, the program expects " +
+        std::to_string(expected));
+  return inputs[i];
 }
 
 void ProgramRunner::setInput(plan::InputKind kind,
                              std::span<const int32_t> values) {
-  for (size_t i = 0; i < program->inputs()->size(); ++i) {
-    if (program->inputs()->Get(i)->kind() != kind)
-      continue;
-    const ParamBlock &block = inputBlocks[i];
-    int64_t whole = 1;
-    for (int64_t d : block.globalShape)
-      whole *= d;
-    if (int64_t(values.size()) != whole)
-      throw std::runtime_error(
-          std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
-          std::to_string(values.size()) + " values, the program expects " +
-          std::to_string(whole));
-    // This rank's block, row by row (tokens and targets are [batch, seq]).
-    auto *out = reinterpret_cast<int32_t *>(inputs[i].data());
-    const int64_t rows = block.shape[0], columns = block.shape[1];
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(out + r * columns,
-                  values.data() + (block.offset[0] + r) * block.globalShape[1] +
-                      block.offset[1],
-                  sizeof(int32_t) * size_t(columns));
-    return;
-  }
-  throw std::runtime_error(std::string("the program has no ") +
-                           plan::EnumNameInputKind(kind) + " input");
+  size_t i = inputIndex(kind);
+  const ParamBlock &block = inputBlocks[i];
+  int64_t whole = 1;
+  for (int64_t d : block.globalShape)
+    whole *= d;
+  if (int64_t(values.size()) != whole)
+    throw std::runtime_error(
+        std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
+        std::to_string(values.size()) + " values, the program expects " +
+        std::to_string(whole));
+  // This rank's block, row by row (tokens and targets are [batch, seq]).
+  auto *out = reinterpret_cast<int32_t *>(inputs[i].data());
+  const int64_t rows = block.shape[0], columns = block.shape[1];
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out + r * columns,
+                values.data() + (block.offset[0] + r) * block.globalShape[1] +
+                    block.offset[1],
+                sizeof(int32_t) * size_t(columns));
 }
 
 void ProgramRunner::setStep(int64_t step) {

@@ -58,6 +58,26 @@ constexpr int64_t kMaxRank = 8;
 
 [[noreturn]] void fail(const std::string &message) { throw PlanError(message); }
 
+/// The ranks splitting each dimension of a tensor laid out as `split` on
+/// `grid`; fails with "`subject` has invalid split axes" when an axis is out
+/// of range or splits two dimensions.
+std::vector<int64_t>
+splitShards(const flatbuffers::Vector<flatbuffers::Offset<plan::Axes>> &split,
+            const flatbuffers::Vector<int64_t> &grid,
+            const std::string &subject) {
+  std::vector<int64_t> shards;
+  std::set<int64_t> used;
+  for (const plan::Axes *axes : split) {
+    shards.push_back(1);
+    for (int64_t axis : *axes->axes()) {
+      if (axis < 0 || axis >= int64_t(grid.size()) || !used.insert(axis).second)
+        fail(subject + " has invalid split axes");
+      shards.back() *= grid.Get(axis);
+    }
+  }
+  return shards;
+}
+
 std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
   return v ? std::vector<int64_t>(v->begin(), v->end())
            : std::vector<int64_t>();
@@ -195,12 +215,7 @@ void ProgramChecker::checkInputs() {
         fail(what + " has a split for " +
              std::to_string(input.split()->size()) + " of its " +
              std::to_string(shape.size()) + " dimensions");
-      std::set<int64_t> used;
-      for (const plan::Axes *axes : *input.split())
-        for (int64_t axis : *axes->axes())
-          if (axis < 0 || axis >= int64_t(plan.grid()->size()) ||
-              !used.insert(axis).second)
-            fail(what + " has invalid split axes");
+      splitShards(*input.split(), *plan.grid(), what);
     }
     switch (input.kind()) {
     case plan::InputKind::Tokens:
@@ -369,20 +384,13 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
         fail(what + ": parameter '" + name + "' has a split for " +
              std::to_string(param.split()->size()) + " of its " +
              std::to_string(param.shape()->size()) + " dimensions");
-      std::set<int64_t> used;
-      for (size_t d = 0; d < param.split()->size(); ++d) {
-        int64_t shards = 1;
-        for (int64_t axis : *param.split()->Get(d)->axes()) {
-          if (axis < 0 || axis >= int64_t(p.grid()->size()) ||
-              !used.insert(axis).second)
-            fail(what + ": parameter '" + name + "' has invalid split axes");
-          shards *= p.grid()->Get(axis);
-        }
-        if (param.shape()->Get(d) % shards != 0)
+      std::vector<int64_t> shards = splitShards(
+          *param.split(), *p.grid(), what + ": parameter '" + name + "'");
+      for (size_t d = 0; d < shards.size(); ++d)
+        if (param.shape()->Get(d) % shards[d] != 0)
           fail(what + ": parameter '" + name + "' dimension " +
                std::to_string(d) + " does not divide into " +
-               std::to_string(shards) + " shards");
-      }
+               std::to_string(shards[d]) + " shards");
     }
     if (param.dtype() != PlanDType::F32)
       fail(what + ": parameter '" + name + "' is " + dtypeName(param.dtype()) +

@@ -19,6 +19,94 @@ RankedTensorType tensorType(Value value) {
   return cast<RankedTensorType>(value.getType());
 }
 
+/// Fails, naming it, if a head count of the model (tpc-import records them
+/// as tp.head_counts) does not divide by the `shards` ranks `over` which
+/// `mode` splits heads: clearer than the view op whose split would stop.
+LogicalResult checkHeadCounts(ModuleOp module, int64_t shards, StringRef over,
+                              StringRef mode,
+                              function_ref<InFlightDiagnostic()> error) {
+  auto headCounts = module->getAttrOfType<DictionaryAttr>(
+      TPDialect::HeadCountsAttrHelper::getNameStr());
+  if (!headCounts)
+    return success();
+  for (NamedAttribute count : headCounts)
+    if (auto value = dyn_cast<IntegerAttr>(count.getValue());
+        value && value.getInt() % shards != 0)
+      return error() << "tp-shard: " << count.getName().getValue() << " ("
+                     << value.getInt() << ") is not divisible by " << over
+                     << ", over which " << mode << " splits the heads";
+  return success();
+}
+
+/// Megatron-LM's claims for an undecided weight of `op` over the grid axes
+/// `axes` (`shards` ranks, named `over` in errors), appended to `claims`: a
+/// matmul weight whose input is not split along the contraction is split
+/// along its output features (column-parallel), otherwise it follows the
+/// input's split (row-parallel, no claim); an embedding table is split
+/// along the vocabulary (VocabParallelEmbedding).
+LogicalResult
+claimMegatronWeights(Operation *op, const ShardingRule &rule,
+                     ArrayRef<std::optional<SmallVector<Claim>>> operandClaims,
+                     const ShardQueries &engine, const Axes &axes,
+                     int64_t shards, StringRef over,
+                     SmallVector<Claim> &claims) {
+  auto claim = [&](Value weight, const DimFactors &factors,
+                   StringRef what) -> LogicalResult {
+    if (factors.empty())
+      return success();
+    int64_t size = rule.getFactors()[factors.front()].size;
+    if (size % shards != 0)
+      return op->emitOpError()
+             << "tp-shard: cannot split the " << what << " (size " << size
+             << ") of " << engine.describe(weight) << " over " << over;
+    claims.push_back({factors.front(), axes});
+    return success();
+  };
+  if (auto matmul = dyn_cast<MatmulOp>(op)) {
+    Value rhs = matmul.getRhs();
+    if (!engine.isUndecided(rhs) || tensorType(rhs).getRank() != 2 ||
+        !operandClaims[0])
+      return success();
+    bool contractionSplit =
+        llvm::any_of(*operandClaims[0], [&](const Claim &c) {
+          return rule.getKind(c.factor) == FactorKind::Reduction;
+        });
+    if (contractionSplit)
+      return success();
+    return claim(rhs, rule.getResultFactors()[0].back(), "output features");
+  }
+  if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+    if (!engine.isUndecided(embedding.getTable()))
+      return success();
+    return claim(embedding.getTable(), rule.getOperandFactors()[0].front(),
+                 "vocabulary");
+  }
+  return success();
+}
+
+/// Where operand `index` of `op`, an activation partial over
+/// `layout.partial`, is reduce-scattered: along its dimension `dim`
+/// (negative: from the end) over the partial axes, when the op can split
+/// that dimension's leading factor and they divide it; else nowhere.
+SmallVector<Claim>
+scatterPartialActivation(Operation *op, const ShardingRule &rule,
+                         unsigned index, const Layout &layout,
+                         const ShardQueries &engine, int64_t dim) {
+  RankedTensorType type = tensorType(op->getOperand(index));
+  if (!engine.isActivation(type))
+    return {};
+  const DimFactors &factors =
+      rule.getOperandFactors()[index][dim < 0 ? type.getRank() + dim : dim];
+  if (factors.empty() ||
+      !cast<ShardingRuleOpInterface>(op).isSplittableFactor(rule,
+                                                            factors.front()) ||
+      rule.getFactors()[factors.front()].size %
+              engine.shardsOf(layout.partial) !=
+          0)
+    return {};
+  return {{factors.front(), Axes(layout.partial)}};
+}
+
 /// Megatron-LM's 1D tensor parallelism over every axis of the grid, with
 /// optional sequence parallelism.
 class OneDScheme : public ShardScheme {
@@ -34,19 +122,9 @@ public:
   LogicalResult
   checkModel(ModuleOp module,
              function_ref<InFlightDiagnostic()> error) const override {
-    // Heads split over all ranks: name the head count the grid does not
-    // divide rather than the view op whose split it would stop at.
-    if (auto headCounts = module->getAttrOfType<DictionaryAttr>(
-            TPDialect::HeadCountsAttrHelper::getNameStr()))
-      for (NamedAttribute count : headCounts)
-        if (auto value = dyn_cast<IntegerAttr>(count.getValue());
-            value && value.getInt() % ranks != 0)
-          return error() << "tp-shard: " << count.getName().getValue() << " ("
-                         << value.getInt() << ") is not divisible by the "
-                         << ranks
-                         << " ranks of the grid, over which 1d splits the "
-                            "heads";
-    return success();
+    return checkHeadCounts(
+        module, ranks, "the " + std::to_string(ranks) + " ranks of the grid",
+        "1d", error);
   }
 
   std::string whyTokensNeeded() const override {
@@ -72,45 +150,10 @@ public:
          ArrayRef<std::optional<SmallVector<Claim>>> operandClaims,
          const ShardQueries &engine) const override {
     SmallVector<Claim> claims;
-    auto claimAll = [&](Value weight, int64_t factor,
-                        StringRef what) -> LogicalResult {
-      int64_t size = rule.getFactors()[factor].size;
-      if (size % ranks != 0)
-        return op->emitOpError()
-               << "tp-shard: cannot split the " << what << " (size " << size
-               << ") of " << engine.describe(weight) << " over " << ranks
-               << " ranks";
-      claims.push_back({factor, allAxes});
-      return success();
-    };
-    if (auto matmul = dyn_cast<MatmulOp>(op)) {
-      // A weight whose input is not split along the contraction is split
-      // along its output features (column-parallel); otherwise it follows
-      // the input's split (row-parallel).
-      Value rhs = matmul.getRhs();
-      if (!engine.isUndecided(rhs) || tensorType(rhs).getRank() != 2 ||
-          !operandClaims[0])
-        return claims;
-      bool contractionSplit =
-          llvm::any_of(*operandClaims[0], [&](const Claim &c) {
-            return rule.getKind(c.factor) == FactorKind::Reduction;
-          });
-      if (contractionSplit)
-        return claims;
-      const DimFactors &out = rule.getResultFactors()[0].back();
-      if (!out.empty() && failed(claimAll(rhs, out.front(), "output features")))
-        return failure();
-      return claims;
-    }
-    if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
-      // Megatron's VocabParallelEmbedding.
-      if (!engine.isUndecided(embedding.getTable()))
-        return claims;
-      const DimFactors &vocab = rule.getOperandFactors()[0].front();
-      if (!vocab.empty() &&
-          failed(claimAll(embedding.getTable(), vocab.front(), "vocabulary")))
-        return failure();
-    }
+    if (failed(claimMegatronWeights(op, rule, operandClaims, engine, allAxes,
+                                    ranks, std::to_string(ranks) + " ranks",
+                                    claims)))
+      return failure();
     return claims;
   }
 
@@ -120,17 +163,10 @@ public:
                    const ShardQueries &engine) const override {
     // Sequence parallelism: a partial activation is reduce-scattered along
     // the sequence.
-    if (!seqParallel || !engine.isActivation(tensorType(op->getOperand(index))))
+    if (!seqParallel)
       return {};
-    const DimFactors &seqFactors = rule.getOperandFactors()[index][1];
-    if (seqFactors.empty() ||
-        !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
-            rule, seqFactors.front()) ||
-        rule.getFactors()[seqFactors.front()].size %
-                engine.shardsOf(layout.partial) !=
-            0)
-      return {};
-    return {{seqFactors.front(), Axes(layout.partial)}};
+    return scatterPartialActivation(op, rule, index, layout, engine,
+                                    /*dim=*/1);
   }
 
   double parameterCostFactor() const override {
@@ -171,16 +207,10 @@ public:
   LogicalResult
   checkModel(ModuleOp module,
              function_ref<InFlightDiagnostic()> error) const override {
-    if (auto headCounts = module->getAttrOfType<DictionaryAttr>(
-            TPDialect::HeadCountsAttrHelper::getNameStr()))
-      for (NamedAttribute count : headCounts)
-        if (auto value = dyn_cast<IntegerAttr>(count.getValue());
-            value && value.getInt() % columns != 0)
-          return error() << "tp-shard: " << count.getName().getValue() << " ("
-                         << value.getInt() << ") is not divisible by the "
-                         << columns << " columns of the grid (axis 1), over "
-                         << "which " << name << " splits the heads";
-    return success();
+    return checkHeadCounts(module, columns,
+                           "the " + std::to_string(columns) +
+                               " columns of the grid (axis 1)",
+                           name, error);
   }
 
   std::string whyTokensNeeded() const override {
@@ -225,44 +255,12 @@ public:
         continue;
       claims.push_back({factors.front(), batchAxes});
     }
-    auto claimColumns = [&](Value weight, int64_t factor,
-                            StringRef what) -> LogicalResult {
-      int64_t size = rule.getFactors()[factor].size;
-      if (size % columns != 0)
-        return op->emitOpError()
-               << "tp-shard: cannot split the " << what << " (size " << size
-               << ") of " << engine.describe(weight) << " over the " << columns
-               << " columns of the grid (axis 1)";
-      claims.push_back({factor, {kColumnAxis}});
-      return success();
-    };
-    if (auto matmul = dyn_cast<MatmulOp>(op)) {
-      // Megatron on the columns: column-parallel unless the input arrives
-      // split along the contraction.
-      Value rhs = matmul.getRhs();
-      if (!engine.isUndecided(rhs) || tensorType(rhs).getRank() != 2 ||
-          !operandClaims[0])
-        return claims;
-      bool contractionSplit =
-          llvm::any_of(*operandClaims[0], [&](const Claim &c) {
-            return rule.getKind(c.factor) == FactorKind::Reduction;
-          });
-      if (contractionSplit)
-        return claims;
-      const DimFactors &out = rule.getResultFactors()[0].back();
-      if (!out.empty() &&
-          failed(claimColumns(rhs, out.front(), "output features")))
-        return failure();
-      return claims;
-    }
-    if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
-      if (!engine.isUndecided(embedding.getTable()))
-        return claims;
-      const DimFactors &vocab = rule.getOperandFactors()[0].front();
-      if (!vocab.empty() && failed(claimColumns(embedding.getTable(),
-                                                vocab.front(), "vocabulary")))
-        return failure();
-    }
+    // Megatron on the columns.
+    if (failed(claimMegatronWeights(
+            op, rule, operandClaims, engine, {kColumnAxis}, columns,
+            "the " + std::to_string(columns) + " columns of the grid (axis 1)",
+            claims)))
+      return failure();
     return claims;
   }
 
@@ -272,17 +270,8 @@ public:
                    const ShardQueries &engine) const override {
     // A partial activation lands split along its hidden (last) dimension
     // over the axes it was partial on.
-    if (!engine.isActivation(tensorType(op->getOperand(index))))
-      return {};
-    const DimFactors &hidden = rule.getOperandFactors()[index].back();
-    if (hidden.empty() ||
-        !cast<ShardingRuleOpInterface>(op).isSplittableFactor(rule,
-                                                              hidden.front()) ||
-        rule.getFactors()[hidden.front()].size %
-                engine.shardsOf(layout.partial) !=
-            0)
-      return {};
-    return {{hidden.front(), Axes(layout.partial)}};
+    return scatterPartialActivation(op, rule, index, layout, engine,
+                                    /*dim=*/-1);
   }
 
   Layout storageLayout(Value param, const Layout &use,

@@ -119,6 +119,8 @@ private:
   float *floatData(uint32_t tensor);
   std::span<const int64_t> shape(uint32_t tensor) const;
   int64_t elements(uint32_t tensor) const;
+  /// The index of the input of `kind`; throws if the program has none.
+  size_t inputIndex(plan::InputKind kind) const;
   std::vector<uint64_t> &inputStorage(plan::InputKind kind, size_t bytes);
   /// Binds every tensor to its storage; parameters and moments may have
   /// been replaced or allocated since the last run.
