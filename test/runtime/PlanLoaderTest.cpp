@@ -57,13 +57,25 @@ struct PlanSpec {
   std::vector<int64_t> paramShape = {5, 4};
   std::vector<int64_t> paramFileShape = {}; // hf_shape; empty: absent
   uint32_t inputTensor = 1;
+  // Grid axes per dim; empty: absent (whole).
+  std::vector<std::vector<int64_t>> paramSplit = {}, inputSplit = {};
   bool checksum = true; // write Plan.content_checksum (and seal it)
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
+    auto splitOf = [&](const std::vector<std::vector<int64_t>> &split)
+        -> flatbuffers::Offset<
+            flatbuffers::Vector<flatbuffers::Offset<fb::Axes>>> {
+      if (split.empty())
+        return 0;
+      std::vector<flatbuffers::Offset<fb::Axes>> axes;
+      for (const auto &dim : split)
+        axes.push_back(fb::CreateAxes(b, b.CreateVector(dim)));
+      return b.CreateVector(axes);
+    };
     auto param = fb::CreateParam(
         b, b.CreateString("wte"), fb::DType::F32, b.CreateVector(paramShape),
-        fb::Init::Normal, 0.5, 0,
+        fb::Init::Normal, 0.5, splitOf(paramSplit),
         paramFileShape.empty() ? 0 : b.CreateVector(paramFileShape));
     std::vector<flatbuffers::Offset<fb::Tensor>> ts;
     for (const T &t : tensors)
@@ -83,8 +95,8 @@ struct PlanSpec {
         step.add_ints(ints);
       ss.push_back(step.Finish());
     }
-    std::vector<flatbuffers::Offset<fb::Input>> inputs = {
-        fb::CreateInput(b, fb::InputKind::Tokens, inputTensor)};
+    std::vector<flatbuffers::Offset<fb::Input>> inputs = {fb::CreateInput(
+        b, fb::InputKind::Tokens, inputTensor, splitOf(inputSplit))};
     auto program =
         fb::CreateProgram(b, b.CreateString("forward"), b.CreateVector(ts),
                           b.CreateVector(inputs), b.CreateVector(ss),
@@ -237,6 +249,31 @@ TEST(PlanLoader, RejectsAGridThatDoesNotMatchTheWorld) {
   PlanSpec zero;
   zero.grid = {0};
   expectRejected(zero, "grid axis of size 0");
+}
+
+// Parameter and input splits name each grid axis once, in range; a
+// parameter's dims divide by their shards; an input's split has its rank.
+TEST(PlanLoader, RejectsBadSplits) {
+  PlanSpec outOfRange;
+  outOfRange.inputSplit = {{1}, {}};
+  expectRejected(outOfRange, "input 0 has invalid split axes");
+  PlanSpec repeated;
+  repeated.grid = {2, 2};
+  repeated.inputSplit = {{0}, {0}};
+  expectRejected(repeated, "input 0 has invalid split axes", 4);
+  PlanSpec rank;
+  rank.inputSplit = {{0}};
+  expectRejected(rank, "input 0 has a split for 1 of its 2 dimensions");
+  PlanSpec paramRepeated;
+  paramRepeated.grid = {2};
+  paramRepeated.paramSplit = {{0}, {0}};
+  expectRejected(paramRepeated, "parameter 'wte' has invalid split axes", 2);
+  PlanSpec paramUneven;
+  paramUneven.grid = {2};
+  paramUneven.paramSplit = {{0}, {}};
+  expectRejected(paramUneven,
+                 "parameter 'wte' dimension 0 does not divide into 2 shards",
+                 2);
 }
 
 // A plan that passes the loader never crashes the executor: a scalar's
