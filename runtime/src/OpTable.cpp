@@ -106,6 +106,7 @@ void checkNorm(const StepCheck &c) {
     c.requireShape(c.operands[i], features, "gamma/beta");
   c.requireShape(c.results[0], c.operands[0].shape, "result");
   c.requirePositive(c.step.epsilon(), "epsilon");
+  c.gridAxes(/*allowNone=*/true, "feature grid axes");
 }
 
 void checkSoftmax(const StepCheck &c) {
@@ -233,6 +234,7 @@ void checkNormGrad(const StepCheck &c) {
   for (size_t r = 1; r < c.results.size(); ++r)
     c.requireShape(c.results[r], features, "gamma/beta grad");
   c.requirePositive(c.step.epsilon(), "epsilon");
+  c.gridAxes(/*allowNone=*/true, "feature grid axes");
 }
 
 void checkCrossEntropyGrad(const StepCheck &c) {

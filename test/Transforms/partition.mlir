@@ -39,9 +39,38 @@ func.func @nonlinear_partial(%x: tensor<8xf32, #tp.dist<@g, [[]], partial = [0]>
 // -----
 
 tp.grid @g [2]
-func.func @split_statistics(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, %g: tensor<8xf32, #tp.dist<@g, [[0]]>>, %b: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
+func.func @split_softmax_statistics(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>) {
+  // A softmax's kernel does not combine statistics of split columns.
   // expected-error @+1 {{tp-partition: this op cannot run with dimension 1 of operand #0 split}}
-  %0 = tp.layer_norm %x, %g, %b : (tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>) -> tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>
+  %0 = tp.softmax %x : tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>
+  return
+}
+
+// -----
+
+// A norm with split features keeps their axes for its kernel, which gathers
+// the rows' statistics over them (2D and 3D layer norms); the batch may be
+// split as well, and the gamma gradients are partial over it.
+tp.grid @g [2, 2]
+func.func @split_features(%x: tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, %g: tensor<8xf32, #tp.dist<@g, [[0]]>>, %b: tensor<8xf32, #tp.dist<@g, [[0]]>>) {
+  %0 = tp.layer_norm %x, %g, %b : (tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>) -> tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>
+  %1:3 = tp.layer_norm_grad %0, %x, %g : (tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>) -> (tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]], partial = [1]>>, tensor<8xf32, #tp.dist<@g, [[0]], partial = [1]>>)
+  %2 = tp.rms_norm %x, %g : (tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>) -> tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>
+  %3:2 = tp.rms_norm_grad %2, %x, %g : (tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]]>>) -> (tensor<4x8xf32, #tp.dist<@g, [[1], [0]]>>, tensor<8xf32, #tp.dist<@g, [[0]], partial = [1]>>)
+  return
+}
+// CHECK-LABEL: func.func @split_features
+// CHECK: tp.layer_norm %{{.*}} {tp.feature_axes = array<i64: 0>} : (tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+// CHECK: tp.layer_norm_grad %{{.*}} {tp.feature_axes = array<i64: 0>}
+// CHECK: tp.rms_norm %{{.*}} {tp.feature_axes = array<i64: 0>}
+// CHECK: tp.rms_norm_grad %{{.*}} {tp.feature_axes = array<i64: 0>}
+
+// -----
+
+tp.grid @g [2]
+func.func @split_features_gamma_whole(%x: tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, %g: tensor<8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{tp-partition: a feature-split tp.layer_norm needs its row-shaped values split alike (none partial) and its gamma-shaped values split along the features as the rows are}}
+  %0 = tp.layer_norm %x, %g, %b : (tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32, #tp.dist<@g, [[], [0]]>>
   return
 }
 

@@ -202,6 +202,48 @@ inline double centralDifference(std::vector<float> &x, size_t i, double h,
   return (plus - minus) / (double(up) - double(down));
 }
 
+/// Double-precision layer norm of x [rows, cols] (two-pass variance).
+inline std::vector<double> refLayerNorm(const std::vector<float> &x,
+                                        const std::vector<float> &gamma,
+                                        const std::vector<float> &beta,
+                                        int64_t rows, int64_t cols,
+                                        double eps) {
+  std::vector<double> ref(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *row = x.data() + r * cols;
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < cols; ++i)
+      mean += row[i];
+    mean /= double(cols);
+    for (int64_t i = 0; i < cols; ++i)
+      var += (row[i] - mean) * (row[i] - mean);
+    var /= double(cols);
+    for (int64_t i = 0; i < cols; ++i)
+      ref[size_t(r * cols + i)] =
+          (row[i] - mean) / std::sqrt(var + eps) * gamma[size_t(i)] +
+          beta[size_t(i)];
+  }
+  return ref;
+}
+
+/// Double-precision RMS norm of x [rows, cols].
+inline std::vector<double> refRmsNorm(const std::vector<float> &x,
+                                      const std::vector<float> &gamma,
+                                      int64_t rows, int64_t cols, double eps) {
+  std::vector<double> ref(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *row = x.data() + r * cols;
+    double ms = 0.0;
+    for (int64_t i = 0; i < cols; ++i)
+      ms += double(row[i]) * row[i];
+    ms /= double(cols);
+    for (int64_t i = 0; i < cols; ++i)
+      ref[size_t(r * cols + i)] =
+          row[i] / std::sqrt(ms + eps) * gamma[size_t(i)];
+  }
+  return ref;
+}
+
 /// layerNorm's gradients from the analytic formula, in double.
 inline void refLayerNormGrad(const std::vector<float> &dy,
                              const std::vector<float> &x,

@@ -76,6 +76,9 @@ LogicalResult checkShardedOps(ModuleOp module) {
     if (auto vocabParallel = dyn_cast<VocabParallelOpInterface>(op))
       if (failed(vocabParallel.getVocabParallelAxes()))
         return WalkResult::interrupt();
+    if (auto splitStats = dyn_cast<SplitStatisticsOpInterface>(op))
+      if (failed(splitStats.getFeatureAxes()))
+        return WalkResult::interrupt();
     ShardingRule rule = ruled.getShardingRule();
     auto checkSplits = [&](TypeRange types, ArrayRef<TensorFactors> factors,
                            StringRef what) -> bool {
@@ -143,12 +146,19 @@ void TPPartition::runOnOperation() {
 
   if (failed(checkShardedOps(module)))
     return signalPassFailure();
-  // The layouts vanish below; vocabulary-parallel ops keep their axes.
+  // The layouts vanish below; vocabulary-parallel ops and normalisations of
+  // split features keep their axes.
   module.walk([&](VocabParallelOpInterface op) {
     SmallVector<int64_t> vocab = *op.getVocabParallelAxes();
     if (!vocab.empty())
       op->setAttr(TPDialect::VocabAxesAttrHelper::getNameStr(),
                   DenseI64ArrayAttr::get(op->getContext(), vocab));
+  });
+  module.walk([&](SplitStatisticsOpInterface op) {
+    SmallVector<int64_t> features = *op.getFeatureAxes();
+    if (!features.empty())
+      op->setAttr(TPDialect::FeatureAxesAttrHelper::getNameStr(),
+                  DenseI64ArrayAttr::get(op->getContext(), features));
   });
   // A mean over split tokens: each shard's kernel averages its own tokens,
   // a 1/shards share of the whole mean.

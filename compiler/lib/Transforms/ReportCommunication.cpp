@@ -44,27 +44,36 @@ struct TPReportCommunication
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       std::map<std::string, Volume> volumes;
       func.walk([&](Operation *op) {
-        // Vocabulary-parallel kernels may gather by themselves (the
-        // cross-entropy's per-token statistics) from each rank of their
-        // vocabulary group.
+        // Kernels that gather by themselves: a vocabulary-parallel
+        // cross-entropy's per-token statistics, a normalisation's per-row
+        // statistics of split features.
+        FailureOr<SmallVector<int64_t>> kernelAxes = SmallVector<int64_t>();
+        SmallVector<int64_t> gathers;
         if (auto vocabParallel = dyn_cast<VocabParallelOpInterface>(op)) {
-          int64_t floats = vocabParallel.getGatheredFloatsPerRank();
-          if (floats == 0)
-            return;
-          FailureOr<SmallVector<int64_t>> axes =
-              vocabParallel.getVocabParallelAxes();
-          if (failed(axes)) {
-            failedLayout = true;
-            return;
-          }
-          if (axes->empty())
-            return;
+          kernelAxes = vocabParallel.getVocabParallelAxes();
+          gathers = vocabParallel.getKernelGathers();
+        } else if (auto splitStats = dyn_cast<SplitStatisticsOpInterface>(op)) {
+          kernelAxes = splitStats.getFeatureAxes();
+          gathers = splitStats.getKernelGathers();
+        }
+        if (failed(kernelAxes)) {
+          failedLayout = true;
+          return;
+        }
+        if (!gathers.empty() && !kernelAxes->empty()) {
+          auto rows = cast<RankedTensorType>(op->getOperand(0).getType());
           double n = 1;
-          for (int64_t axis : *axes)
+          for (int64_t axis : *kernelAxes)
             n *= double(gridShape[axis]);
+          // Rows of this rank's operand: its elements over its features.
+          double localRows = localBytes(rows, gridShape) /
+                             (rows.getElementTypeBitWidth() / 8) /
+                             (double(rows.getShape().back()) / n);
           Volume &v = volumes["all_gather"];
-          v.calls += 1;
-          v.bytes += (n - 1) * double(floats) * sizeof(float);
+          for (int64_t floats : gathers) {
+            v.calls += 1;
+            v.bytes += (n - 1) * double(floats) * localRows * sizeof(float);
+          }
           return;
         }
         auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");

@@ -27,28 +27,6 @@ dotDouble(const float *__restrict a, const float *__restrict b, int64_t n) {
   return sum;
 }
 
-/// Rows per block of the norm gradients' gamma/beta partial sums: a function
-/// of the shape only, never of the thread count.
-int64_t normGradBlockRows(int64_t cols) { return rowGrain(cols); }
-
-/// out[c] = sum over blocks b, in order, of partial[b * stride + offset + c],
-/// for c < cols.
-void combineBlocks(const std::vector<double> &partial, int64_t blocks,
-                   int64_t stride, int64_t offset, int64_t cols, float *out) {
-  parallelFor(cols, rowGrain(blocks), [&](int64_t begin, int64_t end) {
-    std::vector<double> sum(size_t(end - begin), 0.0);
-    double *__restrict acc = sum.data();
-    for (int64_t b = 0; b < blocks; ++b) {
-      const double *__restrict src =
-          partial.data() + b * stride + offset + begin;
-      for (int64_t c = 0; c < end - begin; ++c)
-        acc[c] += src[c];
-    }
-    for (int64_t c = 0; c < end - begin; ++c)
-      out[begin + c] = static_cast<float>(acc[c]);
-  });
-}
-
 // d/dx of x sigmoid(2u), u = sqrt(2/pi) (x + a x^3): with e = exp(-2u) and
 // s = 1 / (1 + e), 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s)
 // = 4 e s^2, so the derivative is s + 2 x e s^2 sqrt(2/pi) (1 + 3 a x^2).

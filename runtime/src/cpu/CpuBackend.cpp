@@ -130,17 +130,43 @@ void silu(const Dispatch &d) {
   cpu::silu(d.operands[0].f32(), d.results[0].f32(), d.results[0].elements);
 }
 
+/// For a normalisation whose step names grid axes (its features split over
+/// them): all-gathers per-row statistics over those axes.
+cpu::RowGather featureGather(const Dispatch &d) {
+  if (!d.comm)
+    throw std::runtime_error("a feature-split normalisation needs a "
+                             "communicator");
+  std::vector<int> axes(d.ints().begin(), d.ints().end());
+  int64_t blocks = 1;
+  for (int axis : axes)
+    blocks *= d.comm->shape()[axis];
+  return [&d, axes, blocks](const std::vector<float> &local, int64_t) {
+    std::vector<float> gathered(local.size() * size_t(blocks));
+    d.comm->allGather(axes, local, gathered);
+    return gathered;
+  };
+}
+
 void layerNorm(const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+  float epsilon = static_cast<float>(d.step.epsilon());
+  if (!d.ints().empty())
+    return cpu::layerNormSplit(d.operands[0].f32(), d.operands[1].f32(),
+                               d.operands[2].f32(), out.f32(), rowsOf(out),
+                               out.shape.back(), epsilon, featureGather(d));
   cpu::layerNorm(d.operands[0].f32(), d.operands[1].f32(), d.operands[2].f32(),
-                 out.f32(), rowsOf(out), out.shape.back(),
-                 static_cast<float>(d.step.epsilon()));
+                 out.f32(), rowsOf(out), out.shape.back(), epsilon);
 }
 
 void rmsNorm(const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+  float epsilon = static_cast<float>(d.step.epsilon());
+  if (!d.ints().empty())
+    return cpu::rmsNormSplit(d.operands[0].f32(), d.operands[1].f32(),
+                             out.f32(), rowsOf(out), out.shape.back(), epsilon,
+                             featureGather(d));
   cpu::rmsNorm(d.operands[0].f32(), d.operands[1].f32(), out.f32(), rowsOf(out),
-               out.shape.back(), static_cast<float>(d.step.epsilon()));
+               out.shape.back(), epsilon);
 }
 
 void softmax(const Dispatch &d) {
@@ -226,18 +252,29 @@ void siluGrad(const Dispatch &d) {
 
 void layerNormGrad(const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+  float epsilon = static_cast<float>(d.step.epsilon());
+  if (!d.ints().empty())
+    return cpu::layerNormGradSplit(
+        d.operands[0].f32(), d.operands[1].f32(), d.operands[2].f32(),
+        out.f32(), d.results[1].f32(), d.results[2].f32(), rowsOf(out),
+        out.shape.back(), epsilon, featureGather(d));
   cpu::layerNormGrad(d.operands[0].f32(), d.operands[1].f32(),
                      d.operands[2].f32(), out.f32(), d.results[1].f32(),
                      d.results[2].f32(), rowsOf(out), out.shape.back(),
-                     static_cast<float>(d.step.epsilon()));
+                     epsilon);
 }
 
 void rmsNormGrad(const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+  float epsilon = static_cast<float>(d.step.epsilon());
+  if (!d.ints().empty())
+    return cpu::rmsNormGradSplit(d.operands[0].f32(), d.operands[1].f32(),
+                                 d.operands[2].f32(), out.f32(),
+                                 d.results[1].f32(), rowsOf(out),
+                                 out.shape.back(), epsilon, featureGather(d));
   cpu::rmsNormGrad(d.operands[0].f32(), d.operands[1].f32(),
                    d.operands[2].f32(), out.f32(), d.results[1].f32(),
-                   rowsOf(out), out.shape.back(),
-                   static_cast<float>(d.step.epsilon()));
+                   rowsOf(out), out.shape.back(), epsilon);
 }
 
 void softmaxGrad(const Dispatch &d) {

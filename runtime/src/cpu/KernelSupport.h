@@ -199,6 +199,29 @@ inline double sumExpShifted(const float *__restrict x, float shift, int64_t n) {
   return total;
 }
 
+/// Rows per block of the norm gradients' gamma/beta partial sums: a function
+/// of the shape only, never of the thread count.
+inline int64_t normGradBlockRows(int64_t cols) { return rowGrain(cols); }
+
+/// out[c] = sum over blocks b, in order, of partial[b * stride + offset + c],
+/// for c < cols.
+inline void combineBlocks(const std::vector<double> &partial, int64_t blocks,
+                          int64_t stride, int64_t offset, int64_t cols,
+                          float *out) {
+  parallelFor(cols, rowGrain(blocks), [&](int64_t begin, int64_t end) {
+    std::vector<double> sum(size_t(end - begin), 0.0);
+    double *__restrict acc = sum.data();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const double *__restrict src =
+          partial.data() + b * stride + offset + begin;
+      for (int64_t c = 0; c < end - begin; ++c)
+        acc[c] += src[c];
+    }
+    for (int64_t c = 0; c < end - begin; ++c)
+      out[begin + c] = static_cast<float>(acc[c]);
+  });
+}
+
 inline int64_t product(Shape shape) {
   int64_t p = 1;
   for (int64_t d : shape)

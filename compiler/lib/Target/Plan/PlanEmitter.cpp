@@ -248,7 +248,8 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
       continue;
     if (name == "permutation" || name == "offsets" || name == "dims" ||
         name == "grid_axes" ||
-        name == TPDialect::VocabAxesAttrHelper::getNameStr()) {
+        name == TPDialect::VocabAxesAttrHelper::getNameStr() ||
+        name == TPDialect::FeatureAxesAttrHelper::getNameStr()) {
       if (failed(setInts(attr)))
         return failure();
       continue;

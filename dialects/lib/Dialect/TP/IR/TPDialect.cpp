@@ -69,6 +69,8 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
        isA<UnitAttr>, "a unit attribute"},
       {D::VocabAxesAttrHelper::getNameStr(), Placement::Operation,
        isA<DenseI64ArrayAttr>, "an array<i64>"},
+      {D::FeatureAxesAttrHelper::getNameStr(), Placement::Operation,
+       isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::BufferOffsetsAttrHelper::getNameStr(), Placement::Operation,
        isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::ArenaBytesAttrHelper::getNameStr(), Placement::Operation, isI64,

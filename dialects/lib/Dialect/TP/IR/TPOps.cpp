@@ -1375,10 +1375,7 @@ FailureOr<SmallVector<int64_t>> CrossEntropyGradOp::getVocabParallelAxes() {
 }
 
 /// The per-token statistics: max, sum of exponentials, target logit.
-static int64_t crossEntropyGatheredFloats(Value logits) {
-  auto type = cast<RankedTensorType>(logits.getType());
-  return 3 * (type.getNumElements() / type.getShape().back());
-}
+static constexpr int64_t kCrossEntropyStatsPerToken = 3;
 
 //===----------------------------------------------------------------------===//
 // Means over split tokens (TokenMeanOpInterface)
@@ -1413,13 +1410,75 @@ void CrossEntropyGradOp::scaleTokenMean(OpBuilder &builder, double factor) {
   getLossGradMutable().assign(scale.getResult());
 }
 
-int64_t CrossEntropyOp::getGatheredFloatsPerRank() {
-  return crossEntropyGatheredFloats(getLogits());
+SmallVector<int64_t> CrossEntropyOp::getKernelGathers() {
+  return {kCrossEntropyStatsPerToken};
 }
 
-int64_t CrossEntropyGradOp::getGatheredFloatsPerRank() {
-  return crossEntropyGatheredFloats(getLogits());
+SmallVector<int64_t> CrossEntropyGradOp::getKernelGathers() {
+  return {kCrossEntropyStatsPerToken};
 }
+
+//===----------------------------------------------------------------------===//
+// Normalisations with split features (SplitStatisticsOpInterface)
+//===----------------------------------------------------------------------===//
+
+/// The axes splitting the features of a normalisation with row-shaped
+/// values `rows` and gamma-shaped operands `gammas` and results
+/// `gammaGrads`: the rows split alike on every dim and none partial, the
+/// gamma-shaped values split along the features as the rows are (gamma
+/// gradients may be partial over the axes splitting the rows).
+static FailureOr<SmallVector<int64_t>>
+normFeatureAxes(Operation *op, ArrayRef<Value> rows, ArrayRef<Value> gammas,
+                ArrayRef<Value> gammaGrads) {
+  Type first = rows.front().getType();
+  int64_t rank = cast<RankedTensorType>(first).getRank();
+  SmallVector<int64_t> axes = splitAxesOf(first, rank - 1);
+  if (axes.empty())
+    return axes;
+  bool alike = true;
+  for (Value row : rows) {
+    alike &= !isPartialLayout(row.getType());
+    for (int64_t d = 0; d < rank; ++d)
+      alike &= splitAxesOf(row.getType(), d) == splitAxesOf(first, d);
+  }
+  for (Value gamma : gammas)
+    alike &= !isPartialLayout(gamma.getType()) &&
+             splitAxesOf(gamma.getType(), 0) == axes;
+  for (Value grad : gammaGrads)
+    alike &= splitAxesOf(grad.getType(), 0) == axes;
+  if (!alike)
+    return op->emitOpError()
+           << "tp-partition: a feature-split " << op->getName()
+           << " needs its row-shaped values split alike (none partial) and "
+              "its gamma-shaped values split along the features as the rows "
+              "are";
+  return axes;
+}
+
+FailureOr<SmallVector<int64_t>> LayerNormOp::getFeatureAxes() {
+  return normFeatureAxes(*this, {getInput(), getResult()},
+                         {getGamma(), getBeta()}, {});
+}
+FailureOr<SmallVector<int64_t>> LayerNormGradOp::getFeatureAxes() {
+  return normFeatureAxes(*this, {getResultGrad(), getInput(), getInputGrad()},
+                         {getGamma()}, {getGammaGrad(), getBetaGrad()});
+}
+FailureOr<SmallVector<int64_t>> RmsNormOp::getFeatureAxes() {
+  return normFeatureAxes(*this, {getInput(), getResult()}, {getGamma()}, {});
+}
+FailureOr<SmallVector<int64_t>> RmsNormGradOp::getFeatureAxes() {
+  return normFeatureAxes(*this, {getResultGrad(), getInput(), getInputGrad()},
+                         {getGamma()}, {getGammaGrad()});
+}
+
+// Per row: the forward gathers each block's {mean, sum of squared
+// deviations} (layer norm) or {sum of squares} (RMS norm); the layer norm's
+// gradient gathers those statistics again, then {sum of g, sum of g (x -
+// mean)}; the RMS norm's gradient gathers {sum of squares, sum of g x} once.
+SmallVector<int64_t> LayerNormOp::getKernelGathers() { return {2}; }
+SmallVector<int64_t> LayerNormGradOp::getKernelGathers() { return {2, 2}; }
+SmallVector<int64_t> RmsNormOp::getKernelGathers() { return {1}; }
+SmallVector<int64_t> RmsNormGradOp::getKernelGathers() { return {2}; }
 
 #define GET_OP_CLASSES
 #include "tpc/Dialect/TP/IR/TPOps.cpp.inc"
@@ -1428,22 +1487,37 @@ int64_t CrossEntropyGradOp::getGatheredFloatsPerRank() {
 // Which factors kernels can split
 //===----------------------------------------------------------------------===//
 
-/// A cross-entropy's step combines per-rank softmax statistics over the
-/// vocabulary (logits' last dim); split tokens are rescaled to the global
-/// mean by tp-partition (TokenMeanOpInterface).
-static bool isSplittableCrossEntropyFactor(const ShardingRule &rule,
-                                           int64_t factor) {
+/// A cross-entropy's kernel combines per-rank softmax statistics over the
+/// vocabulary (logits' last dim), and a normalisation's those of its split
+/// features (SplitStatisticsOpInterface); split tokens of a cross-entropy
+/// are rescaled to the global mean by tp-partition (TokenMeanOpInterface).
+/// Only replicated factors stay whole.
+static bool isSplittableUnlessReplicated(const ShardingRule &rule,
+                                         int64_t factor) {
   return rule.getKind(factor) != FactorKind::Replicated;
 }
 
 bool CrossEntropyOp::isSplittableFactor(const ShardingRule &rule,
                                         int64_t factor) {
-  return isSplittableCrossEntropyFactor(rule, factor);
+  return isSplittableUnlessReplicated(rule, factor);
 }
-
 bool CrossEntropyGradOp::isSplittableFactor(const ShardingRule &rule,
                                             int64_t factor) {
-  return isSplittableCrossEntropyFactor(rule, factor);
+  return isSplittableUnlessReplicated(rule, factor);
+}
+bool LayerNormOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
+  return isSplittableUnlessReplicated(rule, factor);
+}
+bool LayerNormGradOp::isSplittableFactor(const ShardingRule &rule,
+                                         int64_t factor) {
+  return isSplittableUnlessReplicated(rule, factor);
+}
+bool RmsNormOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
+  return isSplittableUnlessReplicated(rule, factor);
+}
+bool RmsNormGradOp::isSplittableFactor(const ShardingRule &rule,
+                                       int64_t factor) {
+  return isSplittableUnlessReplicated(rule, factor);
 }
 
 /// A causal mask compares global query and key positions.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 namespace tpc::runtime::cpu {
 
@@ -100,6 +101,31 @@ float crossEntropy(const float *logits, int64_t tokens, int64_t vocab,
 
 /// Vocabulary-parallel cross-entropy, per block: `logits` [tokens, columns]
 /// holds columns [firstColumn, firstColumn + columns) of fullVocab-wide rows.
+/// Normalisations whose features are split over the ranks of a group (the
+/// layer norms of the 2D and 3D schemes): each rank holds `cols` of every
+/// row's features and gamma/beta/their gradients for those features.
+/// `gather(local, k)` all-gathers this rank's [rows, k] floats over the
+/// group and returns [blocks, rows, k] in block order, the same on every
+/// rank, so every rank combines the statistics alike. Rows are normalised
+/// over all blocks' features; results are this rank's features.
+using RowGather =
+    std::function<std::vector<float>(const std::vector<float> &, int64_t)>;
+void layerNormSplit(const float *x, const float *gamma, const float *beta,
+                    float *y, int64_t rows, int64_t cols, float epsilon,
+                    const RowGather &gather);
+void rmsNormSplit(const float *x, const float *gamma, float *y, int64_t rows,
+                  int64_t cols, float epsilon, const RowGather &gather);
+/// Their gradients; gammaGrad and betaGrad are this rank's rows' sums (a
+/// partial sum over the ranks that split the rows).
+void layerNormGradSplit(const float *resultGrad, const float *input,
+                        const float *gamma, float *inputGrad, float *gammaGrad,
+                        float *betaGrad, int64_t rows, int64_t cols,
+                        float epsilon, const RowGather &gather);
+void rmsNormGradSplit(const float *resultGrad, const float *input,
+                      const float *gamma, float *inputGrad, float *gammaGrad,
+                      int64_t rows, int64_t cols, float epsilon,
+                      const RowGather &gather);
+
 /// Writes per token {max, sum of exp(logit - max), the target's logit when
 /// this block holds it else 0} into `stats` [tokens, 3]. Throws if a target
 /// is outside [0, fullVocab).

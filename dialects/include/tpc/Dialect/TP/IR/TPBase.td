@@ -51,6 +51,10 @@ def TP_Dialect : Dialect {
     // grid axes that split it. Each rank looks up only the ids in its block
     // of rows (zeros for the rest), or reduces only its block of columns.
     "::mlir::DenseI64ArrayAttr":$vocab_axes,
+    // Set by tp-partition on a per-rank normalisation (or its gradient)
+    // whose features are split: the grid axes that split them. The kernel
+    // gathers per-row statistics over them.
+    "::mlir::DenseI64ArrayAttr":$feature_axes,
     "::mlir::DenseI64ArrayAttr":$buffer_offsets, // arena offsets (results)
     "::mlir::IntegerAttr":$arena_bytes,   // a function's arena size
     // The module.

@@ -82,14 +82,49 @@ def TP_VocabParallelOpInterface : OpInterface<"VocabParallelOpInterface"> {
       /*args=*/(ins)>,
     InterfaceMethod<
       /*desc=*/[{
-        Floats the kernel itself all-gathers from each rank of a
-        vocabulary group (outside any collective op), per run.
+        The all-gathers the kernel itself issues over its vocabulary group
+        (outside any collective op) per run: for each, the floats it
+        gathers from each rank per row of operand 0 (per token).
       }],
-      /*retTy=*/"int64_t",
-      /*methodName=*/"getGatheredFloatsPerRank",
+      /*retTy=*/"::llvm::SmallVector<int64_t>",
+      /*methodName=*/"getKernelGathers",
       /*args=*/(ins),
       /*methodBody=*/"",
-      /*defaultImplementation=*/"return 0;">,
+      /*defaultImplementation=*/"return {};">,
+  ];
+}
+
+def TP_SplitStatisticsOpInterface : OpInterface<"SplitStatisticsOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    A normalisation over the last dimension (or its gradient) whose kernel
+    can run with that dimension split over grid axes, as the layer norms of
+    Optimus (2D) and of the 3D scheme do: each rank reduces its features to
+    per-row partial statistics, and all-gathers of those (in block order, so
+    every rank combines them alike) give every rank the whole row's. The
+    features' factor is a statistics factor that these ops declare
+    splittable; tp-partition records the axes on the per-rank op
+    (`tp.feature_axes`), and the communication report counts the gathers.
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/[{
+        The grid axes that split the features (the last dimension) in the
+        op's current layouts (empty when none do), or failure, with a
+        diagnostic on the op, when row-shaped values or gamma-shaped values
+        are split differently.
+      }],
+      /*retTy=*/"::mlir::FailureOr<::llvm::SmallVector<int64_t>>",
+      /*methodName=*/"getFeatureAxes",
+      /*args=*/(ins)>,
+    InterfaceMethod<
+      /*desc=*/[{
+        The all-gathers the kernel issues per run when its features are
+        split: for each, the floats it gathers from each rank per row.
+      }],
+      /*retTy=*/"::llvm::SmallVector<int64_t>",
+      /*methodName=*/"getKernelGathers",
+      /*args=*/(ins)>,
   ];
 }
 

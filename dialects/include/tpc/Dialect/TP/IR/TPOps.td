@@ -238,7 +238,9 @@ def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu"> {
 //===----------------------------------------------------------------------===//
 
 def TP_LayerNormOp
-    : TP_ComputeOp<"layer_norm", [TP_InferResultShapes, TP_HasVJP]> {
+    : TP_ComputeOp<"layer_norm", [TP_InferResultShapes, TP_HasVJP,
+        DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
+        ["isSplittableFactor"]> {
   let planOpKind = "LayerNorm";
   let summary = "Layer normalisation over the last dimension";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
@@ -248,7 +250,9 @@ def TP_LayerNormOp
 }
 
 def TP_LayerNormGradOp
-    : TP_ComputeOp<"layer_norm_grad", [TP_InferResultShapes]> {
+    : TP_ComputeOp<"layer_norm_grad", [TP_InferResultShapes,
+        DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
+        ["isSplittableFactor"]> {
   let planOpKind = "LayerNormGrad";
   let summary = "Gradients of tp.layer_norm w.r.t. input, gamma and beta";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
@@ -258,7 +262,9 @@ def TP_LayerNormGradOp
                       TP_FloatTensor:$beta_grad);
 }
 
-def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [TP_InferResultShapes, TP_HasVJP]> {
+def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [TP_InferResultShapes, TP_HasVJP,
+        DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
+        ["isSplittableFactor"]> {
   let planOpKind = "RmsNorm";
   let summary = "RMS normalisation over the last dimension (LLaMA)";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
@@ -266,7 +272,9 @@ def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [TP_InferResultShapes, TP_HasVJP]> {
   let results = (outs TP_FloatTensor:$result);
 }
 
-def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad", [TP_InferResultShapes]> {
+def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad", [TP_InferResultShapes,
+        DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
+        ["isSplittableFactor"]> {
   let planOpKind = "RmsNormGrad";
   let summary = "Gradients of tp.rms_norm w.r.t. input and gamma";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
@@ -374,7 +382,7 @@ def TP_CrossEntropyOp
     : TP_ComputeOp<"cross_entropy", [TP_InferResultShapes, TP_HasVJP,
                                      DeclareOpInterfaceMethods<
                                          TP_VocabParallelOpInterface,
-                                         ["getGatheredFloatsPerRank"]>,
+                                         ["getKernelGathers"]>,
                                      DeclareOpInterfaceMethods<
                                          TP_TokenMeanOpInterface>],
                    ["isSplittableFactor"]> {
@@ -388,7 +396,7 @@ def TP_CrossEntropyGradOp
     : TP_ComputeOp<"cross_entropy_grad", [TP_InferResultShapes,
                                           DeclareOpInterfaceMethods<
                                               TP_VocabParallelOpInterface,
-                                              ["getGatheredFloatsPerRank"]>,
+                                              ["getKernelGathers"]>,
                                           DeclareOpInterfaceMethods<
                                               TP_TokenMeanOpInterface>],
                    ["isSplittableFactor"]> {
@@ -546,7 +554,7 @@ def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
 }
 
 def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
-    "Gather the shards of one dimension"> {
+    "Gather the shards of one dimension", [TP_PassesPartialSums]> {
   let planOpKind = "AllGather";
   let description = [{
     `grid_axes` must be the minor end of the axes splitting dimension `dim`;
@@ -572,7 +580,7 @@ def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter",
 }
 
 def TP_AllToAllOp : TP_CollectiveOp<"all_to_all",
-    "Move a split from one dimension to another"> {
+    "Move a split from one dimension to another", [TP_PassesPartialSums]> {
   let planOpKind = "AllToAll";
   let description = [{
     `grid_axes` (the minor end of `source_dim`'s axes) move to the minor end
