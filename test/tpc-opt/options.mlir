@@ -16,8 +16,14 @@
 // RUN: not tpc-opt %s --tp-shard=grid=2x2 2>&1 | FileCheck %s --check-prefix=GRID-1D
 // RUN: not tpc-opt %s --tp-shard=grid=2x2 2>&1 | count 1
 // GRID-1D: tpc-opt: error: tp-shard: mode=1d needs a one-axis grid, got grid=2x2
-// RUN: not tpc-opt %s --tp-shard=mode=3d 2>&1 | FileCheck %s --check-prefix=MODE
-// MODE: tpc-opt: for the --mode option: Cannot find option named '3d'!
+// RUN: not tpc-opt %s --tp-shard=mode=4d 2>&1 | FileCheck %s --check-prefix=MODE
+// MODE: tpc-opt: for the --mode option: Cannot find option named '4d'!
+// RUN: not tpc-opt %s --tp-shard=mode=3d 2>&1 | FileCheck %s --check-prefix=GRID-3D
+// GRID-3D: tpc-opt: error: tp-shard: mode=3d needs a cube grid QxQxQ, e.g. grid=2x2x2, got none
+// RUN: not tpc-opt %s --tp-shard="mode=3d grid=2x2x4" 2>&1 | FileCheck %s --check-prefix=GRID-3D-CUBE
+// GRID-3D-CUBE: tpc-opt: error: tp-shard: mode=3d needs a cube grid QxQxQ, e.g. grid=2x2x2, got grid=2x2x4
+// RUN: not tpc-opt %s --tp-pipeline="mode=3d grid=2x2x2 seq-parallel=true" 2>&1 | FileCheck %s --check-prefix=SP-3D
+// SP-3D: tpc-opt: error: tp-pipeline: seq-parallel=true is for mode=1d; mode=3d already splits activations over the whole grid
 // RUN: not tpc-opt %s --tp-shard=mode=2d 2>&1 | FileCheck %s --check-prefix=GRID-2D
 // GRID-2D: tpc-opt: error: tp-shard: mode=2d needs a grid QxQ, e.g. grid=2x2, got none
 // RUN: not tpc-opt %s --tp-shard="mode=2d grid=2x4" 2>&1 | FileCheck %s --check-prefix=GRID-2D-SQUARE

@@ -63,6 +63,18 @@ llvm::LogicalResult mlir::tp::verifyShardOptions(
                        " already splits activations over the whole grid");
     return llvm::success();
   }
+  case ParallelMode::ThreeD:
+    if (grid.sizes.size() != 3 || grid.sizes[0] != grid.sizes[1] ||
+        grid.sizes[1] != grid.sizes[2])
+      return emitError(passName +
+                       ": mode=3d needs a cube grid QxQxQ, e.g. grid=2x2x2, "
+                       "got " +
+                       (grid.empty() ? "none" : "grid=" + grid.str()));
+    if (seqParallel)
+      return emitError(passName +
+                       ": seq-parallel=true is for mode=1d; mode=3d already "
+                       "splits activations over the whole grid");
+    return llvm::success();
   }
   llvm_unreachable("unknown ParallelMode");
 }

@@ -93,13 +93,21 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
        llvm::enumerate(block.getTerminator()->getOperands())) {
     auto updates = func.getResultAttrOfType<IntegerAttr>(
         idx, TPDialect::UpdatesAttrHelper::getNameStr());
+    if (!updates)
+      continue;
+    // The runtime keeps no copy of an update: it must be written in place.
     auto adamw = result.getDefiningOp<StorageAliasOpInterface>();
-    if (!updates || !adamw || adamw.alwaysSharesStorage())
-      continue;
-    unsigned which = cast<OpResult>(result).getResultNumber();
-    std::optional<unsigned> operand = adamw.getStorageOperand(which);
+    std::optional<unsigned> operand;
+    if (adamw && !adamw.alwaysSharesStorage())
+      operand =
+          adamw.getStorageOperand(cast<OpResult>(result).getResultNumber());
     if (!operand)
-      continue;
+      return func.emitOpError()
+             << "tp-plan-memory: result #" << idx << " updates argument #"
+             << updates.getInt()
+             << " but is not an in-place update of it (the runtime updates "
+                "arguments in their own storage)";
+    unsigned which = cast<OpResult>(result).getResultNumber();
     Value source = adamw->getOperand(*operand);
     auto arg = dyn_cast<BlockArgument>(source);
     if (!arg || arg.getArgNumber() != updates.getInt())

@@ -64,6 +64,10 @@ public:
     return type.getRank() >= 3 && batch >= 0 && type.getDimSize(0) == batch &&
            type.getDimSize(1) == seq;
   }
+  bool isTokenMajor(RankedTensorType type) const override {
+    return type.getRank() >= 3 && batch >= 0 && type.getDimSize(0) == batch &&
+           llvm::is_contained(type.getShape().drop_front(), seq);
+  }
   bool isTokenIds(RankedTensorType type) const override {
     return type.getRank() == 2 && isa<IntegerType>(type.getElementType()) &&
            batch >= 0 && type.getDimSize(0) == batch &&
@@ -381,10 +385,16 @@ LogicalResult Sharder::shardOp(Operation *op) {
     Candidate candidate;
     candidate.assignment.assign(numFactors, Axes());
     DenseSet<int64_t> used(keptPartial.begin(), keptPartial.end());
+    DenseSet<int64_t> whole; // factors claimed unsplit
     auto apply = [&](const Claim &claim) {
       if (!candidate.assignment[claim.factor].empty() ||
+          whole.contains(claim.factor) ||
           llvm::any_of(claim.axes, [&](int64_t a) { return used.contains(a); }))
         return;
+      if (claim.axes.empty()) {
+        whole.insert(claim.factor);
+        return;
+      }
       candidate.assignment[claim.factor] = claim.axes;
       used.insert(claim.axes.begin(), claim.axes.end());
     };
@@ -428,6 +438,15 @@ LogicalResult Sharder::shardOp(Operation *op) {
             redistributionCost(op->getResult(r), *layout, *resultHints[r]);
       candidate.results.push_back(std::move(*layout));
     }
+    // An op that may update an argument in place (AdamW) works on the
+    // argument's own shard: the runtime keeps updates in the argument's
+    // storage, and the optimizer state stays split as the weights are.
+    if (auto alias = dyn_cast<StorageAliasOpInterface>(op);
+        valid && alias && !alias.alwaysSharesStorage())
+      for (unsigned r = 0; r < op->getNumResults() && valid; ++r)
+        if (std::optional<unsigned> i = alias.getStorageOperand(r);
+            i && layouts[*i] && isArgument(op->getOperand(*i)))
+          valid = candidate.operands[*i] == *layouts[*i];
     if (!valid)
       continue;
     candidate.splitWork = 1;

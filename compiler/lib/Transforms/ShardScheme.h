@@ -28,7 +28,8 @@ namespace mlir::tp {
 using Axes = SmallVector<int64_t, 2>;
 
 /// "Factor `factor` split over grid axes `axes`", proposed by an operand's
-/// layout, the scheme or a wanted result layout.
+/// layout, the scheme or a wanted result layout. A scheme's claim with no
+/// axes keeps the factor whole.
 struct Claim {
   int64_t factor;
   Axes axes;
@@ -48,6 +49,9 @@ public:
   /// Whether `type` is an activation: [batch, sequence, ...] of the step's
   /// tokens (known once a function's tokens argument has been seen).
   virtual bool isActivation(RankedTensorType type) const = 0;
+  /// Whether `type` is an activation or a view of one with the heads split
+  /// out: [batch, ..., sequence, ...] of the step's tokens.
+  virtual bool isTokenMajor(RankedTensorType type) const = 0;
   /// Whether `type` is the step's token ids or targets: integers [batch,
   /// sequence].
   virtual bool isTokenIds(RankedTensorType type) const = 0;

@@ -255,6 +255,11 @@ public:
         continue;
       claims.push_back({factors.front(), batchAxes});
     }
+    // Norms see whole features: the column-parallel linear after one needs
+    // its input gathered over the columns anyway, and gathering before the
+    // norm keeps that linear column-parallel (3D splits them instead).
+    if (isa<SplitStatisticsOpInterface>(op))
+      claims.push_back({rule.getOperandFactors()[0].back().front(), {}});
     // Megatron on the columns.
     if (failed(claimMegatronWeights(
             op, rule, operandClaims, engine, {kColumnAxis}, columns,
@@ -306,6 +311,171 @@ private:
   Axes batchAxes;
 };
 
+/// 3D tensor parallelism (Bian et al.) on a q x q x q grid. Axis 0 is the
+/// weight group: it splits every activation's batch and, with the axes the
+/// layer uses, every weight matrix, which a linear layer all-gathers over
+/// it. Axes 1 and 2 take turns as input and output groups: an activation is
+/// [batch over axis 0 and one of them, ..., features over the other]. A
+/// linear layer gathers its input over the batch's second axis (the input
+/// group), multiplies with the contraction split over the features' axis
+/// and the output features over the other, and reduce-scatters its partial
+/// output over the features' axis onto the batch (the output group): its
+/// output's features lie on the axis its input's batch did, so consecutive
+/// linears swap the two groups and nothing is re-laid out between them.
+/// Backward follows from the same claims: reduce-scatter dX, all-gather dY,
+/// reduce-scatter dW over the weight group. Norms keep their features split
+/// (statistics gathered over their axis); the embedding splits the
+/// vocabulary over axis 1 and the features over axis 2, where the residual
+/// stream keeps them. docs/schemes.md derives the traffic.
+class ThreeDScheme : public ShardScheme {
+public:
+  explicit ThreeDScheme(ArrayRef<int64_t> grid) : q(grid[0]) {}
+
+  LogicalResult
+  checkModel(ModuleOp module,
+             function_ref<InFlightDiagnostic()> error) const override {
+    return checkHeadCounts(
+        module, q, "the " + std::to_string(q) + " ranks of grid axis 1 or 2",
+        "3d", error);
+  }
+
+  std::string whyTokensNeeded() const override {
+    return "mode=3d needs a function with a tp.input = \"tokens\" argument "
+           "to find the batch it splits";
+  }
+
+  LogicalResult
+  checkTokens(int64_t batch, int64_t seq,
+              function_ref<InFlightDiagnostic()> error) const override {
+    if (batch % (q * q) != 0)
+      return error() << "tp-shard: mode=3d splits the batch (size " << batch
+                     << ") over grid axis 0 and one of axes 1 and 2 (" << q * q
+                     << " ranks), which do not divide it";
+    return success();
+  }
+
+  FailureOr<SmallVector<Claim>>
+  claims(Operation *op, const ShardingRule &rule,
+         ArrayRef<std::optional<SmallVector<Claim>>> operandClaims,
+         const ShardQueries &engine) const override {
+    SmallVector<Claim> claims;
+    auto claim = [&](int64_t factor, int64_t axis, Value value,
+                     StringRef what) -> LogicalResult {
+      int64_t size = rule.getFactors()[factor].size;
+      if (size % q != 0)
+        return op->emitOpError()
+               << "tp-shard: mode=3d cannot split the " << what << " (size "
+               << size << ") of " << engine.describe(value) << " over the " << q
+               << " ranks of grid axis " << axis;
+      claims.push_back({factor, {axis}});
+      return success();
+    };
+    auto leading = [](const DimFactors &factors) { return factors.front(); };
+
+    if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+      const TensorFactors &table = rule.getOperandFactors()[0];
+      if (failed(claim(leading(rule.getOperandFactors()[1].front()),
+                       kWeightAxis, embedding.getIds(), "batch")) ||
+          failed(claim(leading(table[0]), 1, embedding.getTable(),
+                       "vocabulary")) ||
+          failed(claim(leading(table[1]), 2, embedding.getTable(), "features")))
+        return failure();
+      return claims;
+    }
+    if (auto embeddingGrad = dyn_cast<EmbeddingGradOp>(op)) {
+      const TensorFactors &table = rule.getResultFactors()[0];
+      if (failed(claim(leading(rule.getOperandFactors()[1].front()),
+                       kWeightAxis, embeddingGrad.getIds(), "batch")) ||
+          failed(claim(leading(table[0]), 1, embeddingGrad.getResult(),
+                       "vocabulary")) ||
+          failed(claim(leading(table[1]), 2, embeddingGrad.getResult(),
+                       "features")))
+        return failure();
+      return claims;
+    }
+    // A linear layer (its forward, dX or dW): a matmul with a matrix on the
+    // right, not a batched one of attention.
+    auto matmul = dyn_cast<MatmulOp>(op);
+    if (!matmul || tensorType(matmul.getRhs()).getRank() != 2 ||
+        tensorType(matmul.getLhs()).getRank() > 3)
+      return claims;
+    const TensorFactors &lhs = rule.getOperandFactors()[0];
+    int64_t tokens = leading(lhs.front()), inFeatures = leading(lhs.back()),
+            outFeatures = leading(rule.getResultFactors()[0].back());
+    // The input's features keep their axis; without one, they take the axis
+    // the input's batch leaves (axis 2 when nothing is decided).
+    std::optional<int64_t> featureAxis, batchAxis;
+    for (const Claim &c :
+         operandClaims[0] ? *operandClaims[0] : SmallVector<Claim>()) {
+      for (int64_t axis : c.axes) {
+        if (axis == kWeightAxis)
+          continue;
+        if (c.factor == inFeatures)
+          featureAxis = axis;
+        else if (c.factor == tokens)
+          batchAxis = axis;
+      }
+    }
+    int64_t inAxis = featureAxis ? *featureAxis
+                     : batchAxis ? 3 - *batchAxis
+                                 : 2;
+    if (failed(claim(tokens, kWeightAxis, matmul.getLhs(), "tokens")) ||
+        failed(claim(inFeatures, inAxis, matmul.getLhs(), "input features")) ||
+        failed(
+            claim(outFeatures, 3 - inAxis, matmul.getRhs(), "output features")))
+      return failure();
+    return claims;
+  }
+
+  SmallVector<Claim>
+  resolutionClaims(Operation *op, const ShardingRule &rule, unsigned index,
+                   const Layout &layout,
+                   const ShardQueries &engine) const override {
+    // A partial activation (or a view of one with the heads split out, as
+    // LLaMA's rotary sees it) is reduce-scattered onto its batch, next to
+    // the weight axis (the output group).
+    RankedTensorType type = tensorType(op->getOperand(index));
+    if (!engine.isTokenMajor(type))
+      return {};
+    const DimFactors &factors = rule.getOperandFactors()[index].front();
+    Axes axes = layout.split.front();
+    llvm::append_range(axes, layout.partial);
+    if (factors.empty() ||
+        !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
+            rule, factors.front()) ||
+        rule.getFactors()[factors.front()].size % engine.shardsOf(axes) != 0)
+      return {};
+    return {{factors.front(), axes}};
+  }
+
+  Layout storageLayout(Value param, const Layout &use,
+                       const ShardQueries &engine) const override {
+    // A matrix is also split over the weight axis: along a dimension the
+    // use leaves whole if one divides, else after the use's axes.
+    RankedTensorType type = tensorType(param);
+    if (type.getRank() < 2 || llvm::any_of(use.split, [](const Axes &axes) {
+          return llvm::is_contained(axes, kWeightAxis);
+        }))
+      return use;
+    for (bool whole : {true, false})
+      for (auto [d, axes] : llvm::enumerate(use.split)) {
+        if (axes.empty() != whole ||
+            type.getDimSize(d) % (engine.shardsOf(axes) * q) != 0)
+          continue;
+        Layout stored = use;
+        stored.split[d].push_back(kWeightAxis);
+        return stored;
+      }
+    return use;
+  }
+
+  double parameterCostFactor() const override { return 1.0; }
+
+private:
+  static constexpr int64_t kWeightAxis = 0;
+  int64_t q;
+};
+
 } // namespace
 
 std::unique_ptr<ShardScheme> mlir::tp::makeShardScheme(ParallelMode mode,
@@ -318,6 +488,8 @@ std::unique_ptr<ShardScheme> mlir::tp::makeShardScheme(ParallelMode mode,
     return std::make_unique<TwoDScheme>(grid, "2d");
   case ParallelMode::TwoHalfD:
     return std::make_unique<TwoDScheme>(grid, "2.5d");
+  case ParallelMode::ThreeD:
+    return std::make_unique<ThreeDScheme>(grid);
   case ParallelMode::None:
     break;
   }

@@ -20,7 +20,7 @@
 namespace mlir::tp {
 
 /// How the training step is distributed (docs/schemes.md).
-enum class ParallelMode { None, OneD, TwoD, TwoHalfD };
+enum class ParallelMode { None, OneD, TwoD, TwoHalfD, ThreeD };
 
 /// The `mode` values as written on the command line.
 inline auto parallelModeValues() {
@@ -34,7 +34,11 @@ inline auto parallelModeValues() {
       clEnumValN(ParallelMode::TwoHalfD, "2.5d",
                  "2.5D tensor parallelism (Tesseract) over grid=qxqxd: 2D "
                  "on each of d depth layers, the batch also split over "
-                 "depth"));
+                 "depth"),
+      clEnumValN(ParallelMode::ThreeD, "3d",
+                 "3D tensor parallelism (Bian et al.) over grid=qxqxq: "
+                 "weights gathered over axis 0, inputs and outputs over "
+                 "axes 1 and 2, swapped by consecutive linears"));
 }
 
 /// Activation recomputation in tp-autodiff.
