@@ -88,15 +88,25 @@ def TPShard : Pass<"tp-shard", "::mlir::ModuleOp"> {
     layout of the argument they update (`tp.updates`) and are replicated
     otherwise.
 
-    A dimension the grid cannot split evenly (heads, features, vocabulary)
-    is an error naming it.
+    What each mode decides is a small policy (ShardSchemes.cpp;
+    docs/schemes.md): `1d` as above over all ranks; `2d` (grid QxQ) and
+    `2.5d` (QxQxD) split the batch over the rows (and depth), heads,
+    features and vocabulary over the columns as 1D does, and store weight
+    matrices in QxQ blocks gathered over the rows where used; `3d` (QxQxQ)
+    gathers each linear's input over one of axes 1 and 2, its weight over
+    axis 0, and reduce-scatters its output over the other onto the batch, so
+    consecutive linears swap the two groups. An op that updates an argument
+    in place (AdamW) works on the argument's own shard.
+
+    A dimension the grid cannot split evenly (heads, features, vocabulary,
+    batch) is an error naming it.
   }];
   let options = [
     Option<"mode", "mode", "::mlir::tp::ParallelMode",
            "::mlir::tp::ParallelMode::OneD", "Tensor-parallel scheme",
            "::mlir::tp::parallelModeValues()">,
     Option<"grid", "grid", "::mlir::tp::GridShape", "::mlir::tp::GridShape{}",
-           "Grid shape, e.g. 4 (1d; default 1)">,
+           "Grid shape: T (1d; default 1), QxQ (2d), QxQxD (2.5d), QxQxQ (3d)">,
     Option<"seqParallel", "seq-parallel", "bool", "false",
            "Split layer-norm and residual regions along the sequence "
            "(Megatron's sequence parallelism)">,
