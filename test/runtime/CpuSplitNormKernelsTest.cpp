@@ -36,17 +36,10 @@ void runBlocks(int64_t blocks,
 }
 
 /// Columns [b * cols, (b + 1) * cols) of each row of x [rows, blocks * cols].
-std::vector<float> columns(const std::vector<float> &x, int64_t rows,
-                           int64_t blocks, int64_t cols, int64_t b) {
-  std::vector<float> out;
-  for (int64_t r = 0; r < rows; ++r)
-    out.insert(out.end(), x.begin() + (r * blocks + b) * cols,
-               x.begin() + (r * blocks + b + 1) * cols);
-  return out;
-}
-std::vector<double> columns(const std::vector<double> &x, int64_t rows,
-                            int64_t blocks, int64_t cols, int64_t b) {
-  std::vector<double> out;
+template <typename T>
+std::vector<T> columns(const std::vector<T> &x, int64_t rows, int64_t blocks,
+                       int64_t cols, int64_t b) {
+  std::vector<T> out;
   for (int64_t r = 0; r < rows; ++r)
     out.insert(out.end(), x.begin() + (r * blocks + b) * cols,
                x.begin() + (r * blocks + b + 1) * cols);

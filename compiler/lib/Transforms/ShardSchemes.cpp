@@ -84,27 +84,33 @@ claimMegatronWeights(Operation *op, const ShardingRule &rule,
   return success();
 }
 
-/// Where operand `index` of `op`, an activation partial over
-/// `layout.partial`, is reduce-scattered: along its dimension `dim`
-/// (negative: from the end) over the partial axes, when the op can split
-/// that dimension's leading factor and they divide it; else nowhere.
-SmallVector<Claim>
-scatterPartialActivation(Operation *op, const ShardingRule &rule,
-                         unsigned index, const Layout &layout,
-                         const ShardQueries &engine, int64_t dim) {
+/// The claim that reduce-scatters operand `index` of `op` along its
+/// dimension `dim` (negative: from the end) over `axes`, when the op can
+/// split that dimension's leading factor and the axes divide it; else none.
+SmallVector<Claim> scatterClaim(Operation *op, const ShardingRule &rule,
+                                unsigned index, int64_t dim, Axes axes,
+                                const ShardQueries &engine) {
   RankedTensorType type = tensorType(op->getOperand(index));
-  if (!engine.isActivation(type))
-    return {};
   const DimFactors &factors =
       rule.getOperandFactors()[index][dim < 0 ? type.getRank() + dim : dim];
   if (factors.empty() ||
       !cast<ShardingRuleOpInterface>(op).isSplittableFactor(rule,
                                                             factors.front()) ||
-      rule.getFactors()[factors.front()].size %
-              engine.shardsOf(layout.partial) !=
-          0)
+      rule.getFactors()[factors.front()].size % engine.shardsOf(axes) != 0)
     return {};
-  return {{factors.front(), Axes(layout.partial)}};
+  return {{factors.front(), std::move(axes)}};
+}
+
+/// Where operand `index` of `op`, an activation partial over
+/// `layout.partial`, is reduce-scattered: along its dimension `dim` over
+/// the partial axes (scatterClaim); nowhere for other values.
+SmallVector<Claim>
+scatterPartialActivation(Operation *op, const ShardingRule &rule,
+                         unsigned index, const Layout &layout,
+                         const ShardQueries &engine, int64_t dim) {
+  if (!engine.isActivation(tensorType(op->getOperand(index))))
+    return {};
+  return scatterClaim(op, rule, index, dim, Axes(layout.partial), engine);
 }
 
 /// Megatron-LM's 1D tensor parallelism over every axis of the grid, with
@@ -372,24 +378,22 @@ public:
     };
     auto leading = [](const DimFactors &factors) { return factors.front(); };
 
+    // The embedding and its gradient: ids (operand 1) over axis 0, the
+    // table's vocabulary over 1 and its features over 2.
+    Value table;
+    const TensorFactors *tableFactors = nullptr;
     if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
-      const TensorFactors &table = rule.getOperandFactors()[0];
-      if (failed(claim(leading(rule.getOperandFactors()[1].front()),
-                       kWeightAxis, embedding.getIds(), "batch")) ||
-          failed(claim(leading(table[0]), 1, embedding.getTable(),
-                       "vocabulary")) ||
-          failed(claim(leading(table[1]), 2, embedding.getTable(), "features")))
-        return failure();
-      return claims;
+      table = embedding.getTable();
+      tableFactors = &rule.getOperandFactors()[0];
+    } else if (auto embeddingGrad = dyn_cast<EmbeddingGradOp>(op)) {
+      table = embeddingGrad.getResult();
+      tableFactors = &rule.getResultFactors()[0];
     }
-    if (auto embeddingGrad = dyn_cast<EmbeddingGradOp>(op)) {
-      const TensorFactors &table = rule.getResultFactors()[0];
+    if (table) {
       if (failed(claim(leading(rule.getOperandFactors()[1].front()),
-                       kWeightAxis, embeddingGrad.getIds(), "batch")) ||
-          failed(claim(leading(table[0]), 1, embeddingGrad.getResult(),
-                       "vocabulary")) ||
-          failed(claim(leading(table[1]), 2, embeddingGrad.getResult(),
-                       "features")))
+                       kWeightAxis, op->getOperand(1), "batch")) ||
+          failed(claim(leading((*tableFactors)[0]), 1, table, "vocabulary")) ||
+          failed(claim(leading((*tableFactors)[1]), 2, table, "features")))
         return failure();
       return claims;
     }
@@ -434,18 +438,11 @@ public:
     // A partial activation (or a view of one with the heads split out, as
     // LLaMA's rotary sees it) is reduce-scattered onto its batch, next to
     // the weight axis (the output group).
-    RankedTensorType type = tensorType(op->getOperand(index));
-    if (!engine.isTokenMajor(type))
+    if (!engine.isTokenMajor(tensorType(op->getOperand(index))))
       return {};
-    const DimFactors &factors = rule.getOperandFactors()[index].front();
     Axes axes = layout.split.front();
     llvm::append_range(axes, layout.partial);
-    if (factors.empty() ||
-        !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
-            rule, factors.front()) ||
-        rule.getFactors()[factors.front()].size % engine.shardsOf(axes) != 0)
-      return {};
-    return {{factors.front(), axes}};
+    return scatterClaim(op, rule, index, /*dim=*/0, std::move(axes), engine);
   }
 
   Layout storageLayout(Value param, const Layout &use,
