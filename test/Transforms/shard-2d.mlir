@@ -64,7 +64,7 @@
 // RUN:   | FileCheck %s --check-prefix=GPT2-25D
 // GPT2-25D: tp.grid @tp [2, 2, 1]
 // GPT2-25D: tp.embedding {{.*}} -> tensor<2x8x32xf32, #tp.dist<@tp, {{\[\[}}2, 0], [], []], partial = [1]>>
-// GPT2-25D: tp.cross_entropy {{.*}} -> tensor<f32, #tp.dist<@tp, [], partial = [2, 0]>>
+// GPT2-25D: tp.cross_entropy {{.*}} -> tensor<f32, #tp.dist<@tp, [], partial = [0, 2]>>
 
 // The partitioned training step rescales the cross-entropy over split
 // tokens to the global mean, forward and backward.

@@ -94,6 +94,17 @@ private:
   double redistributionCost(Value value, const Layout &from,
                             const Layout &to) const;
   Value redistribute(Value value, const Layout &to, Operation *before);
+  /// The layout the input of view op `view` needs for its result to have
+  /// `layout`, or nullopt when the view's rule cannot carry it back.
+  std::optional<Layout> viewInputLayout(Operation *view,
+                                        const Layout &layout) const;
+  /// Whether an earlier redistribution yields `value` in layout `to`: of
+  /// `value` itself, or of the input of the view op that defines it (the
+  /// view then applies to the redistributed input).
+  bool isRedistributed(Value value, const Layout &to) const;
+  /// That earlier redistribution, usable at `before` (the view op cloned
+  /// onto it when needed); null when there is none.
+  Value reuseRedistribution(Value value, const Layout &to, Operation *before);
   std::optional<Layout> hintFor(Value value);
   /// An error about the whole program, named in its text: the source line
   /// of the module or a function (all attributes, all parameters) would
@@ -211,7 +222,7 @@ double Sharder::redistributionCost(Value value, const Layout &from,
   // Token ids and targets stay as they are: collectives move floats.
   if (!isa<FloatType>(type.getElementType()))
     return kInfiniteCost;
-  if (redistributed.count({value, withLayout(type, gridRef, to)}))
+  if (isRedistributed(value, to))
     return 0.0;
   double bytes = bytesOf(type), cost = 0.0;
   Axes reduced;
@@ -239,16 +250,73 @@ double Sharder::redistributionCost(Value value, const Layout &from,
   return cost;
 }
 
-Value Sharder::redistribute(Value value, const Layout &to, Operation *before) {
+std::optional<Layout> Sharder::viewInputLayout(Operation *view,
+                                               const Layout &layout) const {
+  ShardingRule rule = cast<ShardingRuleOpInterface>(view).getShardingRule();
+  Assignment assignment(rule.getFactors().size());
+  for (auto [d, axes] : llvm::enumerate(layout.split)) {
+    if (axes.empty())
+      continue;
+    ArrayRef<int64_t> factors = rule.getResultFactors()[0][d];
+    if (factors.empty() ||
+        rule.getFactors()[factors.front()].size % shardsOf(axes) != 0)
+      return std::nullopt;
+    assignment[factors.front()] = axes;
+  }
+  // Only a layout the rule carries both ways: the view of the input's
+  // layout must be `layout` again.
+  std::optional<Layout> input =
+      layoutUnder(rule.getOperandFactors()[0], assignment);
+  std::optional<Layout> result =
+      layoutUnder(rule.getResultFactors()[0], assignment);
+  if (!input || !result || result->split != layout.split)
+    return std::nullopt;
+  input->partial = layout.partial;
+  return input;
+}
+
+bool Sharder::isRedistributed(Value value, const Layout &to) const {
+  if (redistributed.count({value, withLayout(tensorType(value), gridRef, to)}))
+    return true;
+  Operation *view = value.getDefiningOp();
+  if (!view || !view->hasTrait<OpTrait::tp::IsView>())
+    return false;
+  std::optional<Layout> input = viewInputLayout(view, to);
+  return input && isRedistributed(view->getOperand(0), *input);
+}
+
+Value Sharder::reuseRedistribution(Value value, const Layout &to,
+                                   Operation *before) {
   RankedTensorType type = withLayout(tensorType(value), gridRef, to);
-  if (type == value.getType())
-    return value;
   auto it = redistributed.find({value, type});
   if (it != redistributed.end()) {
     Operation *def = it->second.getDefiningOp();
     if (def->getBlock() == before->getBlock() && def->isBeforeInBlock(before))
       return it->second;
   }
+  Operation *view = value.getDefiningOp();
+  if (!view || !view->hasTrait<OpTrait::tp::IsView>())
+    return {};
+  std::optional<Layout> input = viewInputLayout(view, to);
+  if (!input)
+    return {};
+  Value source = reuseRedistribution(view->getOperand(0), *input, before);
+  if (!source)
+    return {};
+  OpBuilder builder(before);
+  Operation *copy = builder.clone(*view);
+  copy->setOperand(0, source);
+  copy->getResult(0).setType(type);
+  redistributed[{value, type}] = copy->getResult(0);
+  return copy->getResult(0);
+}
+
+Value Sharder::redistribute(Value value, const Layout &to, Operation *before) {
+  RankedTensorType type = withLayout(tensorType(value), gridRef, to);
+  if (type == value.getType())
+    return value;
+  if (Value reused = reuseRedistribution(value, to, before))
+    return reused;
   OpBuilder builder(before);
   Value result = RedistributeOp::create(builder, before->getLoc(), type, value);
   redistributed[{value, type}] = result;
@@ -357,6 +425,16 @@ LogicalResult Sharder::shardOp(Operation *op) {
         scheme.resolutionClaims(op, rule, i, *layouts[i], *this);
     if (!claims.empty())
       seeds.push_back(std::move(claims));
+    // Resolved straight into the layout the value is wanted in later (a
+    // weight gradient whose norm is taken before AdamW consumes it): a
+    // reduce-scatter here, and the later redistribution is free.
+    if (std::optional<Layout> hint = hintFor(op->getOperand(i))) {
+      FailureOr<SmallVector<Claim>> wanted =
+          claimsOf(op, rule, rule.getOperandFactors()[i], *hint, "operand", i);
+      if (failed(wanted))
+        return failure();
+      seeds.push_back(std::move(*wanted));
+    }
   }
   SmallVector<std::optional<Layout>> resultHints;
   for (auto [r, result] : llvm::enumerate(op->getResults())) {
@@ -433,6 +511,8 @@ LogicalResult Sharder::shardOp(Operation *op) {
             rule.getKind(f) == FactorKind::Reduction &&
             !rule.indexesResult(f, r))
           llvm::append_range(layout->partial, candidate.assignment[f]);
+      // Partial axes are a set: one order, so equal sets compare equal.
+      llvm::sort(layout->partial);
       if (resultHints[r])
         candidate.cost +=
             redistributionCost(op->getResult(r), *layout, *resultHints[r]);
