@@ -27,6 +27,8 @@ fi
 rm -rf "$work" && mkdir -p "$work"
 config=$here/Inputs/tp-$model.json
 batch=2 seq=16 steps=5 lr=3e-4
+context=$("$python" -c 'import json, sys; c = json.load(open(sys.argv[1]));
+print(c.get("n_positions", c.get("max_position_embeddings")))' "$config")
 # AdamW moves GPT-2's key biases (zero gradient) by at most about lr a step.
 keybias="--key-bias-bound $(awk -v lr=$lr -v s=$steps 'BEGIN { print 2 * lr * s }')"
 "$bin/tpc-tokenize" "$here/../tp-run/Inputs/text.txt" -o "$work/text.tokens" > /dev/null
@@ -35,7 +37,7 @@ train() { # RANKS PLAN OUT [tp-run flags...]
   local ranks=$1 plan=$2 out=$3
   shift 3
   timeout 120 mpirun -np "$ranks" --oversubscribe "$bin/tp-run" "$plan" \
-    --data "$work/text.tokens" --lr $lr --warmup 0 --decay-steps $steps \
+    --data "${data:-$work/text.tokens}" --lr $lr --warmup 0 --decay-steps $steps \
     --metrics "$out.json" "$@" > "$out.log"
 }
 
@@ -56,6 +58,27 @@ for ranks in 1 2 4; do
       --ranks $ranks --batch $batch --seq $seq $([ $sp = true ] && echo --seq-parallel)
   done
 done
+
+# Batch 1 over the whole context (the usual micro-batch of large-model
+# training): the weight gradients reuse the forward's gathered activations
+# although the [1, seq, h] -> [seq, h] views keep the sequence split, and
+# GPT-2's position table is split like the sequence.
+echo "== $model, batch 1, seq $context, 2 ranks, seq-parallel=true"
+for copy in 1 2 3 4 5 6 7 8; do cat "$here/../tp-run/Inputs/text.txt"; done \
+  > "$work/long.txt"
+"$bin/tpc-tokenize" "$work/long.txt" -o "$work/long.tokens" > /dev/null
+"$bin/tpc-import" "$config" --batch 1 --seq $context -o "$work/b1.mlir"
+"$bin/tpc-opt" "$work/b1.mlir" --tp-pipeline -o "$work/b1-one.tpplan"
+"$bin/tpc-opt" "$work/b1.mlir" -o "$work/b1-t2.tpplan" \
+  --tp-pipeline="mode=1d grid=2 seq-parallel=true" 2> "$work/b1-t2.remarks"
+for run in one t2; do
+  data=$work/long.tokens train $([ $run = one ] && echo 1 || echo 2) \
+    "$work/b1-$run.tpplan" "$work/b1-$run" --steps $steps --export "$work/b1-$run"
+done
+$check losses "$work/b1-one.json" "$work/b1-t2.json"
+$check weights "$work/b1-one/model.safetensors" "$work/b1-t2/model.safetensors" $keybias
+$check volume "$config" "$work/b1-t2.json" "$work/b1-t2.remarks" \
+  --ranks 2 --batch 1 --seq $context --seq-parallel
 
 echo "== resume"
 name=t2-sp-true

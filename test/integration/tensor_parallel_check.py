@@ -110,7 +110,11 @@ def expected_volume(config, ranks, batch, seq, seq_parallel):
         # shards: norm weights (and biases), GPT-2's row-parallel biases.
         vectors = 6 * layers + 2 if gpt2 else 2 * layers + 1
         volume["all_reduce"] = scalars + 2 * ring * h * f * vectors
-        if gpt2:  # learned positions: the [seq, h] gradient is gathered
+        # Learned positions (GPT-2): a window of the table (seq below the
+        # context) is replicated and its [seq, h] gradient gathered; the whole
+        # table is split along the positions like the sequence instead, each
+        # rank adding and updating its own rows.
+        if gpt2 and seq < config["n_positions"]:
             volume["all_gather"] += ring * seq * h * f
     return volume
 
