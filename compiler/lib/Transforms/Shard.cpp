@@ -74,6 +74,8 @@ public:
            type.getDimSize(1) == seq;
   }
 
+  int64_t getModelRank(BlockArgument param) const override;
+
 private:
   LogicalResult shardFunction(func::FuncOp func);
   void reduceScalarSumsOnce(func::FuncOp func);
@@ -172,6 +174,19 @@ std::string Sharder::describe(Value value) const {
   llvm::raw_string_ostream os(text);
   os << value.getType();
   return text;
+}
+
+int64_t Sharder::getModelRank(BlockArgument param) const {
+  auto func = cast<func::FuncOp>(param.getOwner()->getParentOp());
+  auto name = func.getArgAttrOfType<StringAttr>(
+      param.getArgNumber(), TPDialect::ParamAttrHelper::getNameStr());
+  // A moment has no tp.hf_shape of its own: its parameter's counts.
+  for (unsigned i = 0, e = func.getNumArguments(); name && i < e; ++i)
+    if (func.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()) == name)
+      if (auto shape = func.getArgAttrOfType<DenseI64ArrayAttr>(
+              i, TPDialect::HfShapeAttrHelper::getNameStr()))
+        return shape.size();
+  return tensorType(param).getRank();
 }
 
 FailureOr<SmallVector<Claim>>
@@ -693,35 +708,46 @@ void Sharder::reduceScalarSumsOnce(func::FuncOp func) {
       leaves.push_back(value);
     }
     // Partial terms, reduced one by one: redistributes of a partial scalar
-    // to a whole one, used only here.
-    SmallVector<Value> partial, whole;
-    std::optional<Axes> axes;
+    // to a whole one, used only here. Grouped by the axes they are partial
+    // over (split weights, biases split on fewer axes, ...).
+    SmallVector<std::pair<Axes, SmallVector<Value>>> partial;
+    SmallVector<Value> whole;
     for (Value leaf : leaves) {
       auto reduce = leaf.getDefiningOp<RedistributeOp>();
       if (reduce && reduce->hasOneUse() &&
           getLayout(tensorType(reduce.getResult())).isReplicated()) {
         Layout from = getLayout(tensorType(reduce.getInput()));
-        if (llvm::all_of(from.split, [](const auto &a) { return a.empty(); }) &&
-            (!axes || *axes == from.partial)) {
-          axes = from.partial;
-          partial.push_back(reduce.getInput());
+        if (llvm::all_of(from.split, [](const auto &a) { return a.empty(); })) {
+          auto *group = llvm::find_if(
+              partial, [&](const auto &g) { return g.first == from.partial; });
+          if (group == partial.end()) {
+            partial.push_back({from.partial, {}});
+            group = std::prev(partial.end());
+          }
+          group->second.push_back(reduce.getInput());
           continue;
         }
       }
       whole.push_back(leaf);
     }
-    if (partial.size() < 2)
+    if (llvm::none_of(
+            partial, [](const auto &group) { return group.second.size() > 1; }))
       continue;
     OpBuilder builder(root);
     Location loc = root.getLoc();
     auto add = [&](Value lhs, Value rhs) -> Value {
       return AddOp::create(builder, loc, lhs.getType(), lhs, rhs);
     };
-    Value sum = partial.front();
-    for (Value term : ArrayRef<Value>(partial).drop_front())
-      sum = add(sum, term);
-    sum = RedistributeOp::create(
-        builder, loc, withLayout(tensorType(sum), gridRef, Layout()), sum);
+    Value sum;
+    for (auto &[axes, terms] : partial) {
+      Value group = terms.front();
+      for (Value term : ArrayRef<Value>(terms).drop_front())
+        group = add(group, term);
+      group = RedistributeOp::create(
+          builder, loc, withLayout(tensorType(group), gridRef, Layout()),
+          group);
+      sum = sum ? add(sum, group) : group;
+    }
     for (Value term : whole)
       sum = add(term, sum);
     root.getResult().replaceAllUsesWith(sum);

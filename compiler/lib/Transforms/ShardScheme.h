@@ -55,6 +55,10 @@ public:
   /// Whether `type` is the step's token ids or targets: integers [batch,
   /// sequence].
   virtual bool isTokenIds(RankedTensorType type) const = 0;
+  /// The rank parameter `param` (or its optimizer moment) has in the
+  /// model's own files (tp.hf_shape): GPT-2's fused QKV bias is a vector
+  /// there although the program views it as [3, h].
+  virtual int64_t getModelRank(BlockArgument param) const = 0;
 };
 
 class ShardScheme {

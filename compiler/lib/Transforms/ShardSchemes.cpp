@@ -448,9 +448,14 @@ public:
   Layout storageLayout(Value param, const Layout &use,
                        const ShardQueries &engine) const override {
     // A matrix is also split over the weight axis: along a dimension the
-    // use leaves whole if one divides, else after the use's axes.
+    // use leaves whole if one divides, else after the use's axes. Vectors
+    // (biases, norm weights, however the program views them) stay as used:
+    // gathering them over the weight axis at every use costs more than
+    // reducing their gradients over it saves.
     RankedTensorType type = tensorType(param);
-    if (type.getRank() < 2 || llvm::any_of(use.split, [](const Axes &axes) {
+    if (type.getRank() < 2 ||
+        engine.getModelRank(cast<BlockArgument>(param)) < 2 ||
+        llvm::any_of(use.split, [](const Axes &axes) {
           return llvm::is_contained(axes, kWeightAxis);
         }))
       return use;
