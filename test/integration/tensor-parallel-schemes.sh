@@ -6,7 +6,11 @@
 #  1. the loss of each of 5 AdamW steps and every parameter afterwards (the
 #     export, gathered into one model.safetensors) match the one-rank plan's
 #     within the tolerances of the 1D test;
-#  2. a run stopped at step 3 on one scheme resumes on another (2D -> 3D,
+#  2. the bytes each rank sends per step (tp-run --metrics) equal tpc-opt's
+#     static report, per collective kind; and the static report's traffic
+#     per transformer layer (one more layer minus the model, compiled for
+#     batch 8, seq 16) equals the formula of docs/schemes.md;
+#  3. a run stopped at step 3 on one scheme resumes on another (2D -> 3D,
 #     3D -> 2.5D 2x2x2 and 2.5D -> 1D) and ends at the one-rank run's weights.
 # The batch (4) is split over the rows and depth (2.5D) or over axis 0 and one
 # of axes 1 and 2 (3D), so 2x2x2 needs 4 | batch.
@@ -29,6 +33,16 @@ batch=4 seq=8 steps=5 lr=3e-4
 keybias="--key-bias-bound $(awk -v lr=$lr -v s=$steps 'BEGIN { print 2 * lr * s }')"
 "$bin/tpc-tokenize" "$here/../tp-run/Inputs/text.txt" -o "$work/text.tokens" > /dev/null
 "$bin/tpc-import" "$config" --batch $batch --seq $seq -o "$work/model.mlir"
+# The per-layer traffic, on more tokens per step than the training runs: with
+# few tokens a weight gradient can be cheaper from gathered activations than
+# reduce-scattered, and the engine takes that lower figure.
+"$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
+c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] += 1
+json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/deeper.json"
+layer_batch=8 layer_seq=16
+"$bin/tpc-import" "$config" --batch $layer_batch --seq $layer_seq -o "$work/layer.mlir"
+"$bin/tpc-import" "$work/deeper.json" --batch $layer_batch --seq $layer_seq \
+  -o "$work/deeper.mlir"
 train() { # RANKS PLAN OUT [tp-run flags...]
   local ranks=$1 plan=$2 out=$3
   shift 3
@@ -53,6 +67,14 @@ for scheme in "2d 2x2 4" "2.5d 2x2x1 4" "2.5d 2x2x2 8" "3d 2x2x2 8"; do
     --export "$work/$name"
   $check losses "$work/one.json" "$work/$name.json"
   $check weights "$work/one/model.safetensors" "$work/$name/model.safetensors" $keybias
+  $check same-volume "$work/$name.json" "$work/$name.remarks"
+  for depth in layer deeper; do
+    "$bin/tpc-opt" "$work/$depth.mlir" -o /dev/null \
+      --tp-pipeline="mode=$mode grid=$grid" 2> "$work/$name-$depth.remarks"
+  done
+  $check layer-volume "$config" "$work/$name-layer.remarks" \
+    "$work/$name-deeper.remarks" --mode $mode --grid $grid \
+    --batch $layer_batch --seq $layer_seq
 done
 
 echo "== resume on another scheme"

@@ -12,6 +12,13 @@
                              metrics) and tpc-opt's static report for
                              @train_step both equal the documented formula
                              (docs/communication.md), per collective kind
+  layer-volume CONFIG STATIC STATIC+1 --mode M --grid G --batch B --seq S
+                             the static report's difference between the
+                             model and the model with one more layer equals
+                             the per-layer formula of docs/schemes.md (2D,
+                             2.5D, 3D)
+  same-volume METRICS STATIC the runtime's bytes per step equal the static
+                             report's, per collective kind
 """
 
 import argparse
@@ -126,13 +133,7 @@ def volume(args):
     metrics = json.load(open(args.metrics))
     runtime = {k: v["bytes_per_step"]
                for k, v in metrics["communication"].items() if v["bytes"] > 0}
-    static = {}
-    for line in open(args.static):
-        m = re.search(r"@train_step communication per rank:(.*) total", line)
-        if m:
-            for kind, size in re.findall(r"([a-z_]+) ([0-9.e+]+) bytes", m[1]):
-                if float(size) > 0:
-                    static[kind] = float(size)
+    static = static_volume(args.static)
     want = {k: v for k, v in want.items() if v > 0}
     print(f"volume per rank per step: formula {want}, runtime {runtime}, "
           f"static {static}")
@@ -140,6 +141,95 @@ def volume(args):
         if sorted(got) != sorted(want) or any(
                 abs(got[k] - want[k]) > 1e-6 * want[k] for k in want):
             sys.exit(f"volume: the {name} bytes differ from the formula")
+
+
+def static_volume(path):
+    """tpc-opt's report for @train_step: bytes per collective kind."""
+    static = {}
+    for line in open(path):
+        m = re.search(r"@train_step communication per rank:(.*) total", line)
+        if m:
+            for kind, size in re.findall(r"([a-z_]+) ([0-9.e+]+) bytes", m[1]):
+                if float(size) > 0:
+                    static[kind] = float(size)
+    return static
+
+
+def layer_shapes(config):
+    """Per-layer sizes: h, matrix weight elements, the widths the linears
+    read and write per token, and the vector parameters (biases, norm
+    weights)."""
+    if config["model_type"] == "gpt2":
+        h = config["n_embd"]
+        inner = config.get("n_inner") or 4 * h
+        weights = 3 * h * h + h * h + 2 * h * inner
+        reads = 3 * h + inner            # QKV, attention output, FC1, FC2
+        writes = 3 * h + h + inner + h
+        biases, norms = 3 * h + h + inner + h, 4 * h
+        # Floats per row the split-feature norms gather (3D): two layer
+        # norms, each 2 forward (sum, sum of squares) and 4 backward.
+        statistics = 2 * (2 + 4)
+    else:
+        h = config["hidden_size"]
+        inner = config["intermediate_size"]
+        kv = config.get("num_key_value_heads",
+                        config["num_attention_heads"]) * (
+            h // config["num_attention_heads"])
+        weights = h * (h + 2 * kv) + h * h + 3 * h * inner
+        reads = 3 * h + inner            # QKV, output, gate/up, down
+        writes = (h + 2 * kv) + h + 2 * inner + h
+        biases, norms = 0, 2 * h
+        statistics = 2 * (1 + 2)         # two RMS norms
+    return h, weights, reads, writes, biases, norms, statistics
+
+
+def expected_layer_volume(config, mode, grid, batch, seq):
+    """Floats per rank per transformer layer of the training step
+    (docs/schemes.md, "Traffic per layer")."""
+    h, weights, reads, writes, biases, norms, statistics = layer_shapes(config)
+    tokens = batch * seq
+    if mode in ("2d", "2.5d"):
+        q, depth = grid[0], (grid[2] if mode == "2.5d" else 1)
+        ring, batch_ranks = (q - 1) / q, q * depth
+        activations = 8 * ring * (tokens / depth) * h / q
+        matrices = 2 * ring * weights / q + 2 * (depth - 1) / depth * \
+            weights / (q * q)
+        vectors = biases / q + norms
+        gathered_statistics = 0  # norms see whole features
+    else:  # 3d
+        q = grid[0]
+        ring, batch_ranks = (q - 1) / q, q * q
+        activations = 2 * ring * tokens * (reads + writes) / (q * q)
+        matrices = 2 * ring * weights / (q * q)
+        vectors = (biases + norms) / q
+        # Features split over q ranks: the norms gather row statistics.
+        gathered_statistics = (q - 1) * tokens / (q * q) * statistics
+    vectors *= 2 * (batch_ranks - 1) / batch_ranks
+    return activations + matrices + vectors + gathered_statistics
+
+
+def layer_volume(args):
+    config = json.load(open(args.config))
+    grid = [int(x) for x in args.grid.split("x")]
+    want = expected_layer_volume(config, args.mode, grid, args.batch,
+                                 args.seq)
+    got = (sum(static_volume(args.static_more).values()) -
+           sum(static_volume(args.static).values())) / 4
+    print(f"volume per layer per rank: formula {want:.1f} floats, "
+          f"static report {got:.1f}")
+    if abs(got - want) > 1e-6 * want:
+        sys.exit("layer volume: the static report differs from the formula")
+
+
+def same_volume(args):
+    metrics = json.load(open(args.metrics))
+    runtime = {k: v["bytes_per_step"]
+               for k, v in metrics["communication"].items() if v["bytes"] > 0}
+    static = static_volume(args.static)
+    print(f"volume per rank per step: runtime {runtime}, static {static}")
+    if sorted(runtime) != sorted(static) or any(
+            abs(runtime[k] - static[k]) > 1e-6 * static[k] for k in static):
+        sys.exit("volume: the runtime's bytes differ from the static report")
 
 
 def main():
@@ -170,6 +260,19 @@ def main():
     p.add_argument("--seq", type=int, required=True)
     p.add_argument("--seq-parallel", action="store_true")
     p.set_defaults(run=volume)
+    p = sub.add_parser("layer-volume")
+    p.add_argument("config")
+    p.add_argument("static", help="tpc-opt remarks for the model")
+    p.add_argument("static_more", help="... for the model with one more layer")
+    p.add_argument("--mode", choices=["2d", "2.5d", "3d"], required=True)
+    p.add_argument("--grid", required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.set_defaults(run=layer_volume)
+    p = sub.add_parser("same-volume")
+    p.add_argument("metrics")
+    p.add_argument("static")
+    p.set_defaults(run=same_volume)
     args = parser.parse_args()
     args.run(args)
 
