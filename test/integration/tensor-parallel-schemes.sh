@@ -18,21 +18,8 @@
 #   tensor-parallel-schemes.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
 build=$1 python=$2 work=$3 model=$4
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=$build/bin
-check="$python $here/tensor_parallel_check.py"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-if [ ! -x "$python" ]; then
-  echo "tensor-parallel-schemes: no Python at $python; run tools/setup-venv.sh" >&2
-  exit 1
-fi
-rm -rf "$work" && mkdir -p "$work"
-config=$here/Inputs/tp-$model.json
 batch=4 seq=8 steps=5 lr=3e-4
-keybias="--key-bias-bound $(awk -v lr=$lr -v s=$steps 'BEGIN { print 2 * lr * s }')"
-"$bin/tpc-tokenize" "$here/../tp-run/Inputs/text.txt" -o "$work/text.tokens" > /dev/null
-"$bin/tpc-import" "$config" --batch $batch --seq $seq -o "$work/model.mlir"
+source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
 # The per-layer traffic, on more tokens per step than the training runs: with
 # few tokens a weight gradient can be cheaper from gathered activations than
 # reduce-scattered, and the engine takes that lower figure.
@@ -43,13 +30,6 @@ layer_batch=8 layer_seq=16
 "$bin/tpc-import" "$config" --batch $layer_batch --seq $layer_seq -o "$work/layer.mlir"
 "$bin/tpc-import" "$work/deeper.json" --batch $layer_batch --seq $layer_seq \
   -o "$work/deeper.mlir"
-train() { # RANKS PLAN OUT [tp-run flags...]
-  local ranks=$1 plan=$2 out=$3
-  shift 3
-  timeout 120 mpirun -np "$ranks" --oversubscribe "$bin/tp-run" "$plan" \
-    --data "$work/text.tokens" --lr $lr --warmup 0 --decay-steps $steps \
-    --metrics "$out.json" "$@" > "$out.log"
-}
 compile() { # NAME PIPELINE-OPTIONS
   "$bin/tpc-opt" "$work/model.mlir" -o "$work/$1.tpplan" \
     --tp-pipeline="$2" 2> "$work/$1.remarks"

@@ -15,31 +15,10 @@
 #   tensor-parallel-training.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
 build=$1 python=$2 work=$3 model=$4
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bin=$build/bin
-check="$python $here/tensor_parallel_check.py"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-if [ ! -x "$python" ]; then
-  echo "tensor-parallel-training: no Python at $python; run tools/setup-venv.sh" >&2
-  exit 1
-fi
-rm -rf "$work" && mkdir -p "$work"
-config=$here/Inputs/tp-$model.json
 batch=2 seq=16 steps=5 lr=3e-4
+source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
 context=$("$python" -c 'import json, sys; c = json.load(open(sys.argv[1]));
 print(c.get("n_positions", c.get("max_position_embeddings")))' "$config")
-# AdamW moves GPT-2's key biases (zero gradient) by at most about lr a step.
-keybias="--key-bias-bound $(awk -v lr=$lr -v s=$steps 'BEGIN { print 2 * lr * s }')"
-"$bin/tpc-tokenize" "$here/../tp-run/Inputs/text.txt" -o "$work/text.tokens" > /dev/null
-"$bin/tpc-import" "$config" --batch $batch --seq $seq -o "$work/model.mlir"
-train() { # RANKS PLAN OUT [tp-run flags...]
-  local ranks=$1 plan=$2 out=$3
-  shift 3
-  timeout 120 mpirun -np "$ranks" --oversubscribe "$bin/tp-run" "$plan" \
-    --data "${data:-$work/text.tokens}" --lr $lr --warmup 0 --decay-steps $steps \
-    --metrics "$out.json" "$@" > "$out.log"
-}
 
 "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/one.tpplan"
 train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"

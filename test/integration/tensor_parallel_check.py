@@ -130,9 +130,7 @@ def volume(args):
     config = json.load(open(args.config))
     want = expected_volume(config, args.ranks, args.batch, args.seq,
                            args.seq_parallel)
-    metrics = json.load(open(args.metrics))
-    runtime = {k: v["bytes_per_step"]
-               for k, v in metrics["communication"].items() if v["bytes"] > 0}
+    runtime = runtime_volume(args.metrics)
     static = static_volume(args.static)
     want = {k: v for k, v in want.items() if v > 0}
     print(f"volume per rank per step: formula {want}, runtime {runtime}, "
@@ -141,6 +139,13 @@ def volume(args):
         if sorted(got) != sorted(want) or any(
                 abs(got[k] - want[k]) > 1e-6 * want[k] for k in want):
             sys.exit(f"volume: the {name} bytes differ from the formula")
+
+
+def runtime_volume(path):
+    """tp-run's metrics: bytes per step per collective kind."""
+    metrics = json.load(open(path))
+    return {k: v["bytes_per_step"]
+            for k, v in metrics["communication"].items() if v["bytes"] > 0}
 
 
 def static_volume(path):
@@ -222,9 +227,7 @@ def layer_volume(args):
 
 
 def same_volume(args):
-    metrics = json.load(open(args.metrics))
-    runtime = {k: v["bytes_per_step"]
-               for k, v in metrics["communication"].items() if v["bytes"] > 0}
+    runtime = runtime_volume(args.metrics)
     static = static_volume(args.static)
     print(f"volume per rank per step: runtime {runtime}, static {static}")
     if sorted(runtime) != sorted(static) or any(
