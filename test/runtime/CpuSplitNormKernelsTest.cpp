@@ -46,6 +46,18 @@ std::vector<T> columns(const std::vector<T> &x, int64_t rows, int64_t blocks,
   return out;
 }
 
+/// Each block's result equals its columns of the whole-row reference
+/// `ref` [rows, blocks * cols] within `tolerance`.
+void expectBlocks(const std::vector<std::vector<float>> &got,
+                  const std::vector<double> &ref, int64_t rows, int64_t cols,
+                  double tolerance, const char *what) {
+  int64_t blocks = int64_t(got.size());
+  for (int64_t b = 0; b < blocks; ++b)
+    EXPECT_TRUE(closeToMax(got[size_t(b)], columns(ref, rows, blocks, cols, b),
+                           tolerance))
+        << what << " block " << b;
+}
+
 struct SplitCase {
   int64_t rows, blocks, cols; // cols per block
 };
@@ -83,10 +95,7 @@ TEST_F(SplitNorm, LayerNormMatchesWholeRows) {
       layerNormSplit(xb.data(), gamma.data() + b * cols, beta.data() + b * cols,
                      y[size_t(b)].data(), rows, cols, 1e-5f, gather);
     });
-    for (int64_t b = 0; b < blocks; ++b)
-      EXPECT_TRUE(
-          closeToMax(y[size_t(b)], columns(ref, rows, blocks, cols, b), 2e-5))
-          << "block " << b;
+    expectBlocks(y, ref, rows, cols, 2e-5, "output");
   }
 }
 
@@ -106,10 +115,7 @@ TEST_F(SplitNorm, RmsNormMatchesWholeRows) {
       rmsNormSplit(xb.data(), gamma.data() + b * cols, y[size_t(b)].data(),
                    rows, cols, 1e-6f, gather);
     });
-    for (int64_t b = 0; b < blocks; ++b)
-      EXPECT_TRUE(
-          closeToMax(y[size_t(b)], columns(ref, rows, blocks, cols, b), 2e-5))
-          << "block " << b;
+    expectBlocks(y, ref, rows, cols, 2e-5, "output");
   }
 }
 
@@ -136,17 +142,9 @@ TEST_F(SplitNorm, LayerNormGradMatchesWholeRows) {
                          dx[size_t(b)].data(), dgamma[size_t(b)].data(),
                          dbeta[size_t(b)].data(), rows, cols, 1e-5f, gather);
     });
-    for (int64_t b = 0; b < blocks; ++b) {
-      EXPECT_TRUE(closeToMax(dx[size_t(b)],
-                             columns(refDx, rows, blocks, cols, b), 2e-5))
-          << "inputGrad block " << b;
-      EXPECT_TRUE(closeToMax(dgamma[size_t(b)],
-                             columns(refGamma, 1, blocks, cols, b), 1e-5))
-          << "gammaGrad block " << b;
-      EXPECT_TRUE(closeToMax(dbeta[size_t(b)],
-                             columns(refBeta, 1, blocks, cols, b), 1e-5))
-          << "betaGrad block " << b;
-    }
+    expectBlocks(dx, refDx, rows, cols, 2e-5, "inputGrad");
+    expectBlocks(dgamma, refGamma, 1, cols, 1e-5, "gammaGrad");
+    expectBlocks(dbeta, refBeta, 1, cols, 1e-5, "betaGrad");
   }
 }
 
@@ -172,14 +170,8 @@ TEST_F(SplitNorm, RmsNormGradMatchesWholeRows) {
                        dx[size_t(b)].data(), dgamma[size_t(b)].data(), rows,
                        cols, 1e-6f, gather);
     });
-    for (int64_t b = 0; b < blocks; ++b) {
-      EXPECT_TRUE(closeToMax(dx[size_t(b)],
-                             columns(refDx, rows, blocks, cols, b), 2e-5))
-          << "inputGrad block " << b;
-      EXPECT_TRUE(closeToMax(dgamma[size_t(b)],
-                             columns(refGamma, 1, blocks, cols, b), 1e-5))
-          << "gammaGrad block " << b;
-    }
+    expectBlocks(dx, refDx, rows, cols, 2e-5, "inputGrad");
+    expectBlocks(dgamma, refGamma, 1, cols, 1e-5, "gammaGrad");
   }
 }
 
