@@ -309,6 +309,10 @@ void checkCollective(const StepCheck &c) {
     checkDim(c.step.dim());
     divide(c.step.dim());
     break;
+  case OpKind::RingSlice:
+    checkDim(c.step.dim());
+    divide(c.step.dim());
+    break;
   case OpKind::AllToAll:
     checkDim(c.step.dim());
     checkDim(c.step.target_dim());
@@ -317,10 +321,40 @@ void checkCollective(const StepCheck &c) {
     divide(c.step.target_dim());
     expected[c.step.dim()] *= n;
     break;
-  default: // AllReduce keeps the shape
+  default: // AllReduce and RingShiftStart keep the shape
     break;
   }
   c.requireShape(c.results[0], expected, "result");
+  if (c.step.kind() == OpKind::RingSlice && c.step.ring_step() < 0)
+    c.fail("ring step " + std::to_string(c.step.ring_step()) + " is negative");
+}
+
+/// RingShiftWait: the received block and the block sent, alike.
+void checkRingShiftWait(const StepCheck &c) {
+  c.requireShape(c.operands[1], c.operands[0].shape, "sent block");
+  c.requireShape(c.results[0], c.operands[0].shape, "result");
+}
+
+/// RingInsert: (dest, block) -> dest, the block one of n along `dim`.
+void checkRingInsert(const StepCheck &c) {
+  const int64_t n = c.gridAxes(/*allowNone=*/false, "grid axes");
+  const auto &dest = c.operands[0].shape;
+  const int64_t dim = c.step.dim();
+  if (dim < 0 || dim >= int64_t(dest.size()))
+    c.fail("dimension " + std::to_string(dim) + " is out of range");
+  if (dest[dim] % n != 0)
+    c.fail("dimension " + std::to_string(dim) + " of " + shapeString(dest) +
+           " does not divide among " + std::to_string(n) + " ranks");
+  if (c.step.ring_step() < 0)
+    c.fail("ring step " + std::to_string(c.step.ring_step()) + " is negative");
+  // A view of a parameter could be written through otherwise.
+  const uint32_t destId = c.step.operands()->Get(0);
+  if (c.program.tensors()->Get(destId)->storage() != plan::Storage::Arena)
+    c.fail("the destination must be an arena activation");
+  std::vector<int64_t> block = dest;
+  block[dim] /= n;
+  c.requireShape(c.operands[1], block, "block");
+  c.requireShape(c.results[0], dest, "result");
 }
 
 //===----------------------------------------------------------------------===//
@@ -382,6 +416,12 @@ constexpr std::array kOps = {
     op(OpKind::ReduceScatter, 1, 1, checkCollective),
     op(OpKind::AllToAll, 1, 1, checkCollective),
     op(OpKind::LocalSplit, 1, 1, checkCollective),
+    op(OpKind::RingShiftStart, 1, 1, checkCollective),
+    op(OpKind::RingShiftWait, 2, 1, checkRingShiftWait, {F, F},
+       ResultPlacement::AliasOperand),
+    op(OpKind::RingSlice, 1, 1, checkCollective),
+    op(OpKind::RingInsert, 2, 1, checkRingInsert, {F, F},
+       ResultPlacement::AliasOperand),
 };
 
 constexpr bool inEnumOrder() {

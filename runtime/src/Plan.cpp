@@ -102,6 +102,8 @@ private:
   std::string where;
   std::vector<TensorType> tensors;
   std::vector<bool> written;
+  /// Results of RingShiftStart steps whose RingShiftWait has not come yet.
+  std::set<uint32_t> inFlight;
 };
 
 void ProgramChecker::check() {
@@ -109,6 +111,9 @@ void ProgramChecker::check() {
   checkInputs();
   for (size_t i = 0; i < program.steps()->size(); ++i)
     checkStep(*program.steps()->Get(i), i);
+  if (!inFlight.empty())
+    fail(where + ": the ring shift into tensor " +
+         std::to_string(*inFlight.begin()) + " is never waited for");
   if (program.result_names() &&
       program.result_names()->size() != program.results()->size())
     fail(where + ": " + std::to_string(program.result_names()->size()) +
@@ -260,6 +265,14 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     if (!written[id])
       fail(at + ": reads tensor " + std::to_string(id) +
            " before any step writes it");
+    // A block in flight is read only by the wait that completes it.
+    const bool waits = step.kind() == plan::OpKind::RingShiftWait && i == 0;
+    if (waits && !inFlight.count(id))
+      fail(at + ": waits for tensor " + std::to_string(id) +
+           ", which no ring shift is receiving");
+    if (!waits && inFlight.count(id))
+      fail(at + ": reads tensor " + std::to_string(id) +
+           " while a ring shift is still receiving it");
     PlanDType expected = info->operandDTypes[i];
     if (tensors[id].dtype != expected)
       fail(at + ": operand " + std::to_string(i) + " must be " +
@@ -300,6 +313,10 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     written[id] = true;
     out.push_back(tensors[id]);
   }
+  if (step.kind() == plan::OpKind::RingShiftWait)
+    inFlight.erase(step.operands()->Get(0));
+  if (step.kind() == plan::OpKind::RingShiftStart)
+    inFlight.insert(step.results()->Get(0));
   info->check(StepCheck(plan, program, step, at, in, out));
 }
 

@@ -304,6 +304,48 @@ void GridComm::allToAll(const std::vector<int> &axes, std::span<const float> in,
         "MPI_Alltoall");
 }
 
+void GridComm::startShift(const std::vector<int> &axes,
+                          std::span<const float> in, std::span<float> out) {
+  const CommGroup &g = group(axes);
+  const int n = g.size;
+  if (in.size() != out.size())
+    throw std::invalid_argument(
+        "startShift: sends " + std::to_string(in.size()) +
+        " floats but receives " + std::to_string(out.size()));
+  if (shifts.count(out.data()))
+    throw std::invalid_argument(
+        "startShift: a shift is already receiving into this buffer");
+  const int count = mpiCount(in.size(), "startShift");
+  account("ring_shift", n == 1 ? 0.0 : 1.0, in.size());
+  std::array<MPI_Request, 2> requests = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  if (n == 1 || count == 0) {
+    copyFloats(in, out);
+  } else {
+    // One tag for every ring step: MPI matches the messages of a pair of
+    // ranks in order, as every rank starts its shifts in the same order.
+    constexpr int kRingTag = 17;
+    const int next = (g.rank + 1) % n, previous = (g.rank + n - 1) % n;
+    check(MPI_Irecv(out.data(), count, MPI_FLOAT, previous, kRingTag, g.comm,
+                    &requests[0]),
+          "MPI_Irecv");
+    check(MPI_Isend(in.data(), count, MPI_FLOAT, next, kRingTag, g.comm,
+                    &requests[1]),
+          "MPI_Isend");
+  }
+  shifts.emplace(out.data(), requests);
+}
+
+void GridComm::finishShift(std::span<float> out) {
+  auto found = shifts.find(out.data());
+  if (found == shifts.end())
+    throw std::invalid_argument(
+        "finishShift: no shift is receiving into this buffer");
+  std::array<MPI_Request, 2> requests = found->second;
+  shifts.erase(found);
+  if (requests[0] != MPI_REQUEST_NULL || requests[1] != MPI_REQUEST_NULL)
+    check(MPI_Waitall(2, requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
 void GridComm::broadcast(const std::vector<int> &axes, std::span<float> data,
                          int root) {
   const CommGroup &g = group(axes);

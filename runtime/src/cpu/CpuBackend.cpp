@@ -434,6 +434,58 @@ void allToAll(const Dispatch &d) {
 }
 
 //===----------------------------------------------------------------------===//
+// Ring steps of collective matmuls: a shift starts here and completes in its
+// wait, so the kernels queued between them overlap the transfer.
+//===----------------------------------------------------------------------===//
+
+/// An AliasOperand result the plan placed elsewhere starts as a copy.
+void copyIfMoved(const TensorBinding &operand, const TensorBinding &result) {
+  if (result.data != operand.data)
+    std::memmove(result.data, operand.data,
+                 size_t(result.elements) * sizeof(float));
+}
+
+void ringShiftStart(const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  commOf(d).startShift(groupAxes(d), {in.f32(), size_t(in.elements)},
+                       {out.f32(), size_t(out.elements)});
+}
+
+void ringShiftWait(const Dispatch &d) {
+  const TensorBinding &received = d.operands[0], &out = d.results[0];
+  commOf(d).finishShift({received.f32(), size_t(received.elements)});
+  copyIfMoved(received, out);
+}
+
+/// Offsets of block (r - ring_step) mod n of `dim` in a tensor of `shape`,
+/// with blocks `block` long.
+std::vector<int64_t> ringBlockOffsets(const Dispatch &d,
+                                      std::span<const int64_t> shape,
+                                      int64_t block) {
+  const CommGroup &g = commOf(d).group(groupAxes(d));
+  const int64_t n = g.size, step = d.step.ring_step() % n;
+  std::vector<int64_t> offsets(shape.size(), 0);
+  offsets[d.step.dim()] = ((g.rank - step + n) % n) * block;
+  return offsets;
+}
+
+void ringSlice(const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  cpu::slice(in.f32(), in.shape,
+             ringBlockOffsets(d, in.shape, out.shape[d.step.dim()]), out.f32(),
+             out.shape);
+}
+
+void ringInsert(const Dispatch &d) {
+  // The result is the destination's storage (operand 0), updated in place.
+  const TensorBinding &block = d.operands[1], &out = d.results[0];
+  copyIfMoved(d.operands[0], out);
+  cpu::insert(block.f32(), block.shape,
+              ringBlockOffsets(d, out.shape, block.shape[d.step.dim()]),
+              out.f32(), out.shape);
+}
+
+//===----------------------------------------------------------------------===//
 // The backend
 //===----------------------------------------------------------------------===//
 
@@ -479,6 +531,10 @@ KernelTable makeKernels() {
   set(OpKind::ReduceScatter, reduceScatter);
   set(OpKind::AllToAll, allToAll);
   set(OpKind::LocalSplit, localSplit);
+  set(OpKind::RingShiftStart, ringShiftStart);
+  set(OpKind::RingShiftWait, ringShiftWait);
+  set(OpKind::RingSlice, ringSlice);
+  set(OpKind::RingInsert, ringInsert);
   // Every kind the loader accepts must run here.
   for (const OpInfo &info : opTable())
     if (!k[size_t(info.kind)])

@@ -123,32 +123,41 @@ void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
   });
 }
 
-void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
-           float *out, Shape outShape) {
-  size_t rank = inShape.size();
-  checkWindow("slice", inShape, outShape, offsets);
-  int64_t total = product(outShape);
+namespace {
+
+/// Copies the window of `whole` at `offsets` (of `window`'s shape) out of it
+/// (`fromWhole`) or into it: slice and insert share the row walk.
+void copyWindow(const char *what, float *whole, Shape wholeShape, float *window,
+                Shape windowShape, std::span<const int64_t> offsets,
+                bool fromWhole) {
+  size_t rank = wholeShape.size();
+  checkWindow(what, wholeShape, windowShape, offsets);
+  int64_t total = product(windowShape);
   if (total == 0)
     return;
-  std::vector<int64_t> inStrides = contiguousStrides(inShape);
+  std::vector<int64_t> wholeStrides = contiguousStrides(wholeShape);
+  auto copy = [&](int64_t windowAt, int64_t wholeAt, int64_t count) {
+    float *to = fromWhole ? window + windowAt : whole + wholeAt;
+    const float *from = fromWhole ? whole + wholeAt : window + windowAt;
+    std::memcpy(to, from, sizeof(float) * size_t(count));
+  };
   // Rows: the innermost dims copied in full plus the first partial one going
   // outward are contiguous in both tensors.
   size_t k = rank;
   int64_t rowLen = 1;
   while (k > 0) {
     --k;
-    rowLen *= outShape[k];
-    if (outShape[k] != inShape[k])
+    rowLen *= windowShape[k];
+    if (windowShape[k] != wholeShape[k])
       break;
   }
   int64_t base = 0;
   for (size_t d = 0; d < rank; ++d)
-    base += offsets[d] * inStrides[d];
+    base += offsets[d] * wholeStrides[d];
   int64_t rows = total / rowLen;
   if (rows == 1) {
     parallelFor(rowLen, kElementGrain, [&](int64_t begin, int64_t end) {
-      std::memcpy(out + begin, in + base + begin,
-                  sizeof(float) * size_t(end - begin));
+      copy(begin, base + begin, end - begin);
     });
     return;
   }
@@ -156,22 +165,36 @@ void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
     std::vector<int64_t> index(k);
     int64_t offset = base, rest = begin;
     for (size_t d = k; d-- > 0;) {
-      index[d] = rest % outShape[d];
-      rest /= outShape[d];
-      offset += index[d] * inStrides[d];
+      index[d] = rest % windowShape[d];
+      rest /= windowShape[d];
+      offset += index[d] * wholeStrides[d];
     }
     for (int64_t row = begin; row < end; ++row) {
-      std::memcpy(out + row * rowLen, in + offset,
-                  sizeof(float) * size_t(rowLen));
+      copy(row * rowLen, offset, rowLen);
       for (size_t d = k; d-- > 0;) {
-        offset += inStrides[d];
-        if (++index[d] < outShape[d])
+        offset += wholeStrides[d];
+        if (++index[d] < windowShape[d])
           break;
-        offset -= inStrides[d] * outShape[d];
+        offset -= wholeStrides[d] * windowShape[d];
         index[d] = 0;
       }
     }
   });
+}
+
+} // namespace
+
+void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
+           float *out, Shape outShape) {
+  // Read only: fromWhole never writes `whole`.
+  copyWindow("slice", const_cast<float *>(in), inShape, out, outShape, offsets,
+             /*fromWhole=*/true);
+}
+
+void insert(const float *in, Shape inShape, std::span<const int64_t> offsets,
+            float *out, Shape outShape) {
+  copyWindow("insert", out, outShape, const_cast<float *>(in), inShape, offsets,
+             /*fromWhole=*/false);
 }
 
 namespace {

@@ -230,7 +230,8 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
   static const std::pair<StringRef, DimSetter> dims[] = {
       {"dim", &fb::StepBuilder::add_dim},
       {"source_dim", &fb::StepBuilder::add_dim},
-      {"target_dim", &fb::StepBuilder::add_target_dim}};
+      {"target_dim", &fb::StepBuilder::add_target_dim},
+      {"ring_step", &fb::StepBuilder::add_ring_step}};
 
   // Sets the field when the step is built (after its vectors).
   auto defer = [&](auto set, auto v) {

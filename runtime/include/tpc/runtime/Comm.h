@@ -23,6 +23,9 @@
 //   reduce-scatter  (n-1)/n * T, T = the full input, n * count * 4 bytes
 //   all-reduce     2(n-1)/n * T, T = the buffer
 //   all-to-all      (n-1)/n * T, T = one rank's whole send buffer
+//   ring shift      T, T = the block sent: n-1 shifts of a block (a ring
+//                   step of a collective matmul) move what an all-gather
+//                   of the blocks or a reduce-scatter of their sum moves
 //   broadcast       (n-1)/n * T, T = the buffer: the SUMMA rule ("the (n-1)
 //                   panels a rank receives") spread over the n broadcasts of
 //                   a panel loop, in which every rank is the root once.
@@ -34,6 +37,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -141,11 +145,21 @@ public:
   /// rank order, over the whole grid. For moving state outside the training
   /// step (checkpoints, exports): not counted in stats().
   void gatherState(std::span<const float> in, std::span<float> out);
+  /// Starts one ring step over the group: `in` goes to group rank r+1 and
+  /// `out` (as large) receives rank r-1's block. Returns at once;
+  /// finishShift(out) completes it. Until then `in` must not be written nor
+  /// `out` touched. Throws std::invalid_argument for unequal sizes or an
+  /// `out` already receiving.
+  void startShift(const std::vector<int> &axes, std::span<const float> in,
+                  std::span<float> out);
+  /// Waits for the shift receiving into `out`; throws std::invalid_argument
+  /// if none is.
+  void finishShift(std::span<float> out);
   /// `data` on group rank `root` is copied to every rank of the group.
   void broadcast(const std::vector<int> &axes, std::span<float> data, int root);
 
   /// Totals per kind: "all_gather", "all_reduce", "all_to_all", "broadcast",
-  /// "reduce_scatter" (kinds not yet called are absent).
+  /// "reduce_scatter", "ring_shift" (kinds not yet called are absent).
   std::map<std::string, CommStats> stats() const { return stats_; }
   void resetStats() { stats_.clear(); }
 
@@ -168,6 +182,8 @@ private:
   int rank_ = 0, size_ = 1;
   std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups;
   std::map<std::string, CommStats> stats_;
+  /// Ring shifts in flight, by receive buffer: (receive, send) requests.
+  std::map<const float *, std::array<MPI_Request, 2>> shifts;
 };
 
 } // namespace tpc::runtime

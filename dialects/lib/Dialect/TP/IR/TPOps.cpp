@@ -1259,6 +1259,117 @@ std::optional<unsigned> AdamWOp::getStorageOperand(unsigned result) {
 }
 bool AdamWOp::alwaysSharesStorage() { return false; }
 
+// A ring wait's result is the block its start received; a ring insert
+// updates its destination in place.
+std::optional<unsigned> RingShiftWaitOp::getStorageOperand(unsigned) {
+  return 0;
+}
+bool RingShiftWaitOp::alwaysSharesStorage() { return true; }
+std::optional<unsigned> RingInsertOp::getStorageOperand(unsigned) { return 0; }
+bool RingInsertOp::alwaysSharesStorage() { return true; }
+
+//===----------------------------------------------------------------------===//
+// Ring steps of collective matmuls
+//===----------------------------------------------------------------------===//
+
+/// Ring ops exist only in the per-rank program (tp-collective-matmul runs
+/// after tp-partition).
+static LogicalResult verifyPerRank(Operation *op) {
+  for (Type type :
+       llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
+    if (getDistLayout(type))
+      return op->emitOpError() << "belongs to the per-rank program; " << type
+                               << " carries a distribution layout";
+  return success();
+}
+
+LogicalResult RingShiftStartOp::verify() {
+  if (failed(verifyPerRank(*this)))
+    return failure();
+  Value result = getResult();
+  auto wait = result.hasOneUse()
+                  ? dyn_cast<RingShiftWaitOp>(*result.getUsers().begin())
+                  : RingShiftWaitOp();
+  if (!wait || wait.getReceived() != result)
+    return emitOpError() << "must have exactly one use, as the received "
+                            "block of a tp.ring_shift_wait";
+  return success();
+}
+
+LogicalResult
+RingShiftStartOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
+  return verifyCollectiveGrid(*this, getGridAttr(), getGridAxes(), symbolTables,
+                              [](ArrayRef<int64_t> input, int64_t) {
+                                return SmallVector<int64_t>(input);
+                              });
+}
+
+LogicalResult RingShiftWaitOp::verify() {
+  if (failed(verifyPerRank(*this)))
+    return failure();
+  auto start = getReceived().getDefiningOp<RingShiftStartOp>();
+  if (!start || start.getInput() != getSent())
+    return emitOpError() << "must wait for a tp.ring_shift_start of its "
+                            "second operand";
+  return success();
+}
+
+LogicalResult RingShiftWaitOp::verifySymbolUses(SymbolTableCollection &) {
+  return success();
+}
+
+/// `dim` in range of `shape`.
+static LogicalResult verifyRingDim(Operation *op, int64_t dim,
+                                   RankedTensorType type) {
+  if (dim < 0 || dim >= type.getRank())
+    return op->emitOpError()
+           << "dimension " << dim << " is out of range for " << type;
+  return success();
+}
+
+LogicalResult RingSliceOp::verify() {
+  if (failed(verifyPerRank(*this)))
+    return failure();
+  return verifyRingDim(*this, getDim(), tensorTypeOf(getInput()));
+}
+
+LogicalResult
+RingSliceOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
+  return verifyCollectiveGrid(*this, getGridAttr(), getGridAxes(), symbolTables,
+                              [&](ArrayRef<int64_t> input, int64_t ranks) {
+                                return divideDim(input, getDim(), ranks);
+                              });
+}
+
+LogicalResult RingInsertOp::verify() {
+  if (failed(verifyPerRank(*this)))
+    return failure();
+  if (!getDest().hasOneUse())
+    return emitOpError() << "updates its destination in place, which may "
+                            "have no other use";
+  return verifyRingDim(*this, getDim(), tensorTypeOf(getDest()));
+}
+
+LogicalResult
+RingInsertOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
+  // dest -> result keeps the shape; the block is dest's dimension over n.
+  SmallVector<int64_t> expected;
+  if (failed(verifyCollectiveGrid(*this, getGridAttr(), getGridAxes(),
+                                  symbolTables,
+                                  [&](ArrayRef<int64_t> dest, int64_t ranks) {
+                                    expected = divideDim(dest, getDim(), ranks);
+                                    return SmallVector<int64_t>(dest);
+                                  })))
+    return failure();
+  RankedTensorType block = tensorTypeOf(getBlock());
+  if (expected.empty() || ArrayRef<int64_t>(expected) != block.getShape() ||
+      block.getElementType() != tensorTypeOf(getDest()).getElementType())
+    return emitOpError() << "block " << block
+                         << " is not one of the equal blocks of dimension "
+                         << getDim() << " of " << getDest().getType();
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Vocabulary-parallel forms (VocabParallelOpInterface)
 //===----------------------------------------------------------------------===//

@@ -89,6 +89,10 @@ void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
 /// out = in[offsets[d] : offsets[d] + outShape[d]] per dim.
 void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
            float *out, Shape outShape);
+/// out[offsets[d] : offsets[d] + inShape[d]] = in per dim; the rest of `out`
+/// is left as it is.
+void insert(const float *in, Shape inShape, std::span<const int64_t> offsets,
+            float *out, Shape outShape);
 /// Sum (or mean) over `dims` (strictly increasing), which are removed.
 void reduce(const float *in, Shape inShape, std::span<const int64_t> dims,
             bool mean, float *out);

@@ -608,6 +608,100 @@ def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
   let hasCanonicalizer = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Collective matmul: ring steps (per-rank view only, from tp-collective-matmul)
+//===----------------------------------------------------------------------===//
+
+// One step of a ring over the group of `grid_axes` of `grid`: group rank r
+// sends to rank r+1 and receives from rank r-1 (mod n, the group size).
+// After i shifts a rank holds the block that started on rank r-i, so
+// `ring_step` i names block (r - i) mod n of a dimension cut into n blocks.
+// These ops exist only in the per-rank program: their types carry no
+// layouts.
+class TP_RingOp<string mnemonic, string desc, list<Trait> traits = []>
+    : TP_Op<mnemonic, !listconcat(traits, [TP_PlanOpInterface,
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  string planOpKind = "";
+  let summary = desc;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::llvm::StringRef getPlanOpKind() { return "}] # planOpKind # [{"; }
+  }];
+}
+
+// Not Pure: the pair moves data between ranks, so neither may be removed,
+// merged or reordered across the other.
+def TP_RingShiftStartOp : TP_RingOp<"ring_shift_start",
+    "Start sending a block to the next rank of a ring", [
+        AllTypesMatch<["input", "result"]>]> {
+  let planOpKind = "RingShiftStart";
+  let description = [{
+    Starts sending `input` to group rank r+1 and receiving the block of rank
+    r-1 into `result`, without waiting: the ops up to the matching
+    `tp.ring_shift_wait` (its only use) run while the block moves. `result`
+    may not be read before that wait, nor `input` written.
+  }];
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       DenseI64ArrayAttr:$grid_axes);
+  let results = (outs TP_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `over` $grid attr-dict `:` type($input)
+  }];
+}
+
+def TP_RingShiftWaitOp : TP_RingOp<"ring_shift_wait",
+    "Wait for a ring shift; its result is the received block", [
+        AllTypesMatch<["received", "sent", "result"]>,
+        DeclareOpInterfaceMethods<TP_StorageAliasOpInterface>]> {
+  let planOpKind = "RingShiftWait";
+  let description = [{
+    Completes the `tp.ring_shift_start` that defines `received` and sent
+    `sent` (its input, named again so that its storage stays alive until the
+    send is done). The result is `received`'s storage, now valid.
+  }];
+  let arguments = (ins TP_AnyTensor:$received, TP_AnyTensor:$sent);
+  let results = (outs TP_AnyTensor:$result);
+  let assemblyFormat = [{
+    $received `,` $sent attr-dict `:` type($result)
+  }];
+}
+
+def TP_RingSliceOp : TP_RingOp<"ring_slice",
+    "The block of a dimension a ring step works on", [Pure]> {
+  let planOpKind = "RingSlice";
+  let description = [{
+    Block (r - `ring_step`) mod n of dimension `dim`, cut into n equal blocks
+    (n the group size, r this rank's index in the group).
+  }];
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       I64Attr:$dim, DenseI64ArrayAttr:$grid_axes,
+                       I64Attr:$ring_step);
+  let results = (outs TP_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `over` $grid attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def TP_RingInsertOp : TP_RingOp<"ring_insert",
+    "Write a ring step's block into its place, in place", [
+        AllTypesMatch<["dest", "result"]>,
+        DeclareOpInterfaceMethods<TP_StorageAliasOpInterface>]> {
+  let planOpKind = "RingInsert";
+  let description = [{
+    `dest` with block (r - `ring_step`) mod n of dimension `dim` replaced by
+    `block`. The result is `dest`'s storage, updated in place, so `dest` may
+    have no other use.
+  }];
+  let arguments = (ins TP_AnyTensor:$dest, TP_AnyTensor:$block,
+                       FlatSymbolRefAttr:$grid, I64Attr:$dim,
+                       DenseI64ArrayAttr:$grid_axes, I64Attr:$ring_step);
+  let results = (outs TP_AnyTensor:$result);
+  let assemblyFormat = [{
+    $block `into` $dest `over` $grid attr-dict `:` type($block) `->`
+    type($dest)
+  }];
+}
+
 def TP_RedistributeOp : TP_ComputeOp<"redistribute"> {
   let summary = "Change a value's distribution layout";
   let description = [{
