@@ -34,10 +34,15 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     shard.seqParallel = options.seqParallel;
     pm.addPass(createTPShard(shard));
     pm.addPass(createTPLowerCollectives());
-    // The static volume per rank, as remarks; tp-run counts the same.
-    pm.addPass(createTPReportCommunication());
   }
   pm.addPass(createTPPartition());
+  if (options.mode != ParallelMode::None) {
+    if (options.collectiveMatmul)
+      pm.addPass(createTPCollectiveMatmul());
+    // The static volume per rank of the program that runs, as remarks;
+    // tp-run counts the same.
+    pm.addPass(createTPReportCommunication());
+  }
   pm.addPass(createTPPlanMemory());
   return success();
 }

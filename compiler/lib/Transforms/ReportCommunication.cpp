@@ -60,15 +60,27 @@ struct TPReportCommunication
           failedLayout = true;
           return;
         }
+        // In the per-rank program the axes are attributes (tp-partition).
+        bool perRank = false;
+        for (StringRef name : {TPDialect::VocabAxesAttrHelper::getNameStr(),
+                               TPDialect::FeatureAxesAttrHelper::getNameStr()})
+          if (auto axes = op->getAttrOfType<DenseI64ArrayAttr>(name);
+              axes && kernelAxes->empty()) {
+            kernelAxes = SmallVector<int64_t>(axes.asArrayRef());
+            perRank = true;
+          }
         if (!gathers.empty() && !kernelAxes->empty()) {
           auto rows = cast<RankedTensorType>(op->getOperand(0).getType());
           double n = 1;
           for (int64_t axis : *kernelAxes)
             n *= double(gridShape[axis]);
           // Rows of this rank's operand: its elements over its features.
+          double localFeatures = double(rows.getShape().back());
+          if (!perRank)
+            localFeatures /= n;
           double localRows = localBytes(rows, gridShape) /
                              (rows.getElementTypeBitWidth() / 8) /
-                             (double(rows.getShape().back()) / n);
+                             localFeatures;
           Volume &v = volumes["all_gather"];
           for (int64_t floats : gathers) {
             v.calls += 1;
@@ -77,7 +89,7 @@ struct TPReportCommunication
           return;
         }
         auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
-        if (!axesAttr || op->getNumOperands() != 1)
+        if (!axesAttr)
           return;
         double n = 1;
         for (int64_t axis : axesAttr.asArrayRef())
@@ -100,6 +112,12 @@ struct TPReportCommunication
                 .Case([&](ReduceScatterOp) {
                   return std::make_pair(std::string("reduce_scatter"),
                                         fraction * localBytes(in, gridShape));
+                })
+                .Case([&](RingShiftStartOp) {
+                  // One block to the next rank (none over one rank).
+                  return std::make_pair(std::string("ring_shift"),
+                                        n > 1 ? localBytes(in, gridShape)
+                                              : 0.0);
                 })
                 .Case([&](AllToAllOp) {
                   return std::make_pair(std::string("all_to_all"),

@@ -21,6 +21,13 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Sequence parallelism: split layer-norm and residual "
                      "regions along the sequence (needs a mode)"),
       llvm::cl::init(false)};
+  Option<bool> collectiveMatmul{
+      *this, "collective-matmul",
+      llvm::cl::desc("Decompose all-gathers feeding matmuls and matmuls "
+                     "feeding reduce-scatters into ring steps that overlap "
+                     "the transfers with the GEMMs (tp-collective-matmul; "
+                     "with a mode)"),
+      llvm::cl::init(true)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),

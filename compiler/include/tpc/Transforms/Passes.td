@@ -132,6 +132,37 @@ def TPLowerCollectives : Pass<"tp-lower-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPCollectiveMatmul : Pass<"tp-collective-matmul", "::mlir::ModuleOp"> {
+  let summary = "Overlap gathers and reduce-scatters with their matmuls";
+  let description = [{
+    Per-rank programs only (after tp-partition). A collective over a group
+    of n ranks next to a matmul becomes the n steps of a ring (SUMMA panels,
+    the collective matmul of windowed einsums), each starting the shift of
+    one block to the next rank (`tp.ring_shift_start`), multiplying the
+    block it holds, and waiting for the shift (`tp.ring_shift_wait`), so the
+    transfer runs behind the GEMM. The bytes moved are the collective's
+    (n-1 shifts of one block).
+
+    - `tp.all_gather` feeding `tp.matmul`s: step i multiplies the block that
+      started on group rank r-i. Gathered along a free dimension (M, N or a
+      batch dimension) the product is that block of the result
+      (`tp.ring_insert`, in place); along the contraction the products are
+      summed, the other operand cut alike (`tp.ring_slice`). Every matmul
+      use whose other operand exists at the first one (views of weights are
+      moved up) shares the ring; other uses get the gathered value rebuilt
+      from the same blocks, and so the full operand stays in memory only
+      when some use needs it.
+    - `tp.matmul` whose only use is a `tp.reduce_scatter`: step i computes
+      the partial block r-i-1 from a slice of the operand that produces the
+      scattered dimension, adds the running sum received from rank r-1 and
+      passes it on; after n steps each rank holds its own reduced block.
+
+    tp-plan-memory then keeps only the live blocks: the one held, the one
+    arriving, and the destination.
+  }];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPReportCommunication
     : Pass<"tp-report-communication", "::mlir::ModuleOp"> {
   let summary = "Report each function's communication volume per rank";
