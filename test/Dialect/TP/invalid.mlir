@@ -845,3 +845,60 @@ func.func @layer_not_an_integer(%x: tensor<4xf32>) -> tensor<4xf32> {
 // expected-error @+1 {{'builtin.module' op 'tp.layer' belongs on an operation, not on the module}}
 module attributes {tp.layer = 0} {
 }
+
+// -----
+
+tp.grid @g [4]
+func.func @shift_never_waited(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'tp.ring_shift_start' op must have exactly one use, as the received block of a tp.ring_shift_wait}}
+  %0 = tp.ring_shift_start %x over @g {grid_axes = array<i64: 0>} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+tp.grid @g [4]
+func.func @wait_for_another_block(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = tp.ring_shift_start %x over @g {grid_axes = array<i64: 0>} : tensor<4xf32>
+  // expected-error @+1 {{'tp.ring_shift_wait' op must wait for a tp.ring_shift_start of its second operand}}
+  %1 = tp.ring_shift_wait %0, %y : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+
+// -----
+
+tp.grid @g [4]
+func.func @insert_not_in_place(%x: tensor<2xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %0 = tp.constant 0.0 : tensor<8xf32>
+  // expected-error @+1 {{'tp.ring_insert' op updates its destination in place, which may have no other use}}
+  %1 = tp.ring_insert %x into %0 over @g {dim = 0 : i64, grid_axes = array<i64: 0>, ring_step = 0 : i64} : tensor<2xf32> -> tensor<8xf32>
+  return %0, %1 : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+tp.grid @g [4]
+func.func @insert_wrong_block(%x: tensor<4xf32>) -> tensor<8xf32> {
+  %0 = tp.constant 0.0 : tensor<8xf32>
+  // expected-error @+1 {{'tp.ring_insert' op block 'tensor<4xf32>' is not one of the equal blocks of dimension 0 of 'tensor<8xf32>'}}
+  %1 = tp.ring_insert %x into %0 over @g {dim = 0 : i64, grid_axes = array<i64: 0>, ring_step = 0 : i64} : tensor<4xf32> -> tensor<8xf32>
+  return %1 : tensor<8xf32>
+}
+
+// -----
+
+tp.grid @g [4]
+func.func @slice_not_a_block(%x: tensor<8xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'tp.ring_slice' op local result 'tensor<4xf32>' does not match the local input 'tensor<8xf32>' over 4 ranks}}
+  %0 = tp.ring_slice %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>, ring_step = 1 : i64} : tensor<8xf32> -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+tp.grid @g [4]
+func.func @ring_in_the_global_view(%x: tensor<8xf32, #tp.dist<@g, [[0]]>>) -> tensor<2xf32> {
+  // expected-error @+1 {{'tp.ring_slice' op belongs to the per-rank program;}}
+  %0 = tp.ring_slice %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>, ring_step = 1 : i64} : tensor<8xf32, #tp.dist<@g, [[0]]>> -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
