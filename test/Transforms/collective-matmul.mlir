@@ -102,8 +102,13 @@ func.func @shared_ring(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %v: tensor<8x2
 }
 
 // Left alone: a use before the first matmul would need the whole value
-// first; a group of one rank has nothing to move.
+// first; a product block larger than the gathered operand (a vocabulary
+// head) would cost more memory than the ring saves; a group of one rank has
+// nothing to move.
 // CHECK-LABEL: func.func @used_before
+// CHECK-NEXT: tp.all_gather
+// CHECK-NOT: ring
+// CHECK-LABEL: func.func @wide_head
 // CHECK-NEXT: tp.all_gather
 // CHECK-NOT: ring
 // CHECK-LABEL: func.func @one_rank
@@ -114,6 +119,12 @@ func.func @used_before(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> (tensor<8x8
   %1 = tp.gelu %0 : tensor<8x8xf32>
   %2 = tp.matmul %0, %w : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
   return %1, %2 : tensor<8x8xf32>, tensor<8x16xf32>
+}
+
+func.func @wide_head(%x: tensor<4x8xf32>, %w: tensor<8x64xf32>) -> tensor<8x64xf32> {
+  %0 = tp.all_gather %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<4x8xf32> -> tensor<8x8xf32>
+  %1 = tp.matmul %0, %w : (tensor<8x8xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  return %1 : tensor<8x64xf32>
 }
 
 tp.grid @one [1]

@@ -201,6 +201,33 @@ TEST(Grid1D, Accounting) {
   EXPECT_TRUE(grid.stats().empty());
 }
 
+// Ring shifts: every rank receives rank r-1's block; two shifts may be in
+// flight at once and complete in any order; each counts its block's bytes.
+TEST(Grid1D, RingShift) {
+  const int n = world().size(), r = world().rank();
+  GridComm grid({n});
+  std::vector<float> a(5), b(3), fromA(5), fromB(3);
+  for (size_t k = 0; k < a.size(); ++k)
+    a[k] = float(100 * r + int(k));
+  for (size_t k = 0; k < b.size(); ++k)
+    b[k] = float(-100 * r - int(k));
+  grid.startShift({0}, a, fromA);
+  EXPECT_THROW(grid.startShift({0}, a, fromA), std::invalid_argument);
+  grid.startShift({0}, b, fromB);
+  grid.finishShift(fromB);
+  grid.finishShift(fromA);
+  EXPECT_THROW(grid.finishShift(fromA), std::invalid_argument);
+  const int previous = (r + n - 1) % n;
+  for (size_t k = 0; k < a.size(); ++k)
+    EXPECT_EQ(fromA[k], float(100 * previous + int(k))) << k;
+  for (size_t k = 0; k < b.size(); ++k)
+    EXPECT_EQ(fromB[k], float(-100 * previous - int(k))) << k;
+  EXPECT_THROW(grid.startShift({0}, a, fromB), std::invalid_argument);
+  auto stats = grid.stats();
+  EXPECT_EQ(stats["ring_shift"].calls, 2); // rejected starts do not count
+  EXPECT_DOUBLE_EQ(stats["ring_shift"].bytes, n == 1 ? 0.0 : 4.0 * (5 + 3));
+}
+
 TEST(Grid1D, InPlace) {
   const int n = world().size(), r = world().rank();
   GridComm grid({n});

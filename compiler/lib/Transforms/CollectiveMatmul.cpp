@@ -42,6 +42,10 @@ OperandDims operandDims(MatmulOp matmul, unsigned operand) {
                   : OperandDims{rank - 2, rank - 1};
 }
 
+int64_t elementCount(Value value) {
+  return cast<RankedTensorType>(value.getType()).getNumElements();
+}
+
 int64_t rankOf(Value value) {
   return cast<RankedTensorType>(value.getType()).getRank();
 }
@@ -176,7 +180,11 @@ void TPCollectiveMatmul::decomposeGather(AllGatherOp gather) {
         continue;
       std::optional<GatheredUse> use =
           classifyGatheredUse(matmul, operand, dim);
-      if (!use)
+      // A block of the product lives next to the whole product: worth it
+      // only when that block is no larger than the gathered operand the
+      // ring saves (not so for a vocabulary-sized head).
+      if (!use || (!use->contraction && elementCount(matmul.getResult()) / n >
+                                            elementCount(gathered)))
         continue;
       if (point && !hoistViewsBefore(matmul->getOperand(1 - operand), point))
         continue;

@@ -151,7 +151,9 @@ def TPCollectiveMatmul : Pass<"tp-collective-matmul", "::mlir::ModuleOp"> {
       use whose other operand exists at the first one (views of weights are
       moved up) shares the ring; other uses get the gathered value rebuilt
       from the same blocks, and so the full operand stays in memory only
-      when some use needs it.
+      when some use needs it. A matmul whose product block would be larger
+      than the gathered operand (a vocabulary-sized head) keeps the gather:
+      the ring would add that block to the product's memory.
     - `tp.matmul` whose only use is a `tp.reduce_scatter`: step i computes
       the partial block r-i-1 from a slice of the operand that produces the
       scattered dimension, adds the running sum received from rank r-1 and
