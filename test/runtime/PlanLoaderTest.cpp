@@ -382,6 +382,39 @@ TEST(PlanLoader, RejectsUnknownKindsAndWrongArity) {
   expectRejected(adamw, "expected 7 operands and 3 results, got 1 and 1");
 }
 
+// A ring shift's receive buffer is read only by the wait that completes it,
+// every shift is waited for, and an insert writes only arena activations.
+TEST(PlanLoader, RejectsMisusedRingShifts) {
+  PlanSpec base;
+  base.tensors.push_back({fb::DType::F32,
+                          {2, 3, 4},
+                          fb::Storage::Arena,
+                          128,
+                          0}); // tensor 5: the block received
+  const PlanSpec::S start = {fb::OpKind::RingShiftStart, {2}, {5}, false, {0}};
+  PlanSpec unwaited = base;
+  unwaited.steps.insert(unwaited.steps.begin() + 1, start);
+  expectRejected(unwaited, "the ring shift into tensor 5 is never waited for");
+  PlanSpec early = unwaited;
+  early.steps[2].operands = {5, 0}; // the matmul reads the block in flight
+  expectRejected(early, "step 2 (Matmul): reads tensor 5 while a ring shift "
+                        "is still receiving it");
+  PlanSpec nothing = base;
+  nothing.steps.insert(nothing.steps.begin() + 1,
+                       {fb::OpKind::RingShiftWait, {2, 2}, {5}});
+  expectRejected(nothing,
+                 "waits for tensor 2, which no ring shift is receiving");
+  PlanSpec intoParam = base;
+  intoParam.steps.insert(intoParam.steps.begin() + 1,
+                         {fb::OpKind::RingInsert, {0, 0}, {0}, false, {0}});
+  expectRejected(intoParam, "the destination must be an arena activation");
+  // Started, then waited: accepted.
+  PlanSpec waited = unwaited;
+  waited.steps.insert(waited.steps.begin() + 2,
+                      {fb::OpKind::RingShiftWait, {5, 2}, {5}});
+  EXPECT_NO_THROW(load(waited.build()));
+}
+
 TEST(PlanLoader, RejectsBadVocabularyAxes) {
   PlanSpec outside;
   outside.steps[0].ints = {1}; // the grid has one axis
