@@ -183,11 +183,16 @@ void rotary(const Dispatch &d) {
               d.step.inverse());
 }
 
+/// An AliasOperand result the plan placed elsewhere starts as a copy.
+void copyIfMoved(const TensorBinding &operand, const TensorBinding &result) {
+  if (result.data != operand.data)
+    std::memmove(result.data, operand.data,
+                 size_t(result.elements) * sizeof(float));
+}
+
 void reshape(const Dispatch &d) {
   // A view: nothing to do when the result aliases its operand.
-  if (d.results[0].data != d.operands[0].data)
-    std::memmove(d.results[0].data, d.operands[0].data,
-                 size_t(d.results[0].elements) * sizeof(float));
+  copyIfMoved(d.operands[0], d.results[0]);
 }
 
 void transpose(const Dispatch &d) {
@@ -437,13 +442,6 @@ void allToAll(const Dispatch &d) {
 // Ring steps of collective matmuls: a shift starts here and completes in its
 // wait, so the kernels queued between them overlap the transfer.
 //===----------------------------------------------------------------------===//
-
-/// An AliasOperand result the plan placed elsewhere starts as a copy.
-void copyIfMoved(const TensorBinding &operand, const TensorBinding &result) {
-  if (result.data != operand.data)
-    std::memmove(result.data, operand.data,
-                 size_t(result.elements) * sizeof(float));
-}
 
 void ringShiftStart(const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
