@@ -48,18 +48,7 @@ for scheme in "${schemes[@]}"; do
 done
 
 # Median step (after the first) and communication seconds per step.
-summary() {
-  python3 - "$1" <<'PY'
-import json, statistics, sys
-m = json.load(open(sys.argv[1]))
-steps = [r["seconds"] for r in m["loss_curve"]][1:]
-n = len(m["loss_curve"])
-comm = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll",
-        "RingShiftStart", "RingShiftWait")
-seconds = sum(v["seconds"] for k, v in m["ops"].items() if k in comm) / n
-print(f"{statistics.median(steps):.4f} {seconds:.4f}")
-PY
-}
+summary() { python3 "$root/bench/step_summary.py" "$1"; }
 
 for scheme in "${schemes[@]}"; do
   IFS=: read -r name ranks options <<< "$scheme"
@@ -71,7 +60,7 @@ for scheme in "${schemes[@]}"; do
         -x OPENBLAS_CORETYPE -x OPENBLAS_NUM_THREADS=1 \
         "$build/bin/tp-run" "$work/$name-$cm.tpplan" --data "$work/text.tokens" \
         --steps "$steps" --threads 1 --metrics "$work/$name-$cm.json" > /dev/null
-      read -r s c < <(summary "$work/$name-$cm.json")
+      read -r s c _ < <(summary "$work/$name-$cm.json")
       step[$cm]+="$s "; comm[$cm]+="$c "
     done
   done

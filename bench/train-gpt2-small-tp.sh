@@ -31,22 +31,8 @@ for sp in false true; do
     --tp-pipeline="mode=1d grid=2 seq-parallel=$sp" 2> "$work/tp2-sp-$sp.remarks"
 done
 
-# Median seconds of the steps after the first (warm-up), the collectives'
-# seconds per step, and bytes per step by kind, from a metrics file.
-summary() {
-  python3 - "$1" <<'PY'
-import json, statistics, sys
-m = json.load(open(sys.argv[1]))
-steps = [r["seconds"] for r in m["loss_curve"]][1:]
-n = len(m["loss_curve"])
-collective = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "LocalSplit")
-comm = sum(v["seconds"] for k, v in m["ops"].items() if k in collective) / n
-sent = {k: v["bytes_per_step"] for k, v in m["communication"].items()
-        if v["bytes"]}
-print(f"{statistics.median(steps):.3f} {comm:.3f} "
-      f"{json.dumps(sent, sort_keys=True).replace(' ', '')}")
-PY
-}
+# Median step, communication seconds per step and bytes per step by kind.
+summary() { python3 "$root/bench/step_summary.py" "$1"; }
 run() { # NAME RANKS THREADS PLAN
   local name=$1 ranks=$2 threads=$3 plan=$4
   # One core per single-threaded rank; a two-thread rank gets both.
