@@ -902,3 +902,42 @@ func.func @ring_in_the_global_view(%x: tensor<8xf32, #tp.dist<@g, [[0]]>>) -> te
   %0 = tp.ring_slice %x over @g {dim = 0 : i64, grid_axes = array<i64: 0>, ring_step = 1 : i64} : tensor<8xf32, #tp.dist<@g, [[0]]>> -> tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+//===----------------------------------------------------------------------===//
+// Rebalance points
+//===----------------------------------------------------------------------===//
+
+// -----
+
+tp.grid @g [4]
+// expected-error @+1 {{'tp.rebalance_point' op 6 blocks do not divide evenly over 4 ranks}}
+tp.rebalance_point @p over @g axis 0 blocks 6 capacity 2
+
+// -----
+
+tp.grid @g [4]
+// expected-error @+1 {{'tp.rebalance_point' op capacity 1 must lie between the blocks per rank (2) and all blocks (8)}}
+tp.rebalance_point @p over @g axis 0 blocks 8 capacity 1
+
+// -----
+
+tp.grid @g [4]
+// expected-error @+1 {{'tp.rebalance_point' op axis 1 is not an axis of grid @g}}
+tp.rebalance_point @p over @g axis 1 blocks 8 capacity 3
+
+// -----
+
+// expected-error @+1 {{'tp.rebalance_point' op names @nogrid, which is no tp.grid}}
+tp.rebalance_point @p over @nogrid axis 0 blocks 8 capacity 3
+
+// -----
+
+// expected-error @+1 {{'tp.rebalance_dims' must be an array per result of point symbols or unit, one per dimension}}
+%0 = "tp.constant"() {value = 0.0 : f64, tp.rebalance_dims = [@p]} : () -> tensor<4xf32>
+
+// -----
+
+// expected-error @+1 {{'tp.rebalance_dims' must be an array of point symbols or unit, one per dimension}}
+func.func @bad_arg_tag(%x: tensor<4xf32> {tp.rebalance_dims = [1]}) {
+  return
+}

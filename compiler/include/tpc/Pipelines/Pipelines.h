@@ -28,6 +28,23 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
                      "the transfers with the GEMMs (tp-collective-matmul; "
                      "with a mode)"),
       llvm::cl::init(true)};
+  Option<bool> rebalance{
+      *this, "rebalance",
+      llvm::cl::desc("Mark the dimensions whose blocks the runtime may move "
+                     "between ranks or leave out on a slow one, and plan "
+                     "their buffers for the most a rank may hold "
+                     "(tp-insert-rebalance; with a mode)"),
+      llvm::cl::init(false)};
+  Option<int64_t> rebalanceGranularity{
+      *this, "rebalance-granularity",
+      llvm::cl::desc("tp-insert-rebalance's granularity: elements per block "
+                     "of a dimension any split suits (MLP features)"),
+      llvm::cl::init(64)};
+  Option<double> rebalanceHeadroom{
+      *this, "rebalance-headroom",
+      llvm::cl::desc("tp-insert-rebalance's headroom: blocks a rank may hold "
+                     "beyond its even share, as a fraction of it"),
+      llvm::cl::init(0.5)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),

@@ -165,6 +165,46 @@ def TPCollectiveMatmul : Pass<"tp-collective-matmul", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPInsertRebalance : Pass<"tp-insert-rebalance", "::mlir::ModuleOp"> {
+  let summary = "Mark the dimensions whose blocks can move between ranks";
+  let description = [{
+    Per-rank programs only (after tp-partition). A rebalance point is a
+    dimension split over one grid axis whose blocks can move between the
+    ranks of that axis, or be left out on one, without changing any
+    collective: in a Megatron pair, the column-parallel output features and
+    the row-parallel reduction features they feed (attention heads; MLP
+    features with their biases), whose partial sums already meet in the
+    pair's all-reduce or reduce-scatter.
+
+    From every parameter dimension split over one axis, the pass follows the
+    split through the ops' sharding rules, forward and backward, to the
+    gradients and AdamW moments: the blocks must stay the major part of each
+    dimension they reach, each op must compute the dimension split, and no
+    op that exchanges blocks between ranks (a collective, a ring shift, a
+    vocabulary-parallel or split-statistics kernel) may see it. The finest
+    block every op allows is the point's unit (one attention head, one key/
+    value head with its query heads); where any split suits the ops (MLP
+    features) `granularity` sets it.
+
+    Each point becomes a `tp.rebalance_point` (blocks, grid axis, capacity
+    per rank = the even share times 1 + `headroom`, at most all blocks), and
+    every dimension it reaches is resized for `capacity` blocks and tagged
+    (`tp.rebalance_dims`), so tp-plan-memory plans every buffer for the most
+    a rank may hold. A parameter dimension that cannot move is reported with
+    the op that stops it, as a remark.
+  }];
+  let options = [
+    Option<"granularity", "granularity", "int64_t", "64",
+           "Elements per block of a dimension any split suits (MLP "
+           "features); the gcd with the per-rank size when it does not "
+           "divide it">,
+    Option<"headroom", "headroom", "double", "0.5",
+           "Blocks a rank may hold beyond its even share, as a fraction of "
+           "that share">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPReportCommunication
     : Pass<"tp-report-communication", "::mlir::ModuleOp"> {
   let summary = "Report each function's communication volume per rank";

@@ -35,6 +35,18 @@ struct DiscardableAttrSpec {
 };
 
 template <typename AttrT> bool isA(Attribute attr) { return isa<AttrT>(attr); }
+/// Per dimension a point symbol or unit.
+bool isDimPoints(Attribute attr) {
+  auto array = dyn_cast<ArrayAttr>(attr);
+  return array && llvm::all_of(array, [](Attribute dim) {
+           return isa<FlatSymbolRefAttr, UnitAttr>(dim);
+         });
+}
+/// Per result an isDimPoints array.
+bool isResultDimPoints(Attribute attr) {
+  auto array = dyn_cast<ArrayAttr>(attr);
+  return array && llvm::all_of(array, isDimPoints);
+}
 bool isI64(Attribute attr) {
   auto integer = dyn_cast<IntegerAttr>(attr);
   return integer && integer.getType().isSignlessInteger(64);
@@ -75,6 +87,11 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
        isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::ArenaBytesAttrHelper::getNameStr(), Placement::Operation, isI64,
        "an i64"},
+      {D::RebalanceDimsAttrHelper::getNameStr(), Placement::Argument,
+       isDimPoints, "an array of point symbols or unit, one per dimension"},
+      {D::RebalanceDimsAttrHelper::getNameStr(), Placement::Operation,
+       isResultDimPoints,
+       "an array per result of point symbols or unit, one per dimension"},
       {D::ModelTypeAttrHelper::getNameStr(), Placement::Module, isA<StringAttr>,
        "a string"},
       {D::HfConfigAttrHelper::getNameStr(), Placement::Module, isA<StringAttr>,
@@ -102,18 +119,24 @@ const char *placementName(Placement placement) {
 /// Checks that `attr` is a known tp attribute, in its place, of its kind.
 LogicalResult verifyDiscardableAttr(Operation *op, NamedAttribute attr,
                                     Placement placement) {
+  // A name may have one spec per placement.
+  const DiscardableAttrSpec *misplaced = nullptr;
   for (const DiscardableAttrSpec &spec : discardableAttrSpecs()) {
     if (attr.getName() != spec.name)
       continue;
-    if (spec.placement != placement)
-      return op->emitOpError() << "'" << spec.name << "' belongs on "
-                               << placementName(spec.placement) << ", not on "
-                               << placementName(placement);
+    if (spec.placement != placement) {
+      misplaced = &spec;
+      continue;
+    }
     if (!spec.isValid(attr.getValue()))
       return op->emitOpError() << "'" << spec.name << "' must be "
                                << spec.expected << ", got " << attr.getValue();
     return success();
   }
+  if (misplaced)
+    return op->emitOpError() << "'" << misplaced->name << "' belongs on "
+                             << placementName(misplaced->placement)
+                             << ", not on " << placementName(placement);
   return op->emitOpError() << "unknown tp attribute '"
                            << attr.getName().getValue() << "'";
 }

@@ -146,6 +146,37 @@ int64_t GridOp::getNumRanks() const {
 }
 
 //===----------------------------------------------------------------------===//
+// RebalancePointOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+RebalancePointOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
+  auto grid =
+      symbolTables.lookupNearestSymbolFrom<GridOp>(*this, getGridAttr());
+  if (!grid)
+    return emitOpError() << "names " << getGridAttr()
+                         << ", which is no tp.grid";
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(grid.getShape().size()))
+    return emitOpError() << "axis " << axis << " is not an axis of grid "
+                         << getGridAttr();
+  int64_t ranks = grid.getShape()[axis];
+  if (getBlocks() < 1 || getBlocks() % ranks != 0)
+    return emitOpError() << getBlocks() << " blocks do not divide evenly over "
+                         << ranks << " ranks";
+  if (getCapacity() < getBlocks() / ranks || getCapacity() > getBlocks())
+    return emitOpError() << "capacity " << getCapacity()
+                         << " must lie between the blocks per rank ("
+                         << getBlocks() / ranks << ") and all blocks ("
+                         << getBlocks() << ")";
+  return success();
+}
+
+int64_t RebalancePointOp::getBlocksPerRank(GridOp grid) {
+  return getBlocks() / grid.getShape()[getAxis()];
+}
+
+//===----------------------------------------------------------------------===//
 // Embedding
 //===----------------------------------------------------------------------===//
 
@@ -1341,6 +1372,12 @@ RingSliceOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
                               });
 }
 
+/// Dimensions other than the ring's are shared; the ring dimension holds a
+/// different block on each side, so it cannot be split.
+ShardingRule RingSliceOp::getShardingRule() {
+  return windowRule(getInput(), getResult());
+}
+
 LogicalResult RingInsertOp::verify() {
   if (failed(verifyPerRank(*this)))
     return failure();
@@ -1368,6 +1405,26 @@ RingInsertOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
                          << " is not one of the equal blocks of dimension "
                          << getDim() << " of " << getDest().getType();
   return success();
+}
+
+ShardingRule RingInsertOp::getShardingRule() {
+  ArrayRef<int64_t> dest = shapeOf(getDest());
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> destFactors, blockFactors;
+  for (int64_t d = 0, e = dest.size(); d < e; ++d) {
+    if (d != static_cast<int64_t>(getDim())) {
+      destFactors.push_back(builder.addFactor(dest[d]));
+      blockFactors.push_back(destFactors.back());
+      continue;
+    }
+    destFactors.push_back(builder.addFactor(dest[d], FactorKind::Replicated));
+    blockFactors.push_back(
+        builder.addFactor(shapeOf(getBlock())[d], FactorKind::Replicated));
+  }
+  builder.addOperand(destFactors);
+  builder.addOperand(blockFactors);
+  builder.addResult(destFactors);
+  return builder.build();
 }
 
 //===----------------------------------------------------------------------===//

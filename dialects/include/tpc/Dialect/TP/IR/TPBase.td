@@ -56,6 +56,11 @@ def TP_Dialect : Dialect {
     // gathers per-row statistics over them.
     "::mlir::DenseI64ArrayAttr":$feature_axes,
     "::mlir::DenseI64ArrayAttr":$buffer_offsets, // arena offsets (results)
+    // Set by tp-insert-rebalance on function arguments (one entry per
+    // dimension) and ops (one such array per result): per dimension the
+    // tp.rebalance_point whose blocks it holds, or unit. The dimension's
+    // size is the point's capacity times the extent of one block.
+    "::mlir::ArrayAttr":$rebalance_dims,
     "::mlir::IntegerAttr":$arena_bytes,   // a function's arena size
     // The module.
     "::mlir::StringAttr":$model_type,     // "gpt2" | "llama"

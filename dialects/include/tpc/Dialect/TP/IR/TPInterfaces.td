@@ -229,4 +229,13 @@ def TP_ReducesPartialSums : TP_OpTrait<"ReducesPartialSums">;
 // The result is operand 0's elements rearranged or a subset of them.
 def TP_IsView : TP_OpTrait<"IsView">;
 
+// Exchanges blocks between the ranks of a group: their shapes must agree.
+def TP_NeedsUniformShards : TP_OpTrait<"NeedsUniformShards">;
+
+// Every rank of the group gets the same result.
+def TP_UniformResult : TP_OpTrait<"UniformResult">;
+
+// A ring step: each rank handles one rank-dependent block of the same data.
+def TP_RingStep : TP_OpTrait<"RingStep">;
+
 #endif // TPC_DIALECT_TP_IR_TPINTERFACES_TD

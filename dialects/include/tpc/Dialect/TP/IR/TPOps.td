@@ -139,6 +139,37 @@ def TP_GridOp : TP_Op<"grid", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   }];
 }
 
+def TP_RebalancePointOp : TP_Op<"rebalance_point", [Symbol,
+    HasParent<"::mlir::ModuleOp">,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "A dimension whose blocks can move between the ranks of an "
+                "axis";
+  let description = [{
+    Declared by tp-insert-rebalance in a per-rank program: a dimension split
+    over grid axis `axis` whose `blocks` blocks (one attention head, or a
+    group of MLP features) can move between the ranks of that axis, or be
+    left out on one of them, without changing any collective. Each rank
+    starts with blocks / (axis size) of them in order and can hold up to
+    `capacity`: every tensor dimension tagged with this point
+    (`tp.rebalance_dims`) is sized for `capacity` blocks, and the runtime
+    runs kernels on the blocks a rank holds.
+
+    ```mlir
+    tp.rebalance_point @transformer.h.0.mlp over @tp axis 0 blocks 4 capacity 3
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, FlatSymbolRefAttr:$grid,
+                       I64Attr:$axis, I64Attr:$blocks, I64Attr:$capacity);
+  let assemblyFormat = [{
+    $sym_name `over` $grid `axis` $axis `blocks` $blocks `capacity` $capacity
+    attr-dict
+  }];
+  let extraClassDeclaration = [{
+    /// The blocks each rank holds before any move: blocks / axis size.
+    int64_t getBlocksPerRank(GridOp grid);
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Embedding
 //===----------------------------------------------------------------------===//
@@ -512,7 +543,7 @@ def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums, TP_HasVJP]> {
 // the result shard follows from the input shard and the group size, which
 // the grid's shape gives.
 class TP_CollectiveOp<string mnemonic, string desc, list<Trait> traits = []>
-    : TP_ComputeOp<mnemonic, traits> {
+    : TP_ComputeOp<mnemonic, !listconcat(traits, [TP_NeedsUniformShards])> {
   let summary = desc;
   let results = (outs TP_AnyTensor:$result);
   let assemblyFormat = [{
@@ -543,7 +574,8 @@ class TP_CollectiveOp<string mnemonic, string desc, list<Trait> traits = []>
 }
 
 def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
-    "Sum a pending partial over grid axes", [TP_ReducesPartialSums]> {
+    "Sum a pending partial over grid axes", [TP_ReducesPartialSums,
+                                             TP_UniformResult]> {
   let planOpKind = "AllReduce";
   let description = [{
     Removes `grid_axes` from the input's partial axes; every rank of each
@@ -554,7 +586,8 @@ def TP_AllReduceOp : TP_CollectiveOp<"all_reduce",
 }
 
 def TP_AllGatherOp : TP_CollectiveOp<"all_gather",
-    "Gather the shards of one dimension", [TP_PassesPartialSums]> {
+    "Gather the shards of one dimension", [TP_PassesPartialSums,
+                                           TP_UniformResult]> {
   let planOpKind = "AllGather";
   let description = [{
     `grid_axes` must be the minor end of the axes splitting dimension `dim`;
@@ -619,7 +652,7 @@ def TP_LocalSplitOp : TP_CollectiveOp<"local_split",
 // These ops exist only in the per-rank program: their types carry no
 // layouts.
 class TP_RingOp<string mnemonic, string desc, list<Trait> traits = []>
-    : TP_Op<mnemonic, !listconcat(traits, [TP_PlanOpInterface,
+    : TP_Op<mnemonic, !listconcat(traits, [TP_PlanOpInterface, TP_RingStep,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
   string planOpKind = "";
   let summary = desc;
@@ -633,7 +666,7 @@ class TP_RingOp<string mnemonic, string desc, list<Trait> traits = []>
 // merged or reordered across the other.
 def TP_RingShiftStartOp : TP_RingOp<"ring_shift_start",
     "Start sending a block to the next rank of a ring", [
-        AllTypesMatch<["input", "result"]>]> {
+        AllTypesMatch<["input", "result"]>, TP_NeedsUniformShards]> {
   let planOpKind = "RingShiftStart";
   let description = [{
     Starts sending `input` to group rank r+1 and receiving the block of rank
@@ -651,7 +684,7 @@ def TP_RingShiftStartOp : TP_RingOp<"ring_shift_start",
 
 def TP_RingShiftWaitOp : TP_RingOp<"ring_shift_wait",
     "Wait for a ring shift; its result is the received block", [
-        AllTypesMatch<["received", "sent", "result"]>,
+        AllTypesMatch<["received", "sent", "result"]>, TP_NeedsUniformShards,
         DeclareOpInterfaceMethods<TP_StorageAliasOpInterface>]> {
   let planOpKind = "RingShiftWait";
   let description = [{
@@ -666,8 +699,12 @@ def TP_RingShiftWaitOp : TP_RingOp<"ring_shift_wait",
   }];
 }
 
+// Slice and insert are local: their sharding rules (the ring dimension
+// replicated, the others shared) let per-rank analyses follow a dimension
+// through them.
 def TP_RingSliceOp : TP_RingOp<"ring_slice",
-    "The block of a dimension a ring step works on", [Pure]> {
+    "The block of a dimension a ring step works on", [Pure,
+        DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>]> {
   let planOpKind = "RingSlice";
   let description = [{
     Block (r - `ring_step`) mod n of dimension `dim`, cut into n equal blocks
@@ -685,6 +722,7 @@ def TP_RingSliceOp : TP_RingOp<"ring_slice",
 def TP_RingInsertOp : TP_RingOp<"ring_insert",
     "Write a ring step's block into its place, in place", [
         AllTypesMatch<["dest", "result"]>,
+        DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>,
         DeclareOpInterfaceMethods<TP_StorageAliasOpInterface>]> {
   let planOpKind = "RingInsert";
   let description = [{

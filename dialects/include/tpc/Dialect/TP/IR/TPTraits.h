@@ -30,6 +30,25 @@ class ReducesPartialSums : public TraitBase<ConcreteType, ReducesPartialSums> {
 template <typename ConcreteType>
 class IsView : public TraitBase<ConcreteType, IsView> {};
 
+/// The op pairs up or exchanges the blocks of the ranks of a grid group (a
+/// collective, a ring shift), so every rank of the group must hold operands
+/// of the same shape: a dimension whose extent differs between ranks (a
+/// rebalance point, tp-insert-rebalance) may not reach it.
+template <typename ConcreteType>
+class NeedsUniformShards : public TraitBase<ConcreteType, NeedsUniformShards> {
+};
+
+/// Every rank of the op's group gets the same result, whatever each
+/// contributed (an all-reduce, an all-gather).
+template <typename ConcreteType>
+class UniformResult : public TraitBase<ConcreteType, UniformResult> {};
+
+/// A step of a ring over the op's group: on every rank the op handles the
+/// same data, one rank-dependent block at a time, so a value seen only
+/// through such steps is still the same value on every rank.
+template <typename ConcreteType>
+class RingStep : public TraitBase<ConcreteType, RingStep> {};
+
 } // namespace mlir::OpTrait::tp
 
 #endif // TPC_DIALECT_TP_IR_TPTRAITS_H
