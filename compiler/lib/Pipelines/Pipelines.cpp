@@ -16,6 +16,13 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
                                 options.grid.getValue(), options.seqParallel,
                                 emitError)))
     return failure();
+  if (options.rebalance && options.mode == ParallelMode::None)
+    return emitError("tp-pipeline: rebalance=true needs a mode, e.g. mode=1d");
+  bool rebalanceTuned = options.rebalanceGranularity.hasValue() ||
+                        options.rebalanceHeadroom.hasValue();
+  if (rebalanceTuned && !options.rebalance)
+    return emitError("tp-pipeline: rebalance-granularity and "
+                     "rebalance-headroom need rebalance=true");
   // Simplify the forward first, so that the backward is built from the
   // folded form (e.g. attention's scale already inside the matmul's alpha).
   pm.addPass(createCanonicalizerPass());
@@ -42,6 +49,12 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     // The static volume per rank of the program that runs, as remarks;
     // tp-run counts the same.
     pm.addPass(createTPReportCommunication());
+    if (options.rebalance) {
+      TPInsertRebalanceOptions rebalance;
+      rebalance.granularity = options.rebalanceGranularity;
+      rebalance.headroom = options.rebalanceHeadroom;
+      pm.addPass(createTPInsertRebalance(rebalance));
+    }
   }
   pm.addPass(createTPPlanMemory());
   return success();

@@ -493,6 +493,13 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
   if (global.wasInterrupted())
     return module.emitError()
            << "plan: run tp-partition before emitting a plan";
+  // Plan format 1.5 has no field for blocks that move between ranks: a
+  // runtime would run the capacity-sized buffers as if they were full.
+  auto points = llvm::to_vector(module.getOps<RebalancePointOp>());
+  if (!points.empty())
+    return points.front().emitOpError()
+           << "plan: rebalance points are not in the plan format yet "
+              "(format 1.5); compile without rebalance=true";
   // The grid the program runs on (none: one rank).
   auto grids = llvm::to_vector(module.getOps<GridOp>());
   if (grids.size() > 1)

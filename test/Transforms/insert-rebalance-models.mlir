@@ -1,0 +1,59 @@
+// Which dimensions of an imported GPT-2 and LLaMA block become rebalance
+// points under 1D tensor parallelism, with their blocks and capacity.
+//
+// RUN: tpc-opt %S/Inputs/gpt2-block.mlir -o /dev/null \
+// RUN:   --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-granularity=16" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=GPT2
+// GPT-2 (h 32, 4 heads of 8, MLP 128) on 2 ranks: heads (one per block, 2
+// per rank, capacity 3) and MLP features (16 per block, 4 per rank,
+// capacity 6). The vocabulary-parallel embedding cannot move rows, and
+// @gradients, which gathers whole gradients, runs only at the even split.
+// GPT2-DAG: remark: @gradients moves no blocks of parameter 'transformer.h.0.attn.c_attn.bias' dimension 1 (it runs only while they are evenly spread): 'tp.all_gather' exchanges blocks between ranks
+// GPT2-DAG: remark: parameter 'transformer.wte.weight' dimension 0 is no rebalance point: '@loss': 'tp.embedding' exchanges statistics between ranks
+// GPT2-DAG: remark: rebalance point @transformer.h.0.attn: 4 blocks over axis 0 (2 per rank, capacity 3), 3 parameter dimensions
+// GPT2-DAG: remark: rebalance point @transformer.h.0.mlp: 8 blocks over axis 0 (4 per rank, capacity 6), 3 parameter dimensions
+//
+// RUN: tpc-opt %S/Inputs/gpt2-block.mlir --mlir-print-ir-after=tp-insert-rebalance \
+// RUN:   --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
+// RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=IR
+// Headroom 1: a rank may hold all blocks. Weights, moments and activations of
+// the points are sized for them; AdamW updates the capacity-sized shards.
+// IR: tp.rebalance_point @transformer.h.0.attn over @tp axis 0 blocks 4 capacity 4
+// IR-NEXT: tp.rebalance_point @transformer.h.0.mlp over @tp axis 0 blocks 8 capacity 8
+// IR-LABEL: func.func @train_step
+// IR-SAME: tensor<32x3x32xf32> {{{.*}}tp.param = "transformer.h.0.attn.c_attn.weight", tp.rebalance_dims = [unit, unit, @transformer.h.0.attn]}
+// IR-SAME: tensor<32x128xf32> {{{.*}}tp.param = "transformer.h.0.mlp.c_fc.weight", tp.rebalance_dims = [unit, @transformer.h.0.mlp]}
+// IR-SAME: tensor<32x128xf32> {{{.*}}tp.param = "transformer.h.0.mlp.c_fc.weight", tp.rebalance_dims = [unit, @transformer.h.0.mlp], tp.state = "exp_avg"}
+// IR: tp.softmax {{.*}}tp.rebalance_dims = {{\[\[}}unit, @transformer.h.0.attn, unit, unit]]} : tensor<2x4x8x8xf32>
+// IR: tp.gelu_grad {{.*}} -> tensor<2x8x128xf32>
+// IR: tp.adamw {{.*}} : (tensor<128x32xf32>, tensor<128x32xf32>, tensor<128x32xf32>, tensor<128x32xf32>,
+//
+// RUN: tpc-opt %S/Inputs/llama-block.mlir -o /dev/null \
+// RUN:   --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-granularity=16" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=LLAMA
+// LLaMA (4 query heads sharing 2 key/value heads) on 2 ranks: one key/value
+// head per rank, which a block would have to be, so attention stays put;
+// the gated MLP (gate, up, down) is one point.
+// LLAMA-DAG: remark: parameter 'model.layers.0.self_attn.q_proj.weight' dimension 0 is no rebalance point: '@loss': 'tp.matmul' combines the blocks with operand 1, which differs between ranks
+// LLAMA-DAG: remark: rebalance point @model.layers.0.mlp: 4 blocks over axis 0 (2 per rank, capacity 3), 3 parameter dimensions
+//
+// RUN: tpc-opt %S/Inputs/gpt2-block.mlir -o /dev/null \
+// RUN:   --tp-pipeline="mode=2d grid=2x2 rebalance=true" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=TWOD
+// 2D: every split reaches a SUMMA ring or a gather.
+// TWOD-NOT: rebalance point @
+// TWOD: no rebalance point
+// TWOD-NOT: rebalance point @
+//
+// RUN: not tpc-opt %S/Inputs/gpt2-block.mlir -o /dev/null \
+// RUN:   --tp-pipeline="rebalance=true" 2>&1 | FileCheck %s --check-prefix=NOMODE
+// NOMODE: tp-pipeline: rebalance=true needs a mode, e.g. mode=1d
+// RUN: not tpc-opt %S/Inputs/gpt2-block.mlir -o /dev/null \
+// RUN:   --tp-pipeline="mode=1d grid=2 rebalance-headroom=1" 2>&1 | FileCheck %s --check-prefix=NOTON
+// NOTON: tp-pipeline: rebalance-granularity and rebalance-headroom need rebalance=true
+//
+// Until the plan format carries rebalance points, emitting one is an error
+// rather than a plan the runtime would run at capacity.
+// RUN: not tpc-opt %S/Inputs/gpt2-block.mlir -o %t.tpplan \
+// RUN:   --tp-pipeline="mode=1d grid=2 rebalance=true" 2>&1 | FileCheck %s --check-prefix=PLAN
+// PLAN: error: 'tp.rebalance_point' op plan: rebalance points are not in the plan format yet (format 1.5); compile without rebalance=true
