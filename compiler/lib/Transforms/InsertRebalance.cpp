@@ -146,6 +146,18 @@ Reach follow(Value seed, int64_t dim, int64_t blocks,
   };
   int64_t size = dimSize(seed, dim);
   visit(seed, dim, size / blocks);
+  // Records why `op` stops the blocks.
+  auto fail = [&](Operation *op, const Twine &why) {
+    reach.failure = ("'" + op->getName().getStringRef() + "' " + why).str();
+    return false;
+  };
+  // The extent of the factors of a dimension after its leading one.
+  auto minorSize = [](const ShardingRule &rule, const DimFactors &factors) {
+    int64_t minor = 1;
+    for (int64_t f : ArrayRef<int64_t>(factors).drop_front())
+      minor *= rule.getFactors()[f].size;
+    return minor;
+  };
 
   // Maps the member dimension `d` (block extent `extent`) of position
   // `tensorFactors` of `op` to every dimension its leading factor indexes.
@@ -153,39 +165,30 @@ Reach follow(Value seed, int64_t dim, int64_t blocks,
                          const TensorFactors &tensorFactors, int64_t d,
                          int64_t extent) -> bool {
     const DimFactors &factors = tensorFactors[d];
-    auto fail = [&](const Twine &why) {
-      reach.failure = ("'" + op->getName().getStringRef() + "' " + why).str();
-      return false;
-    };
     if (factors.empty())
-      return fail("cannot split dimension " + Twine(d) + " of its operand");
+      return fail(op, "cannot split dimension " + Twine(d) + " of its operand");
     // The blocks are the major part of the first factor: what follows it
     // must fit inside one block.
-    int64_t minor = 1;
-    for (int64_t f : ArrayRef<int64_t>(factors).drop_front())
-      minor *= rule.getFactors()[f].size;
+    int64_t minor = minorSize(rule, factors);
     int64_t factor = factors.front();
     int64_t factorSize = rule.getFactors()[factor].size;
     if (extent % minor != 0 || factorSize % (extent / minor) != 0)
-      return fail("splits dimension " + Twine(d) + " inside a block");
+      return fail(op, "splits dimension " + Twine(d) + " inside a block");
     int64_t perBlock = extent / minor;
     auto iface = cast<ShardingRuleOpInterface>(op);
     if (!rule.hasSplittableKind(factor) ||
         !iface.isSplittableFactor(rule, factor))
-      return fail("cannot compute its dimension " + Twine(d) +
-                  " split across ranks");
+      return fail(op, "cannot compute its dimension " + Twine(d) +
+                          " split across ranks");
     auto mapInto = [&](Value value, const TensorFactors &dims) -> bool {
       for (auto [e, dimFactors] : llvm::enumerate(dims)) {
         auto pos = llvm::find(dimFactors, factor);
         if (pos == dimFactors.end())
           continue;
         if (pos != dimFactors.begin())
-          return fail("would place the blocks inside dimension " + Twine(e) +
-                      " of a value");
-        int64_t rest = 1;
-        for (int64_t f : ArrayRef<int64_t>(dimFactors).drop_front())
-          rest *= rule.getFactors()[f].size;
-        visit(value, e, perBlock * rest);
+          return fail(op, "would place the blocks inside dimension " +
+                              Twine(e) + " of a value");
+        visit(value, e, perBlock * minorSize(rule, dimFactors));
       }
       return true;
     };
@@ -199,8 +202,8 @@ Reach follow(Value seed, int64_t dim, int64_t blocks,
       Sameness other = sameness.lookup(operand);
       if (!carries && other != Sameness::Uniform &&
           other != Sameness::RingBlock)
-        return fail("combines the blocks with operand " + Twine(idx) +
-                    ", which differs between ranks");
+        return fail(op, "combines the blocks with operand " + Twine(idx) +
+                            ", which differs between ranks");
       if (!mapInto(operand, dims))
         return false;
     }
@@ -215,19 +218,16 @@ Reach follow(Value seed, int64_t dim, int64_t blocks,
                        int64_t extent) -> bool {
     if (op->hasTrait<OpTrait::ReturnLike>())
       return true;
-    auto fail = [&](const Twine &why) {
-      reach.failure = ("'" + op->getName().getStringRef() + "' " + why).str();
-      return false;
-    };
     if (op->hasTrait<OpTrait::tp::NeedsUniformShards>())
-      return fail("exchanges blocks between ranks, whose shapes must agree");
+      return fail(op,
+                  "exchanges blocks between ranks, whose shapes must agree");
     // These kernels gather statistics over their split dimension.
     if (isa<VocabParallelOpInterface, SplitStatisticsOpInterface>(op))
-      return fail("exchanges statistics between ranks over its split "
-                  "dimensions");
+      return fail(op, "exchanges statistics between ranks over its split "
+                      "dimensions");
     auto iface = dyn_cast<ShardingRuleOpInterface>(op);
     if (!iface)
-      return fail("has no sharding rule");
+      return fail(op, "has no sharding rule");
     ShardingRule rule = iface.getShardingRule();
     const TensorFactors &factors =
         isResult ? rule.getResultFactors()[idx] : rule.getOperandFactors()[idx];
@@ -383,12 +383,11 @@ struct TPInsertRebalance
           Candidate &candidate = candidates[index];
           for (const auto &param : params)
             candidateOf[param] = index;
-          if (!candidate.failure.empty())
-            ;
-          else if (candidate.params != params)
+          // The first reason a candidate fails is the one reported.
+          if (candidate.failure.empty() && candidate.params != params)
             candidate.failure = "its parameters form different groups in "
                                 "different functions";
-          else if (blocks != candidate.blocksPerRank)
+          if (candidate.failure.empty() && blocks != candidate.blocksPerRank)
             candidate.failure = "functions allow different block sizes";
           candidate.reaches.push_back({func, std::move(reach)});
         }

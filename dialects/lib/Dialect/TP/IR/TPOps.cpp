@@ -172,10 +172,6 @@ RebalancePointOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
   return success();
 }
 
-int64_t RebalancePointOp::getBlocksPerRank(GridOp grid) {
-  return getBlocks() / grid.getShape()[getAxis()];
-}
-
 //===----------------------------------------------------------------------===//
 // Embedding
 //===----------------------------------------------------------------------===//

@@ -164,10 +164,6 @@ def TP_RebalancePointOp : TP_Op<"rebalance_point", [Symbol,
     $sym_name `over` $grid `axis` $axis `blocks` $blocks `capacity` $capacity
     attr-dict
   }];
-  let extraClassDeclaration = [{
-    /// The blocks each rank holds before any move: blocks / axis size.
-    int64_t getBlocksPerRank(GridOp grid);
-  }];
 }
 
 //===----------------------------------------------------------------------===//
