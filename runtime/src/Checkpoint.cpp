@@ -284,8 +284,7 @@ std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
 }
 
 CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
-                               ParamStore &params,
-                               const std::vector<int64_t> &coords) {
+                               ParamStore &params) {
   fs::path dir = path;
   fs::path latest = dir / "latest";
   if (fs::exists(latest)) {
@@ -327,16 +326,16 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
   for (size_t i = 0; i < paramList.size(); ++i) {
     const plan::Param &param = *paramList.Get(i);
     std::string hfName = param.name()->str();
-    auto load = [&](const std::string &name, std::vector<float> &into) {
+    auto load = [&](const std::string &name, ParamStore::State which) {
       const TensorInfo &info = file.get(name);
       if (info.dtype != DType::F32 || info.shape != fileShape(param))
         throw std::runtime_error(file.path() + ": tensor '" + name +
                                  "' is not f32 of the parameter's shape");
-      into = sliceBlock(file.readAsF32(name), paramBlock(plan, param, coords));
+      params.setFromWhole(plan, i, which, file.readAsF32(name));
     };
-    load(hfName, params[i]);
-    load("optimizer.exp_avg." + hfName, params.expAvg(i));
-    load("optimizer.exp_avg_sq." + hfName, params.expAvgSq(i));
+    load(hfName, ParamStore::State::Value);
+    load("optimizer.exp_avg." + hfName, ParamStore::State::ExpAvg);
+    load("optimizer.exp_avg_sq." + hfName, ParamStore::State::ExpAvgSq);
   }
   return state;
 }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 namespace tpc::runtime {
@@ -56,55 +57,109 @@ ParamBlock paramBlock(const LoadedPlan &loaded, const plan::Param &param,
 
 namespace {
 
-/// Copies `block` (block.shape, at block.offset) into the row-major `whole`
-/// of block.globalShape; the inverse of cpu::slice.
-void placeBlock(const float *blockData, const ParamBlock &block, float *whole) {
-  const size_t rank = block.globalShape.size();
+int64_t product(std::span<const int64_t> shape) {
+  int64_t count = 1;
+  for (int64_t d : shape)
+    count *= d;
+  return count;
+}
+
+/// Copies the box `shape` at `fromOffset` of the row-major array `from` (of
+/// `fromShape`) to `toOffset` of the row-major array `to` (of `toShape`).
+void copyBox(const float *from, std::span<const int64_t> fromShape,
+             std::span<const int64_t> fromOffset, float *to,
+             std::span<const int64_t> toShape,
+             std::span<const int64_t> toOffset,
+             std::span<const int64_t> shape) {
+  const size_t rank = shape.size();
   if (rank == 0) {
-    whole[0] = blockData[0];
+    to[0] = from[0];
     return;
   }
-  int64_t rows = 1;
-  for (size_t d = 0; d + 1 < rank; ++d)
-    rows *= block.shape[d];
-  const int64_t rowLength = block.shape[rank - 1];
+  const int64_t rows = product(shape.first(rank - 1)),
+                rowLength = shape[rank - 1];
+  if (rows == 0 || rowLength == 0)
+    return;
   std::vector<int64_t> index(rank, 0);
   for (int64_t row = 0; row < rows; ++row) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < rank; ++d)
-      offset = offset * block.globalShape[d] + block.offset[d] + index[d];
-    std::memcpy(whole + offset, blockData + row * rowLength,
-                sizeof(float) * size_t(rowLength));
+    int64_t source = 0, target = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      source = source * fromShape[d] + fromOffset[d] + index[d];
+      target = target * toShape[d] + toOffset[d] + index[d];
+    }
+    std::memcpy(to + target, from + source, sizeof(float) * size_t(rowLength));
     for (size_t d = rank - 1; d-- > 0;) {
-      if (++index[d] < block.shape[d])
+      if (++index[d] < shape[d])
         break;
       index[d] = 0;
     }
   }
 }
 
-/// Gathers one parameter-shaped array from every rank's block.
-std::vector<float> gatherParam(const LoadedPlan &plan, const plan::Param &param,
-                               const std::vector<float> &local,
-                               GridComm &comm) {
-  if (!param.split())
-    return local;
-  std::vector<float> all(local.size() * size_t(comm.size()));
-  comm.gatherState(local, all);
-  ParamBlock whole = paramBlock(plan, param, {});
-  int64_t count = 1;
-  for (int64_t d : whole.globalShape)
-    count *= d;
-  std::vector<float> result(static_cast<size_t>(count));
-  for (int rank = 0; rank < comm.size(); ++rank) {
-    ParamBlock block =
-        paramBlock(plan, param, GridComm::coordsOf(comm.shape(), rank));
-    placeBlock(all.data() + size_t(rank) * local.size(), block, result.data());
-  }
-  return result;
+std::vector<int64_t> wholeShape(const plan::Param &param) {
+  return {param.shape()->begin(), param.shape()->end()};
+}
+
+/// The dim of `param` holding a rebalance point's blocks, or -1 (the loader
+/// allows at most one).
+int64_t rebalanceDim(const plan::Param &param) {
+  if (param.rebalance_dims())
+    for (size_t d = 0; d < param.rebalance_dims()->size(); ++d)
+      if (param.rebalance_dims()->Get(d) >= 0)
+        return int64_t(d);
+  return -1;
+}
+
+/// Copies one stored block between a rank's storage and the whole
+/// parameter-shaped array.
+void blockToWhole(const float *storage, const StoredBlock &block,
+                  const std::vector<int64_t> &whole, float *wholeData) {
+  copyBox(storage + block.base, block.regionShape, block.regionOffset,
+          wholeData, whole, block.globalOffset, block.shape);
+}
+void wholeToBlock(const float *wholeData, const std::vector<int64_t> &whole,
+                  const StoredBlock &block, float *storage) {
+  copyBox(wholeData, whole, block.globalOffset, storage + block.base,
+          block.regionShape, block.regionOffset, block.shape);
 }
 
 } // namespace
+
+std::vector<StoredBlock> storedBlocks(const LoadedPlan &loaded,
+                                      const plan::Param &param,
+                                      const std::vector<int64_t> &coords,
+                                      const BlockAssignment &assignment) {
+  ParamBlock even = paramBlock(loaded, param, coords);
+  const int64_t dim = rebalanceDim(param);
+  if (dim < 0)
+    return {StoredBlock{0, even.shape, std::vector<int64_t>(even.shape.size()),
+                        even.offset, even.shape}};
+  const size_t point = size_t(param.rebalance_dims()->Get(size_t(dim)));
+  const int64_t extent = even.globalShape[dim] / assignment.blocks(point);
+  const int64_t member = assignment.memberAt(point, coords);
+  std::span<const int64_t> held = assignment.held(point, member);
+  const int64_t active = assignment.active(point, member);
+  std::vector<int64_t> computedShape = even.shape, parkedShape = even.shape;
+  computedShape[dim] = active * extent;
+  parkedShape[dim] = (int64_t(held.size()) - active) * extent;
+  std::vector<StoredBlock> blocks;
+  for (int64_t j = 0; j < int64_t(held.size()); ++j) {
+    const bool computed = j < active;
+    StoredBlock block;
+    block.base = computed ? 0 : product(computedShape);
+    block.regionShape = computed ? computedShape : parkedShape;
+    block.regionOffset.assign(even.shape.size(), 0);
+    block.regionOffset[dim] = (computed ? j : j - active) * extent;
+    block.globalOffset = even.offset;
+    block.globalOffset[dim] = held[j] * extent;
+    block.shape = even.shape;
+    block.shape[dim] = extent;
+    block.point = int64_t(point);
+    block.id = held[j];
+    blocks.push_back(std::move(block));
+  }
+  return blocks;
+}
 
 std::vector<float> sliceBlock(const std::vector<float> &whole,
                               const ParamBlock &block) {
@@ -119,28 +174,45 @@ std::vector<float> sliceBlock(const std::vector<float> &whole,
   return local;
 }
 
+ParamStore ParamStore::allocate(const LoadedPlan &loaded,
+                                const std::vector<int64_t> &coords) {
+  ParamStore store;
+  store.assignment = BlockAssignment::even(loaded.plan());
+  store.coords_ = coords;
+  const std::vector<int64_t> capacity = capacityBlocks(loaded.plan());
+  for (const plan::Param *param : *loaded.plan().params()) {
+    std::vector<int64_t> shape =
+        rebalanceDim(*param) >= 0
+            ? paramLocalShape(loaded.plan(), *param, capacity)
+            : paramBlock(loaded, *param, coords).shape;
+    store.values.emplace_back(size_t(product(shape)), 0.0f);
+  }
+  return store;
+}
+
 ParamStore ParamStore::initialise(const LoadedPlan &loaded,
                                   const std::vector<int64_t> &coords) {
-  ParamStore store;
-  for (const plan::Param *param : *loaded.plan().params()) {
-    ParamBlock block = paramBlock(loaded, *param, coords);
-    int64_t count = 1;
-    for (int64_t d : block.shape)
-      count *= d;
-    std::vector<float> values(count);
-    switch (param->init()) {
-    case plan::Init::Zeros:
-      break;
-    case plan::Init::Ones:
-      std::fill(values.begin(), values.end(), 1.0f);
-      break;
-    case plan::Init::Normal:
-      fillNormal(values, block.globalShape, {block.offset, block.shape},
-                 parameterKey(param->name()->str()),
-                 static_cast<float>(param->init_std()));
-      break;
+  ParamStore store = allocate(loaded, coords);
+  const auto &params = *loaded.plan().params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const plan::Param &param = *params.Get(i);
+    if (param.init() == plan::Init::Zeros)
+      continue;
+    const std::vector<int64_t> whole = wholeShape(param);
+    for (const StoredBlock &block :
+         storedBlocks(loaded, param, coords, store.assignment)) {
+      // Each block is drawn at its place in the whole parameter, so every
+      // grid and every block assignment starts from the same weights.
+      std::vector<float> values(size_t(product(block.shape)), 1.0f);
+      if (param.init() == plan::Init::Normal)
+        fillNormal(values, whole, {block.globalOffset, block.shape},
+                   parameterKey(param.name()->str()),
+                   static_cast<float>(param.init_std()));
+      std::vector<int64_t> zeros(block.shape.size(), 0);
+      copyBox(values.data(), block.shape, zeros,
+              store.values[i].data() + block.base, block.regionShape,
+              block.regionOffset, block.shape);
     }
-    store.values.push_back(std::move(values));
   }
   return store;
 }
@@ -149,38 +221,185 @@ ParamStore ParamStore::fromSafetensors(const LoadedPlan &loaded,
                                        const std::string &path,
                                        const std::vector<int64_t> &coords) {
   SafetensorsFile file = SafetensorsFile::open(path);
-  ParamStore store;
-  for (const plan::Param *param : *loaded.plan().params()) {
-    const std::string name = param->name()->str();
+  ParamStore store = allocate(loaded, coords);
+  const auto &params = *loaded.plan().params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const plan::Param &param = *params.Get(i);
+    const std::string name = param.name()->str();
     const TensorInfo *info = file.find(name);
     if (!info)
       throw std::runtime_error(path + ": has no tensor '" + name +
                                "', which the plan needs");
-    ParamBlock block = paramBlock(loaded, *param, coords);
-    if (info->shape != fileShape(*param)) {
+    if (info->shape != fileShape(param)) {
       throw std::runtime_error(path + ": tensor '" + name + "' has shape " +
                                shapeString(info->shape) +
                                ", the plan expects " +
-                               shapeString(fileShape(*param)));
+                               shapeString(fileShape(param)));
     }
-    store.values.push_back(sliceBlock(file.readAsF32(name), block));
+    store.setFromWhole(loaded, i, State::Value, file.readAsF32(name));
   }
   return store;
+}
+
+void ParamStore::setFromWhole(const LoadedPlan &loaded, size_t index,
+                              State which, const std::vector<float> &whole) {
+  const plan::Param &param = *loaded.plan().params()->Get(index);
+  const std::vector<int64_t> shape = wholeShape(param);
+  if (int64_t(whole.size()) != product(shape))
+    throw std::invalid_argument("parameter '" + param.name()->str() +
+                                "': a whole array of " +
+                                std::to_string(whole.size()) +
+                                " values, expected " + shapeString(shape));
+  std::vector<float> &into = state(index, which);
+  for (const StoredBlock &block :
+       storedBlocks(loaded, param, coords_, assignment))
+    wholeToBlock(whole.data(), shape, block, into.data());
 }
 
 ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
   ParamStore whole;
   const auto &params = *plan.plan().params();
-  bool moments = !moments1.empty();
+  const bool moments = hasMoments();
+  std::vector<std::vector<int64_t>> rankCoords;
+  for (int rank = 0; rank < comm.size(); ++rank)
+    rankCoords.push_back(GridComm::coordsOf(comm.shape(), rank));
   for (size_t i = 0; i < params.size(); ++i) {
     const plan::Param &param = *params.Get(i);
-    whole.values.push_back(gatherParam(plan, param, values[i], comm));
+    const std::vector<int64_t> shape = wholeShape(param);
+    // Every rank's storage of a parameter has the same size (its even
+    // share, or the capacity of a rebalanced one).
+    auto gather = [&](const std::vector<float> &local) {
+      if (!param.split())
+        return local;
+      std::vector<float> all(local.size() * size_t(comm.size()));
+      comm.gatherState(local, all);
+      std::vector<float> result(size_t(product(shape)));
+      for (int rank = 0; rank < comm.size(); ++rank)
+        for (const StoredBlock &block :
+             storedBlocks(plan, param, rankCoords[size_t(rank)], assignment))
+          blockToWhole(all.data() + size_t(rank) * local.size(), block, shape,
+                       result.data());
+      return result;
+    };
+    whole.values.push_back(gather(values[i]));
     if (moments) {
-      whole.moments1.push_back(gatherParam(plan, param, expAvg(i), comm));
-      whole.moments2.push_back(gatherParam(plan, param, expAvgSq(i), comm));
+      whole.moments1.push_back(gather(expAvg(i)));
+      whole.moments2.push_back(gather(expAvgSq(i)));
     }
   }
   return whole;
+}
+
+RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
+                                  const BlockAssignment &next, GridComm *comm) {
+  auto start = std::chrono::steady_clock::now();
+  next.validate();
+  RelayoutCost cost;
+  const auto &params = *plan.plan().params();
+  const std::vector<State> states =
+      hasMoments()
+          ? std::vector<State>{State::Value, State::ExpAvg, State::ExpAvgSq}
+          : std::vector<State>{State::Value};
+  // What goes to and comes from each other rank, packed in one order on
+  // both sides: parameter, then block id, then value and moments.
+  std::map<int, std::vector<float>> outgoing, incoming;
+  struct Unpack {
+    size_t param;
+    const StoredBlock *block;
+  };
+  std::map<int, std::vector<Unpack>> unpacks;
+  std::vector<std::vector<StoredBlock>> newLayouts(params.size());
+  std::vector<std::vector<std::vector<float>>> newStorage(params.size());
+  auto peerOf = [&](size_t point, int64_t member) {
+    std::vector<int64_t> peer = coords_;
+    peer[size_t(next.axis(point))] = member;
+    return int(GridComm::rankOf(comm->shape(), peer));
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    const plan::Param &param = *params.Get(i);
+    if (rebalanceDim(param) < 0)
+      continue;
+    std::vector<StoredBlock> before =
+        storedBlocks(plan, param, coords_, assignment);
+    newLayouts[i] = storedBlocks(plan, param, coords_, next);
+    std::map<int64_t, const StoredBlock *> beforeById, afterById;
+    for (const StoredBlock &b : before)
+      beforeById[b.id] = &b;
+    for (const StoredBlock &b : newLayouts[i])
+      afterById[b.id] = &b;
+    for (State which : states)
+      newStorage[i].emplace_back(state(i, which).size(), 0.0f);
+    const size_t point = size_t(before.empty() ? newLayouts[i].front().point
+                                               : before.front().point);
+    // Blocks that stay: copied within the rank (they may change region).
+    for (const auto &[id, after] : afterById) {
+      if (auto it = beforeById.find(id); it != beforeById.end()) {
+        for (size_t k = 0; k < states.size(); ++k)
+          copyBox(state(i, states[k]).data() + it->second->base,
+                  it->second->regionShape, it->second->regionOffset,
+                  newStorage[i][k].data() + after->base, after->regionShape,
+                  after->regionOffset, after->shape);
+        continue;
+      }
+      if (!comm)
+        throw std::runtime_error("moving rebalance blocks needs ranks");
+      int from = peerOf(point, assignment.owner(point, id));
+      unpacks[from].push_back({i, after});
+    }
+    // Blocks that leave: packed for their new rank.
+    for (const auto &[id, was] : beforeById) {
+      if (afterById.count(id))
+        continue;
+      if (!comm)
+        throw std::runtime_error("moving rebalance blocks needs ranks");
+      std::vector<float> &buffer =
+          outgoing[peerOf(point, next.owner(point, id))];
+      for (State which : states) {
+        std::vector<float> piece(size_t(product(was->shape)));
+        std::vector<int64_t> zeros(was->shape.size(), 0);
+        copyBox(state(i, which).data() + was->base, was->regionShape,
+                was->regionOffset, piece.data(), was->shape, zeros, was->shape);
+        buffer.insert(buffer.end(), piece.begin(), piece.end());
+      }
+      ++cost.blocksSent;
+    }
+  }
+  std::vector<GridComm::Transfer> sends, receives;
+  for (auto &[peer, buffer] : outgoing) {
+    sends.push_back({peer, buffer});
+    cost.bytesSent += double(buffer.size() * sizeof(float));
+  }
+  for (const auto &[peer, list] : unpacks) {
+    size_t count = 0;
+    for (const Unpack &u : list)
+      count += size_t(product(u.block->shape)) * states.size();
+    incoming[peer].resize(count);
+    receives.push_back({peer, incoming[peer]});
+    cost.bytesReceived += double(count * sizeof(float));
+    cost.blocksReceived += int64_t(list.size());
+  }
+  if (comm)
+    comm->exchange(sends, receives);
+  for (const auto &[peer, list] : unpacks) {
+    const float *cursor = incoming[peer].data();
+    for (const Unpack &u : list)
+      for (size_t k = 0; k < states.size(); ++k) {
+        std::vector<int64_t> zeros(u.block->shape.size(), 0);
+        copyBox(cursor, u.block->shape, zeros,
+                newStorage[u.param][k].data() + u.block->base,
+                u.block->regionShape, u.block->regionOffset, u.block->shape);
+        cursor += product(u.block->shape);
+      }
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    for (size_t k = 0; k < newStorage[i].size(); ++k)
+      state(i, states[k]) = std::move(newStorage[i][k]);
+  assignment = next;
+  ++version;
+  cost.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return cost;
 }
 
 void writeWholeParams(const LoadedPlan &plan, const ParamStore &params,
@@ -191,6 +410,18 @@ void writeWholeParams(const LoadedPlan &plan, const ParamStore &params,
   ParamStore whole = params.gathered(plan, *comm);
   if (comm->rank() == 0)
     write(whole);
+}
+
+std::vector<float> &ParamStore::state(size_t index, State which) {
+  switch (which) {
+  case State::ExpAvg:
+    return expAvg(index);
+  case State::ExpAvgSq:
+    return expAvgSq(index);
+  case State::Value:
+    break;
+  }
+  return values[index];
 }
 
 std::vector<float> &ParamStore::expAvg(size_t index) {
@@ -232,13 +463,27 @@ uint64_t ParamStore::bytes() const {
 ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
                              ParamStore &params, GridComm *comm,
                              Backend &backend)
-    : program(loaded.program(name)), params(params), comm(comm),
-      backend(backend) {
+    : plan(&loaded.plan()), program(loaded.program(name)), params(params),
+      comm(comm), backend(backend) {
   if (!program)
     throw PlanError("the plan has no program '" + name + "'");
   arena = backend.allocate(program->arena_bytes());
-  for (const plan::Tensor *t : *program->tensors())
+  for (const plan::Tensor *t : *program->tensors()) {
     shapes.emplace_back(t->shape()->begin(), t->shape()->end());
+    // A parameter viewed without its rebalance dims: the program assumes
+    // the even split (it gathers or scatters the blocks).
+    bool holdsBlocks = false;
+    if (t->rebalance_dims())
+      for (int32_t point : *t->rebalance_dims())
+        holdsBlocks |= point >= 0;
+    if ((t->storage() == Storage::Param || t->storage() == Storage::ExpAvg ||
+         t->storage() == Storage::ExpAvgSq) &&
+        !holdsBlocks &&
+        loaded.plan().params()->Get(t->index())->rebalance_dims())
+      needsEvenBlocks = true;
+  }
+  layoutVersion = params.layoutVersion() - 1;
+  updateShapes();
   std::vector<int64_t> coords;
   if (comm)
     coords = GridComm::coordsOf(comm->shape(), comm->rank());
@@ -383,7 +628,33 @@ void ProgramRunner::bindTensors() {
                    elements(i)};
 }
 
+void ProgramRunner::updateShapes() {
+  if (layoutVersion == params.layoutVersion())
+    return;
+  const BlockAssignment &blocks = params.blocks();
+  if (needsEvenBlocks && !blocks.isEven())
+    throw std::runtime_error(
+        "program '" + program->name()->str() +
+        "' runs only while the rebalance blocks are evenly spread, and they "
+        "are not");
+  std::vector<int64_t> active = blocks.activeBlocks(params.coords());
+  if (active != capacityBlocks(*plan)) {
+    // Kernels run on the blocks this rank computes: every shape rule must
+    // hold at those shapes too (the loader checked them at capacity).
+    checkProgramAt(*plan, *program, active);
+    for (size_t i = 0; i < shapes.size(); ++i)
+      shapes[i] = activeShape(*plan, *program->tensors()->Get(i), active);
+  } else {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto *shape = program->tensors()->Get(i)->shape();
+      shapes[i].assign(shape->begin(), shape->end());
+    }
+  }
+  layoutVersion = params.layoutVersion();
+}
+
 void ProgramRunner::run() {
+  updateShapes();
   bindTensors();
   std::array<TensorBinding, kMaxStepOperands> operands;
   std::array<TensorBinding, kMaxStepResults> results;

@@ -83,12 +83,51 @@ std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
            : std::vector<int64_t>();
 }
 
+/// Checks a tensor's or parameter's `rebalance_dims` against its shape and
+/// the plan's points (checked by checkRebalancePoints before): one entry per
+/// dim, each -1 or a point whose capacity (tensors) or blocks (parameters,
+/// `blocksOf`) divide the dim.
+void checkRebalanceDims(const plan::Plan &plan,
+                        const flatbuffers::Vector<int32_t> *dims,
+                        const flatbuffers::Vector<int64_t> *shape,
+                        const std::string &what, bool whole = false) {
+  if (!dims)
+    return;
+  if (dims->size() != shape->size())
+    fail(what + " has rebalance dims for " + std::to_string(dims->size()) +
+         " of its " + std::to_string(shape->size()) + " dimensions");
+  const size_t numPoints =
+      plan.rebalance_points() ? plan.rebalance_points()->size() : 0;
+  for (size_t d = 0; d < dims->size(); ++d) {
+    int32_t point = dims->Get(d);
+    if (point == -1)
+      continue;
+    if (point < 0 || size_t(point) >= numPoints)
+      fail(what + " dimension " + std::to_string(d) +
+           " names rebalance point " + std::to_string(point) +
+           ", but the plan has " + std::to_string(numPoints));
+    const plan::RebalancePoint &p = *plan.rebalance_points()->Get(point);
+    int64_t per = whole ? p.blocks() : p.capacity();
+    if (shape->Get(d) == 0 || shape->Get(d) % per != 0)
+      fail(what + " dimension " + std::to_string(d) + " (" +
+           std::to_string(shape->Get(d)) + ") is not a multiple of " +
+           std::to_string(per) + (whole ? " blocks" : " (the capacity)") +
+           " of rebalance point '" + p.name()->str() + "'");
+  }
+}
+
 /// Checks one program; `where` prefixes every message.
 class ProgramChecker {
 public:
-  ProgramChecker(const plan::Plan &plan, const plan::Program &program)
+  /// `active`: the blocks of each rebalance point the rank computes; the
+  /// plan's capacity when empty (loading).
+  ProgramChecker(const plan::Plan &plan, const plan::Program &program,
+                 std::span<const int64_t> active = {})
       : plan(plan), program(program),
-        where("program '" + program.name()->str() + "'") {}
+        where("program '" + program.name()->str() + "'"),
+        active(active.empty()
+                   ? capacityBlocks(plan)
+                   : std::vector<int64_t>(active.begin(), active.end())) {}
 
   void check();
 
@@ -100,6 +139,7 @@ private:
   const plan::Plan &plan;
   const plan::Program &program;
   std::string where;
+  std::vector<int64_t> active;
   std::vector<TensorType> tensors;
   std::vector<bool> written;
   /// Results of RingShiftStart steps whose RingShiftWait has not come yet.
@@ -138,7 +178,12 @@ void ProgramChecker::checkTensors() {
     if (t.shape()->size() > kMaxRank)
       fail(what + " has rank " + std::to_string(t.shape()->size()) +
            " (at most " + std::to_string(kMaxRank) + ")");
-    int64_t count = checkedElementCount(t.shape(), what);
+    checkedElementCount(t.shape(), what);
+    checkRebalanceDims(plan, t.rebalance_dims(), t.shape(), what);
+    std::vector<int64_t> shape = activeShape(plan, t, active);
+    int64_t count = 1;
+    for (int64_t d : shape)
+      count *= d;
     if (dtypeSize(t.dtype()) == 0)
       fail(what + " has an unknown dtype");
     uint64_t bytes = uint64_t(count) * dtypeSize(t.dtype());
@@ -163,17 +208,27 @@ void ProgramChecker::checkTensors() {
         fail(what + " refers to parameter " + std::to_string(t.index()) +
              ", but the plan has " + std::to_string(params.size()));
       const plan::Param &p = *params.Get(t.index());
-      int64_t local =
-          checkedElementCount(p.shape(), "parameter '" + p.name()->str() + "'");
-      if (p.split())
-        for (const plan::Axes *axes : *p.split())
-          for (int64_t axis : *axes->axes())
-            local /= plan.grid()->Get(axis); // axes checked by checkPlan
+      // A view that holds a point's blocks sees the rank's blocks of it;
+      // one that holds none (a program that runs only while they are
+      // evenly spread) sees the even split.
+      bool holdsBlocks = false;
+      if (t.rebalance_dims())
+        for (int32_t point : *t.rebalance_dims())
+          holdsBlocks |= point >= 0;
+      int64_t local = 1;
+      for (int64_t d :
+           paramLocalShape(plan, p, holdsBlocks ? active : evenBlocks(plan)))
+        local *= d;
+      if (holdsBlocks && !p.rebalance_dims())
+        fail(what + " holds rebalance blocks of parameter '" + p.name()->str() +
+             "', which has none");
       if (local != count || p.dtype() != t.dtype())
         fail(what + " views parameter '" + p.name()->str() +
              "' (or its optimizer state) with a different size or dtype");
       isWritten = true;
     } else if (t.storage() == Storage::Input) {
+      if (shape != toVector(t.shape()))
+        fail(what + " is a program input holding rebalance blocks");
       if (t.index() >= program.inputs()->size())
         fail(what + " refers to input " + std::to_string(t.index()) +
              ", but the program has " +
@@ -185,7 +240,7 @@ void ProgramChecker::checkTensors() {
     } else {
       fail(what + " has an unknown storage kind");
     }
-    tensors.push_back({t.dtype(), toVector(t.shape())});
+    tensors.push_back({t.dtype(), std::move(shape)});
     written.push_back(isWritten);
   }
 }
@@ -364,6 +419,34 @@ void checkContentChecksum(std::span<uint8_t> bytes, const std::string &what) {
          checksumHex(computed));
 }
 
+void checkRebalancePoints(const plan::Plan &p, const std::string &what) {
+  if (!p.rebalance_points())
+    return;
+  std::set<std::string> names;
+  for (size_t i = 0; i < p.rebalance_points()->size(); ++i) {
+    const plan::RebalancePoint &point = *p.rebalance_points()->Get(i);
+    std::string subject =
+        what + ": rebalance point '" + point.name()->str() + "'";
+    if (point.name()->size() == 0 || !names.insert(point.name()->str()).second)
+      fail(what + ": rebalance point " + std::to_string(i) +
+           " has an empty or repeated name");
+    if (point.axis() < 0 || point.axis() >= int64_t(p.grid()->size()))
+      fail(subject + " is over axis " + std::to_string(point.axis()) +
+           ", which the grid does not have");
+    int64_t ranks = p.grid()->Get(point.axis());
+    if (point.blocks() < 1 || point.blocks() > kMaxElements ||
+        point.blocks() % ranks != 0)
+      fail(subject + " has " + std::to_string(point.blocks()) +
+           " blocks, not a positive multiple of the axis's " +
+           std::to_string(ranks) + " ranks");
+    if (point.capacity() < point.blocks() / ranks ||
+        point.capacity() > point.blocks())
+      fail(subject + " has capacity " + std::to_string(point.capacity()) +
+           ", outside [" + std::to_string(point.blocks() / ranks) + ", " +
+           std::to_string(point.blocks()) + "]");
+  }
+}
+
 void checkPlan(const plan::Plan &p, int64_t worldSize,
                const std::string &what) {
   int64_t ranks = 1;
@@ -380,6 +463,7 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
          " has " + std::to_string(ranks) + " ranks, but " +
          std::to_string(worldSize) + (worldSize == 1 ? " is" : " are") +
          " running");
+  checkRebalancePoints(p, what);
   std::set<std::string> names;
   for (size_t i = 0; i < p.params()->size(); ++i) {
     const plan::Param &param = *p.params()->Get(i);
@@ -409,6 +493,29 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
                std::to_string(d) + " does not divide into " +
                std::to_string(shards[d]) + " shards");
     }
+    checkRebalanceDims(p, param.rebalance_dims(), param.shape(),
+                       what + ": parameter '" + name + "'", /*whole=*/true);
+    if (param.rebalance_dims()) {
+      // The blocks of a point are the rank's share of exactly its axis, and
+      // a parameter's storage holds one such dimension (its blocks are laid
+      // out active first, then parked; Executor.h).
+      int held = 0;
+      for (size_t d = 0; d < param.rebalance_dims()->size(); ++d) {
+        int32_t point = param.rebalance_dims()->Get(d);
+        if (point < 0)
+          continue;
+        int64_t axis = p.rebalance_points()->Get(point)->axis();
+        const plan::Axes *axes =
+            param.split() ? param.split()->Get(d) : nullptr;
+        if (++held > 1 || !axes || axes->axes()->size() != 1 ||
+            axes->axes()->Get(0) != axis)
+          fail(what + ": parameter '" + name + "' dimension " +
+               std::to_string(d) +
+               " holds rebalance blocks but is not split over exactly the "
+               "point's axis " +
+               std::to_string(axis) + ", or is its second such dimension");
+      }
+    }
     if (param.dtype() != PlanDType::F32)
       fail(what + ": parameter '" + name + "' is " + dtypeName(param.dtype()) +
            "; this runtime computes in f32 only");
@@ -432,6 +539,58 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
 }
 } // namespace
 
+std::vector<int64_t> capacityBlocks(const plan::Plan &plan) {
+  std::vector<int64_t> blocks;
+  if (plan.rebalance_points())
+    for (const plan::RebalancePoint *point : *plan.rebalance_points())
+      blocks.push_back(point->capacity());
+  return blocks;
+}
+
+std::vector<int64_t> evenBlocks(const plan::Plan &plan) {
+  std::vector<int64_t> blocks;
+  if (plan.rebalance_points())
+    for (const plan::RebalancePoint *point : *plan.rebalance_points())
+      blocks.push_back(point->blocks() / plan.grid()->Get(point->axis()));
+  return blocks;
+}
+
+std::vector<int64_t> activeShape(const plan::Plan &plan,
+                                 const plan::Tensor &tensor,
+                                 std::span<const int64_t> active) {
+  std::vector<int64_t> shape = toVector(tensor.shape());
+  if (const auto *dims = tensor.rebalance_dims())
+    for (size_t d = 0; d < dims->size(); ++d)
+      if (int32_t point = dims->Get(d); point >= 0)
+        shape[d] = shape[d] / plan.rebalance_points()->Get(point)->capacity() *
+                   active[point];
+  return shape;
+}
+
+std::vector<int64_t> paramLocalShape(const plan::Plan &plan,
+                                     const plan::Param &param,
+                                     std::span<const int64_t> blocks) {
+  std::vector<int64_t> shape = toVector(param.shape());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    int32_t point =
+        param.rebalance_dims() ? param.rebalance_dims()->Get(d) : -1;
+    if (point >= 0) {
+      shape[d] = shape[d] / plan.rebalance_points()->Get(point)->blocks() *
+                 blocks[point];
+      continue;
+    }
+    if (param.split())
+      for (int64_t axis : *param.split()->Get(d)->axes())
+        shape[d] /= plan.grid()->Get(axis);
+  }
+  return shape;
+}
+
+void checkProgramAt(const plan::Plan &plan, const plan::Program &program,
+                    std::span<const int64_t> active) {
+  ProgramChecker(plan, program, active).check();
+}
+
 std::vector<int64_t> fileShape(const plan::Param &param) {
   const auto *shape = param.hf_shape() ? param.hf_shape() : param.shape();
   return {shape->begin(), shape->end()};
@@ -454,10 +613,11 @@ namespace {
 /// The flatbuffers Verifier checks a vector's 4-byte length prefix but not
 /// that 8-byte elements are 8-byte aligned: a crafted plan could turn every
 /// later read of its shapes into a misaligned load (undefined behaviour).
-void checkAligned(const flatbuffers::Vector<int64_t> *vector,
+template <typename T>
+void checkAligned(const flatbuffers::Vector<T> *vector,
                   const std::string &what) {
   if (vector && vector->size() > 0 && // nothing to load from an empty one
-      reinterpret_cast<uintptr_t>(vector->data()) % alignof(int64_t) != 0)
+      reinterpret_cast<uintptr_t>(vector->data()) % alignof(T) != 0)
     fail(what + " is not 8-byte aligned (corrupt plan)");
 }
 
@@ -467,6 +627,8 @@ void checkAlignment(const plan::Plan &p, const std::string &what) {
     for (const plan::Param *param : *p.params()) {
       checkAligned(param->shape(), what + ": a parameter shape");
       checkAligned(param->hf_shape(), what + ": a parameter hf_shape");
+      checkAligned(param->rebalance_dims(),
+                   what + ": a parameter's rebalance dims");
       if (param->split())
         for (const plan::Axes *axes : *param->split())
           checkAligned(axes->axes(), what + ": a parameter split");
@@ -474,8 +636,11 @@ void checkAlignment(const plan::Plan &p, const std::string &what) {
   if (p.programs())
     for (const plan::Program *program : *p.programs()) {
       if (program->tensors())
-        for (const plan::Tensor *tensor : *program->tensors())
+        for (const plan::Tensor *tensor : *program->tensors()) {
           checkAligned(tensor->shape(), what + ": a tensor shape");
+          checkAligned(tensor->rebalance_dims(),
+                       what + ": a tensor's rebalance dims");
+        }
       if (program->steps())
         for (const plan::Step *step : *program->steps())
           checkAligned(step->ints(), what + ": a step's integers");
@@ -602,10 +767,20 @@ void LoadedPlan::printJson(std::ostream &os) const {
       for (const plan::Axes *axes : *param->split())
         entry["split"].push_back(array(axes->axes()));
     }
+    if (param->rebalance_dims())
+      entry["rebalance_dims"] = array(param->rebalance_dims());
     entry["init"] = plan::EnumNameInit(param->init());
     if (param->init() == plan::Init::Normal)
       entry["init_std"] = param->init_std();
     json["params"].push_back(std::move(entry));
+  }
+  if (p.rebalance_points()) {
+    json["rebalance_points"] = Json::array();
+    for (const plan::RebalancePoint *point : *p.rebalance_points())
+      json["rebalance_points"].push_back({{"name", point->name()->str()},
+                                          {"axis", point->axis()},
+                                          {"blocks", point->blocks()},
+                                          {"capacity", point->capacity()}});
   }
   json["programs"] = Json::array();
   for (const plan::Program *program : *p.programs()) {
@@ -629,6 +804,8 @@ void LoadedPlan::printJson(std::ostream &os) const {
                      {"dtype", dtypeName(t.dtype())},
                      {"shape", array(t.shape())},
                      {"storage", plan::EnumNameStorage(t.storage())}};
+      if (t.rebalance_dims())
+        tensor["rebalance_dims"] = array(t.rebalance_dims());
       if (t.storage() == Storage::Arena)
         tensor["offset"] = t.offset();
       else

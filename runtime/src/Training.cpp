@@ -28,9 +28,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   TrainResult result;
   result.tokensPerStep = shape[0] * shape[1];
   if (!config.resume.empty()) {
-    CheckpointState state = readCheckpoint(
-        config.resume, plan, params,
-        config.comm ? config.comm->coords() : std::vector<int64_t>());
+    CheckpointState state = readCheckpoint(config.resume, plan, params);
     result.firstStep = state.step + 1;
     log << "resumed from step " << state.step << " (" << config.resume << ")\n";
   }

@@ -52,8 +52,19 @@
 // RUN:   --tp-pipeline="mode=1d grid=2 rebalance-headroom=1" 2>&1 | FileCheck %s --check-prefix=NOTON
 // NOTON: tp-pipeline: rebalance-granularity and rebalance-headroom need rebalance=true
 //
-// Until the plan format carries rebalance points, emitting one is an error
-// rather than a plan the runtime would run at capacity.
-// RUN: not tpc-opt %S/Inputs/gpt2-block.mlir -o %t.tpplan \
-// RUN:   --tp-pipeline="mode=1d grid=2 rebalance=true" 2>&1 | FileCheck %s --check-prefix=PLAN
-// PLAN: error: 'tp.rebalance_point' op plan: rebalance points are not in the plan format yet (format 1.5); compile without rebalance=true
+// The plan (format 1.6) carries the points; a rebalanced parameter keeps its
+// whole shape, its split and which point each dimension holds; a tensor holding
+// blocks is sized for the capacity and names its point; @gradients views the
+// same parameter at the even split.
+// RUN: tpc-opt %S/Inputs/gpt2-block.mlir -o %t.tpplan \
+// RUN:   --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-granularity=16"
+// RUN: env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe tp-run %t.tpplan --print-plan > %t.json
+// RUN: %json %t.json version rebalance_points params.10 params.11 programs.1.name programs.1.tensors.10 programs.2.name programs.2.tensors.10 | FileCheck %s --check-prefix=PLAN
+// PLAN: version = "1.6"
+// PLAN{LITERAL}: rebalance_points = [{"name": "transformer.h.0.attn", "axis": 0, "blocks": 4, "capacity": 3}, {"name": "transformer.h.0.mlp", "axis": 0, "blocks": 8, "capacity": 6}]
+// PLAN{LITERAL}: params.10 = {"name": "transformer.h.0.mlp.c_fc.weight", "dtype": "F32", "shape": [32, 128], "split": [[], [0]], "rebalance_dims": [-1, 1], "init": "Normal", "init_std": 0.02}
+// PLAN{LITERAL}: params.11 = {"name": "transformer.h.0.mlp.c_fc.bias", "dtype": "F32", "shape": [128], "split": [[0]], "rebalance_dims": [1], "init": "Zeros"}
+// PLAN: programs.1.name = "gradients"
+// PLAN{LITERAL}: programs.1.tensors.10 = {"id": 10, "dtype": "F32", "shape": [32, 64], "storage": "Param", "index": 10}
+// PLAN: programs.2.name = "train_step"
+// PLAN{LITERAL}: programs.2.tensors.10 = {"id": 10, "dtype": "F32", "shape": [32, 96], "storage": "Param", "rebalance_dims": [-1, 1], "index": 10}

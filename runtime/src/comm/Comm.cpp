@@ -346,6 +346,37 @@ void GridComm::finishShift(std::span<float> out) {
     check(MPI_Waitall(2, requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 
+void GridComm::exchange(std::span<const Transfer> sends,
+                        std::span<const Transfer> receives) {
+  std::vector<MPI_Request> requests;
+  auto post = [&](const Transfer &t, bool send) {
+    if (t.peer < 0 || t.peer >= size_ || t.peer == rank_)
+      throw std::invalid_argument("exchange: peer " + std::to_string(t.peer) +
+                                  " is not another rank of a grid of " +
+                                  std::to_string(size_));
+    const int count = mpiCount(t.data.size(), "exchange");
+    // A world rank other than this one exists only under MPI.
+    requests.emplace_back();
+    constexpr int kTag = 7;
+    if (send)
+      check(MPI_Isend(t.data.data(), count, MPI_FLOAT, t.peer, kTag,
+                      MPI_COMM_WORLD, &requests.back()),
+            "MPI_Isend");
+    else
+      check(MPI_Irecv(t.data.data(), count, MPI_FLOAT, t.peer, kTag,
+                      MPI_COMM_WORLD, &requests.back()),
+            "MPI_Irecv");
+  };
+  for (const Transfer &t : receives)
+    post(t, false);
+  for (const Transfer &t : sends)
+    post(t, true);
+  if (!requests.empty())
+    check(
+        MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+        "MPI_Waitall");
+}
+
 void GridComm::broadcast(const std::vector<int> &axes, std::span<float> data,
                          int root) {
   const CommGroup &g = group(axes);

@@ -26,12 +26,32 @@ private:
   FailureOr<uint32_t> paramIndex(func::FuncOp func, unsigned argIdx);
   LogicalResult emitProgram(func::FuncOp func);
 
+  /// Per dim of `value`, the index of the rebalance point whose blocks it
+  /// holds (tp.rebalance_dims), or -1; empty when it holds none.
+  FailureOr<SmallVector<int32_t>> rebalanceDimsOf(Value value);
+
+  /// A parameter as the plan records it, built once every program has been
+  /// seen: a program that cannot move blocks (@gradients) sees the even
+  /// split, one that can sees the capacity, and the plan needs both.
+  struct ParamInfo {
+    std::string name;
+    fb::DType dtype;
+    SmallVector<int64_t> globalShape;
+    fb::Init init;
+    double initStd;
+    Attribute layout;
+    SmallVector<SmallVector<int64_t>> splitAxes;
+    std::optional<SmallVector<int64_t>> hfShape;
+    SmallVector<int32_t> rebalanceDims;
+  };
+  flatbuffers::Offset<fb::Param> buildParam(const ParamInfo &param);
+
   ModuleOp module;
   flatbuffers::FlatBufferBuilder builder{1 << 16};
-  std::vector<flatbuffers::Offset<fb::Param>> params;
+  std::vector<ParamInfo> params;
   llvm::StringMap<uint32_t> paramByName;
-  SmallVector<SmallVector<int64_t>> paramShapes;
-  SmallVector<Attribute> paramLayouts;
+  SmallVector<RebalancePointOp> points;
+  llvm::StringMap<int32_t> pointByName;
   std::vector<flatbuffers::Offset<fb::Program>> programs;
 };
 
@@ -43,6 +63,7 @@ struct TensorTable {
     fb::Storage storage;
     uint64_t offset;
     uint32_t index;
+    SmallVector<int32_t> rebalanceDims;
   };
   std::vector<Entry> entries;
   DenseMap<Value, uint32_t> ids;
@@ -72,39 +93,116 @@ FailureOr<fb::DType> PlanEmitter::dtypeOf(Operation *where, Type type) {
   return where->emitError() << "plan: unsupported element type " << element;
 }
 
+FailureOr<SmallVector<int32_t>> PlanEmitter::rebalanceDimsOf(Value value) {
+  StringRef name = TPDialect::RebalanceDimsAttrHelper::getNameStr();
+  ArrayAttr dims;
+  Operation *where;
+  if (auto argument = dyn_cast<BlockArgument>(value)) {
+    auto func = cast<func::FuncOp>(argument.getOwner()->getParentOp());
+    dims = func.getArgAttrOfType<ArrayAttr>(argument.getArgNumber(), name);
+    where = func;
+  } else {
+    auto result = cast<OpResult>(value);
+    where = result.getOwner();
+    if (auto perResult = where->getAttrOfType<ArrayAttr>(name))
+      dims = dyn_cast<ArrayAttr>(perResult[result.getResultNumber()]);
+  }
+  SmallVector<int32_t> indices;
+  if (!dims)
+    return indices;
+  // The dialect verified one entry per dim, each a point name or unit.
+  for (Attribute dim : dims) {
+    auto point = dyn_cast<FlatSymbolRefAttr>(dim);
+    if (!point) {
+      indices.push_back(-1);
+      continue;
+    }
+    auto it = pointByName.find(point.getValue());
+    if (it == pointByName.end())
+      return where->emitOpError()
+             << "plan: " << point << " is no tp.rebalance_point";
+    indices.push_back(it->second);
+  }
+  return indices;
+}
+
 FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
                                             unsigned argIdx) {
   auto name = func.getArgAttrOfType<StringAttr>(
       argIdx, TPDialect::ParamAttrHelper::getNameStr());
   auto type = cast<RankedTensorType>(func.getArgumentTypes()[argIdx]);
+  FailureOr<SmallVector<int32_t>> rebalanceDims =
+      rebalanceDimsOf(func.getArgument(argIdx));
+  if (failed(rebalanceDims))
+    return failure();
+  auto layout = func.getArgAttrOfType<DistAttr>(
+      argIdx, TPDialect::LayoutAttrHelper::getNameStr());
+  GridOp grid;
+  if (layout) {
+    grid = SymbolTable::lookupNearestSymbolFrom<GridOp>(func, layout.getGrid());
+    if (!grid)
+      return func.emitError()
+             << "plan: parameter '" << name.getValue() << "' is laid out on "
+             << layout.getGrid() << ", which is no tp.grid";
+  }
+  // The whole parameter: a dim split evenly holds its rank's share of the
+  // shards; a rebalanced one capacity blocks of the point's extent.
+  SmallVector<int64_t> globalShape(type.getShape());
+  for (int64_t d = 0; d < int64_t(globalShape.size()); ++d) {
+    if (!rebalanceDims->empty() && (*rebalanceDims)[d] >= 0) {
+      RebalancePointOp point = points[(*rebalanceDims)[d]];
+      globalShape[d] =
+          globalShape[d] / int64_t(point.getCapacity()) * point.getBlocks();
+      continue;
+    }
+    if (layout)
+      for (int64_t axis : layout.getSplitAxes(d))
+        globalShape[d] *= grid.getShape()[axis];
+  }
   if (auto it = paramByName.find(name.getValue()); it != paramByName.end()) {
-    if (paramShapes[it->second] != type.getShape() ||
-        paramLayouts[it->second] !=
+    ParamInfo &known = params[it->second];
+    if (known.globalShape != globalShape ||
+        known.layout !=
             func.getArgAttr(argIdx, TPDialect::LayoutAttrHelper::getNameStr()))
       return func.emitOpError()
              << "plan: parameter '" << name.getValue() << "' has shape " << type
              << " here but a different shape elsewhere";
+    if (!rebalanceDims->empty()) {
+      if (!known.rebalanceDims.empty() && known.rebalanceDims != *rebalanceDims)
+        return func.emitOpError()
+               << "plan: parameter '" << name.getValue()
+               << "' holds other rebalance points here than elsewhere";
+      known.rebalanceDims = *rebalanceDims;
+    }
     return it->second;
   }
   FailureOr<fb::DType> dtype = dtypeOf(func, type);
   if (failed(dtype))
     return failure();
-  fb::Init init = fb::Init::Normal;
-  double stddev = 0.0;
+  ParamInfo param{
+      name.str(),
+      *dtype,
+      globalShape,
+      fb::Init::Normal,
+      0.0,
+      func.getArgAttr(argIdx, TPDialect::LayoutAttrHelper::getNameStr()),
+      {},
+      std::nullopt,
+      *rebalanceDims};
   auto initAttr = func.getArgAttrOfType<StringAttr>(
       argIdx, TPDialect::InitAttrHelper::getNameStr());
   StringRef initName = initAttr ? initAttr.getValue() : "";
   if (initName == "zeros") {
-    init = fb::Init::Zeros;
+    param.init = fb::Init::Zeros;
   } else if (initName == "ones") {
-    init = fb::Init::Ones;
+    param.init = fb::Init::Ones;
   } else if (initName == "normal") {
     auto std = func.getArgAttrOfType<FloatAttr>(
         argIdx, TPDialect::InitStdAttrHelper::getNameStr());
     if (!std)
       return func.emitOpError() << "plan: parameter '" << name.getValue()
                                 << "' has a normal init without tp.init_std";
-    stddev = std.getValueAsDouble();
+    param.initStd = std.getValueAsDouble();
   } else {
     return func.emitOpError() << "plan: parameter '" << name.getValue()
                               << "' needs tp.init = \"normal\", \"zeros\" or "
@@ -112,27 +210,11 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
   }
   // A parameter split across ranks keeps its global shape here and its
   // layout, from which each rank loads its own block.
-  auto layout = func.getArgAttrOfType<DistAttr>(
-      argIdx, TPDialect::LayoutAttrHelper::getNameStr());
-  std::vector<flatbuffers::Offset<fb::Axes>> split;
-  SmallVector<int64_t> globalShape(type.getShape());
-  if (layout) {
-    auto grid =
-        SymbolTable::lookupNearestSymbolFrom<GridOp>(func, layout.getGrid());
-    if (!grid)
-      return func.emitError()
-             << "plan: parameter '" << name.getValue() << "' is laid out on "
-             << layout.getGrid() << ", which is no tp.grid";
-    for (int64_t d = 0; d < int64_t(globalShape.size()); ++d) {
-      split.push_back(fb::CreateAxes(
-          builder, builder.CreateVector(layout.getSplitAxes(d).vec())));
-      for (int64_t axis : layout.getSplitAxes(d))
-        globalShape[d] *= grid.getShape()[axis];
-    }
-  }
+  if (layout)
+    for (int64_t d = 0; d < int64_t(globalShape.size()); ++d)
+      param.splitAxes.emplace_back(layout.getSplitAxes(d));
   // A parameter the program views in another shape than its checkpoints
   // (GPT-2's fused QKV as [h, 3, h]) keeps the file's shape for loading.
-  flatbuffers::Offset<flatbuffers::Vector<int64_t>> hfShape = 0;
   if (auto attr = func.getArgAttrOfType<DenseI64ArrayAttr>(
           argIdx, TPDialect::HfShapeAttrHelper::getNameStr())) {
     int64_t fileCount = 1, count = 1;
@@ -144,18 +226,31 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
       return func.emitOpError()
              << "plan: parameter '" << name.getValue() << "' has tp.hf_shape "
              << attr << " with another element count than its shape";
-    hfShape = builder.CreateVector(attr.asArrayRef().vec());
+    param.hfShape.emplace(attr.asArrayRef());
   }
   uint32_t index = params.size();
-  params.push_back(fb::CreateParam(
-      builder, builder.CreateString(name.str()), *dtype,
-      builder.CreateVector(globalShape.data(), globalShape.size()), init,
-      stddev, split.empty() ? 0 : builder.CreateVector(split), hfShape));
+  params.push_back(std::move(param));
   paramByName[name.getValue()] = index;
-  paramShapes.emplace_back(type.getShape());
-  paramLayouts.push_back(
-      func.getArgAttr(argIdx, TPDialect::LayoutAttrHelper::getNameStr()));
   return index;
+}
+
+flatbuffers::Offset<fb::Param> PlanEmitter::buildParam(const ParamInfo &param) {
+  std::vector<flatbuffers::Offset<fb::Axes>> split;
+  for (ArrayRef<int64_t> axes : param.splitAxes)
+    split.push_back(fb::CreateAxes(builder, builder.CreateVector(axes.vec())));
+  auto name = builder.CreateString(param.name);
+  auto shape =
+      builder.CreateVector(param.globalShape.data(), param.globalShape.size());
+  auto splitVec = split.empty() ? 0 : builder.CreateVector(split);
+  auto hfShape = param.hfShape ? builder.CreateVector(param.hfShape->data(),
+                                                      param.hfShape->size())
+                               : 0;
+  auto rebalanceDims = param.rebalanceDims.empty()
+                           ? 0
+                           : builder.CreateVector(param.rebalanceDims.data(),
+                                                  param.rebalanceDims.size());
+  return fb::CreateParam(builder, name, param.dtype, shape, param.init,
+                         param.initStd, splitVec, hfShape, rebalanceDims);
 }
 
 /// The plan kind that runs `op`: the enumerator of the name the op's
@@ -245,7 +340,9 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
     // grid once).
     if (name == TPDialect::BufferOffsetsAttrHelper::getNameStr() ||
         name == TPDialect::LayerAttrHelper::getNameStr() ||
-        name == TPDialect::RecomputedAttrHelper::getNameStr() || name == "grid")
+        name == TPDialect::RecomputedAttrHelper::getNameStr() ||
+        name == TPDialect::RebalanceDimsAttrHelper::getNameStr() ||
+        name == "grid")
       continue;
     if (name == "permutation" || name == "offsets" || name == "dims" ||
         name == "grid_axes" ||
@@ -321,14 +418,15 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
   auto add = [&](Value value, Operation *where, fb::Storage storage,
                  uint64_t offset, uint32_t index) -> LogicalResult {
     FailureOr<fb::DType> dtype = dtypeOf(where, value.getType());
-    if (failed(dtype))
+    FailureOr<SmallVector<int32_t>> rebalanceDims = rebalanceDimsOf(value);
+    if (failed(dtype) || failed(rebalanceDims))
       return failure();
     table.ids[value] = table.entries.size();
     table.entries.push_back(
         {*dtype,
          SmallVector<int64_t>(
              cast<RankedTensorType>(value.getType()).getShape()),
-         storage, offset, index});
+         storage, offset, index, std::move(*rebalanceDims)});
     return success();
   };
 
@@ -451,11 +549,16 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
     results.push_back(table.ids.at(result));
 
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
-  for (const TensorTable::Entry &entry : table.entries)
-    tensors.push_back(fb::CreateTensor(
-        builder, entry.dtype,
-        builder.CreateVector(entry.shape.data(), entry.shape.size()),
-        entry.storage, entry.offset, entry.index));
+  for (const TensorTable::Entry &entry : table.entries) {
+    auto shape = builder.CreateVector(entry.shape.data(), entry.shape.size());
+    auto rebalanceDims = entry.rebalanceDims.empty()
+                             ? 0
+                             : builder.CreateVector(entry.rebalanceDims.data(),
+                                                    entry.rebalanceDims.size());
+    tensors.push_back(fb::CreateTensor(builder, entry.dtype, shape,
+                                       entry.storage, entry.offset, entry.index,
+                                       rebalanceDims));
+  }
   std::vector<flatbuffers::Offset<flatbuffers::String>> resultNames;
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
     std::string name = "result" + std::to_string(i);
@@ -493,13 +596,12 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
   if (global.wasInterrupted())
     return module.emitError()
            << "plan: run tp-partition before emitting a plan";
-  // Plan format 1.5 has no field for blocks that move between ranks: a
-  // runtime would run the capacity-sized buffers as if they were full.
-  auto points = llvm::to_vector(module.getOps<RebalancePointOp>());
-  if (!points.empty())
-    return points.front().emitOpError()
-           << "plan: rebalance points are not in the plan format yet "
-              "(format 1.5); compile without rebalance=true";
+  // Rebalance points, in module order: tensors and parameters name them by
+  // index.
+  for (RebalancePointOp point : module.getOps<RebalancePointOp>()) {
+    pointByName[point.getSymName()] = points.size();
+    points.push_back(point);
+  }
   // The grid the program runs on (none: one rank).
   auto grids = llvm::to_vector(module.getOps<GridOp>());
   if (grids.size() > 1)
@@ -519,11 +621,20 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
   };
   auto modelType = stringAttr(TPDialect::ModelTypeAttrHelper::getNameStr());
   auto hfConfig = stringAttr(TPDialect::HfConfigAttrHelper::getNameStr());
-  auto plan = fb::CreatePlan(builder, kPlanVersionMajor, kPlanVersionMinor,
-                             builder.CreateString("tpc-opt"),
-                             builder.CreateVector(grid), modelType, hfConfig,
-                             builder.CreateVector(params),
-                             builder.CreateVector(programs), &kUnsealed);
+  std::vector<flatbuffers::Offset<fb::Param>> paramTable;
+  for (const ParamInfo &param : params)
+    paramTable.push_back(buildParam(param));
+  std::vector<flatbuffers::Offset<fb::RebalancePoint>> pointTable;
+  for (RebalancePointOp point : points)
+    pointTable.push_back(fb::CreateRebalancePoint(
+        builder, builder.CreateString(point.getSymName().str()),
+        point.getAxis(), point.getBlocks(), point.getCapacity()));
+  auto plan = fb::CreatePlan(
+      builder, kPlanVersionMajor, kPlanVersionMinor,
+      builder.CreateString("tpc-opt"), builder.CreateVector(grid), modelType,
+      hfConfig, builder.CreateVector(paramTable),
+      builder.CreateVector(programs), &kUnsealed,
+      pointTable.empty() ? 0 : builder.CreateVector(pointTable));
   fb::FinishPlanBuffer(builder, plan);
   sealChecksum(builder.GetBufferPointer(), builder.GetSize());
   os.write(reinterpret_cast<const char *>(builder.GetBufferPointer()),

@@ -68,12 +68,11 @@ std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
                             const CheckpointState &state);
 
 /// Loads a checkpoint directory, or the one DIR/latest names, into `params`
-/// (this rank's blocks, for the grid coordinates `coords`; checkpoints hold
-/// whole parameters, so a run may resume on another grid). Throws
-/// std::runtime_error if it is incomplete or belongs to another model.
+/// (this rank's blocks, as the store lays them out; checkpoints hold whole
+/// parameters, so a run may resume on another grid or block assignment).
+/// Throws std::runtime_error if it is incomplete or belongs to another model.
 CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
-                               ParamStore &params,
-                               const std::vector<int64_t> &coords = {});
+                               ParamStore &params);
 
 /// Writes DIR/model.safetensors (the parameters under their HF names, f32)
 /// and DIR/config.json (the model's config), so that HuggingFace's

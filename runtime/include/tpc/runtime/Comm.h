@@ -145,6 +145,19 @@ public:
   /// rank order, over the whole grid. For moving state outside the training
   /// step (checkpoints, exports): not counted in stats().
   void gatherState(std::span<const float> in, std::span<float> out);
+  /// One buffer moved to or from world rank `peer` by exchange().
+  struct Transfer {
+    int peer;
+    std::span<float> data;
+  };
+  /// Sends every `sends[i].data` to its peer and receives every
+  /// `receives[i].data` from its peer, all in flight at once; between two
+  /// ranks, the k-th send of one matches the k-th receive of the other. For
+  /// moving state between steps (rebalancing): only the ranks named take
+  /// part, and it is not counted in stats(). Throws std::invalid_argument
+  /// for a peer outside the grid or this rank itself.
+  void exchange(std::span<const Transfer> sends,
+                std::span<const Transfer> receives);
   /// Starts one ring step over the group: `in` goes to group rank r+1 and
   /// `out` (as large) receives rank r-1's block. Returns at once;
   /// finishShift(out) completes it. Until then `in` must not be written nor

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "tpc/runtime/Backend.h"
+#include "tpc/runtime/Blocks.h"
 #include "tpc/runtime/Plan.h"
 
 #include <array>
@@ -31,26 +32,71 @@ ParamBlock paramBlock(const LoadedPlan &plan, const plan::Param &param,
 std::vector<float> sliceBlock(const std::vector<float> &whole,
                               const ParamBlock &block);
 
+/// Where one stored block of a parameter lies: in the rank's storage (a
+/// row-major region starting at element `base`) and in the whole parameter.
+/// A parameter without rebalance dims is one block, its rank's even share.
+/// One with a rebalance dim stores the blocks the rank computes as one
+/// region (the array its kernels see, in held order), then its parked blocks
+/// as another.
+struct StoredBlock {
+  int64_t base = 0;
+  std::vector<int64_t> regionShape, regionOffset;
+  std::vector<int64_t> globalOffset, shape;
+  int64_t point = -1, id = -1; // the rebalance point and block id, if any
+};
+std::vector<StoredBlock> storedBlocks(const LoadedPlan &plan,
+                                      const plan::Param &param,
+                                      const std::vector<int64_t> &coords,
+                                      const BlockAssignment &assignment);
+
+/// What moving to another block assignment cost this rank.
+struct RelayoutCost {
+  int64_t blocksSent = 0, blocksReceived = 0;
+  double bytesSent = 0, bytesReceived = 0;
+  double seconds = 0;
+};
+
 /// The plan's parameters as f32 host arrays, in plan order, and AdamW's
-/// moments for each (zeros until a train step writes them).
+/// moments for each (zeros until a train step writes them): this rank's
+/// blocks, laid out by storedBlocks. A parameter with rebalance dims is
+/// allocated for its point's capacity.
 class ParamStore {
 public:
+  enum class State { Value, ExpAvg, ExpAvgSq };
+
   /// Sharding-independent deterministic initialisation (Init.h).
-  /// With `coords`, only this rank's block of each split parameter.
+  /// With `coords`, only this rank's blocks of each split parameter; every
+  /// rebalance point starts evenly split.
   static ParamStore initialise(const LoadedPlan &plan,
                                const std::vector<int64_t> &coords = {});
   /// Loads every parameter by its HF name from a safetensors file
-  /// (f32/f16/bf16), keeping this rank's block. Throws std::runtime_error if
-  /// one is missing or its shape differs; tensors the plan does not use are
-  /// ignored.
+  /// (f32/f16/bf16), keeping this rank's blocks. Throws std::runtime_error
+  /// if one is missing or its shape differs; tensors the plan does not use
+  /// are ignored.
   static ParamStore fromSafetensors(const LoadedPlan &plan,
                                     const std::string &path,
                                     const std::vector<int64_t> &coords = {});
 
   /// The whole parameters (and moments, if any) from every rank's blocks,
   /// on every rank: collective over `comm`'s grid, not counted as step
-  /// traffic.
+  /// traffic. The result is a one-rank store.
   ParamStore gathered(const LoadedPlan &plan, GridComm &comm) const;
+  /// Replaces this rank's blocks of parameter `index` (or of a moment) with
+  /// theirs in `whole`, the whole parameter-shaped array.
+  void setFromWhole(const LoadedPlan &plan, size_t index, State state,
+                    const std::vector<float> &whole);
+
+  /// Moves to the block assignment `next` (validated; the same on every
+  /// rank): blocks that change hands go with their weights and moments
+  /// straight to their new rank, blocks that change between computed and
+  /// parked move within the rank's storage. Collective over the ranks that
+  /// send or receive; every rank must call it.
+  RelayoutCost relayout(const LoadedPlan &plan, const BlockAssignment &next,
+                        GridComm *comm);
+  const BlockAssignment &blocks() const { return assignment; }
+  const std::vector<int64_t> &coords() const { return coords_; }
+  /// Changes with every relayout: runners recompute their shapes then.
+  uint64_t layoutVersion() const { return version; }
 
   std::vector<float> &operator[](size_t index) { return values[index]; }
   const std::vector<float> &operator[](size_t index) const {
@@ -60,13 +106,22 @@ public:
   std::vector<float> &expAvgSq(size_t index);
   const std::vector<float> &expAvg(size_t index) const;
   const std::vector<float> &expAvgSq(size_t index) const;
+  std::vector<float> &state(size_t index, State which);
+  bool hasMoments() const { return !moments1.empty(); }
   size_t size() const { return values.size(); }
   uint64_t bytes() const;
 
 private:
+  /// Storage for every parameter, zero, sized for this rank.
+  static ParamStore allocate(const LoadedPlan &plan,
+                             const std::vector<int64_t> &coords);
+
   std::vector<std::vector<float>> values;
   // Allocated on first use: inference never pays for them.
   mutable std::vector<std::vector<float>> moments1, moments2;
+  BlockAssignment assignment;
+  std::vector<int64_t> coords_;
+  uint64_t version = 0;
 };
 
 /// Calls `write` with whole parameters on the first rank only: `params`
@@ -126,8 +181,17 @@ private:
   /// been replaced or allocated since the last run.
   void bindTensors();
 
+  /// Recomputes the tensors' shapes when the parameters' block assignment
+  /// changed: a rebalanced dim holds the blocks this rank computes.
+  void updateShapes();
+
+  const plan::Plan *plan;
   const plan::Program *program;
   ParamStore &params;
+  /// The layout the shapes were computed for.
+  uint64_t layoutVersion = 0;
+  /// Whether the program views a rebalanced parameter at the even split.
+  bool needsEvenBlocks = false;
   GridComm *comm;
   Backend &backend;
   std::unique_ptr<Buffer> arena;

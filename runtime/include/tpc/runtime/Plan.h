@@ -18,7 +18,7 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 5;
+inline constexpr uint32_t kPlanVersionMinor = 6;
 /// The first minor version whose plans carry Plan.content_checksum.
 inline constexpr uint32_t kPlanChecksumMinor = 2;
 
@@ -79,6 +79,28 @@ private:
 /// The parameter's shape in safetensors files (checkpoints, exports, HF
 /// weights): `hf_shape` when the plan views it in another shape, else `shape`.
 std::vector<int64_t> fileShape(const plan::Param &param);
+
+/// Rebalance points (Plan.rebalance_points; docs/rebalancing.md): a rank
+/// computes some number of each point's blocks, one entry per point in plan
+/// order. The plan's own shapes are those at capacity; the even split is
+/// blocks / (the axis's ranks) each.
+std::vector<int64_t> capacityBlocks(const plan::Plan &plan);
+std::vector<int64_t> evenBlocks(const plan::Plan &plan);
+/// The local shape of `tensor` when the rank computes `active[p]` blocks of
+/// each point p.
+std::vector<int64_t> activeShape(const plan::Plan &plan,
+                                 const plan::Tensor &tensor,
+                                 std::span<const int64_t> active);
+/// The local shape of one rank's share of `param` when it holds `blocks[p]`
+/// blocks of each point p (dims split evenly: global / shards).
+std::vector<int64_t> paramLocalShape(const plan::Plan &plan,
+                                     const plan::Param &param,
+                                     std::span<const int64_t> blocks);
+/// Checks every tensor and step of `program` (of a loaded plan) again at the
+/// shapes of `active`; a PlanError names the first kernel shape rule that
+/// fails. Loading checked them at capacity.
+void checkProgramAt(const plan::Plan &plan, const plan::Program &program,
+                    std::span<const int64_t> active);
 
 /// Element count of a shape; throws PlanError on negative dims or overflow.
 int64_t checkedElementCount(const flatbuffers::Vector<int64_t> *shape,
