@@ -484,6 +484,22 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
   }
   layoutVersion = params.layoutVersion() - 1;
   updateShapes();
+  // The point whose blocks each step computes on, if any: its time scales
+  // with the blocks the rank computes.
+  pointTime.assign(capacityBlocks(loaded.plan()).size(), 0.0);
+  for (const plan::Step *step : *program->steps()) {
+    int32_t point = -1;
+    auto scan = [&](const flatbuffers::Vector<uint32_t> &ids) {
+      for (uint32_t id : ids)
+        if (const auto *dims = program->tensors()->Get(id)->rebalance_dims())
+          for (int32_t p : *dims)
+            if (point < 0 && p >= 0)
+              point = p;
+    };
+    scan(*step->results());
+    scan(*step->operands());
+    stepPoints.push_back(point);
+  }
   std::vector<int64_t> coords;
   if (comm)
     coords = GridComm::coordsOf(comm->shape(), comm->rank());
@@ -656,6 +672,9 @@ void ProgramRunner::updateShapes() {
 void ProgramRunner::run() {
   updateShapes();
   bindTensors();
+  computeTime = 0;
+  std::fill(pointTime.begin(), pointTime.end(), 0.0);
+  size_t stepIndex = 0;
   std::array<TensorBinding, kMaxStepOperands> operands;
   std::array<TensorBinding, kMaxStepResults> results;
   for (const plan::Step *step : *program->steps()) {
@@ -667,6 +686,7 @@ void ProgramRunner::run() {
     for (size_t i = 0; i < numResults; ++i)
       results[i] = bindings[step->results()->Get(i)];
     auto start = std::chrono::steady_clock::now();
+    const double waitedBefore = comm ? comm->waitSeconds() : 0.0;
     backend.enqueue({*step,
                      {operands.data(), numOperands},
                      {results.data(), numResults},
@@ -674,6 +694,22 @@ void ProgramRunner::run() {
     backend.synchronize();
     std::chrono::duration<double> took =
         std::chrono::steady_clock::now() - start;
+    double computed =
+        took.count() - ((comm ? comm->waitSeconds() : 0.0) - waitedBefore);
+    if (stretch > 1.0) {
+      // An emulated slower device: this rank's compute takes `stretch`
+      // times as long. Busy, like a real kernel, so the core stays taken.
+      const auto until =
+          std::chrono::steady_clock::now() +
+          std::chrono::duration<double>((stretch - 1.0) * computed);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      took = std::chrono::steady_clock::now() - start;
+      computed *= stretch;
+    }
+    computeTime += computed;
+    if (int32_t point = stepPoints[stepIndex++]; point >= 0)
+      pointTime[size_t(point)] += computed;
     OpStats &stats = opStats[opKindName(step->kind())];
     stats.count += 1;
     stats.seconds += took.count();

@@ -24,6 +24,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   std::span<const int32_t> stream, const TrainConfig &config,
                   std::ostream &log) {
   ProgramRunner runner(plan, "train_step", params, config.comm);
+  Rebalancer rebalancer(plan, params, config.comm, config.rebalance);
   std::vector<int64_t> shape = runner.tokensShape();
   TrainResult result;
   result.tokensPerStep = shape[0] * shape[1];
@@ -45,6 +46,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     runner.setInput(plan::InputKind::Tokens, batch.tokens);
     runner.setInput(plan::InputKind::Targets, batch.targets);
     runner.setStep(step);
+    runner.setComputeStretch(rebalancer.stretch(step));
     auto start = std::chrono::steady_clock::now();
     runner.run();
     double seconds =
@@ -52,21 +54,46 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
             .count();
     double loss = runner.result(0)[0];
     double lr = cpu::learningRate(step, h[0], h[1], h[2], h[3]);
-    result.records.push_back({step, loss, lr, seconds});
+    result.records.push_back(
+        {step, loss, lr, seconds, runner.computeSeconds()});
     char lossText[32];
     if (std::isfinite(loss))
       std::snprintf(lossText, sizeof(lossText), "%.4f", loss);
     else // not printf's "-nan"
       std::snprintf(lossText, sizeof(lossText), "%s",
                     std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"));
+    // Collective every window (all ranks reach it: the loss is the same
+    // on every rank, so all stop at the same step).
+    std::optional<RebalanceEvent> event =
+        std::isfinite(loss)
+            ? rebalancer.afterStep(step, runner.computeSeconds(),
+                                   runner.pointComputeSeconds())
+            : std::nullopt;
     char line[240];
     std::snprintf(line, sizeof(line),
                   "step %lld/%lld | loss %s | lr %.3e | %.0f tokens/s | "
-                  "%.1f ms/step\n",
+                  "%.1f ms/step",
                   static_cast<long long>(step),
                   static_cast<long long>(config.steps), lossText, lr,
                   result.tokensPerStep / seconds, seconds * 1e3);
-    log << line << std::flush;
+    log << line;
+    if (rebalancer.enabled() && !rebalancer.status().empty())
+      log << " | " << rebalancer.status();
+    if (event)
+      log << " | action " << event->action;
+    log << "\n";
+    if (event) {
+      char moved[200];
+      std::snprintf(moved, sizeof moved,
+                    "rebalance: %s after step %lld (%s); moved %.0f bytes in "
+                    "%.2f ms\n",
+                    event->action.c_str(), static_cast<long long>(event->step),
+                    event->reason.c_str(), event->bytesMoved,
+                    event->seconds * 1e3);
+      log << moved;
+      result.rebalanceEvents.push_back(std::move(*event));
+    }
+    log << std::flush;
     if (!std::isfinite(loss)) {
       result.stoppedBecause =
           "step " + std::to_string(step) + ": the loss is " +
@@ -95,6 +122,8 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
       lastCheckpoint = checkpointPath(config.checkpointDir, step);
     }
   }
+  result.computeTimes = rebalancer.computeTimes();
+  result.rebalanceWindows = rebalancer.windows();
   result.arenaBytes = runner.arenaBytes();
   result.paramBytes = params.bytes();
   result.inputBytes = runner.inputBytes();

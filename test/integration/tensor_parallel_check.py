@@ -21,6 +21,13 @@
                              2.5D, 3D)
   same-volume METRICS STATIC the runtime's bytes per step equal the static
                              report's, per collective kind
+  decisions METRICS --slow-rank R --first A [--back]
+                             the run's re-plans (tp-run --metrics): the first
+                             is action A and takes work off rank R (fewer
+                             blocks computed); with --back a later one gives
+                             some back; every migration reports the bytes it
+                             moved; every rank's compute time of every step
+                             was recorded
 """
 
 import argparse
@@ -252,6 +259,36 @@ def same_volume(args):
         sys.exit("volume: the runtime's bytes differ from the static report")
 
 
+def decisions(args):
+    metrics = json.load(open(args.metrics))
+    rebalance = metrics["rebalance"]
+    events = rebalance["decisions"]
+    print("decisions: " + "; ".join(
+        f"step {e['step']} {e['action']} ({e['reason']})" for e in events))
+    steps = [t["step"] for t in rebalance["compute_seconds"]]
+    ranks = {len(t["seconds"]) for t in rebalance["compute_seconds"]}
+    if steps != list(range(1, len(steps) + 1)) or len(ranks) != 1:
+        sys.exit(f"decisions: compute times for steps {steps}, ranks {ranks}")
+    if not events:
+        sys.exit("decisions: no re-plan")
+
+    def work(event):  # the slow rank's computed blocks, over all points
+        return sum(c[args.slow_rank] for c in event["computed"])
+
+    first = events[0]
+    even = sum(sum(c) // len(c) for c in first["computed"])
+    if first["action"] != args.first or work(first) >= even:
+        sys.exit(f"decisions: the first is {first['action']} leaving "
+                 f"{work(first)} of an even {even} blocks on rank "
+                 f"{args.slow_rank}; expected {args.first} below {even}")
+    if args.back and not any(work(e) > work(first) for e in events[1:]):
+        sys.exit("decisions: no later re-plan gives the slow rank work back")
+    for e in events:
+        if e["action"] == "migrate" and e["held"] != first["held"] and not (
+                e["bytes_moved"] > 0):
+            sys.exit(f"decisions: a migration moved no bytes: {e}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -293,6 +330,12 @@ def main():
     p.add_argument("metrics")
     p.add_argument("static")
     p.set_defaults(run=same_volume)
+    p = sub.add_parser("decisions")
+    p.add_argument("metrics")
+    p.add_argument("--slow-rank", type=int, required=True)
+    p.add_argument("--first", choices=["migrate", "resize"], required=True)
+    p.add_argument("--back", action="store_true")
+    p.set_defaults(run=decisions)
     args = parser.parse_args()
     args.run(args)
 

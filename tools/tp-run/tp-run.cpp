@@ -67,6 +67,10 @@ struct Options {
   double clip = 1.0;
   std::string checkpointDir, resume, exportDir, plot;
   int64_t checkpointEvery = 0;
+  // Mixed hardware (docs/rebalancing.md).
+  std::string rebalance = "off";
+  std::vector<std::string> slow;
+  RebalanceOptions rebalanceOptions;
 };
 
 [[noreturn]] void usageError(const std::string &message) {
@@ -190,6 +194,30 @@ Options parseArgs(int argc, char **argv) {
       ->group(trainingGroup);
   app.add_option("--plot", o.plot, "Draw the loss curve (SVG)")
       ->group(trainingGroup);
+  const char *mixedGroup = "Mixed hardware (training)";
+  app.add_option("--rebalance", o.rebalance,
+                 "When a rank straggles: off, resize (slow rank computes "
+                 "fewer blocks), migrate (blocks move to faster ranks) or "
+                 "auto (default off)")
+      ->check(CLI::IsMember({"off", "resize", "migrate", "auto"}))
+      ->group(mixedGroup);
+  app.add_option("--slow", o.slow,
+                 "Emulate a straggler: RANK:FACTOR[:FROM_STEP[:TO_STEP]] "
+                 "stretches that rank's compute by FACTOR (repeatable)")
+      ->group(mixedGroup);
+  app.add_option("--rebalance-window", o.rebalanceOptions.window,
+                 "Steps between exchanges of compute times (default 3)")
+      ->check(numberCheck(true, 1))
+      ->group(mixedGroup);
+  app.add_option("--rebalance-patience", o.rebalanceOptions.patience,
+                 "Windows over the threshold before acting (default 2)")
+      ->check(numberCheck(true, 1))
+      ->group(mixedGroup);
+  app.add_option("--rebalance-threshold", o.rebalanceOptions.threshold,
+                 "Imbalance that counts: slowest / mean of others - 1 "
+                 "(default 0.2)")
+      ->check(numberCheck(false, 0.001))
+      ->group(mixedGroup);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &) {
@@ -216,6 +244,11 @@ Options parseArgs(int argc, char **argv) {
     usageError("--checkpoint-every needs --checkpoint-dir");
   if (!o.weights.empty() && !o.resume.empty())
     usageError("--weights and --resume both set the parameters; give one");
+  o.rebalanceOptions.policy = parseRebalancePolicy(o.rebalance);
+  for (const std::string &slow : o.slow)
+    o.rebalanceOptions.slow.push_back(parseSlowdown(slow));
+  if (!training && (o.rebalance != "off" || !o.slow.empty()))
+    usageError("--rebalance and --slow need --steps");
   return o;
 }
 
@@ -365,6 +398,44 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   return 0;
 }
 
+/// The policy, every rank's compute seconds per step (exchanged every
+/// window) and every re-plan with its reason, blocks and cost.
+nlohmann::ordered_json rebalanceJson(const Options &o,
+                                     const TrainResult &result) {
+  nlohmann::ordered_json json;
+  json["policy"] = o.rebalance;
+  json["slow"] = o.slow;
+  json["window"] = o.rebalanceOptions.window;
+  json["patience"] = o.rebalanceOptions.patience;
+  json["threshold"] = o.rebalanceOptions.threshold;
+  nlohmann::ordered_json times = nlohmann::ordered_json::array();
+  for (const Rebalancer::StepTimes &t : result.computeTimes)
+    times.push_back({{"step", t.step}, {"seconds", t.seconds}});
+  json["compute_seconds"] = std::move(times);
+  nlohmann::ordered_json windows = nlohmann::ordered_json::array();
+  for (const Rebalancer::WindowRecord &w : result.rebalanceWindows)
+    windows.push_back({{"step", w.step},
+                       {"slowest_rank", w.slowestRank},
+                       {"imbalance", w.imbalance},
+                       {"fixed_seconds", w.fixedSeconds},
+                       {"speeds", w.speeds}});
+  json["windows"] = std::move(windows);
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  for (const RebalanceEvent &e : result.rebalanceEvents)
+    events.push_back({{"step", e.step},
+                      {"action", e.action},
+                      {"reason", e.reason},
+                      {"slowest_rank", e.slowestRank},
+                      {"imbalance", e.imbalance},
+                      {"speeds", e.speeds},
+                      {"held", e.held},
+                      {"computed", e.computed},
+                      {"bytes_moved", e.bytesMoved},
+                      {"move_seconds", e.seconds}});
+  json["decisions"] = std::move(events);
+  return json;
+}
+
 int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
              std::span<const int32_t> stream) {
   TrainConfig config;
@@ -383,6 +454,7 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
   config.checkpointDir = o.checkpointDir;
   config.resume = o.resume;
   config.comm = gridComm.get();
+  config.rebalance = o.rebalanceOptions;
   auto start = std::chrono::steady_clock::now();
   TrainResult result = train(plan, params, stream, config, std::cout);
   double total =
@@ -440,6 +512,8 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
                        {"lr", r.learningRate},
                        {"seconds", r.seconds}});
     json["loss_curve"] = std::move(curve);
+    if (o.rebalance != "off" || !o.slow.empty())
+      json["rebalance"] = rebalanceJson(o, result);
     json["communication"] =
         commStatsJson(gridComm->stats(), int64_t(result.records.size()));
     json["ops"] = opStatsJson(result.opStats);
@@ -520,13 +594,19 @@ std::string disagreement(const Comm &world, const Options &o,
            << o.minLr.value_or(-1) << ' ' << o.warmup.value_or(-1) << ' '
            << o.decaySteps.value_or(-1) << ' ' << o.clip << ' '
            << o.checkpointEvery << ' ' << o.offset << ' ' << o.repeat << ' '
-           << o.program << ' ' << o.weights.empty() << o.resume.empty();
+           << o.program << ' ' << o.weights.empty() << o.resume.empty() << ' '
+           << o.rebalance << ' ' << o.rebalanceOptions.window << ' '
+           << o.rebalanceOptions.patience << ' '
+           << o.rebalanceOptions.threshold;
+  for (const std::string &slow : o.slow)
+    schedule << ' ' << slow;
   const std::string options = schedule.str();
   const std::pair<uint64_t, const char *> checks[] = {
       {p.plan.contentChecksum(), "plan files"},
       {contentChecksum(std::as_bytes(std::span(p.stream))), "token data"},
       {contentChecksum(std::as_bytes(std::span(options))),
-       "options (steps, schedule, program, offset, weights or resume)"}};
+       "options (steps, schedule, program, offset, weights, resume or "
+       "rebalancing)"}};
   for (const auto &[checksum, what] : checks)
     if (!world.allEqual(checksum))
       return what;

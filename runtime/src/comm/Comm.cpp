@@ -2,6 +2,7 @@
 // collectives with ring-rule accounting (Comm.h).
 #include "tpc/runtime/Comm.h"
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -209,6 +210,25 @@ const CommGroup &GridComm::group(const std::vector<int> &axes) {
   return *groups.emplace(axes, std::move(group)).first->second;
 }
 
+namespace {
+/// Adds the time until it is destroyed to a total: the time a rank spends
+/// in a blocking collective, waiting for the others or moving data.
+class WaitClock {
+public:
+  explicit WaitClock(double &total)
+      : total(total), start(std::chrono::steady_clock::now()) {}
+  ~WaitClock() {
+    total +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+  }
+
+private:
+  double &total;
+  std::chrono::steady_clock::time_point start;
+};
+} // namespace
+
 void GridComm::account(const char *kind, double factor, size_t floats) {
   CommStats &s = stats_[kind];
   s.calls += 1;
@@ -223,6 +243,7 @@ void GridComm::allReduceSum(const std::vector<int> &axes,
   account("all_reduce", 2.0 * (n - 1) / n, data.size());
   if (n == 1 || count == 0)
     return;
+  const WaitClock clock(waitSeconds_);
   check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM,
                       g.comm),
         "MPI_Allreduce");
@@ -257,6 +278,7 @@ void GridComm::gatherOver(const CommGroup &g, std::span<const float> in,
   if (count == 0)
     return;
   const bool inPlace = in.data() == out.data() + size_t(g.rank) * in.size();
+  const WaitClock clock(waitSeconds_);
   check(MPI_Allgather(inPlace ? MPI_IN_PLACE : in.data(), count, MPI_FLOAT,
                       out.data(), count, MPI_FLOAT, g.comm),
         "MPI_Allgather");
@@ -278,6 +300,7 @@ void GridComm::reduceScatterSum(const std::vector<int> &axes,
     return copyFloats(in, out);
   if (count == 0)
     return;
+  const WaitClock clock(waitSeconds_);
   check(MPI_Reduce_scatter_block(in.data(), out.data(), count, MPI_FLOAT,
                                  MPI_SUM, g.comm),
         "MPI_Reduce_scatter_block");
@@ -299,6 +322,7 @@ void GridComm::allToAll(const std::vector<int> &axes, std::span<const float> in,
   if (count == 0)
     return;
   const bool inPlace = in.data() == out.data();
+  const WaitClock clock(waitSeconds_);
   check(MPI_Alltoall(inPlace ? MPI_IN_PLACE : in.data(), count, MPI_FLOAT,
                      out.data(), count, MPI_FLOAT, g.comm),
         "MPI_Alltoall");
@@ -342,8 +366,10 @@ void GridComm::finishShift(std::span<float> out) {
         "finishShift: no shift is receiving into this buffer");
   std::array<MPI_Request, 2> requests = found->second;
   shifts.erase(found);
-  if (requests[0] != MPI_REQUEST_NULL || requests[1] != MPI_REQUEST_NULL)
+  if (requests[0] != MPI_REQUEST_NULL || requests[1] != MPI_REQUEST_NULL) {
+    const WaitClock clock(waitSeconds_);
     check(MPI_Waitall(2, requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
 }
 
 void GridComm::exchange(std::span<const Transfer> sends,
@@ -389,6 +415,7 @@ void GridComm::broadcast(const std::vector<int> &axes, std::span<float> data,
   account("broadcast", double(n - 1) / n, data.size());
   if (n == 1 || count == 0)
     return;
+  const WaitClock clock(waitSeconds_);
   check(MPI_Bcast(data.data(), count, MPI_FLOAT, root, g.comm), "MPI_Bcast");
 }
 

@@ -175,6 +175,10 @@ public:
   /// "reduce_scatter", "ring_shift" (kinds not yet called are absent).
   std::map<std::string, CommStats> stats() const { return stats_; }
   void resetStats() { stats_.clear(); }
+  /// Seconds spent in blocking collectives of the grid (waiting for other
+  /// ranks included) since construction: a step's compute time is its wall
+  /// time less the change of this.
+  double waitSeconds() const { return waitSeconds_; }
 
   /// Row-major coordinates of `rank` on `shape`, and back.
   static std::vector<int64_t> coordsOf(const std::vector<int64_t> &shape,
@@ -193,6 +197,7 @@ private:
   Comm &worldComm;
   std::vector<int64_t> shape_, coords_;
   int rank_ = 0, size_ = 1;
+  double waitSeconds_ = 0;
   std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups;
   std::map<std::string, CommStats> stats_;
   /// Ring shifts in flight, by receive buffer: (receive, send) requests.

@@ -160,6 +160,15 @@ public:
 
   /// Executes every step once.
   void run();
+  /// Stretches this rank's compute (not its collectives) by `factor` >= 1
+  /// from the next run on: an emulated slower device.
+  void setComputeStretch(double factor) { stretch = factor; }
+  /// The last run's compute seconds: its time less the time spent in
+  /// blocking collectives (waiting for other ranks included).
+  double computeSeconds() const { return computeTime; }
+  /// Of those, the seconds of the steps computing on each rebalance point's
+  /// blocks (they scale with the blocks the rank computes).
+  const std::vector<double> &pointComputeSeconds() const { return pointTime; }
 
   size_t numResults() const;
   std::span<const float> result(size_t index) const;
@@ -192,6 +201,9 @@ private:
   uint64_t layoutVersion = 0;
   /// Whether the program views a rebalanced parameter at the even split.
   bool needsEvenBlocks = false;
+  double stretch = 1.0, computeTime = 0.0;
+  std::vector<double> pointTime;   // per rebalance point
+  std::vector<int32_t> stepPoints; // per step: its point, or -1
   GridComm *comm;
   Backend &backend;
   std::unique_ptr<Buffer> arena;

@@ -3,6 +3,7 @@
 
 #include "tpc/runtime/Checkpoint.h"
 #include "tpc/runtime/Executor.h"
+#include "tpc/runtime/Rebalancer.h"
 
 #include <array>
 #include <cstdint>
@@ -22,6 +23,8 @@ struct TrainConfig {
   std::string checkpointDir;
   std::string resume; // checkpoint directory (or its parent with `latest`)
   GridComm *comm = nullptr; // the plan's grid, for collectives
+  /// Straggler emulation, detection and the policy (Rebalancer.h).
+  RebalanceOptions rebalance;
 };
 
 struct StepRecord {
@@ -29,6 +32,7 @@ struct StepRecord {
   double loss;
   double learningRate;
   double seconds;
+  double computeSeconds; // this rank's, collective waits excluded
 };
 
 struct TrainResult {
@@ -41,6 +45,11 @@ struct TrainResult {
   /// names the step and the last good checkpoint; the records end with that
   /// step, so metrics and plots can still be written.
   std::string stoppedBecause;
+  /// With rebalancing or emulated stragglers: every rank's compute seconds
+  /// per step and every re-plan.
+  std::vector<Rebalancer::StepTimes> computeTimes;
+  std::vector<Rebalancer::WindowRecord> rebalanceWindows;
+  std::vector<RebalanceEvent> rebalanceEvents;
 };
 
 /// The batch offset of a 1-based step: consecutive windows of batch*seq

@@ -1,0 +1,144 @@
+// Run-time rebalancing (docs/rebalancing.md): every rank times its own
+// compute per step (collective waits excluded); every `window` steps the
+// timings are exchanged (one small all-gather), and when the slowest rank
+// exceeds the mean of the others by `threshold` for `patience` windows in a
+// row, the ranks re-plan their blocks of every rebalance point from the
+// measured speeds: migration moves blocks (with weights and AdamW moments)
+// to the faster ranks; ZERO-resizing keeps every block in place and has the
+// slow rank compute only its highest-priority ones. Every rank takes the same
+// decision from the same gathered numbers.
+#pragma once
+
+#include "tpc/runtime/Executor.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+enum class RebalancePolicy { Off, Resize, Migrate, Auto };
+/// "off", "resize", "migrate" or "auto"; throws std::invalid_argument.
+RebalancePolicy parseRebalancePolicy(const std::string &text);
+const char *rebalancePolicyName(RebalancePolicy policy);
+
+/// An emulated straggler: rank `rank`'s compute is stretched by `factor`
+/// from step `from` through step `to`.
+struct Slowdown {
+  int64_t rank = 0;
+  double factor = 1.0;
+  int64_t from = 1;
+  int64_t to = std::numeric_limits<int64_t>::max();
+};
+/// Parses RANK:FACTOR[:FROM_STEP[:TO_STEP]]; throws std::invalid_argument
+/// naming the part that is wrong.
+Slowdown parseSlowdown(const std::string &text);
+
+struct RebalanceOptions {
+  RebalancePolicy policy = RebalancePolicy::Off;
+  int64_t window = 3;      // steps per exchange of timings
+  int64_t patience = 2;    // windows over the threshold before acting
+  double threshold = 0.20; // slowest / mean of the others - 1 that counts
+  double heavy = 0.5;      // auto: an imbalance this large migrates at once
+  int64_t persistent = 4;  // auto: windows resized before migrating
+  std::vector<Slowdown> slow;
+};
+
+/// One re-plan, as every rank took it.
+struct RebalanceEvent {
+  int64_t step = 0;   // after this step
+  std::string action; // "migrate" or "resize"
+  std::string reason;
+  int64_t slowestRank = 0;
+  double imbalance = 0;
+  std::vector<double> speeds; // per rank, relative to the fastest
+  /// Per point, per rank: blocks held and blocks computed afterwards.
+  std::vector<std::vector<int64_t>> held, computed;
+  double bytesMoved = 0; // sent by all ranks together
+  double seconds = 0;    // the slowest rank's time to move
+};
+
+class Rebalancer {
+public:
+  /// Throws std::invalid_argument if the policy is not off and the plan has
+  /// no rebalance point or a grid with more than one axis of several ranks.
+  Rebalancer(const LoadedPlan &plan, ParamStore &params, GridComm *comm,
+             RebalanceOptions options);
+
+  bool enabled() const {
+    return options.policy != RebalancePolicy::Off || !options.slow.empty();
+  }
+  /// This rank's emulated slowdown factor at `step` (1: none).
+  double stretch(int64_t step) const;
+  /// Records this rank's compute seconds of `step`. At the end of every
+  /// window, collective over the grid: exchanges the timings and may
+  /// re-plan (relayout of `params`), which it returns.
+  /// `pointSeconds`: of those, the seconds on each point's blocks.
+  std::optional<RebalanceEvent>
+  afterStep(int64_t step, double computeSeconds,
+            const std::vector<double> &pointSeconds);
+
+  /// Every rank's compute seconds per step, as exchanged.
+  struct StepTimes {
+    int64_t step;
+    std::vector<double> seconds;
+  };
+  const std::vector<StepTimes> &computeTimes() const { return times; }
+  /// What every window measured, as every rank saw it.
+  struct WindowRecord {
+    int64_t step; // its last step
+    int64_t slowestRank;
+    double imbalance; // the slowest rank's median step / the others' - 1
+    std::vector<double> fixedSeconds; // per rank: compute outside blocks
+    std::vector<double> speeds;       // per rank, the fastest 1
+  };
+  const std::vector<WindowRecord> &windows() const { return windowRecords; }
+  /// The last window's verdict for the progress line, e.g. "slowest rank 1
+  /// +83% | resized"; empty before the first exchange.
+  const std::string &status() const { return statusLine; }
+
+private:
+  /// What a step costs each rank: its compute outside the points' blocks,
+  /// and one block of each point (measured over the last window).
+  struct Costs {
+    std::vector<double> fixed;                 // per rank
+    std::vector<std::vector<double>> perBlock; // per rank, per point
+    double time(int64_t rank, const std::vector<int64_t> &blocksOf) const;
+    /// The slowest rank's predicted step under `blocks` (computing only
+    /// the active blocks, or all it holds).
+    double slowest(const BlockAssignment &blocks, bool computedOnly) const;
+  };
+  /// Blocks spread so that every rank finishes its step about together.
+  BlockAssignment migrated(const Costs &costs) const;
+  /// Every block stays; slower ranks compute only their priority blocks.
+  BlockAssignment resized(const Costs &costs,
+                          const std::vector<std::vector<double>> &scores) const;
+  /// Every held block computed again.
+  BlockAssignment restored() const;
+  RebalanceEvent apply(int64_t step, const BlockAssignment &next,
+                       const char *action, std::string reason);
+  /// Per point and block, the L1 norm of its weights' change since the last
+  /// window, summed over ranks (collective); snapshots the weights.
+  std::vector<std::vector<double>> blockScores();
+
+  const LoadedPlan &plan;
+  ParamStore &params;
+  GridComm *comm;
+  RebalanceOptions options;
+  int ranks = 1, rank = 0;
+  /// This rank's window: per step its compute seconds, then those on each
+  /// point's blocks.
+  std::vector<double> window;
+  std::vector<StepTimes> times;
+  std::vector<WindowRecord> windowRecords;
+  int64_t overCount = 0;      // windows in a row over the threshold
+  int64_t resizedCount = 0;   // windows spent resized (auto)
+  int64_t recoveredCount = 0; // windows in a row at one speed
+  bool probing = false;       // the last window restored every block
+  std::vector<std::vector<float>> snapshot; // weights at the last window
+  std::string statusLine;
+};
+
+} // namespace tpc::runtime

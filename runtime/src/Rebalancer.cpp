@@ -1,0 +1,578 @@
+#include "tpc/runtime/Rebalancer.h"
+
+#include "tpc/runtime/Comm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <stdexcept>
+
+namespace tpc::runtime {
+
+RebalancePolicy parseRebalancePolicy(const std::string &text) {
+  if (text == "off")
+    return RebalancePolicy::Off;
+  if (text == "resize")
+    return RebalancePolicy::Resize;
+  if (text == "migrate")
+    return RebalancePolicy::Migrate;
+  if (text == "auto")
+    return RebalancePolicy::Auto;
+  throw std::invalid_argument("unknown rebalance policy '" + text +
+                              "' (expected off, resize, migrate or auto)");
+}
+
+const char *rebalancePolicyName(RebalancePolicy policy) {
+  switch (policy) {
+  case RebalancePolicy::Resize:
+    return "resize";
+  case RebalancePolicy::Migrate:
+    return "migrate";
+  case RebalancePolicy::Auto:
+    return "auto";
+  case RebalancePolicy::Off:
+    break;
+  }
+  return "off";
+}
+
+Slowdown parseSlowdown(const std::string &text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t colon; (colon = text.find(':', start)) != std::string::npos;
+       start = colon + 1)
+    parts.push_back(text.substr(start, colon - start));
+  parts.push_back(text.substr(start));
+  auto fail = [&](const std::string &why) -> Slowdown {
+    throw std::invalid_argument(
+        "--slow " + text + ": " + why +
+        " (expected RANK:FACTOR[:FROM_STEP[:TO_STEP]])");
+  };
+  if (parts.size() < 2 || parts.size() > 4)
+    return fail("wrong number of fields");
+  auto integer = [&](const std::string &part, const char *what) {
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(part, &used);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (used != part.size() || part.empty() || value < 0)
+      fail(std::string(what) + " '" + part + "' is not a non-negative integer");
+    return int64_t(value);
+  };
+  Slowdown slow;
+  slow.rank = integer(parts[0], "rank");
+  size_t used = 0;
+  try {
+    slow.factor = std::stod(parts[1], &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (used != parts[1].size() || !(slow.factor >= 1.0 && slow.factor <= 1000))
+    return fail("factor '" + parts[1] + "' is not a number from 1 to 1000");
+  if (parts.size() > 2)
+    slow.from = integer(parts[2], "from step");
+  if (parts.size() > 3)
+    slow.to = integer(parts[3], "to step");
+  if (slow.from < 1 || slow.to < slow.from)
+    return fail("the steps must satisfy 1 <= FROM_STEP <= TO_STEP");
+  return slow;
+}
+
+Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
+                       GridComm *comm, RebalanceOptions options)
+    : plan(plan), params(params), comm(comm), options(std::move(options)) {
+  if (comm) {
+    ranks = comm->size();
+    rank = comm->rank();
+  }
+  for (const Slowdown &slow : this->options.slow)
+    if (slow.rank >= ranks)
+      throw std::invalid_argument(
+          "--slow names rank " + std::to_string(slow.rank) + ", but " +
+          std::to_string(ranks) + (ranks == 1 ? " rank runs" : " ranks run"));
+  if (this->options.window < 1 || this->options.patience < 1 ||
+      this->options.persistent < 1 || !(this->options.threshold > 0))
+    throw std::invalid_argument("rebalancing: window, patience and "
+                                "persistence must be >= 1, the threshold > 0");
+  if (this->options.policy == RebalancePolicy::Off)
+    return;
+  if (params.blocks().numPoints() == 0)
+    throw std::invalid_argument(
+        "--rebalance=" +
+        std::string(rebalancePolicyName(this->options.policy)) +
+        ": the plan has no rebalance points (compile with tp-pipeline's "
+        "rebalance=true)");
+  int splitAxes = 0;
+  for (int64_t size : *plan.plan().grid())
+    splitAxes += size > 1;
+  if (splitAxes > 1)
+    throw std::invalid_argument("--rebalance: the plan's grid has several "
+                                "axes of more than one rank; rebalancing "
+                                "supports one (1D tensor parallelism)");
+}
+
+double Rebalancer::stretch(int64_t step) const {
+  double factor = 1.0;
+  for (const Slowdown &slow : options.slow)
+    if (slow.rank == rank && step >= slow.from && step <= slow.to)
+      factor *= slow.factor;
+  return factor;
+}
+
+namespace {
+/// Whether every member holds its even share of every point's blocks (in
+/// any order, computed or parked).
+bool holdsEvenShares(const BlockAssignment &blocks) {
+  for (size_t p = 0; p < blocks.numPoints(); ++p)
+    for (int64_t m = 0; m < blocks.members(p); ++m)
+      if (int64_t(blocks.held(p, m).size()) !=
+          blocks.blocks(p) / blocks.members(p))
+        return false;
+  return true;
+}
+
+bool isResized(const BlockAssignment &blocks) {
+  for (size_t p = 0; p < blocks.numPoints(); ++p)
+    for (int64_t m = 0; m < blocks.members(p); ++m)
+      if (blocks.active(p, m) < int64_t(blocks.held(p, m).size()))
+        return true;
+  return false;
+}
+} // namespace
+
+double Rebalancer::Costs::time(int64_t rank,
+                               const std::vector<int64_t> &blocksOf) const {
+  double t = fixed[size_t(rank)];
+  for (size_t p = 0; p < blocksOf.size(); ++p)
+    t += double(blocksOf[p]) * perBlock[size_t(rank)][p];
+  return t;
+}
+
+double Rebalancer::Costs::slowest(const BlockAssignment &blocks,
+                                  bool computedOnly) const {
+  double worst = 0;
+  for (size_t r = 0; r < fixed.size(); ++r) {
+    std::vector<int64_t> counts;
+    for (size_t p = 0; p < blocks.numPoints(); ++p)
+      counts.push_back(computedOnly
+                           ? blocks.active(p, int64_t(r))
+                           : int64_t(blocks.held(p, int64_t(r)).size()));
+    worst = std::max(worst, time(int64_t(r), counts));
+  }
+  return worst;
+}
+
+BlockAssignment Rebalancer::migrated(const Costs &costs) const {
+  const BlockAssignment &now = params.blocks();
+  const size_t points = now.numPoints();
+  const int64_t members = now.members(0);
+  // List scheduling: every member starts with one block of every point
+  // (kernels need one), then each further block goes to the member that
+  // would finish its step first with it, within the capacity.
+  std::vector<std::vector<int64_t>> target(size_t(members),
+                                           std::vector<int64_t>(points, 1));
+  std::vector<double> finish(static_cast<size_t>(members));
+  for (int64_t m = 0; m < members; ++m)
+    finish[size_t(m)] = costs.time(m, target[size_t(m)]);
+  std::vector<int64_t> left;
+  for (size_t p = 0; p < points; ++p)
+    left.push_back(now.blocks(p) - members);
+  for (bool any = true; any;) {
+    any = false;
+    for (size_t p = 0; p < points; ++p) {
+      if (left[p] == 0)
+        continue;
+      int64_t best = -1;
+      for (int64_t m = 0; m < members; ++m) {
+        if (target[size_t(m)][p] >= now.capacity(p))
+          continue;
+        double t = finish[size_t(m)] + costs.perBlock[size_t(m)][p];
+        if (best < 0 ||
+            t < finish[size_t(best)] + costs.perBlock[size_t(best)][p])
+          best = m;
+      }
+      ++target[size_t(best)][p]; // the capacity admits all blocks
+      finish[size_t(best)] += costs.perBlock[size_t(best)][p];
+      --left[p];
+      any = true;
+    }
+  }
+  // Members over their target give away their last blocks; members under
+  // it take them, in rank order: only what must move moves.
+  BlockAssignment next = now;
+  for (size_t p = 0; p < points; ++p) {
+    std::vector<std::vector<int64_t>> held;
+    std::vector<int64_t> pool;
+    for (int64_t m = 0; m < members; ++m) {
+      std::span<const int64_t> mine = now.held(p, m);
+      held.emplace_back(mine.begin(), mine.end());
+      while (int64_t(held[size_t(m)].size()) > target[size_t(m)][p]) {
+        pool.push_back(held[size_t(m)].back());
+        held[size_t(m)].pop_back();
+      }
+    }
+    for (int64_t m = 0; m < members; ++m)
+      while (int64_t(held[size_t(m)].size()) < target[size_t(m)][p]) {
+        held[size_t(m)].push_back(pool.back());
+        pool.pop_back();
+      }
+    for (int64_t m = 0; m < members; ++m) {
+      const int64_t count = int64_t(held[size_t(m)].size());
+      next.set(p, m, std::move(held[size_t(m)]), count);
+    }
+  }
+  return next;
+}
+
+BlockAssignment
+Rebalancer::resized(const Costs &costs,
+                    const std::vector<std::vector<double>> &scores) const {
+  const BlockAssignment &now = params.blocks();
+  const int64_t members = now.members(0);
+  // The fastest member computing all it holds sets the pace; every other
+  // one computes the share of its blocks it can in that time.
+  std::vector<double> full, blockTime;
+  for (int64_t m = 0; m < members; ++m) {
+    std::vector<int64_t> counts;
+    for (size_t p = 0; p < now.numPoints(); ++p)
+      counts.push_back(int64_t(now.held(p, m).size()));
+    full.push_back(costs.time(m, counts));
+    blockTime.push_back(full.back() - costs.fixed[size_t(m)]);
+  }
+  const double pace = *std::min_element(full.begin(), full.end());
+  BlockAssignment next = now;
+  for (size_t p = 0; p < now.numPoints(); ++p)
+    for (int64_t m = 0; m < members; ++m) {
+      std::span<const int64_t> mine = now.held(p, m);
+      std::vector<int64_t> order(mine.begin(), mine.end());
+      const double keepRatio = std::clamp(
+          (pace - costs.fixed[size_t(m)]) / blockTime[size_t(m)], 0.0, 1.0);
+      int64_t keep = std::clamp<int64_t>(
+          int64_t(std::lround(keepRatio * double(order.size()))), 1,
+          int64_t(order.size()));
+      // Highest priority first: the blocks whose weights moved most over
+      // the last window (a permutation applied once, at this re-plan; a
+      // member that computes all it holds keeps its order).
+      if (keep < int64_t(order.size()))
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          double sa = scores[p][size_t(a)], sb = scores[p][size_t(b)];
+          return sa != sb ? sa > sb : a < b;
+        });
+      next.set(p, m, std::move(order), keep);
+    }
+  return next;
+}
+
+BlockAssignment Rebalancer::restored() const {
+  BlockAssignment next = params.blocks();
+  for (size_t p = 0; p < next.numPoints(); ++p)
+    for (int64_t m = 0; m < next.members(p); ++m) {
+      // In block order: a resize of the even split restores it exactly.
+      std::vector<int64_t> held(next.held(p, m).begin(), next.held(p, m).end());
+      std::sort(held.begin(), held.end());
+      const int64_t count = int64_t(held.size());
+      next.set(p, m, std::move(held), count);
+    }
+  return next;
+}
+
+std::vector<std::vector<double>> Rebalancer::blockScores() {
+  const BlockAssignment &blocks = params.blocks();
+  std::vector<std::vector<double>> scores;
+  std::vector<int64_t> firstIndex;
+  int64_t total = 0;
+  for (size_t p = 0; p < blocks.numPoints(); ++p) {
+    firstIndex.push_back(total);
+    total += blocks.blocks(p);
+    scores.emplace_back(size_t(blocks.blocks(p)), 0.0);
+  }
+  std::vector<float> mine(size_t(total), 0.0f);
+  const auto &list = *plan.plan().params();
+  snapshot.resize(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::vector<StoredBlock> stored =
+        storedBlocks(plan, *list.Get(i), params.coords(), blocks);
+    if (stored.front().point < 0)
+      continue;
+    const std::vector<float> &now = params[i];
+    if (snapshot[i].size() == now.size())
+      for (const StoredBlock &block : stored) {
+        // The block's elements: its box within its region.
+        const size_t rank = block.shape.size();
+        std::vector<int64_t> index(rank, 0);
+        int64_t count = 1;
+        for (int64_t d : block.shape)
+          count *= d;
+        double sum = 0;
+        for (int64_t e = 0; e < count; ++e) {
+          int64_t offset = 0;
+          for (size_t d = 0; d < rank; ++d)
+            offset = offset * block.regionShape[d] + block.regionOffset[d] +
+                     index[d];
+          sum += std::fabs(double(now[size_t(block.base + offset)]) -
+                           double(snapshot[i][size_t(block.base + offset)]));
+          for (size_t d = rank; d-- > 0;) {
+            if (++index[d] < block.shape[d])
+              break;
+            index[d] = 0;
+          }
+        }
+        mine[size_t(firstIndex[size_t(block.point)] + block.id)] += float(sum);
+      }
+    snapshot[i] = now;
+  }
+  std::vector<float> all(mine.size() * size_t(ranks));
+  if (comm)
+    comm->gatherState(mine, all);
+  else
+    all = mine;
+  for (size_t p = 0; p < scores.size(); ++p)
+    for (int64_t b = 0; b < blocks.blocks(p); ++b)
+      for (int r = 0; r < ranks; ++r)
+        scores[p][size_t(b)] +=
+            all[size_t(r) * mine.size() + size_t(firstIndex[p] + b)];
+  return scores;
+}
+
+RebalanceEvent Rebalancer::apply(int64_t step, const BlockAssignment &next,
+                                 const char *action, std::string reason) {
+  RebalanceEvent event;
+  event.step = step;
+  event.action = action;
+  event.reason = std::move(reason);
+  RelayoutCost cost = params.relayout(plan, next, comm);
+  // Every rank's bytes and time, for the record.
+  std::vector<float> mine = {float(cost.bytesSent), float(cost.seconds)};
+  std::vector<float> all(2 * size_t(ranks));
+  if (comm)
+    comm->gatherState(mine, all);
+  else
+    all = mine;
+  for (int r = 0; r < ranks; ++r) {
+    event.bytesMoved += all[2 * size_t(r)];
+    event.seconds = std::max(event.seconds, double(all[2 * size_t(r) + 1]));
+  }
+  for (size_t p = 0; p < next.numPoints(); ++p) {
+    event.held.emplace_back();
+    event.computed.emplace_back();
+    for (int64_t m = 0; m < next.members(p); ++m) {
+      event.held.back().push_back(int64_t(next.held(p, m).size()));
+      event.computed.back().push_back(next.active(p, m));
+    }
+  }
+  return event;
+}
+
+std::optional<RebalanceEvent>
+Rebalancer::afterStep(int64_t step, double computeSeconds,
+                      const std::vector<double> &pointSeconds) {
+  if (!enabled())
+    return std::nullopt;
+  const BlockAssignment &blocks = params.blocks();
+  const size_t points = blocks.numPoints();
+  // Per step: the compute seconds, then those on each point's blocks.
+  window.push_back(computeSeconds);
+  for (size_t p = 0; p < points; ++p)
+    window.push_back(p < pointSeconds.size() ? pointSeconds[p] : 0.0);
+  const size_t stride = 1 + points, k = window.size() / stride;
+  if (int64_t(k) < options.window)
+    return std::nullopt;
+  // One small all-gather of every rank's window.
+  std::vector<float> mine(window.begin(), window.end());
+  std::vector<float> all(mine.size() * size_t(ranks));
+  if (comm)
+    comm->gatherState(mine, all);
+  else
+    all = mine;
+  window.clear();
+  auto at = [&](int r, size_t s, size_t field) {
+    return double(all[size_t(r) * mine.size() + s * stride + field]);
+  };
+  auto medianOf = [](std::vector<double> values) {
+    std::nth_element(values.begin(), values.begin() + values.size() / 2,
+                     values.end());
+    return values[values.size() / 2];
+  };
+  const int64_t first = step - int64_t(k) + 1;
+  for (size_t s = 0; s < k; ++s) {
+    StepTimes entry{first + int64_t(s), {}};
+    for (int r = 0; r < ranks; ++r)
+      entry.seconds.push_back(at(r, s, 0));
+    times.push_back(std::move(entry));
+  }
+  // The cost model, from per-step medians (a step that a page fault or
+  // another process stretched does not count): per rank, the compute
+  // outside the blocks and the time of one block of each point.
+  Costs costs;
+  std::vector<double> median;
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<double> totals, fixed;
+    for (size_t s = 0; s < k; ++s) {
+      totals.push_back(at(r, s, 0));
+      double onBlocks = 0;
+      for (size_t p = 0; p < points; ++p)
+        onBlocks += at(r, s, 1 + p);
+      fixed.push_back(std::max(at(r, s, 0) - onBlocks, 0.0));
+    }
+    median.push_back(std::max(medianOf(totals), 1e-9));
+    costs.fixed.push_back(medianOf(fixed));
+    costs.perBlock.emplace_back();
+    for (size_t p = 0; p < points; ++p) {
+      std::vector<double> seconds;
+      for (size_t s = 0; s < k; ++s)
+        seconds.push_back(at(r, s, 1 + p));
+      costs.perBlock.back().push_back(
+          std::max(medianOf(seconds), 1e-9) /
+          double(std::max<int64_t>(blocks.active(p, r), 1)));
+    }
+  }
+
+  const int64_t slowest =
+      std::max_element(median.begin(), median.end()) - median.begin();
+  double others = 0;
+  for (int r = 0; r < ranks; ++r)
+    if (r != slowest)
+      others += median[size_t(r)];
+  others = ranks > 1 ? others / (ranks - 1) : median[size_t(slowest)];
+  const double imbalance = median[size_t(slowest)] / others - 1.0;
+  char text[96];
+  std::snprintf(text, sizeof text, "slowest rank %lld +%.0f%%",
+                static_cast<long long>(slowest), imbalance * 100);
+  statusLine = text;
+
+  // Relative speeds from the compute outside the blocks: the same work on
+  // every rank (norms, embedding and loss shares, the optimizer on
+  // replicated weights), so its time compares the ranks whatever blocks
+  // they hold. Without such work, from the blocks' own cost.
+  std::vector<double> speeds;
+  const double leastFixed =
+      *std::min_element(costs.fixed.begin(), costs.fixed.end());
+  for (int r = 0; r < ranks; ++r) {
+    double perBlock = 0;
+    for (size_t p = 0; p < points; ++p)
+      perBlock += costs.perBlock[size_t(r)][p];
+    speeds.push_back(leastFixed > 1e-6 ? leastFixed / costs.fixed[size_t(r)]
+                                       : 1.0 / perBlock);
+  }
+  const double fastest = *std::max_element(speeds.begin(), speeds.end());
+  for (double &v : speeds)
+    v /= fastest;
+  // A block costs the same work everywhere, at each rank's speed: the
+  // measured costs, normalised by speed and averaged, set that work (a
+  // rank with few blocks pays more per block for small kernels).
+  for (size_t p = 0; p < points; ++p) {
+    double work = 0;
+    for (int r = 0; r < ranks; ++r)
+      work += costs.perBlock[size_t(r)][p] * speeds[size_t(r)] / ranks;
+    for (int r = 0; r < ranks; ++r)
+      costs.perBlock[size_t(r)][p] = work / speeds[size_t(r)];
+  }
+  const double slowestSpeed = *std::min_element(speeds.begin(), speeds.end());
+  windowRecords.push_back({step, slowest, imbalance, costs.fixed, speeds});
+  if (options.policy == RebalancePolicy::Off)
+    return std::nullopt;
+  // A straggler counts from `threshold` of step imbalance, for `patience`
+  // windows; recovery when the speeds are within it again.
+  const bool recovered = slowestSpeed >= 1.0 / (1.0 + options.threshold);
+
+  // Priorities over the window just ended, for a resize.
+  std::vector<std::vector<double>> scores;
+  if (options.policy != RebalancePolicy::Migrate)
+    scores = blockScores();
+
+  const bool resizedNow = isResized(blocks);
+  overCount = imbalance > options.threshold ? overCount + 1 : 0;
+  resizedCount = resizedNow ? resizedCount + 1 : 0;
+
+  std::optional<RebalanceEvent> event;
+  // Re-plans to `next` if the model predicts a step faster by at least
+  // half the threshold (or `always`, to restore left-out blocks).
+  auto decide = [&](const BlockAssignment &next, const char *action,
+                    const std::string &because, bool always = false) {
+    if (next == blocks)
+      return false;
+    const double before = costs.slowest(blocks, true),
+                 after = costs.slowest(next, true);
+    if (!always && after > before * (1.0 - options.threshold / 2))
+      return false;
+    char why[200];
+    std::snprintf(why, sizeof why,
+                  "%s: slowest rank %lld +%.0f%%, predicted step %.2f -> "
+                  "%.2f ms",
+                  because.c_str(), static_cast<long long>(slowest),
+                  imbalance * 100, before * 1e3, after * 1e3);
+    event = apply(step, next, action, why);
+    event->slowestRank = slowest;
+    event->imbalance = imbalance;
+    event->speeds = speeds;
+    overCount = 0;
+    resizedCount = 0;
+    return true;
+  };
+  // Once the ranks run at one speed again, every block is computed and
+  // every moved block goes home: exact, and @gradients runs again.
+  recoveredCount = recovered ? recoveredCount + 1 : 0;
+  const bool probed = probing;
+  probing = false;
+  if (recovered) {
+    if (resizedNow)
+      decide(restored(), "resize", "the straggler recovered",
+             /*always=*/true);
+    else if (!blocks.isEven() && recoveredCount >= options.patience)
+      decide(BlockAssignment::even(plan.plan()), "migrate",
+             "the straggler recovered", /*always=*/true);
+  } else if (options.policy == RebalancePolicy::Auto &&
+             resizedCount >= options.persistent) {
+    // Resized for long: the straggler is here to stay, so move its blocks
+    // (exact) instead of leaving them out.
+    decide(migrated(costs), "migrate",
+           "resized for " + std::to_string(resizedCount) +
+               " windows: the straggler persists",
+           /*always=*/true);
+  } else if (resizedCount >= options.persistent) {
+    // The speeds of ranks computing different work compare only roughly:
+    // every so often, compute every block for a window and look again.
+    if (decide(restored(), "resize", "probe: every block computed for a window",
+               /*always=*/true))
+      probing = true;
+  } else if (probed && overCount >= 1) {
+    decide(resized(costs, scores), "resize",
+           "the straggler persists after the probe", /*always=*/true);
+  } else if (overCount >= options.patience) {
+    const std::string over = " for " + std::to_string(overCount) + " windows";
+    switch (options.policy) {
+    case RebalancePolicy::Migrate:
+      decide(migrated(costs), "migrate", "imbalance" + over);
+      break;
+    case RebalancePolicy::Resize:
+      decide(resized(costs, scores), "resize", "imbalance" + over);
+      break;
+    case RebalancePolicy::Auto:
+      // Blocks already moved are corrected by moving them (exactly), also
+      // back once the straggler recovers; only the even split is resized.
+      if (imbalance >= options.heavy)
+        decide(migrated(costs), "migrate", "heavy imbalance" + over);
+      else if (!holdsEvenShares(blocks))
+        decide(migrated(costs), "migrate",
+               "imbalance after a migration" + over);
+      else
+        decide(resized(costs, scores), "resize", "light imbalance" + over);
+      break;
+    case RebalancePolicy::Off:
+      break;
+    }
+  }
+  // The state the next steps run in (after this window's re-plan).
+  const BlockAssignment &now = params.blocks();
+  if (isResized(now))
+    statusLine += " | resized";
+  else if (!now.isEven())
+    statusLine += " | migrated";
+  return event;
+}
+
+} // namespace tpc::runtime
