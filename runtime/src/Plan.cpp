@@ -227,7 +227,9 @@ void ProgramChecker::checkTensors() {
              "' (or its optimizer state) with a different size or dtype");
       isWritten = true;
     } else if (t.storage() == Storage::Input) {
-      if (shape != toVector(t.shape()))
+      if (t.rebalance_dims() &&
+          std::any_of(t.rebalance_dims()->begin(), t.rebalance_dims()->end(),
+                      [](int32_t point) { return point >= 0; }))
         fail(what + " is a program input holding rebalance blocks");
       if (t.index() >= program.inputs()->size())
         fail(what + " refers to input " + std::to_string(t.index()) +

@@ -56,12 +56,15 @@ expect data "token data" \
 expect plans "plan files" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s16.tpplan" --data "$work/a.tokens" --steps 2
-expect steps "options (steps, schedule, program, offset, weights or resume)" \
+expect steps "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 3
-expect lr "options (steps, schedule, program, offset, weights or resume)" \
+expect lr "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 1e-3 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 2e-3
+expect slow "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:2 -- \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:3
 
 # The same command on both ranks still trains.
 timeout 60 "$mpiexec" --oversubscribe -np 2 "$bin/tp-run" "$work/s8.tpplan" \

@@ -33,6 +33,7 @@ struct PlanSpec {
     fb::Storage storage;
     uint64_t offset;
     uint32_t index;
+    std::vector<int32_t> rebalanceDims = {}; // empty: absent
   };
   std::vector<T> tensors = {
       {fb::DType::F32, {5, 4}, fb::Storage::Param, 0, 0},
@@ -60,6 +61,12 @@ struct PlanSpec {
   // Grid axes per dim; empty: absent (whole).
   std::vector<std::vector<int64_t>> paramSplit = {}, inputSplit = {};
   bool checksum = true; // write Plan.content_checksum (and seal it)
+  struct Point {
+    std::string name;
+    int64_t axis, blocks, capacity;
+  };
+  std::vector<Point> points = {};               // (1.6) rebalance points
+  std::vector<int32_t> paramRebalanceDims = {}; // empty: absent
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
@@ -76,11 +83,18 @@ struct PlanSpec {
     auto param = fb::CreateParam(
         b, b.CreateString("wte"), fb::DType::F32, b.CreateVector(paramShape),
         fb::Init::Normal, 0.5, splitOf(paramSplit),
-        paramFileShape.empty() ? 0 : b.CreateVector(paramFileShape));
+        paramFileShape.empty() ? 0 : b.CreateVector(paramFileShape),
+        paramRebalanceDims.empty() ? 0 : b.CreateVector(paramRebalanceDims));
     std::vector<flatbuffers::Offset<fb::Tensor>> ts;
     for (const T &t : tensors)
-      ts.push_back(fb::CreateTensor(b, t.dtype, b.CreateVector(t.shape),
-                                    t.storage, t.offset, t.index));
+      ts.push_back(fb::CreateTensor(
+          b, t.dtype, b.CreateVector(t.shape), t.storage, t.offset, t.index,
+          t.rebalanceDims.empty() ? 0 : b.CreateVector(t.rebalanceDims)));
+    std::vector<flatbuffers::Offset<fb::RebalancePoint>> pointTable;
+    for (const Point &point : points)
+      pointTable.push_back(
+          fb::CreateRebalancePoint(b, b.CreateString(point.name), point.axis,
+                                   point.blocks, point.capacity));
     std::vector<flatbuffers::Offset<fb::Step>> ss;
     for (const S &s : steps) {
       auto ops = b.CreateVector(s.operands);
@@ -104,10 +118,11 @@ struct PlanSpec {
     std::vector<flatbuffers::Offset<fb::Param>> params = {param};
     std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
     const fb::Checksum unsealed(0);
-    auto plan = fb::CreatePlan(b, major, minor, b.CreateString("test"),
-                               b.CreateVector(grid), 0, 0,
-                               b.CreateVector(params), b.CreateVector(programs),
-                               checksum ? &unsealed : nullptr);
+    auto plan =
+        fb::CreatePlan(b, major, minor, b.CreateString("test"),
+                       b.CreateVector(grid), 0, 0, b.CreateVector(params),
+                       b.CreateVector(programs), checksum ? &unsealed : nullptr,
+                       points.empty() ? 0 : b.CreateVector(pointTable));
     fb::FinishPlanBuffer(b, plan);
     std::vector<uint8_t> bytes(b.GetBufferPointer(),
                                b.GetBufferPointer() + b.GetSize());
@@ -273,6 +288,74 @@ TEST(PlanLoader, RejectsBadSplits) {
   paramUneven.paramSplit = {{0}, {}};
   expectRejected(paramUneven,
                  "parameter 'wte' dimension 0 does not divide into 2 shards",
+                 2);
+}
+
+// Rebalance points (1.6): the points themselves, the parameter dims that
+// hold their blocks, and the tensors sized for their capacity.
+TEST(PlanLoader, RejectsBadRebalancePoints) {
+  auto spec = [] {
+    PlanSpec s;
+    s.grid = {2};
+    s.points = {{"wte", 0, 4, 3}};
+    return s;
+  };
+  PlanSpec axis = spec();
+  axis.points[0].axis = 5;
+  expectRejected(axis, "rebalance point 'wte' is over axis 5, which the grid",
+                 2);
+  PlanSpec blocks = spec();
+  blocks.points[0].blocks = 3;
+  expectRejected(
+      blocks, "'wte' has 3 blocks, not a positive multiple of the axis's 2", 2);
+  PlanSpec capacity = spec();
+  capacity.points[0].capacity = 5;
+  expectRejected(capacity, "'wte' has capacity 5, outside [2, 4]", 2);
+  PlanSpec twice = spec();
+  twice.points.push_back(twice.points[0]);
+  expectRejected(twice, "rebalance point 1 has an empty or repeated name", 2);
+
+  PlanSpec dims = spec();
+  dims.paramRebalanceDims = {-1};
+  expectRejected(dims, "has rebalance dims for 1 of its 2 dimensions", 2);
+  PlanSpec index = spec();
+  index.paramRebalanceDims = {-1, 3};
+  expectRejected(index,
+                 "dimension 1 names rebalance point 3, but the plan "
+                 "has 1",
+                 2);
+  PlanSpec notSplit = spec();
+  notSplit.paramRebalanceDims = {-1, 0};
+  expectRejected(notSplit,
+                 "parameter 'wte' dimension 1 holds rebalance blocks but is "
+                 "not split over exactly the point's axis 0",
+                 2);
+  PlanSpec indivisible = spec();
+  indivisible.paramShape = {5, 6};
+  indivisible.paramSplit = {{}, {0}};
+  indivisible.paramRebalanceDims = {-1, 0};
+  expectRejected(indivisible,
+                 "parameter 'wte' dimension 1 (6) is not a multiple of 4 "
+                 "blocks of rebalance point 'wte'",
+                 2);
+
+  PlanSpec input = spec();
+  input.tensors[1].rebalanceDims = {-1, 0};
+  input.tensors[1].shape = {2, 3};
+  expectRejected(input, "tensor 1 is a program input holding rebalance blocks",
+                 2);
+  PlanSpec tensorCapacity = spec();
+  tensorCapacity.tensors[2].rebalanceDims = {-1, -1, 0};
+  expectRejected(tensorCapacity,
+                 "tensor 2 dimension 2 (4) is not a multiple of 3 (the "
+                 "capacity) of rebalance point 'wte'",
+                 2);
+  PlanSpec viewsPlain = spec();
+  viewsPlain.tensors[0].rebalanceDims = {-1, 0};
+  viewsPlain.tensors[0].shape = {5, 3};
+  expectRejected(viewsPlain,
+                 "tensor 0 holds rebalance blocks of parameter 'wte', which "
+                 "has none",
                  2);
 }
 

@@ -1,0 +1,179 @@
+// Block assignments of rebalance points, the layout of a rebalanced
+// parameter in a rank's storage, re-layouts within a rank, and the parsing of
+// tp-run's straggler emulation. Moves between ranks run under mpirun in
+// test/integration/rebalancing.sh.
+#include "tpc/runtime/Executor.h"
+#include "tpc/runtime/Init.h"
+#include "tpc/runtime/Rebalancer.h"
+
+#include <gtest/gtest.h>
+
+using namespace tpc::runtime;
+namespace fb = tpc::plan;
+
+namespace {
+/// A plan for a grid of 2 with one parameter "w" of shape [3, 8] whose
+/// dimension 1 is split over axis 0 and holds the 4 blocks (2 columns each)
+/// of point "w", capacity 3, and no program.
+LoadedPlan rebalancedPlan() {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<fb::Axes>> split = {
+      fb::CreateAxes(b, b.CreateVector(std::vector<int64_t>{})),
+      fb::CreateAxes(b, b.CreateVector(std::vector<int64_t>{0}))};
+  auto param = fb::CreateParam(b, b.CreateString("w"), fb::DType::F32,
+                               b.CreateVector(std::vector<int64_t>{3, 8}),
+                               fb::Init::Normal, 1.0, b.CreateVector(split), 0,
+                               b.CreateVector(std::vector<int32_t>{-1, 0}));
+  std::vector<flatbuffers::Offset<fb::RebalancePoint>> points = {
+      fb::CreateRebalancePoint(b, b.CreateString("w"), 0, 4, 3)};
+  std::vector<flatbuffers::Offset<fb::Param>> params = {param};
+  std::vector<flatbuffers::Offset<fb::Program>> programs;
+  const fb::Checksum unsealed(0);
+  auto plan = fb::CreatePlan(
+      b, kPlanVersionMajor, kPlanVersionMinor, b.CreateString("test"),
+      b.CreateVector(std::vector<int64_t>{2}), 0, 0, b.CreateVector(params),
+      b.CreateVector(programs), &unsealed, b.CreateVector(points));
+  fb::FinishPlanBuffer(b, plan);
+  std::vector<uint8_t> bytes(b.GetBufferPointer(),
+                             b.GetBufferPointer() + b.GetSize());
+  EXPECT_TRUE(sealPlan(bytes));
+  return LoadedPlan::fromBytes(bytes.data(), bytes.size(), 2, "plan");
+}
+
+/// The whole initial [3, 8] parameter.
+std::vector<float> wholeParameter() {
+  std::vector<float> whole(24);
+  std::vector<int64_t> shape = {3, 8}, offset = {0, 0};
+  fillNormal(whole, shape, {offset, shape}, parameterKey("w"), 1.0f);
+  return whole;
+}
+
+/// Block `id` (columns 2 id, 2 id + 1) of the whole parameter, row-major.
+std::vector<float> column(const std::vector<float> &whole, int64_t id) {
+  std::vector<float> block;
+  for (int64_t row = 0; row < 3; ++row)
+    for (int64_t c = 0; c < 2; ++c)
+      block.push_back(whole[size_t(row * 8 + 2 * id + c)]);
+  return block;
+}
+
+/// The block a rank stores at `stored`, read out of its storage.
+std::vector<float> storedBlock(const std::vector<float> &storage,
+                               const StoredBlock &stored) {
+  std::vector<float> block;
+  for (int64_t row = 0; row < 3; ++row)
+    for (int64_t c = 0; c < 2; ++c)
+      block.push_back(storage[size_t(stored.base + row * stored.regionShape[1] +
+                                     stored.regionOffset[1] + c)]);
+  return block;
+}
+} // namespace
+
+TEST(BlockAssignment, StartsEvenAndValidatesChanges) {
+  LoadedPlan plan = rebalancedPlan();
+  BlockAssignment blocks = BlockAssignment::even(plan.plan());
+  ASSERT_EQ(blocks.numPoints(), 1u);
+  EXPECT_EQ(
+      std::vector<int64_t>(blocks.held(0, 0).begin(), blocks.held(0, 0).end()),
+      (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(blocks.owner(0, 3), 1);
+  EXPECT_TRUE(blocks.isEven());
+  EXPECT_EQ(blocks.activeBlocks({1}), std::vector<int64_t>{2});
+
+  blocks.set(0, 0, {0, 1, 2}, 3);
+  blocks.set(0, 1, {3}, 1);
+  EXPECT_NO_THROW(blocks.validate());
+  EXPECT_FALSE(blocks.isEven());
+  EXPECT_EQ(blocks.activeBlocks({0}), std::vector<int64_t>{3});
+
+  BlockAssignment twice = blocks;
+  twice.set(0, 1, {2, 3}, 2);
+  EXPECT_THROW(
+      {
+        try {
+          twice.validate();
+        } catch (const std::invalid_argument &e) {
+          EXPECT_STREQ(e.what(),
+                       "rebalance point 'w': block 2 is held by 2 ranks, "
+                       "not one");
+          throw;
+        }
+      },
+      std::invalid_argument);
+  BlockAssignment full = blocks;
+  full.set(0, 0, {0, 1, 2, 3}, 4);
+  full.set(0, 1, {}, 0);
+  EXPECT_THROW(full.validate(), std::invalid_argument); // over capacity 3
+  BlockAssignment lost = BlockAssignment::even(plan.plan());
+  lost.set(0, 1, {3}, 1);
+  EXPECT_THROW(lost.validate(), std::invalid_argument);
+  BlockAssignment active = BlockAssignment::even(plan.plan());
+  active.set(0, 1, {2, 3}, 3);
+  EXPECT_THROW(active.validate(), std::invalid_argument);
+}
+
+// A rank's storage holds its computed blocks as one [3, active * 2] array
+// (what its kernels see), then its parked blocks; every block is the one of
+// the whole parameter that its id names.
+TEST(ParamStore, LaysOutComputedThenParkedBlocks) {
+  LoadedPlan plan = rebalancedPlan();
+  const std::vector<float> whole = wholeParameter();
+  ParamStore store = ParamStore::initialise(plan, {1});
+  // Allocated for the capacity: 3 rows x 3 blocks x 2 columns.
+  EXPECT_EQ(store[0].size(), 18u);
+  const fb::Param &param = *plan.plan().params()->Get(0);
+  std::vector<StoredBlock> even =
+      storedBlocks(plan, param, {1}, store.blocks());
+  ASSERT_EQ(even.size(), 2u);
+  EXPECT_EQ(even[0].id, 2);
+  EXPECT_EQ(even[1].regionOffset, (std::vector<int64_t>{0, 2}));
+  for (const StoredBlock &block : even)
+    EXPECT_EQ(storedBlock(store[0], block), column(whole, block.id));
+
+  // Rank 1 computes block 3 only and parks block 2 (a resize): a re-layout
+  // within the rank, no ranks needed.
+  BlockAssignment next = store.blocks();
+  next.set(0, 1, {3, 2}, 1);
+  RelayoutCost cost = store.relayout(plan, next, nullptr);
+  EXPECT_EQ(cost.blocksSent + cost.blocksReceived, 0);
+  EXPECT_EQ(store.blocks().activeBlocks({1}), std::vector<int64_t>{1});
+  std::vector<StoredBlock> resized = storedBlocks(plan, param, {1}, next);
+  ASSERT_EQ(resized.size(), 2u);
+  EXPECT_EQ(resized[0].regionShape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(resized[1].base, 6);
+  for (const StoredBlock &block : resized)
+    EXPECT_EQ(storedBlock(store[0], block), column(whole, block.id));
+  // The computed region alone is block 3 as a [3, 2] array.
+  EXPECT_EQ(std::vector<float>(store[0].begin(), store[0].begin() + 6),
+            column(whole, 3));
+
+  // Loading whole values follows the current layout.
+  std::vector<float> doubled = whole;
+  for (float &v : doubled)
+    v *= 2;
+  store.setFromWhole(plan, 0, ParamStore::State::ExpAvg, doubled);
+  for (const StoredBlock &block : resized)
+    EXPECT_EQ(storedBlock(store.expAvg(0), block), column(doubled, block.id));
+
+  // A block that would change ranks needs them.
+  BlockAssignment moved = next;
+  moved.set(0, 0, {0, 1, 2}, 3);
+  moved.set(0, 1, {3}, 1);
+  EXPECT_THROW(store.relayout(plan, moved, nullptr), std::runtime_error);
+}
+
+TEST(Rebalance, ParsesStragglersAndPolicies) {
+  Slowdown slow = parseSlowdown("1:2.5:10:20");
+  EXPECT_EQ(slow.rank, 1);
+  EXPECT_DOUBLE_EQ(slow.factor, 2.5);
+  EXPECT_EQ(slow.from, 10);
+  EXPECT_EQ(slow.to, 20);
+  Slowdown open = parseSlowdown("0:4");
+  EXPECT_EQ(open.from, 1);
+  EXPECT_EQ(open.to, std::numeric_limits<int64_t>::max());
+  for (const char *bad :
+       {"1", "x:2", "1:0.5", "1:two", "1:2:0", "1:2:9:5", "1:2:3:4:5", "-1:2"})
+    EXPECT_THROW(parseSlowdown(bad), std::invalid_argument) << bad;
+  EXPECT_EQ(parseRebalancePolicy("auto"), RebalancePolicy::Auto);
+  EXPECT_THROW(parseRebalancePolicy("sometimes"), std::invalid_argument);
+}
