@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <thread>
 
 namespace tpc::runtime {
 
@@ -698,14 +699,23 @@ void ProgramRunner::run() {
         took.count() - ((comm ? comm->waitSeconds() : 0.0) - waitedBefore);
     if (stretch > 1.0) {
       // An emulated slower device: this rank's compute takes `stretch`
-      // times as long. Busy, like a real kernel, so the core stays taken.
-      const auto until =
-          std::chrono::steady_clock::now() +
-          std::chrono::duration<double>((stretch - 1.0) * computed);
-      while (std::chrono::steady_clock::now() < until) {
+      // times as long. It sleeps (a rank sharing the core with others, as
+      // under oversubscription, must not take their time), in pieces of at
+      // least 200 us so that the sleep's own overhead stays small; the
+      // last piece is paid at the end of the run.
+      stretchDebt += (stretch - 1.0) * computed;
+      const bool last = stepIndex + 1 == program->steps()->size();
+      if (stretchDebt >= 200e-6 || last) {
+        auto sleepStart = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(
+            std::chrono::duration<double>(stretchDebt));
+        double slept = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - sleepStart)
+                           .count();
+        stretchDebt -= slept;
+        computed += slept;
       }
       took = std::chrono::steady_clock::now() - start;
-      computed *= stretch;
     }
     computeTime += computed;
     if (int32_t point = stepPoints[stepIndex++]; point >= 0)

@@ -485,7 +485,10 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
     scores = blockScores();
 
   const bool resizedNow = isResized(blocks);
-  overCount = imbalance > options.threshold ? overCount + 1 : 0;
+  // The first window holds the first step (allocation, cold caches) and
+  // counts for nothing.
+  const bool warmup = first == 1;
+  overCount = imbalance > options.threshold && !warmup ? overCount + 1 : 0;
   resizedCount = resizedNow ? resizedCount + 1 : 0;
 
   std::optional<RebalanceEvent> event;
@@ -515,7 +518,7 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   };
   // Once the ranks run at one speed again, every block is computed and
   // every moved block goes home: exact, and @gradients runs again.
-  recoveredCount = recovered ? recoveredCount + 1 : 0;
+  recoveredCount = recovered && !warmup ? recoveredCount + 1 : 0;
   const bool probed = probing;
   probing = false;
   if (recovered) {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Rebalancing on mixed hardware (docs/rebalancing.md): step time relative to
+# the balanced run for --rebalance off / resize / migrate / auto, next to the
+# ideal bound N / (N - 1 + 1/s) for one rank s times slower, and the loss
+# after STEPS steps of each on English text (resize's accuracy cost as a
+# loss gap), and the time from the straggler's onset to the first decision.
+# The bundled GPT-2 config (byte-level, d 256, 4 layers, 4 heads), batch 8,
+# seq 128, compiled with rebalance=true and headroom 1 (a rank may hold every
+# block, so the bound is reachable).
+#   2 ranks, one per core: rank 1 emulated 2x and 4x slower (--slow) from
+#     step ONSET on, and really slowed: a CPU-bound process pinned to rank 1's
+#     core from about step ONSET on (half the core);
+#   4 ranks on 2 cores (oversubscribed): rank 3 emulated 2x slower.
+# Step times are medians over the steps after ONSET + 30 (so after every
+# decision) of one run per policy. The emulation sleeps, and a sleep
+# overshoots, so the slowdown the off run measures (s') exceeds S; the table
+# gives the bound for both.
+#
+#   bench/rebalance.sh [STEPS] [ONSET]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+steps=${1:-300}
+onset=${2:-40}
+work=$build/bench/rebalance
+mkdir -p "$work"
+bin=$build/bin
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fortunes=/usr/share/games/fortunes
+(cd "$fortunes" && sed '/^%$/d' computers science literature wisdom humorists \
+  work education riddles fortunes linux magic) > "$work/fortunes.txt"
+"$bin/tpc-tokenize" "$work/fortunes.txt" -o "$work/fortunes.tokens" > /dev/null
+"$bin/tpc-import" "$root/examples/gpt2-bytes/config.json" --batch 8 --seq 128 \
+  -o "$work/model.mlir"
+for ranks in 2 4; do
+  "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb$ranks.tpplan" \
+    --tp-pipeline="mode=1d grid=$ranks rebalance=true rebalance-granularity=64 rebalance-headroom=1" \
+    2> "$work/rb$ranks.remarks"
+done
+grep "remark: rebalance point @" "$work/rb2.remarks" | sed 's/.*remark: //'
+
+run() { # NAME RANKS [tp-run flags...]
+  local name=$1 ranks=$2
+  shift 2
+  local bind=core
+  [ "$ranks" -gt 2 ] && bind=none
+  mpirun -np "$ranks" --oversubscribe --bind-to $bind --map-by core \
+    -x OPENBLAS_NUM_THREADS=1 ${OPENBLAS_CORETYPE:+-x OPENBLAS_CORETYPE} \
+    "$bin/tp-run" "$work/rb$ranks.tpplan" --data "$work/fortunes.tokens" \
+    --threads 1 --steps "$steps" --lr 1e-3 --warmup 20 \
+    --metrics "$work/$name.json" "$@" > "$work/$name.log"
+}
+# A CPU-bound process on rank 1's core (core 1: ranks are bound in order)
+# from about step ONSET on: started when rank 0 prints that step.
+contended() { # NAME [tp-run flags...]
+  local name=$1
+  shift
+  run "$name" 2 "$@" &
+  local job=$!
+  until grep -q "^step $onset/" "$work/$name.log" 2> /dev/null; do
+    sleep 0.05
+    kill -0 $job 2> /dev/null || break
+  done
+  taskset -c 1 sh -c 'while :; do :; done' &
+  local hog=$!
+  wait $job
+  kill $hog
+}
+
+summary() { # NAME BASELINE SLOWDOWN RANKS OFF
+  python3 "$root/bench/rebalance_summary.py" "$work/$1.json" \
+    --baseline "$work/$2.json" --slowdown "$3" --ranks "$4" \
+    --off "$work/$5.json" --onset "$onset" --name "$1"
+}
+
+run balanced2 2
+run balanced4 4
+for policy in off resize migrate auto; do
+  for s in 2 4; do
+    run emulated$s-$policy 2 --slow 1:$s:$onset --rebalance $policy
+  done
+  contended contended-$policy --rebalance $policy
+  run four-emulated2-$policy 4 --slow 3:2:$onset --rebalance $policy
+done
+python3 "$root/bench/rebalance_summary.py" --header
+for policy in off resize migrate auto; do
+  summary emulated2-$policy balanced2 2 2 emulated2-off
+done
+for policy in off resize migrate auto; do
+  summary emulated4-$policy balanced2 4 2 emulated4-off
+done
+for policy in off resize migrate auto; do
+  summary contended-$policy balanced2 2 2 contended-off
+done
+for policy in off resize migrate auto; do
+  summary four-emulated2-$policy balanced4 2 4 four-emulated2-off
+done

@@ -1,0 +1,71 @@
+"""One line of bench/rebalance.sh's table from a tp-run --metrics file.
+
+  rebalance_summary.py --header
+  rebalance_summary.py METRICS --baseline METRICS --slowdown S --ranks N
+                       --onset STEP --name NAME
+
+Step time: the median over the steps from ONSET + 30 on, relative to the
+balanced run's median over the same steps; the bound is N / (N - 1 + 1/S),
+and N / (N - 1 + 1/S') for the slowdown S' the off run measured.
+Loss: the mean of the last 20 steps, and its gap to the balanced run's.
+Decision: the first re-plan's step and action, the steps and seconds from
+the onset to it, and the bytes all migrations moved.
+"""
+
+import argparse
+import json
+import statistics
+
+
+def steady_median(metrics, first):
+    return statistics.median(r["seconds"] for r in metrics["loss_curve"]
+                             if r["step"] >= first)
+
+
+def final_loss(metrics):
+    return statistics.mean(r["loss"] for r in metrics["loss_curve"][-20:])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("metrics", nargs="?")
+    p.add_argument("--header", action="store_true")
+    p.add_argument("--baseline")
+    p.add_argument("--slowdown", type=float)
+    p.add_argument("--ranks", type=int)
+    p.add_argument("--off")
+    p.add_argument("--onset", type=int)
+    p.add_argument("--name")
+    a = p.parse_args()
+    if a.header:
+        print(f"{'run':<24} {'step/bal':>8} {'bound':>6} {'/bound':>7} "
+              f"{'S_off':>6} {'bound':>6} {'/bound':>7} "
+              f"{'loss':>7} {'gap':>8}  first decision")
+        return
+    m, base = json.load(open(a.metrics)), json.load(open(a.baseline))
+    first = a.onset + 30
+    ratio = steady_median(m, first) / steady_median(base, first)
+    bound = a.ranks / (a.ranks - 1 + 1 / a.slowdown)
+    measured = (steady_median(json.load(open(a.off)), first) /
+                steady_median(base, first))
+    bound_measured = a.ranks / (a.ranks - 1 + 1 / measured)
+    loss, base_loss = final_loss(m), final_loss(base)
+    decisions = m.get("rebalance", {}).get("decisions", [])
+    text = "none"
+    if decisions:
+        d = decisions[0]
+        seconds = sum(r["seconds"] for r in m["loss_curve"]
+                      if a.onset <= r["step"] <= d["step"])
+        moved = sum(e["bytes_moved"] for e in decisions)
+        text = (f"{d['action']} after step {d['step']} "
+                f"({d['step'] - a.onset + 1} steps, {seconds:.2f} s after "
+                f"the onset); {len(decisions)} re-plans, "
+                f"{moved / 1e6:.2f} MB moved")
+    print(f"{a.name:<24} {ratio:8.2f} {bound:6.2f} {ratio / bound:7.2f} "
+          f"{measured:6.2f} {bound_measured:6.2f} "
+          f"{ratio / bound_measured:7.2f} "
+          f"{loss:7.4f} {loss - base_loss:+8.4f}  {text}")
+
+
+if __name__ == "__main__":
+    main()
