@@ -707,8 +707,7 @@ void ProgramRunner::run() {
       const bool last = stepIndex + 1 == program->steps()->size();
       if (stretchDebt >= 200e-6 || last) {
         auto sleepStart = std::chrono::steady_clock::now();
-        std::this_thread::sleep_for(
-            std::chrono::duration<double>(stretchDebt));
+        std::this_thread::sleep_for(std::chrono::duration<double>(stretchDebt));
         double slept = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - sleepStart)
                            .count();

@@ -202,7 +202,7 @@ private:
   /// Whether the program views a rebalanced parameter at the even split.
   bool needsEvenBlocks = false;
   double stretch = 1.0, computeTime = 0.0;
-  double stretchDebt = 0.0; // emulated slowdown not yet slept
+  double stretchDebt = 0.0;        // emulated slowdown not yet slept
   std::vector<double> pointTime;   // per rebalance point
   std::vector<int32_t> stepPoints; // per step: its point, or -1
   GridComm *comm;
