@@ -89,20 +89,27 @@ bool BlockAssignment::isEven() const {
   return true;
 }
 
+bool BlockAssignment::holdsEvenShares() const {
+  for (const Point &p : points)
+    for (const std::vector<int64_t> &held : p.held)
+      if (int64_t(held.size()) != p.blocks / int64_t(p.held.size()))
+        return false;
+  return true;
+}
+
+bool BlockAssignment::isResized() const {
+  for (const Point &p : points)
+    for (size_t m = 0; m < p.held.size(); ++m)
+      if (p.active[m] < int64_t(p.held[m].size()))
+        return true;
+  return false;
+}
+
 std::vector<int64_t>
 BlockAssignment::activeBlocks(const std::vector<int64_t> &coords) const {
   std::vector<int64_t> result;
   for (size_t p = 0; p < points.size(); ++p)
     result.push_back(points[p].active[size_t(memberAt(p, coords))]);
-  return result;
-}
-
-std::vector<int64_t>
-BlockAssignment::heldBlocks(const std::vector<int64_t> &coords) const {
-  std::vector<int64_t> result;
-  for (size_t p = 0; p < points.size(); ++p)
-    result.push_back(
-        int64_t(points[p].held[size_t(memberAt(p, coords))].size()));
   return result;
 }
 

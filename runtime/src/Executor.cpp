@@ -4,7 +4,6 @@
 #include "tpc/runtime/Init.h"
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Safetensors.h"
-#include "tpc/runtime/cpu/Kernels.h"
 
 #include <chrono>
 #include <cstring>
@@ -126,6 +125,22 @@ void wholeToBlock(const float *wholeData, const std::vector<int64_t> &whole,
 
 } // namespace
 
+std::vector<float> readStoredBlock(const float *storage,
+                                   const StoredBlock &block) {
+  std::vector<float> values(size_t(product(block.shape)));
+  const std::vector<int64_t> zeros(block.shape.size(), 0);
+  copyBox(storage + block.base, block.regionShape, block.regionOffset,
+          values.data(), block.shape, zeros, block.shape);
+  return values;
+}
+
+void writeStoredBlock(const float *values, const StoredBlock &block,
+                      float *storage) {
+  const std::vector<int64_t> zeros(block.shape.size(), 0);
+  copyBox(values, block.shape, zeros, storage + block.base, block.regionShape,
+          block.regionOffset, block.shape);
+}
+
 std::vector<StoredBlock> storedBlocks(const LoadedPlan &loaded,
                                       const plan::Param &param,
                                       const std::vector<int64_t> &coords,
@@ -162,19 +177,6 @@ std::vector<StoredBlock> storedBlocks(const LoadedPlan &loaded,
   return blocks;
 }
 
-std::vector<float> sliceBlock(const std::vector<float> &whole,
-                              const ParamBlock &block) {
-  if (block.shape == block.globalShape)
-    return whole;
-  int64_t count = 1;
-  for (int64_t d : block.shape)
-    count *= d;
-  std::vector<float> local(static_cast<size_t>(count));
-  cpu::slice(whole.data(), block.globalShape, block.offset, local.data(),
-             block.shape);
-  return local;
-}
-
 ParamStore ParamStore::allocate(const LoadedPlan &loaded,
                                 const std::vector<int64_t> &coords) {
   ParamStore store;
@@ -209,10 +211,7 @@ ParamStore ParamStore::initialise(const LoadedPlan &loaded,
         fillNormal(values, whole, {block.globalOffset, block.shape},
                    parameterKey(param.name()->str()),
                    static_cast<float>(param.init_std()));
-      std::vector<int64_t> zeros(block.shape.size(), 0);
-      copyBox(values.data(), block.shape, zeros,
-              store.values[i].data() + block.base, block.regionShape,
-              block.regionOffset, block.shape);
+      writeStoredBlock(values.data(), block, store.values[i].data());
     }
   }
   return store;
@@ -356,10 +355,8 @@ RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
       std::vector<float> &buffer =
           outgoing[peerOf(point, next.owner(point, id))];
       for (State which : states) {
-        std::vector<float> piece(size_t(product(was->shape)));
-        std::vector<int64_t> zeros(was->shape.size(), 0);
-        copyBox(state(i, which).data() + was->base, was->regionShape,
-                was->regionOffset, piece.data(), was->shape, zeros, was->shape);
+        std::vector<float> piece =
+            readStoredBlock(state(i, which).data(), *was);
         buffer.insert(buffer.end(), piece.begin(), piece.end());
       }
       ++cost.blocksSent;
@@ -385,10 +382,7 @@ RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
     const float *cursor = incoming[peer].data();
     for (const Unpack &u : list)
       for (size_t k = 0; k < states.size(); ++k) {
-        std::vector<int64_t> zeros(u.block->shape.size(), 0);
-        copyBox(cursor, u.block->shape, zeros,
-                newStorage[u.param][k].data() + u.block->base,
-                u.block->regionShape, u.block->regionOffset, u.block->shape);
+        writeStoredBlock(cursor, *u.block, newStorage[u.param][k].data());
         cursor += product(u.block->shape);
       }
   }
@@ -473,13 +467,9 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
     shapes.emplace_back(t->shape()->begin(), t->shape()->end());
     // A parameter viewed without its rebalance dims: the program assumes
     // the even split (it gathers or scatters the blocks).
-    bool holdsBlocks = false;
-    if (t->rebalance_dims())
-      for (int32_t point : *t->rebalance_dims())
-        holdsBlocks |= point >= 0;
     if ((t->storage() == Storage::Param || t->storage() == Storage::ExpAvg ||
          t->storage() == Storage::ExpAvgSq) &&
-        !holdsBlocks &&
+        rebalancePointOf(*t) < 0 &&
         loaded.plan().params()->Get(t->index())->rebalance_dims())
       needsEvenBlocks = true;
   }
@@ -492,10 +482,8 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
     int32_t point = -1;
     auto scan = [&](const flatbuffers::Vector<uint32_t> &ids) {
       for (uint32_t id : ids)
-        if (const auto *dims = program->tensors()->Get(id)->rebalance_dims())
-          for (int32_t p : *dims)
-            if (point < 0 && p >= 0)
-              point = p;
+        if (point < 0)
+          point = rebalancePointOf(*program->tensors()->Get(id));
     };
     scan(*step->results());
     scan(*step->operands());
@@ -654,19 +642,13 @@ void ProgramRunner::updateShapes() {
         "program '" + program->name()->str() +
         "' runs only while the rebalance blocks are evenly spread, and they "
         "are not");
+  // Kernels run on the blocks this rank computes: every shape rule must
+  // hold at those shapes too (the loader checked them at capacity).
   std::vector<int64_t> active = blocks.activeBlocks(params.coords());
-  if (active != capacityBlocks(*plan)) {
-    // Kernels run on the blocks this rank computes: every shape rule must
-    // hold at those shapes too (the loader checked them at capacity).
+  if (active != capacityBlocks(*plan))
     checkProgramAt(*plan, *program, active);
-    for (size_t i = 0; i < shapes.size(); ++i)
-      shapes[i] = activeShape(*plan, *program->tensors()->Get(i), active);
-  } else {
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const auto *shape = program->tensors()->Get(i)->shape();
-      shapes[i].assign(shape->begin(), shape->end());
-    }
-  }
+  for (size_t i = 0; i < shapes.size(); ++i)
+    shapes[i] = activeShape(*plan, *program->tensors()->Get(i), active);
   layoutVersion = params.layoutVersion();
 }
 

@@ -211,10 +211,7 @@ void ProgramChecker::checkTensors() {
       // A view that holds a point's blocks sees the rank's blocks of it;
       // one that holds none (a program that runs only while they are
       // evenly spread) sees the even split.
-      bool holdsBlocks = false;
-      if (t.rebalance_dims())
-        for (int32_t point : *t.rebalance_dims())
-          holdsBlocks |= point >= 0;
+      const bool holdsBlocks = rebalancePointOf(t) >= 0;
       int64_t local = 1;
       for (int64_t d :
            paramLocalShape(plan, p, holdsBlocks ? active : evenBlocks(plan)))
@@ -227,9 +224,7 @@ void ProgramChecker::checkTensors() {
              "' (or its optimizer state) with a different size or dtype");
       isWritten = true;
     } else if (t.storage() == Storage::Input) {
-      if (t.rebalance_dims() &&
-          std::any_of(t.rebalance_dims()->begin(), t.rebalance_dims()->end(),
-                      [](int32_t point) { return point >= 0; }))
+      if (rebalancePointOf(t) >= 0)
         fail(what + " is a program input holding rebalance blocks");
       if (t.index() >= program.inputs()->size())
         fail(what + " refers to input " + std::to_string(t.index()) +
@@ -555,6 +550,14 @@ std::vector<int64_t> evenBlocks(const plan::Plan &plan) {
     for (const plan::RebalancePoint *point : *plan.rebalance_points())
       blocks.push_back(point->blocks() / plan.grid()->Get(point->axis()));
   return blocks;
+}
+
+int32_t rebalancePointOf(const plan::Tensor &tensor) {
+  if (const auto *dims = tensor.rebalance_dims())
+    for (int32_t point : *dims)
+      if (point >= 0)
+        return point;
+  return -1;
 }
 
 std::vector<int64_t> activeShape(const plan::Plan &plan,

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <stdexcept>
 
 namespace tpc::runtime {
@@ -122,27 +121,6 @@ double Rebalancer::stretch(int64_t step) const {
       factor *= slow.factor;
   return factor;
 }
-
-namespace {
-/// Whether every member holds its even share of every point's blocks (in
-/// any order, computed or parked).
-bool holdsEvenShares(const BlockAssignment &blocks) {
-  for (size_t p = 0; p < blocks.numPoints(); ++p)
-    for (int64_t m = 0; m < blocks.members(p); ++m)
-      if (int64_t(blocks.held(p, m).size()) !=
-          blocks.blocks(p) / blocks.members(p))
-        return false;
-  return true;
-}
-
-bool isResized(const BlockAssignment &blocks) {
-  for (size_t p = 0; p < blocks.numPoints(); ++p)
-    for (int64_t m = 0; m < blocks.members(p); ++m)
-      if (blocks.active(p, m) < int64_t(blocks.held(p, m).size()))
-        return true;
-  return false;
-}
-} // namespace
 
 double Rebalancer::Costs::time(int64_t rank,
                                const std::vector<int64_t> &blocksOf) const {
@@ -301,41 +279,30 @@ std::vector<std::vector<double>> Rebalancer::blockScores() {
     const std::vector<float> &now = params[i];
     if (snapshot[i].size() == now.size())
       for (const StoredBlock &block : stored) {
-        // The block's elements: its box within its region.
-        const size_t rank = block.shape.size();
-        std::vector<int64_t> index(rank, 0);
-        int64_t count = 1;
-        for (int64_t d : block.shape)
-          count *= d;
+        std::vector<float> before = readStoredBlock(snapshot[i].data(), block),
+                           after = readStoredBlock(now.data(), block);
         double sum = 0;
-        for (int64_t e = 0; e < count; ++e) {
-          int64_t offset = 0;
-          for (size_t d = 0; d < rank; ++d)
-            offset = offset * block.regionShape[d] + block.regionOffset[d] +
-                     index[d];
-          sum += std::fabs(double(now[size_t(block.base + offset)]) -
-                           double(snapshot[i][size_t(block.base + offset)]));
-          for (size_t d = rank; d-- > 0;) {
-            if (++index[d] < block.shape[d])
-              break;
-            index[d] = 0;
-          }
-        }
+        for (size_t e = 0; e < after.size(); ++e)
+          sum += std::fabs(double(after[e]) - double(before[e]));
         mine[size_t(firstIndex[size_t(block.point)] + block.id)] += float(sum);
       }
     snapshot[i] = now;
   }
-  std::vector<float> all(mine.size() * size_t(ranks));
-  if (comm)
-    comm->gatherState(mine, all);
-  else
-    all = mine;
+  std::vector<float> all = gatherRanks(mine);
   for (size_t p = 0; p < scores.size(); ++p)
     for (int64_t b = 0; b < blocks.blocks(p); ++b)
       for (int r = 0; r < ranks; ++r)
         scores[p][size_t(b)] +=
             all[size_t(r) * mine.size() + size_t(firstIndex[p] + b)];
   return scores;
+}
+
+std::vector<float> Rebalancer::gatherRanks(const std::vector<float> &mine) {
+  if (!comm)
+    return mine;
+  std::vector<float> all(mine.size() * size_t(ranks));
+  comm->gatherState(mine, all);
+  return all;
 }
 
 RebalanceEvent Rebalancer::apply(int64_t step, const BlockAssignment &next,
@@ -346,12 +313,8 @@ RebalanceEvent Rebalancer::apply(int64_t step, const BlockAssignment &next,
   event.reason = std::move(reason);
   RelayoutCost cost = params.relayout(plan, next, comm);
   // Every rank's bytes and time, for the record.
-  std::vector<float> mine = {float(cost.bytesSent), float(cost.seconds)};
-  std::vector<float> all(2 * size_t(ranks));
-  if (comm)
-    comm->gatherState(mine, all);
-  else
-    all = mine;
+  std::vector<float> all =
+      gatherRanks({float(cost.bytesSent), float(cost.seconds)});
   for (int r = 0; r < ranks; ++r) {
     event.bytesMoved += all[2 * size_t(r)];
     event.seconds = std::max(event.seconds, double(all[2 * size_t(r) + 1]));
@@ -382,15 +345,12 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   if (int64_t(k) < options.window)
     return std::nullopt;
   // One small all-gather of every rank's window.
-  std::vector<float> mine(window.begin(), window.end());
-  std::vector<float> all(mine.size() * size_t(ranks));
-  if (comm)
-    comm->gatherState(mine, all);
-  else
-    all = mine;
+  const std::vector<float> all =
+      gatherRanks(std::vector<float>(window.begin(), window.end()));
+  const size_t perRank = window.size();
   window.clear();
   auto at = [&](int r, size_t s, size_t field) {
-    return double(all[size_t(r) * mine.size() + s * stride + field]);
+    return double(all[size_t(r) * perRank + s * stride + field]);
   };
   auto medianOf = [](std::vector<double> values) {
     std::nth_element(values.begin(), values.begin() + values.size() / 2,
@@ -484,7 +444,7 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   if (options.policy != RebalancePolicy::Migrate)
     scores = blockScores();
 
-  const bool resizedNow = isResized(blocks);
+  const bool resizedNow = blocks.isResized();
   // The first window holds the first step (allocation, cold caches) and
   // counts for nothing.
   const bool warmup = first == 1;
@@ -559,7 +519,7 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
       // back once the straggler recovers; only the even split is resized.
       if (imbalance >= options.heavy)
         decide(migrated(costs), "migrate", "heavy imbalance" + over);
-      else if (!holdsEvenShares(blocks))
+      else if (!blocks.holdsEvenShares())
         decide(migrated(costs), "migrate",
                "imbalance after a migration" + over);
       else
@@ -571,7 +531,7 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   }
   // The state the next steps run in (after this window's re-plan).
   const BlockAssignment &now = params.blocks();
-  if (isResized(now))
+  if (now.isResized())
     statusLine += " | resized";
   else if (!now.isEven())
     statusLine += " | migrated";

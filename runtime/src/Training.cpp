@@ -54,8 +54,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
             .count();
     double loss = runner.result(0)[0];
     double lr = cpu::learningRate(step, h[0], h[1], h[2], h[3]);
-    result.records.push_back(
-        {step, loss, lr, seconds, runner.computeSeconds()});
+    result.records.push_back({step, loss, lr, seconds});
     char lossText[32];
     if (std::isfinite(loss))
       std::snprintf(lossText, sizeof(lossText), "%.4f", loss);

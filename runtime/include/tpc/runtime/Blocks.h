@@ -57,11 +57,14 @@ public:
   /// Whether every member holds its even share, in order, all active: the
   /// layout programs without rebalance dims (@gradients) assume.
   bool isEven() const;
+  /// Whether every member holds its even share of every point (in any
+  /// order, computed or parked).
+  bool holdsEvenShares() const;
+  /// Whether some member leaves blocks it holds out of its computation.
+  bool isResized() const;
   /// Per point, the blocks the member at grid `coords` computes (all zeros
   /// coordinates when empty): the run-time shapes of its tensors.
   std::vector<int64_t> activeBlocks(const std::vector<int64_t> &coords) const;
-  /// Per point, the blocks that member holds.
-  std::vector<int64_t> heldBlocks(const std::vector<int64_t> &coords) const;
   /// The member index along `point`'s axis of the rank at `coords`.
   int64_t memberAt(size_t point, const std::vector<int64_t> &coords) const {
     return coords.empty() ? 0 : coords[points[point].axis];

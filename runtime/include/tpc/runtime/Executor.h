@@ -28,9 +28,6 @@ struct ParamBlock {
 };
 ParamBlock paramBlock(const LoadedPlan &plan, const plan::Param &param,
                       const std::vector<int64_t> &coords);
-/// `block` cut out of the whole parameter-shaped array `whole`.
-std::vector<float> sliceBlock(const std::vector<float> &whole,
-                              const ParamBlock &block);
 
 /// Where one stored block of a parameter lies: in the rank's storage (a
 /// row-major region starting at element `base`) and in the whole parameter.
@@ -48,6 +45,12 @@ std::vector<StoredBlock> storedBlocks(const LoadedPlan &plan,
                                       const plan::Param &param,
                                       const std::vector<int64_t> &coords,
                                       const BlockAssignment &assignment);
+/// `block`'s values in a rank's `storage`, row-major in block.shape; and
+/// back.
+std::vector<float> readStoredBlock(const float *storage,
+                                   const StoredBlock &block);
+void writeStoredBlock(const float *values, const StoredBlock &block,
+                      float *storage);
 
 /// What moving to another block assignment cost this rank.
 struct RelayoutCost {

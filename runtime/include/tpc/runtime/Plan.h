@@ -86,6 +86,9 @@ std::vector<int64_t> fileShape(const plan::Param &param);
 /// blocks / (the axis's ranks) each.
 std::vector<int64_t> capacityBlocks(const plan::Plan &plan);
 std::vector<int64_t> evenBlocks(const plan::Plan &plan);
+/// The first rebalance point whose blocks a dimension of `tensor` holds, or
+/// -1 when it holds none.
+int32_t rebalancePointOf(const plan::Tensor &tensor);
 /// The local shape of `tensor` when the rank computes `active[p]` blocks of
 /// each point p.
 std::vector<int64_t> activeShape(const plan::Plan &plan,

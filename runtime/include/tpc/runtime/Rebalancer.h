@@ -117,6 +117,9 @@ private:
                           const std::vector<std::vector<double>> &scores) const;
   /// Every held block computed again.
   BlockAssignment restored() const;
+  /// Every rank's `mine` (equal sizes), in rank order: collective over the
+  /// grid, not counted as step traffic.
+  std::vector<float> gatherRanks(const std::vector<float> &mine);
   RebalanceEvent apply(int64_t step, const BlockAssignment &next,
                        const char *action, std::string reason);
   /// Per point and block, the L1 norm of its weights' change since the last

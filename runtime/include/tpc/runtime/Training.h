@@ -32,7 +32,6 @@ struct StepRecord {
   double loss;
   double learningRate;
   double seconds;
-  double computeSeconds; // this rank's, collective waits excluded
 };
 
 struct TrainResult {
