@@ -22,13 +22,13 @@ set -euo pipefail
 build=$1 python=$2 work=$3 model=$4
 batch=4 seq=32 steps=27 lr=3e-4
 source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
-# Steps of a few milliseconds, so that timing noise stays well below the
-# emulated slowdown.
+# Steps of a few milliseconds and an 8x straggler, so that timing noise stays
+# well below the emulated slowdown.
 for copy in 1 2 3 4 5 6 7 8; do cat "$here/../tp-run/Inputs/text.txt"; done \
   > "$work/long.txt"
 "$bin/tpc-tokenize" "$work/long.txt" -o "$work/long.tokens" > /dev/null
 data=$work/long.tokens
-slow="--rebalance-threshold 0.25 --slow 1:4:4"
+slow="--rebalance-threshold 0.25 --slow 1:8:4"
 
 "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/one.tpplan"
 train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
@@ -55,7 +55,7 @@ for sp in false true; do
 
   for policy in migrate auto; do
     name=$policy-$sp
-    until=$([ $policy = migrate ] && echo ":12 --slow 0:4:13" || true)
+    until=$([ $policy = migrate ] && echo ":12 --slow 0:8:13" || true)
     echo "== $model, seq-parallel=$sp: rank 1 slow, --rebalance $policy"
     train 2 "$work/rb-$sp.tpplan" "$work/$name" --steps $steps $slow$until \
       --rebalance $policy --export "$work/$name"
@@ -70,9 +70,13 @@ for sp in false true; do
 done
 
 echo "== $model: checkpoint while migrated, resumed on one rank"
-train 2 "$work/rb-false.tpplan" "$work/stopped" --steps 12 $slow:12 \
+# The straggler stays slow to the end (so the checkpoint holds moved blocks),
+# and 21 steps leave several windows for the decision when the machine is
+# busy with other tests.
+train 2 "$work/rb-false.tpplan" "$work/stopped" --steps 21 $slow \
   --rebalance migrate --checkpoint-dir "$work/stopped.ckpt"
-$check decisions "$work/stopped.json" --slow-rank 1 --first migrate
+$check decisions "$work/stopped.json" --slow-rank 1 --first migrate \
+  --ends-moved
 train 1 "$work/one.tpplan" "$work/resumed" --steps $steps \
   --resume "$work/stopped.ckpt" --export "$work/resumed"
 $check weights "$work/one/model.safetensors" "$work/resumed/model.safetensors" \

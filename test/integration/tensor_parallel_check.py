@@ -21,13 +21,15 @@
                              2.5D, 3D)
   same-volume METRICS STATIC the runtime's bytes per step equal the static
                              report's, per collective kind
-  decisions METRICS --slow-rank R --first A [--back]
+  decisions METRICS --slow-rank R --first A [--back | --ends-moved]
                              the run's re-plans (tp-run --metrics): the first
                              is action A and takes work off rank R (fewer
                              blocks computed); with --back a later one gives
-                             some back; every migration reports the bytes it
-                             moved; every rank's compute time of every step
-                             was recorded
+                             some back, with --ends-moved the last leaves
+                             rank R holding fewer blocks than its even share;
+                             every migration reports the bytes it moved;
+                             every rank's compute time of every step was
+                             recorded
 """
 
 import argparse
@@ -283,6 +285,12 @@ def decisions(args):
                  f"{args.slow_rank}; expected {args.first} below {even}")
     if args.back and not any(work(e) > work(first) for e in events[1:]):
         sys.exit("decisions: no later re-plan gives the slow rank work back")
+    if args.ends_moved:
+        last = events[-1]
+        held = sum(h[args.slow_rank] for h in last["held"])
+        if held >= even:
+            sys.exit(f"decisions: the run ends with {held} of an even {even} "
+                     f"blocks on rank {args.slow_rank}; expected fewer")
     for e in events:
         if e["action"] == "migrate" and e["held"] != first["held"] and not (
                 e["bytes_moved"] > 0):
@@ -334,7 +342,9 @@ def main():
     p.add_argument("metrics")
     p.add_argument("--slow-rank", type=int, required=True)
     p.add_argument("--first", choices=["migrate", "resize"], required=True)
-    p.add_argument("--back", action="store_true")
+    ends = p.add_mutually_exclusive_group()
+    ends.add_argument("--back", action="store_true")
+    ends.add_argument("--ends-moved", action="store_true")
     p.set_defaults(run=decisions)
     args = parser.parse_args()
     args.run(args)
