@@ -50,7 +50,8 @@ func.func @gather_contraction(%x: tensor<6x8xf32>, %w: tensor<4x16xf32>) -> tens
 
 // A row-parallel product reduce-scattered along its rows: step i computes
 // rows block (r - i - 1) mod 4, adds the running sum from rank r-1 and
-// passes it on; the last step's block is the rank's own.
+// passes it on; the last step's block is the rank's own, and its add says
+// so (tp.ring_reduced: tp-insert-rebalance sees a reduce-scatter's result).
 // CHECK-LABEL: func.func @matmul_scatter
 // CHECK-NEXT: %[[X0:.*]] = tp.ring_slice %arg0 over @g {dim = 0 : i64, grid_axes = array<i64: 1>, ring_step = 1 : i64} : tensor<12x8xf32> -> tensor<3x8xf32>
 // CHECK-NEXT: %[[P0:.*]] = tp.matmul %[[X0]], %arg1
@@ -58,7 +59,7 @@ func.func @gather_contraction(%x: tensor<6x8xf32>, %w: tensor<4x16xf32>) -> tens
 // CHECK-NEXT: %[[X1:.*]] = tp.ring_slice %arg0 {{.*}}ring_step = 2
 // CHECK-NEXT: %[[P1:.*]] = tp.matmul %[[X1]], %arg1
 // CHECK-NEXT: %[[R1:.*]] = tp.ring_shift_wait %[[S0]], %[[P0]]
-// CHECK-NEXT: %[[A1:.*]] = tp.add %[[P1]], %[[R1]]
+// CHECK-NEXT: %[[A1:.*]] = tp.add %[[P1]], %[[R1]] :
 // CHECK-NEXT: %[[S1:.*]] = tp.ring_shift_start %[[A1]]
 // CHECK-NEXT: tp.ring_slice %arg0 {{.*}}ring_step = 3
 // CHECK-NEXT: tp.matmul
@@ -68,7 +69,7 @@ func.func @gather_contraction(%x: tensor<6x8xf32>, %w: tensor<4x16xf32>) -> tens
 // CHECK-NEXT: tp.ring_slice %arg0 {{.*}}ring_step = 0
 // CHECK-NEXT: %[[P3:.*]] = tp.matmul
 // CHECK-NEXT: %[[R3:.*]] = tp.ring_shift_wait %[[S2]], %[[A2]]
-// CHECK-NEXT: %[[A3:.*]] = tp.add %[[P3]], %[[R3]] : (tensor<3x16xf32>, tensor<3x16xf32>) -> tensor<3x16xf32>
+// CHECK-NEXT: %[[A3:.*]] = tp.add %[[P3]], %[[R3]] {tp.ring_reduced = array<i64: 1>} : (tensor<3x16xf32>, tensor<3x16xf32>) -> tensor<3x16xf32>
 // CHECK-NEXT: return %[[A3]]
 func.func @matmul_scatter(%x: tensor<12x8xf32>, %w: tensor<8x16xf32>) -> tensor<3x16xf32> {
   %0 = tp.matmul %x, %w : (tensor<12x8xf32>, tensor<8x16xf32>) -> tensor<12x16xf32>

@@ -13,6 +13,17 @@
 // GPT2-DAG: remark: rebalance point @transformer.h.0.attn: 4 blocks over axis 0 (2 per rank, capacity 3), 3 parameter dimensions
 // GPT2-DAG: remark: rebalance point @transformer.h.0.mlp: 8 blocks over axis 0 (4 per rank, capacity 6), 3 parameter dimensions
 //
+// RUN: tpc-opt %S/Inputs/gpt2-block.mlir -o /dev/null \
+// RUN:   --tp-pipeline="mode=1d grid=2 seq-parallel=true rebalance=true rebalance-granularity=16" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=GPT2SP
+// Sequence parallelism with collective matmuls (its default): the rings that
+// replace the gathers and reduce-scatters pass sequence blocks, never
+// rebalance blocks, and a ring's finished reduce-scatter or gather is a
+// rank's shard or the whole again, so the same points stay.
+// GPT2SP-NOT: @train_step moves no blocks
+// GPT2SP-DAG: remark: rebalance point @transformer.h.0.attn: 4 blocks over axis 0 (2 per rank, capacity 3), 3 parameter dimensions
+// GPT2SP-DAG: remark: rebalance point @transformer.h.0.mlp: 8 blocks over axis 0 (4 per rank, capacity 6), 3 parameter dimensions
+//
 // RUN: tpc-opt %S/Inputs/gpt2-block.mlir --mlir-print-ir-after=tp-insert-rebalance \
 // RUN:   --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=IR

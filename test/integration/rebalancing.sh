@@ -3,13 +3,14 @@
 # key/value heads per rank, so attention heads move too) on 2 MPI ranks:
 #  1. compiled with rebalance=true and run at the even split, training is
 #     bit-identical to plain 1D;
-#  2. with rank 1 emulated 4x slower for steps 4-12 and rank 0 from step 13
+#  2. with rank 1 emulated 8x slower for steps 4-12 and rank 0 from step 13
 #     (--slow: the straggler moves), --rebalance migrate moves blocks off
-#     rank 1 and then back to it, and auto migrates off a rank that stays 4x
+#     rank 1 and then back to it, and auto migrates off a rank that stays 8x
 #     slower (timing noise on a recovered rank may be resized, which is
 #     approximate, so auto's straggler stays); the losses and final
-#     parameters equal the one-rank run's within the 1D tolerances, with and
-#     without sequence parallelism, and every step sends exactly the bytes of
+#     parameters equal the one-rank run's within the 1D tolerances, without
+#     sequence parallelism, with it, and with its collective matmuls (ring
+#     steps), and every step sends exactly the bytes of
 #     tpc-opt's static report (no extra traffic);
 #  3. a checkpoint written while blocks are moved resumes on one rank and
 #     ends where the one-rank run does;
@@ -33,31 +34,41 @@ slow="--rebalance-threshold 0.25 --slow 1:8:4"
 "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/one.tpplan"
 train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
 
-for sp in false true; do
-  # Sequence parallelism with collective matmuls finds no rebalance point
-  # yet (docs/rebalancing.md); without them it does.
-  options="mode=1d grid=2 seq-parallel=$sp collective-matmul=false"
-  "$bin/tpc-opt" "$work/model.mlir" -o "$work/plain-$sp.tpplan" \
+# Without sequence parallelism, with it, and with its collective matmuls
+# (ring steps in place of the gathers and reduce-scatters; its default).
+for variant in nosp sp sp-ring; do
+  case $variant in
+    nosp) options="seq-parallel=false" ;;
+    sp) options="seq-parallel=true collective-matmul=false" ;;
+    sp-ring) options="seq-parallel=true" ;;
+  esac
+  options="mode=1d grid=2 $options"
+  "$bin/tpc-opt" "$work/model.mlir" -o "$work/plain-$variant.tpplan" \
     --tp-pipeline="$options"
-  "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-$sp.tpplan" \
+  "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-$variant.tpplan" \
     --tp-pipeline="$options rebalance=true rebalance-granularity=16" \
-    2> "$work/rb-$sp.remarks"
-  grep -c "remark: rebalance point @" "$work/rb-$sp.remarks"
+    2> "$work/rb-$variant.remarks"
+  # Attention and MLP of both layers, all of them movable in @train_step.
+  points=$(grep -c "remark: rebalance point @" "$work/rb-$variant.remarks" || true)
+  if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$work/rb-$variant.remarks"; then
+    echo "$variant: $points rebalance points, expected 4 movable in @train_step"
+    exit 1
+  fi
 
-  echo "== $model, seq-parallel=$sp: even split"
-  train 2 "$work/plain-$sp.tpplan" "$work/plain-$sp" --steps $steps \
-    --export "$work/plain-$sp"
-  train 2 "$work/rb-$sp.tpplan" "$work/even-$sp" --steps $steps \
-    --export "$work/even-$sp"
-  $check losses "$work/plain-$sp.json" "$work/even-$sp.json" --rel 0
-  $check weights "$work/plain-$sp/model.safetensors" \
-    "$work/even-$sp/model.safetensors" --exact
+  echo "== $model, $variant: even split"
+  train 2 "$work/plain-$variant.tpplan" "$work/plain-$variant" --steps $steps \
+    --export "$work/plain-$variant"
+  train 2 "$work/rb-$variant.tpplan" "$work/even-$variant" --steps $steps \
+    --export "$work/even-$variant"
+  $check losses "$work/plain-$variant.json" "$work/even-$variant.json" --rel 0
+  $check weights "$work/plain-$variant/model.safetensors" \
+    "$work/even-$variant/model.safetensors" --exact
 
   for policy in migrate auto; do
-    name=$policy-$sp
+    name=$policy-$variant
     until=$([ $policy = migrate ] && echo ":12 --slow 0:8:13" || true)
-    echo "== $model, seq-parallel=$sp: rank 1 slow, --rebalance $policy"
-    train 2 "$work/rb-$sp.tpplan" "$work/$name" --steps $steps $slow$until \
+    echo "== $model, $variant: rank 1 slow, --rebalance $policy"
+    train 2 "$work/rb-$variant.tpplan" "$work/$name" --steps $steps $slow$until \
       --rebalance $policy --export "$work/$name"
     grep -E "^rebalance:" "$work/$name.log"
     $check decisions "$work/$name.json" --slow-rank 1 --first migrate \
@@ -65,7 +76,7 @@ for sp in false true; do
     $check losses "$work/one.json" "$work/$name.json"
     $check weights "$work/one/model.safetensors" \
       "$work/$name/model.safetensors" $keybias
-    $check same-volume "$work/$name.json" "$work/rb-$sp.remarks"
+    $check same-volume "$work/$name.json" "$work/rb-$variant.remarks"
   done
 done
 
@@ -73,7 +84,7 @@ echo "== $model: checkpoint while migrated, resumed on one rank"
 # The straggler stays slow to the end (so the checkpoint holds moved blocks),
 # and 21 steps leave several windows for the decision when the machine is
 # busy with other tests.
-train 2 "$work/rb-false.tpplan" "$work/stopped" --steps 21 $slow \
+train 2 "$work/rb-nosp.tpplan" "$work/stopped" --steps 21 $slow \
   --rebalance migrate --checkpoint-dir "$work/stopped.ckpt"
 $check decisions "$work/stopped.json" --slow-rank 1 --first migrate \
   --ends-moved
@@ -83,7 +94,7 @@ $check weights "$work/one/model.safetensors" "$work/resumed/model.safetensors" \
   $keybias
 
 echo "== $model: rank 1 slow, --rebalance resize"
-train 2 "$work/rb-false.tpplan" "$work/resize" --steps $steps $slow:12 \
+train 2 "$work/rb-nosp.tpplan" "$work/resize" --steps $steps $slow:12 \
   --rebalance resize
 grep -E "^rebalance:" "$work/resize.log"
 $check decisions "$work/resize.json" --slow-rank 1 --first resize --back

@@ -329,6 +329,9 @@ void TPCollectiveMatmul::decomposeScatter(ReduceScatterOp scatter) {
           RingShiftStartOp::create(builder, loc, blockType, sum, grid, axes)
               .getResult();
   }
+  // Later passes (tp-insert-rebalance) see the reduce-scatter's result here.
+  sum.getDefiningOp()->setAttr(TPDialect::RingReducedAttrHelper::getNameStr(),
+                               axes);
   scatter.getResult().replaceAllUsesWith(sum);
   scatter->erase();
   matmul->erase();

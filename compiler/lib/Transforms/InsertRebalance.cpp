@@ -63,14 +63,24 @@ enum class Sameness {
   Uniform,   // equal on every rank
   RingBlock, // a ring step's block: over the ring, every rank sees each
   Shard,     // this rank's block of a uniform whole (sequence parallelism)
-  Differs,   // differs between ranks
+  // A shard a ring starts from: the ring's first block (its step 0 uses the
+  // shard in place) to the ring's ops, a shard to the others.
+  RingStartShard,
+  Differs, // differs between ranks
 };
 
 /// Two values combined elementwise: a uniform one adds nothing.
 Sameness join(Sameness a, Sameness b) {
   if (a == b || b == Sameness::Uniform)
     return a;
-  return a == Sameness::Uniform ? b : Sameness::Differs;
+  if (a == Sameness::Uniform)
+    return b;
+  if (b == Sameness::RingStartShard)
+    std::swap(a, b);
+  if (a == Sameness::RingStartShard &&
+      (b == Sameness::Shard || b == Sameness::RingBlock))
+    return b;
+  return Sameness::Differs;
 }
 
 /// Whether `op`'s kernel works on its rank's block of a dimension split over
@@ -83,6 +93,14 @@ bool kernelSplitOver(Operation *op, int64_t axis) {
       if (llvm::is_contained(axes.asArrayRef(), axis))
         return true;
   return false;
+}
+
+/// Whether `op` leaves the result of a reduce-scatter over `axis` that
+/// tp-collective-matmul decomposed into ring steps.
+bool completesRingReduction(Operation *op, int64_t axis) {
+  auto axes = op->getAttrOfType<DenseI64ArrayAttr>(
+      TPDialect::RingReducedAttrHelper::getNameStr());
+  return axes && llvm::is_contained(axes.asArrayRef(), axis);
 }
 
 /// Sameness of every value of `func` over grid axis `axis`, in program order.
@@ -100,8 +118,6 @@ DenseMap<Value, Sameness> samenessOver(func::FuncOp func, int64_t axis) {
       split |= llvm::is_contained(layout.getSplitAxes(d), axis);
     sameness[arg] = split ? Sameness::Differs : Sameness::Uniform;
   }
-  // A shard a ring starts from is that ring's first block (its step 0
-  // multiplies the shard in place).
   DenseSet<Value> ringStarts;
   func.walk(
       [&](RingShiftStartOp start) { ringStarts.insert(start.getInput()); });
@@ -113,7 +129,8 @@ DenseMap<Value, Sameness> samenessOver(func::FuncOp func, int64_t axis) {
       joined = Sameness::Uniform;
     else if (op->hasTrait<OpTrait::tp::RingStep>() && overAxis(op))
       joined = joined == Sameness::Differs ? joined : Sameness::RingBlock;
-    else if (isa<ReduceScatterOp>(op) && overAxis(op))
+    else if ((isa<ReduceScatterOp>(op) && overAxis(op)) ||
+             completesRingReduction(op, axis))
       joined = Sameness::Shard;
     else if (isa<LocalSplitOp>(op) && overAxis(op))
       joined = joined == Sameness::Uniform ? Sameness::Shard : joined;
@@ -121,10 +138,12 @@ DenseMap<Value, Sameness> samenessOver(func::FuncOp func, int64_t axis) {
               overAxis(op)) ||
              kernelSplitOver(op, axis))
       joined = Sameness::Differs;
+    if (joined == Sameness::RingStartShard)
+      joined = Sameness::Shard;
     for (Value result : op->getResults())
       sameness[result] =
           joined == Sameness::Shard && ringStarts.contains(result)
-              ? Sameness::RingBlock
+              ? Sameness::RingStartShard
               : joined;
   });
   return sameness;
@@ -201,7 +220,7 @@ Reach follow(Value seed, int64_t dim, int64_t blocks,
       // exact only when that is the same data, whole or passed round a ring.
       Sameness other = sameness.lookup(operand);
       if (!carries && other != Sameness::Uniform &&
-          other != Sameness::RingBlock)
+          other != Sameness::RingBlock && other != Sameness::RingStartShard)
         return fail(op, "combines the blocks with operand " + Twine(idx) +
                             ", which differs between ranks");
       if (!mapInto(operand, dims))

@@ -335,12 +335,13 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
   for (NamedAttribute attr : op.getAttrs()) {
     StringRef name = attr.getName().getValue();
     Attribute value = attr.getValue();
-    // Not for the runtime: the memory plan (read above), the layer and
-    // recomputation marks, and a collective's grid (the plan records the
-    // grid once).
+    // Not for the runtime: the memory plan (read above), the layer,
+    // recomputation and ring-reduction marks, and a collective's grid (the
+    // plan records the grid once).
     if (name == TPDialect::BufferOffsetsAttrHelper::getNameStr() ||
         name == TPDialect::LayerAttrHelper::getNameStr() ||
         name == TPDialect::RecomputedAttrHelper::getNameStr() ||
+        name == TPDialect::RingReducedAttrHelper::getNameStr() ||
         name == TPDialect::RebalanceDimsAttrHelper::getNameStr() ||
         name == "grid")
       continue;

@@ -83,6 +83,8 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
        isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::FeatureAxesAttrHelper::getNameStr(), Placement::Operation,
        isA<DenseI64ArrayAttr>, "an array<i64>"},
+      {D::RingReducedAttrHelper::getNameStr(), Placement::Operation,
+       isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::BufferOffsetsAttrHelper::getNameStr(), Placement::Operation,
        isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::ArenaBytesAttrHelper::getNameStr(), Placement::Operation, isI64,

@@ -55,6 +55,10 @@ def TP_Dialect : Dialect {
     // whose features are split: the grid axes that split them. The kernel
     // gathers per-row statistics over them.
     "::mlir::DenseI64ArrayAttr":$feature_axes,
+    // Set by tp-collective-matmul on the add that completes a reduce-scatter
+    // it decomposed into ring steps: the grid axes of the ring. Its result is
+    // this rank's block of the sum, as the reduce-scatter's was.
+    "::mlir::DenseI64ArrayAttr":$ring_reduced,
     "::mlir::DenseI64ArrayAttr":$buffer_offsets, // arena offsets (results)
     // Set by tp-insert-rebalance on function arguments (one entry per
     // dimension) and ops (one such array per result): per dimension the
