@@ -148,17 +148,18 @@ BlockAssignment Rebalancer::migrated(const Costs &costs) const {
   const BlockAssignment &now = params.blocks();
   const size_t points = now.numPoints();
   const int64_t members = now.members(0);
-  // List scheduling: every member starts with one block of every point
-  // (kernels need one), then each further block goes to the member that
-  // would finish its step first with it, within the capacity.
+  // List scheduling: each block goes to the member that would finish its
+  // step first with it, within the capacity. A member may end with no block
+  // of a point (kernels take zero extents): a straggler several times slower
+  // than the rest should not keep a head it cannot compute in time.
   std::vector<std::vector<int64_t>> target(size_t(members),
-                                           std::vector<int64_t>(points, 1));
+                                           std::vector<int64_t>(points, 0));
   std::vector<double> finish(static_cast<size_t>(members));
   for (int64_t m = 0; m < members; ++m)
     finish[size_t(m)] = costs.time(m, target[size_t(m)]);
   std::vector<int64_t> left;
   for (size_t p = 0; p < points; ++p)
-    left.push_back(now.blocks(p) - members);
+    left.push_back(now.blocks(p));
   for (bool any = true; any;) {
     any = false;
     for (size_t p = 0; p < points; ++p) {
@@ -230,7 +231,7 @@ Rebalancer::resized(const Costs &costs,
       const double keepRatio = std::clamp(
           (pace - costs.fixed[size_t(m)]) / blockTime[size_t(m)], 0.0, 1.0);
       int64_t keep = std::clamp<int64_t>(
-          int64_t(std::lround(keepRatio * double(order.size()))), 1,
+          int64_t(std::lround(keepRatio * double(order.size()))), 0,
           int64_t(order.size()));
       // Highest priority first: the blocks whose weights moved most over
       // the last window (a permutation applied once, at this re-plan; a

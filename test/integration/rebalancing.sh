@@ -12,9 +12,11 @@
 #     sequence parallelism, with it, and with its collective matmuls (ring
 #     steps), and every step sends exactly the bytes of
 #     tpc-opt's static report (no extra traffic);
-#  3. a checkpoint written while blocks are moved resumes on one rank and
+#  3. a rank 100x slower gives away every block of some points (compiled
+#     with headroom 1) and takes them back, still exactly;
+#  4. a checkpoint written while blocks are moved resumes on one rank and
 #     ends where the one-rank run does;
-#  4. --rebalance resize has the slow rank compute fewer blocks and computes
+#  5. --rebalance resize has the slow rank compute fewer blocks and computes
 #     all of them again after it recovers (approximate: the loss stays within
 #     a few percent of the balanced run's).
 #
@@ -79,6 +81,23 @@ for variant in nosp sp sp-ring; do
     $check same-volume "$work/$name.json" "$work/rb-$variant.remarks"
   done
 done
+
+echo "== $model: a rank so slow it is left with no block of a point"
+# Headroom 1 (a rank may hold every block) and a 100x straggler: the slow
+# rank gives away every block of some points (zero extents in every kernel
+# and in the migration), and takes them back when the other rank slows down.
+"$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-full.tpplan" \
+  --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
+  2> "$work/rb-full.remarks"
+train 2 "$work/rb-full.tpplan" "$work/emptied" --steps $steps \
+  --rebalance-threshold 0.25 --slow 1:100:4:12 --slow 0:100:13 \
+  --rebalance migrate --export "$work/emptied"
+grep -E "^rebalance:" "$work/emptied.log"
+$check decisions "$work/emptied.json" --slow-rank 1 --first migrate --back \
+  --empties
+$check losses "$work/one.json" "$work/emptied.json"
+$check weights "$work/one/model.safetensors" "$work/emptied/model.safetensors" \
+  $keybias
 
 echo "== $model: checkpoint while migrated, resumed on one rank"
 # The straggler stays slow to the end (so the checkpoint holds moved blocks),

@@ -22,9 +22,10 @@
   same-volume METRICS STATIC the runtime's bytes per step equal the static
                              report's, per collective kind
   decisions METRICS --slow-rank R --first A [--back | --ends-moved]
-                             the run's re-plans (tp-run --metrics): the first
+            [--empties]      the run's re-plans (tp-run --metrics): the first
                              is action A and takes work off rank R (fewer
-                             blocks computed); with --back a later one gives
+                             blocks computed; with --empties none of some
+                             point); with --back a later one gives
                              some back, with --ends-moved the last leaves
                              rank R holding fewer blocks than its even share;
                              every migration reports the bytes it moved;
@@ -283,6 +284,12 @@ def decisions(args):
         sys.exit(f"decisions: the first is {first['action']} leaving "
                  f"{work(first)} of an even {even} blocks on rank "
                  f"{args.slow_rank}; expected {args.first} below {even}")
+    empty = [p for p, c in enumerate(first["computed"])
+             if c[args.slow_rank] == 0]
+    if args.empties and not empty:
+        sys.exit(f"decisions: the first leaves rank {args.slow_rank} computing "
+                 f"{[c[args.slow_rank] for c in first['computed']]} blocks "
+                 "per point; expected none of some point")
     if args.back and not any(work(e) > work(first) for e in events[1:]):
         sys.exit("decisions: no later re-plan gives the slow rank work back")
     if args.ends_moved:
@@ -345,6 +352,7 @@ def main():
     ends = p.add_mutually_exclusive_group()
     ends.add_argument("--back", action="store_true")
     ends.add_argument("--ends-moved", action="store_true")
+    p.add_argument("--empties", action="store_true")
     p.set_defaults(run=decisions)
     args = parser.parse_args()
     args.run(args)
