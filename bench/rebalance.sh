@@ -16,12 +16,26 @@
 # overshoots, so the slowdown the off run measures (s') exceeds S; the table
 # gives the bound for both.
 #
-#   bench/rebalance.sh [STEPS] [ONSET]
+# CASES (default all) picks some of: emulated2, emulated4, contended, four;
+# CONFIG (environment) another config.json in place of the bundled one.
+#
+#   bench/rebalance.sh [STEPS] [ONSET] [CASES]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 steps=${1:-300}
 onset=${2:-40}
+cases=${3:-emulated2,emulated4,contended,four}
+for case in ${cases//,/ }; do
+  case $case in
+    emulated2 | emulated4 | contended | four) ;;
+    *)
+      echo "bench/rebalance.sh: unknown case '$case' (emulated2, emulated4, contended, four)" >&2
+      exit 2
+      ;;
+  esac
+done
+want() { [[ ",$cases," == *",$1,"* ]]; }
 work=$build/bench/rebalance
 mkdir -p "$work"
 bin=$build/bin
@@ -30,7 +44,7 @@ fortunes=/usr/share/games/fortunes
 (cd "$fortunes" && sed '/^%$/d' computers science literature wisdom humorists \
   work education riddles fortunes linux magic) > "$work/fortunes.txt"
 "$bin/tpc-tokenize" "$work/fortunes.txt" -o "$work/fortunes.tokens" > /dev/null
-"$bin/tpc-import" "$root/examples/gpt2-bytes/config.json" --batch 8 --seq 128 \
+"$bin/tpc-import" "${CONFIG:-$root/examples/gpt2-bytes/config.json}" --batch 8 --seq 128 \
   -o "$work/model.mlir"
 for ranks in 2 4; do
   "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb$ranks.tpplan" \
@@ -74,24 +88,24 @@ summary() { # NAME BASELINE SLOWDOWN RANKS OFF
 }
 
 run balanced2 2
-run balanced4 4
+if want four; then run balanced4 4; fi
 for policy in off resize migrate auto; do
   for s in 2 4; do
-    run emulated$s-$policy 2 --slow 1:$s:$onset --rebalance $policy
+    if want emulated$s; then run emulated$s-$policy 2 --slow 1:$s:$onset --rebalance $policy; fi
   done
-  contended contended-$policy --rebalance $policy
-  run four-emulated2-$policy 4 --slow 3:2:$onset --rebalance $policy
+  if want contended; then contended contended-$policy --rebalance $policy; fi
+  if want four; then run four-emulated2-$policy 4 --slow 3:2:$onset --rebalance $policy; fi
 done
 python3 "$root/bench/rebalance_summary.py" --header
 for policy in off resize migrate auto; do
-  summary emulated2-$policy balanced2 2 2 emulated2-off
+  if want emulated2; then summary emulated2-$policy balanced2 2 2 emulated2-off; fi
 done
 for policy in off resize migrate auto; do
-  summary emulated4-$policy balanced2 4 2 emulated4-off
+  if want emulated4; then summary emulated4-$policy balanced2 4 2 emulated4-off; fi
 done
 for policy in off resize migrate auto; do
-  summary contended-$policy balanced2 2 2 contended-off
+  if want contended; then summary contended-$policy balanced2 2 2 contended-off; fi
 done
 for policy in off resize migrate auto; do
-  summary four-emulated2-$policy balanced4 2 4 four-emulated2-off
+  if want four; then summary four-emulated2-$policy balanced4 2 4 four-emulated2-off; fi
 done
