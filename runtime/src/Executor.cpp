@@ -329,8 +329,9 @@ RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
       afterById[b.id] = &b;
     for (State which : states)
       newStorage[i].emplace_back(state(i, which).size(), 0.0f);
-    const size_t point = size_t(before.empty() ? newLayouts[i].front().point
-                                               : before.front().point);
+    // From the plan: a rank may hold no block before or after the move.
+    const size_t point =
+        size_t(param.rebalance_dims()->Get(size_t(rebalanceDim(param))));
     // Blocks that stay: copied within the rank (they may change region).
     for (const auto &[id, after] : afterById) {
       if (auto it = beforeById.find(id); it != beforeById.end()) {

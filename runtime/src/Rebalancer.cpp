@@ -275,8 +275,8 @@ std::vector<std::vector<double>> Rebalancer::blockScores() {
   for (size_t i = 0; i < list.size(); ++i) {
     std::vector<StoredBlock> stored =
         storedBlocks(plan, *list.Get(i), params.coords(), blocks);
-    if (stored.front().point < 0)
-      continue;
+    if (!stored.empty() && stored.front().point < 0)
+      continue; // no rebalance dim (a rank may also hold no block at all)
     const std::vector<float> &now = params[i];
     if (snapshot[i].size() == now.size())
       for (const StoredBlock &block : stored) {
@@ -423,12 +423,18 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   for (double &v : speeds)
     v /= fastest;
   // A block costs the same work everywhere, at each rank's speed: the
-  // measured costs, normalised by speed and averaged, set that work (a
-  // rank with few blocks pays more per block for small kernels).
+  // measured costs, normalised by speed and averaged over the ranks that
+  // computed blocks of the point, set that work (a rank with few blocks
+  // pays more per block for small kernels; one with none measured nothing).
   for (size_t p = 0; p < points; ++p) {
     double work = 0;
+    int measured = 0;
     for (int r = 0; r < ranks; ++r)
-      work += costs.perBlock[size_t(r)][p] * speeds[size_t(r)] / ranks;
+      if (blocks.active(p, r) > 0) {
+        work += costs.perBlock[size_t(r)][p] * speeds[size_t(r)];
+        ++measured;
+      }
+    work = measured > 0 ? work / measured : 1e-9;
     for (int r = 0; r < ranks; ++r)
       costs.perBlock[size_t(r)][p] = work / speeds[size_t(r)];
   }

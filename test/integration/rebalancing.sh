@@ -89,15 +89,18 @@ echo "== $model: a rank so slow it is left with no block of a point"
 "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-full.tpplan" \
   --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
   2> "$work/rb-full.remarks"
-train 2 "$work/rb-full.tpplan" "$work/emptied" --steps $steps \
-  --rebalance-threshold 0.25 --slow 1:100:4:12 --slow 0:100:13 \
-  --rebalance migrate --export "$work/emptied"
-grep -E "^rebalance:" "$work/emptied.log"
-$check decisions "$work/emptied.json" --slow-rank 1 --first migrate --back \
-  --empties
-$check losses "$work/one.json" "$work/emptied.json"
-$check weights "$work/one/model.safetensors" "$work/emptied/model.safetensors" \
-  $keybias
+for policy in migrate auto; do
+  name=emptied-$policy
+  train 2 "$work/rb-full.tpplan" "$work/$name" --steps $steps \
+    --rebalance-threshold 0.25 --slow 1:100:4:12 --slow 0:100:13 \
+    --rebalance $policy --export "$work/$name"
+  grep -E "^rebalance:" "$work/$name.log"
+  $check decisions "$work/$name.json" --slow-rank 1 --first migrate --back \
+    --empties
+  $check losses "$work/one.json" "$work/$name.json"
+  $check weights "$work/one/model.safetensors" "$work/$name/model.safetensors" \
+    $keybias
+done
 
 echo "== $model: checkpoint while migrated, resumed on one rank"
 # The straggler stays slow to the end (so the checkpoint holds moved blocks),
