@@ -130,41 +130,49 @@ double Rebalancer::Costs::time(int64_t rank,
   return t;
 }
 
-double Rebalancer::Costs::slowest(const BlockAssignment &blocks,
-                                  bool computedOnly) const {
-  double worst = 0;
-  for (size_t r = 0; r < fixed.size(); ++r) {
-    std::vector<int64_t> counts;
-    for (size_t p = 0; p < blocks.numPoints(); ++p)
-      counts.push_back(computedOnly
-                           ? blocks.active(p, int64_t(r))
-                           : int64_t(blocks.held(p, int64_t(r)).size()));
-    worst = std::max(worst, time(int64_t(r), counts));
+double Rebalancer::Costs::fixedShare(int64_t rank) const {
+  return fixed[size_t(rank)] / double(perBlock[size_t(rank)].size() + 1);
+}
+
+double Rebalancer::Costs::step(const BlockAssignment &blocks,
+                               bool computedOnly) const {
+  // The ranks meet at every point's collective: each point's segment lasts
+  // as long as its slowest rank, and the fixed work (spread over the
+  // segments and the one around the optimizer) waits likewise.
+  double total = 0;
+  for (size_t r = 0; r < fixed.size(); ++r)
+    total = std::max(total, fixedShare(int64_t(r)));
+  for (size_t p = 0; p < blocks.numPoints(); ++p) {
+    double segment = 0;
+    for (size_t r = 0; r < fixed.size(); ++r) {
+      const int64_t count = computedOnly
+                                ? blocks.active(p, int64_t(r))
+                                : int64_t(blocks.held(p, int64_t(r)).size());
+      segment = std::max(segment, fixedShare(int64_t(r)) +
+                                      double(count) * perBlock[r][p]);
+    }
+    total += segment;
   }
-  return worst;
+  return total;
 }
 
 BlockAssignment Rebalancer::migrated(const Costs &costs) const {
   const BlockAssignment &now = params.blocks();
   const size_t points = now.numPoints();
   const int64_t members = now.members(0);
-  // List scheduling: each block goes to the member that would finish its
-  // step first with it, within the capacity. A member may end with no block
-  // of a point (kernels take zero extents): a straggler several times slower
-  // than the rest should not keep a head it cannot compute in time.
+  // Per point (ranks meet at its collective, so a point's blocks balance
+  // among themselves, not against another point's): each block goes to the
+  // member that would finish the segment first with it, within the
+  // capacity; optimal for equal blocks. A member may end with no block of a
+  // point (kernels take zero extents): a straggler several times slower
+  // should not keep a head it cannot compute in time.
   std::vector<std::vector<int64_t>> target(size_t(members),
                                            std::vector<int64_t>(points, 0));
-  std::vector<double> finish(static_cast<size_t>(members));
-  for (int64_t m = 0; m < members; ++m)
-    finish[size_t(m)] = costs.time(m, target[size_t(m)]);
-  std::vector<int64_t> left;
-  for (size_t p = 0; p < points; ++p)
-    left.push_back(now.blocks(p));
-  for (bool any = true; any;) {
-    any = false;
-    for (size_t p = 0; p < points; ++p) {
-      if (left[p] == 0)
-        continue;
+  for (size_t p = 0; p < points; ++p) {
+    std::vector<double> finish;
+    for (int64_t m = 0; m < members; ++m)
+      finish.push_back(costs.fixedShare(m));
+    for (int64_t left = now.blocks(p); left > 0; --left) {
       int64_t best = -1;
       for (int64_t m = 0; m < members; ++m) {
         if (target[size_t(m)][p] >= now.capacity(p))
@@ -176,8 +184,6 @@ BlockAssignment Rebalancer::migrated(const Costs &costs) const {
       }
       ++target[size_t(best)][p]; // the capacity admits all blocks
       finish[size_t(best)] += costs.perBlock[size_t(best)][p];
-      --left[p];
-      any = true;
     }
   }
   // Members over their target give away their last blocks; members under
@@ -465,8 +471,8 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
                     const std::string &because, bool always = false) {
     if (next == blocks)
       return false;
-    const double before = costs.slowest(blocks, true),
-                 after = costs.slowest(next, true);
+    const double before = costs.step(blocks, true),
+                 after = costs.step(next, true);
     if (!always && after > before * (1.0 - options.threshold / 2))
       return false;
     char why[200];

@@ -105,10 +105,14 @@ private:
   struct Costs {
     std::vector<double> fixed;                 // per rank
     std::vector<std::vector<double>> perBlock; // per rank, per point
+    /// A rank's compute, as if it ran alone: fixed + blocks x cost.
     double time(int64_t rank, const std::vector<int64_t> &blocksOf) const;
-    /// The slowest rank's predicted step under `blocks` (computing only
-    /// the active blocks, or all it holds).
-    double slowest(const BlockAssignment &blocks, bool computedOnly) const;
+    /// The fixed compute of `rank` attributed to one segment between
+    /// collectives (spread evenly over the points' and the optimizer's).
+    double fixedShare(int64_t rank) const;
+    /// The predicted step under `blocks` (computing only the active blocks,
+    /// or all it holds): per point, its slowest rank's segment.
+    double step(const BlockAssignment &blocks, bool computedOnly) const;
   };
   /// Blocks spread so that every rank finishes its step about together.
   BlockAssignment migrated(const Costs &costs) const;
