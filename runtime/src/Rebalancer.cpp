@@ -122,20 +122,19 @@ double Rebalancer::stretch(int64_t step) const {
   return factor;
 }
 
-double Rebalancer::Costs::time(int64_t rank,
-                               const std::vector<int64_t> &blocksOf) const {
+double StepCosts::time(int64_t rank,
+                       const std::vector<int64_t> &blocksOf) const {
   double t = fixed[size_t(rank)];
   for (size_t p = 0; p < blocksOf.size(); ++p)
     t += double(blocksOf[p]) * perBlock[size_t(rank)][p];
   return t;
 }
 
-double Rebalancer::Costs::fixedShare(int64_t rank) const {
+double StepCosts::fixedShare(int64_t rank) const {
   return fixed[size_t(rank)] / double(perBlock[size_t(rank)].size() + 1);
 }
 
-double Rebalancer::Costs::step(const BlockAssignment &blocks,
-                               bool computedOnly) const {
+double StepCosts::step(const BlockAssignment &blocks, bool computedOnly) const {
   // The ranks meet at every point's collective: each point's segment lasts
   // as long as its slowest rank, and the fixed work (spread over the
   // segments and the one around the optimizer) waits likewise.
@@ -156,8 +155,8 @@ double Rebalancer::Costs::step(const BlockAssignment &blocks,
   return total;
 }
 
-BlockAssignment Rebalancer::migrated(const Costs &costs) const {
-  const BlockAssignment &now = params.blocks();
+BlockAssignment migratedAssignment(const BlockAssignment &now,
+                                   const StepCosts &costs) {
   const size_t points = now.numPoints();
   const int64_t members = now.members(0);
   // Per point (ranks meet at its collective, so a point's blocks balance
@@ -214,7 +213,7 @@ BlockAssignment Rebalancer::migrated(const Costs &costs) const {
 }
 
 BlockAssignment
-Rebalancer::resized(const Costs &costs,
+Rebalancer::resized(const StepCosts &costs,
                     const std::vector<std::vector<double>> &scores) const {
   const BlockAssignment &now = params.blocks();
   const int64_t members = now.members(0);
@@ -374,7 +373,7 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   // The cost model, from per-step medians (a step that a page fault or
   // another process stretched does not count): per rank, the compute
   // outside the blocks and the time of one block of each point.
-  Costs costs;
+  StepCosts costs;
   std::vector<double> median;
   for (int r = 0; r < ranks; ++r) {
     std::vector<double> totals, fixed;
@@ -505,7 +504,7 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
              resizedCount >= options.persistent) {
     // Resized for long: the straggler is here to stay, so move its blocks
     // (exact) instead of leaving them out.
-    decide(migrated(costs), "migrate",
+    decide(migratedAssignment(blocks, costs), "migrate",
            "resized for " + std::to_string(resizedCount) +
                " windows: the straggler persists",
            /*always=*/true);
@@ -522,7 +521,7 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
     const std::string over = " for " + std::to_string(overCount) + " windows";
     switch (options.policy) {
     case RebalancePolicy::Migrate:
-      decide(migrated(costs), "migrate", "imbalance" + over);
+      decide(migratedAssignment(blocks, costs), "migrate", "imbalance" + over);
       break;
     case RebalancePolicy::Resize:
       decide(resized(costs, scores), "resize", "imbalance" + over);
@@ -531,9 +530,10 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
       // Blocks already moved are corrected by moving them (exactly), also
       // back once the straggler recovers; only the even split is resized.
       if (imbalance >= options.heavy)
-        decide(migrated(costs), "migrate", "heavy imbalance" + over);
+        decide(migratedAssignment(blocks, costs), "migrate",
+               "heavy imbalance" + over);
       else if (!blocks.holdsEvenShares())
-        decide(migrated(costs), "migrate",
+        decide(migratedAssignment(blocks, costs), "migrate",
                "imbalance after a migration" + over);
       else
         decide(resized(costs, scores), "resize", "light imbalance" + over);

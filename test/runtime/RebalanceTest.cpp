@@ -12,21 +12,32 @@ using namespace tpc::runtime;
 namespace fb = tpc::plan;
 
 namespace {
-/// A plan for a grid of 2 with one parameter "w" of shape [3, 8] whose
-/// dimension 1 is split over axis 0 and holds the 4 blocks (2 columns each)
-/// of point "w", capacity 3, and no program.
-LoadedPlan rebalancedPlan() {
+struct PointSpec {
+  std::string name;
+  int64_t blocks, capacity;
+};
+
+/// A plan for a grid of 2 with, per point, one parameter of the point's
+/// name and shape [3, 2 x blocks] whose dimension 1 is split over axis 0 and
+/// holds the point's blocks (2 columns each), and no program. By default
+/// "w" of shape [3, 8]: 4 blocks, capacity 3.
+LoadedPlan rebalancedPlan(const std::vector<PointSpec> &specs = {{"w", 4, 3}}) {
   flatbuffers::FlatBufferBuilder b;
-  std::vector<flatbuffers::Offset<fb::Axes>> split = {
-      fb::CreateAxes(b, b.CreateVector(std::vector<int64_t>{})),
-      fb::CreateAxes(b, b.CreateVector(std::vector<int64_t>{0}))};
-  auto param = fb::CreateParam(b, b.CreateString("w"), fb::DType::F32,
-                               b.CreateVector(std::vector<int64_t>{3, 8}),
-                               fb::Init::Normal, 1.0, b.CreateVector(split), 0,
-                               b.CreateVector(std::vector<int32_t>{-1, 0}));
-  std::vector<flatbuffers::Offset<fb::RebalancePoint>> points = {
-      fb::CreateRebalancePoint(b, b.CreateString("w"), 0, 4, 3)};
-  std::vector<flatbuffers::Offset<fb::Param>> params = {param};
+  std::vector<flatbuffers::Offset<fb::Param>> params;
+  std::vector<flatbuffers::Offset<fb::RebalancePoint>> points;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const PointSpec &spec = specs[i];
+    std::vector<flatbuffers::Offset<fb::Axes>> split = {
+        fb::CreateAxes(b, b.CreateVector(std::vector<int64_t>{})),
+        fb::CreateAxes(b, b.CreateVector(std::vector<int64_t>{0}))};
+    params.push_back(fb::CreateParam(
+        b, b.CreateString(spec.name), fb::DType::F32,
+        b.CreateVector(std::vector<int64_t>{3, 2 * spec.blocks}),
+        fb::Init::Normal, 1.0, b.CreateVector(split), 0,
+        b.CreateVector(std::vector<int32_t>{-1, int32_t(i)})));
+    points.push_back(fb::CreateRebalancePoint(b, b.CreateString(spec.name), 0,
+                                              spec.blocks, spec.capacity));
+  }
   std::vector<flatbuffers::Offset<fb::Program>> programs;
   const fb::Checksum unsealed(0);
   auto plan = fb::CreatePlan(
@@ -176,4 +187,73 @@ TEST(Rebalance, ParsesStragglersAndPolicies) {
     EXPECT_THROW(parseSlowdown(bad), std::invalid_argument) << bad;
   EXPECT_EQ(parseRebalancePolicy("auto"), RebalancePolicy::Auto);
   EXPECT_THROW(parseRebalancePolicy("sometimes"), std::invalid_argument);
+}
+
+namespace {
+/// Two points ("heads": 4 blocks, "mlp": 16), each rank may hold all; rank
+/// 1 four times slower, with twice rank 0's fixed compute: per segment
+/// (a third of it) 1 and 2 units; a block costs 2 / 8 units (heads) and
+/// 1 / 4 (mlp).
+StepCosts slowRankOne() { return {{3, 6}, {{2, 1}, {8, 4}}}; }
+LoadedPlan twoPoints(int64_t headsCapacity = 4) {
+  return rebalancedPlan({{"heads", 4, headsCapacity}, {"mlp", 16, 16}});
+}
+std::vector<int64_t> held(const BlockAssignment &blocks, size_t point,
+                          int64_t member) {
+  std::span<const int64_t> mine = blocks.held(point, member);
+  return {mine.begin(), mine.end()};
+}
+} // namespace
+
+TEST(StepCosts, SumsEachPointsSlowestSegment) {
+  LoadedPlan plan = twoPoints();
+  BlockAssignment blocks = BlockAssignment::even(plan.plan());
+  const StepCosts costs = slowRankOne();
+  // Even: 2 + max(1 + 2x2, 2 + 2x8) + max(1 + 8x1, 2 + 8x4).
+  EXPECT_DOUBLE_EQ(costs.step(blocks, true), 2 + 18 + 34);
+  // All heads on rank 0, 4 MLP blocks on rank 1: rank 0 sets the heads'
+  // segment and rank 1 the MLP's, though neither rank alone computes 29
+  // (23 and 22 units).
+  blocks.set(0, 0, {0, 1, 2, 3}, 4);
+  blocks.set(0, 1, {}, 0);
+  blocks.set(1, 0, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 12);
+  blocks.set(1, 1, {12, 13, 14, 15}, 4);
+  blocks.validate();
+  EXPECT_DOUBLE_EQ(costs.step(blocks, true), 2 + 9 + 18);
+  EXPECT_DOUBLE_EQ(costs.time(0, {4, 12}), 23);
+  EXPECT_DOUBLE_EQ(costs.time(1, {0, 4}), 22);
+  // Computing only some: rank 1 leaves 2 of its MLP blocks out.
+  blocks.set(1, 1, {12, 13, 14, 15}, 2);
+  EXPECT_DOUBLE_EQ(costs.step(blocks, true), 2 + 9 + 13);
+  EXPECT_DOUBLE_EQ(costs.step(blocks, false), 2 + 9 + 18);
+}
+
+TEST(Migration, BalancesEachPointOnItsOwnAndMovesOnlyWhatMust) {
+  LoadedPlan plan = twoPoints();
+  const BlockAssignment even = BlockAssignment::even(plan.plan());
+  BlockAssignment next = migratedAssignment(even, slowRankOne());
+  next.validate();
+  // Heads: rank 1 finishes one head at 2 + 8 = 10, later than rank 0 with
+  // all four (1 + 4 x 2 = 9): it keeps none. MLP: max(1 + 13, 2 + 3 x 4).
+  EXPECT_EQ(held(next, 0, 0), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(held(next, 0, 1), std::vector<int64_t>{});
+  EXPECT_EQ(held(next, 1, 0),
+            (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(held(next, 1, 1), (std::vector<int64_t>{8, 9, 10}));
+  EXPECT_EQ(next.active(0, 1), 0);
+  EXPECT_EQ(next.active(1, 0), 13);
+  EXPECT_DOUBLE_EQ(slowRankOne().step(next, true), 2 + 9 + 14);
+
+  // Equal ranks keep the even split.
+  EXPECT_TRUE(migratedAssignment(even, {{3, 3}, {{2, 1}, {2, 1}}}) == even);
+}
+
+TEST(Migration, StaysWithinTheCapacity) {
+  LoadedPlan plan = twoPoints(/*headsCapacity=*/3);
+  BlockAssignment next =
+      migratedAssignment(BlockAssignment::even(plan.plan()), slowRankOne());
+  next.validate();
+  EXPECT_EQ(next.held(0, 0).size(), 3u);
+  EXPECT_EQ(next.held(0, 1).size(), 1u);
+  EXPECT_EQ(next.held(1, 1).size(), 3u);
 }

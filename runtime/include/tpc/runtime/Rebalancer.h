@@ -60,6 +60,30 @@ struct RebalanceEvent {
   double seconds = 0;    // the slowest rank's time to move
 };
 
+/// What a step costs each rank: its compute outside the points' blocks
+/// ("fixed") and one block of each point, measured over a window.
+struct StepCosts {
+  std::vector<double> fixed;                 // per rank
+  std::vector<std::vector<double>> perBlock; // per rank, per point
+  /// A rank's compute, as if it ran alone: fixed + blocks x cost.
+  double time(int64_t rank, const std::vector<int64_t> &blocksOf) const;
+  /// The fixed compute of `rank` attributed to one segment between
+  /// collectives (spread evenly over the points' and the optimizer's).
+  double fixedShare(int64_t rank) const;
+  /// The predicted step under `blocks` (computing only the active blocks,
+  /// or all it holds): ranks meet at every point's collective, so per point
+  /// its slowest rank's segment, plus the slowest fixed share.
+  double step(const BlockAssignment &blocks, bool computedOnly) const;
+};
+
+/// Migration's target: per point, each block goes to the member that would
+/// finish the point's segment first with it, within the capacity (optimal
+/// for equal blocks); a member may end with none. Only what must move
+/// moves: members over their target give away their last blocks, members
+/// under it take them, in rank order. Every block computed.
+BlockAssignment migratedAssignment(const BlockAssignment &now,
+                                   const StepCosts &costs);
+
 class Rebalancer {
 public:
   /// Throws std::invalid_argument if the policy is not off and the plan has
@@ -100,24 +124,8 @@ public:
   const std::string &status() const { return statusLine; }
 
 private:
-  /// What a step costs each rank: its compute outside the points' blocks,
-  /// and one block of each point (measured over the last window).
-  struct Costs {
-    std::vector<double> fixed;                 // per rank
-    std::vector<std::vector<double>> perBlock; // per rank, per point
-    /// A rank's compute, as if it ran alone: fixed + blocks x cost.
-    double time(int64_t rank, const std::vector<int64_t> &blocksOf) const;
-    /// The fixed compute of `rank` attributed to one segment between
-    /// collectives (spread evenly over the points' and the optimizer's).
-    double fixedShare(int64_t rank) const;
-    /// The predicted step under `blocks` (computing only the active blocks,
-    /// or all it holds): per point, its slowest rank's segment.
-    double step(const BlockAssignment &blocks, bool computedOnly) const;
-  };
-  /// Blocks spread so that every rank finishes its step about together.
-  BlockAssignment migrated(const Costs &costs) const;
   /// Every block stays; slower ranks compute only their priority blocks.
-  BlockAssignment resized(const Costs &costs,
+  BlockAssignment resized(const StepCosts &costs,
                           const std::vector<std::vector<double>> &scores) const;
   /// Every held block computed again.
   BlockAssignment restored() const;
