@@ -97,6 +97,7 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
       this->options.persistent < 1 || !(this->options.threshold > 0))
     throw std::invalid_argument("rebalancing: window, patience and "
                                 "persistence must be >= 1, the threshold > 0");
+  recoveryPatience = this->options.patience;
   if (this->options.policy == RebalancePolicy::Off)
     return;
   if (params.blocks().numPoints() == 0)
@@ -491,15 +492,18 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   // Once the ranks run at one speed again, every block is computed and
   // every moved block goes home: exact, and @gradients runs again.
   recoveredCount = recovered && !warmup ? recoveredCount + 1 : 0;
+  if (windowsSinceHome >= 0)
+    ++windowsSinceHome;
   const bool probed = probing;
   probing = false;
   if (recovered) {
     if (resizedNow)
       decide(restored(), "resize", "the straggler recovered",
              /*always=*/true);
-    else if (!blocks.isEven() && recoveredCount >= options.patience)
-      decide(BlockAssignment::even(plan.plan()), "migrate",
-             "the straggler recovered", /*always=*/true);
+    else if (!blocks.isEven() && recoveredCount >= recoveryPatience &&
+             decide(BlockAssignment::even(plan.plan()), "migrate",
+                    "the straggler recovered", /*always=*/true))
+      windowsSinceHome = 0;
   } else if (options.policy == RebalancePolicy::Auto &&
              resizedCount >= options.persistent) {
     // Resized for long: the straggler is here to stay, so move its blocks
@@ -540,6 +544,18 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
       break;
     case RebalancePolicy::Off:
       break;
+    }
+    // A straggler back soon after its blocks went home had not recovered:
+    // a rank that waits for the others gets its core back from a process
+    // sharing it, and looks fast while its work is elsewhere. Each relapse
+    // doubles the windows a recovery must last, so the blocks stop
+    // bouncing.
+    if (event && windowsSinceHome >= 0 &&
+        windowsSinceHome <= kRelapseWindows * options.patience) {
+      recoveryPatience = std::min(2 * recoveryPatience, kMaxRecoveryPatience);
+      event->reason += "; a relapse: recovery now needs " +
+                       std::to_string(recoveryPatience) + " windows";
+      windowsSinceHome = -1;
     }
   }
   // The state the next steps run in (after this window's re-plan).

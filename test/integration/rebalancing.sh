@@ -14,9 +14,11 @@
 #     tpc-opt's static report (no extra traffic);
 #  3. a rank 100x slower gives away every block of some points (compiled
 #     with headroom 1) and takes them back, still exactly;
-#  4. a checkpoint written while blocks are moved resumes on one rank and
+#  4. a straggler back soon after its blocks went home doubles the windows
+#     a recovery must last (the blocks stop bouncing);
+#  5. a checkpoint written while blocks are moved resumes on one rank and
 #     ends where the one-rank run does;
-#  5. --rebalance resize has the slow rank compute fewer blocks and computes
+#  6. --rebalance resize has the slow rank compute fewer blocks and computes
 #     all of them again after it recovers (approximate: the loss stays within
 #     a few percent of the balanced run's).
 #
@@ -101,6 +103,22 @@ for policy in migrate auto; do
   $check weights "$work/one/model.safetensors" "$work/$name/model.safetensors" \
     $keybias
 done
+
+echo "== $model: a straggler that relapses soon after its blocks went home"
+# Rank 1 8x slow for steps 4-12, 19-30 and from 37 on: migrated after step 9,
+# home after 18 (2 windows recovered), migrated again after 24 (a relapse:
+# recovery now needs 4 windows), so the 2 recovered windows of steps 31-36
+# leave the blocks where they are.
+train 2 "$work/rb-nosp.tpplan" "$work/relapse" --steps 45 \
+  --rebalance-threshold 0.25 --slow 1:8:4:12 --slow 1:8:19:30 --slow 1:8:37 \
+  --rebalance migrate
+grep -E "^rebalance:" "$work/relapse.log"
+moves=$(grep -c "^rebalance: migrate" "$work/relapse.log" || true)
+if [ "$moves" != 3 ] || ! grep "^rebalance: migrate" "$work/relapse.log" |
+  sed -n 3p | grep -q "a relapse: recovery now needs 4 windows"; then
+  echo "relapse: $moves migrations, expected 3 (off, home, off again after a relapse)"
+  exit 1
+fi
 
 echo "== $model: checkpoint while migrated, resumed on one rank"
 # The straggler stays slow to the end (so the checkpoint holds moved blocks),

@@ -151,7 +151,13 @@ private:
   int64_t overCount = 0;      // windows in a row over the threshold
   int64_t resizedCount = 0;   // windows spent resized (auto)
   int64_t recoveredCount = 0; // windows in a row at one speed
-  bool probing = false;       // the last window restored every block
+  /// Windows at one speed before moved blocks go home: the patience,
+  /// doubled on every relapse (a straggler back within kRelapseWindows x
+  /// patience windows of its blocks going home), up to kMaxRecoveryPatience.
+  int64_t recoveryPatience = 0;
+  static constexpr int64_t kRelapseWindows = 4, kMaxRecoveryPatience = 32;
+  int64_t windowsSinceHome = -1; // since blocks went home (-1: not lately)
+  bool probing = false;          // the last window restored every block
   std::vector<std::vector<float>> snapshot; // weights at the last window
   std::string statusLine;
 };
