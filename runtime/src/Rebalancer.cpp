@@ -97,7 +97,7 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
       this->options.persistent < 1 || !(this->options.threshold > 0))
     throw std::invalid_argument("rebalancing: window, patience and "
                                 "persistence must be >= 1, the threshold > 0");
-  recoveryPatience = this->options.patience;
+  settlePatience = this->options.patience;
   if (this->options.policy == RebalancePolicy::Off)
     return;
   if (params.blocks().numPoints() == 0)
@@ -481,7 +481,38 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
                   "%.2f ms",
                   because.c_str(), static_cast<long long>(slowest),
                   imbalance * 100, before * 1e3, after * 1e3);
-    event = apply(step, next, action, why);
+    // Blocks each member gains (a migration) or 0 (a resize keeps them).
+    std::vector<int64_t> gained(size_t(blocks.members(0)), 0);
+    for (size_t p = 0; p < blocks.numPoints(); ++p)
+      for (int64_t m = 0; m < blocks.members(p); ++m)
+        gained[size_t(m)] +=
+            int64_t(next.held(p, m).size()) - int64_t(blocks.held(p, m).size());
+    // A move that hands blocks back to a member the last move took them
+    // from, soon after it, answered a speed that depended on the blocks
+    // held (a rank that shares its core with another process gets more of
+    // it while it waits for the others): each such reversal doubles the
+    // windows that later moves of already moved blocks wait, so the blocks
+    // stop bouncing.
+    const int64_t window = int64_t(windowRecords.size());
+    bool reversal = false;
+    if (lastMoveWindow >= 0 &&
+        window - lastMoveWindow <= kReversalWindows * settlePatience)
+      for (size_t m = 0; m < gained.size(); ++m)
+        reversal |= lastGained[m] < 0 && gained[m] > 0;
+    std::string reason = why;
+    if (reversal) {
+      settlePatience = std::min(2 * settlePatience, kMaxSettlePatience);
+      reason += "; moves blocks back within " +
+                std::to_string(window - lastMoveWindow) +
+                " windows: moved blocks now wait " +
+                std::to_string(settlePatience) + " windows";
+    }
+    if (std::any_of(gained.begin(), gained.end(),
+                    [](int64_t g) { return g != 0; })) {
+      lastGained = gained;
+      lastMoveWindow = window;
+    }
+    event = apply(step, next, action, std::move(reason));
     event->slowestRank = slowest;
     event->imbalance = imbalance;
     event->speeds = speeds;
@@ -492,18 +523,20 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   // Once the ranks run at one speed again, every block is computed and
   // every moved block goes home: exact, and @gradients runs again.
   recoveredCount = recovered && !warmup ? recoveredCount + 1 : 0;
-  if (windowsSinceHome >= 0)
-    ++windowsSinceHome;
+  // From the even split a straggler is answered within `patience`
+  // windows; once blocks are moved, moving them again waits as long as the
+  // reversals so far say.
+  const int64_t patience =
+      blocks.holdsEvenShares() ? options.patience : settlePatience;
   const bool probed = probing;
   probing = false;
   if (recovered) {
     if (resizedNow)
       decide(restored(), "resize", "the straggler recovered",
              /*always=*/true);
-    else if (!blocks.isEven() && recoveredCount >= recoveryPatience &&
-             decide(BlockAssignment::even(plan.plan()), "migrate",
-                    "the straggler recovered", /*always=*/true))
-      windowsSinceHome = 0;
+    else if (!blocks.isEven() && recoveredCount >= patience)
+      decide(BlockAssignment::even(plan.plan()), "migrate",
+             "the straggler recovered", /*always=*/true);
   } else if (options.policy == RebalancePolicy::Auto &&
              resizedCount >= options.persistent) {
     // Resized for long: the straggler is here to stay, so move its blocks
@@ -521,7 +554,7 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   } else if (probed && overCount >= 1) {
     decide(resized(costs, scores), "resize",
            "the straggler persists after the probe", /*always=*/true);
-  } else if (overCount >= options.patience) {
+  } else if (overCount >= patience) {
     const std::string over = " for " + std::to_string(overCount) + " windows";
     switch (options.policy) {
     case RebalancePolicy::Migrate:
@@ -544,18 +577,6 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
       break;
     case RebalancePolicy::Off:
       break;
-    }
-    // A straggler back soon after its blocks went home had not recovered:
-    // a rank that waits for the others gets its core back from a process
-    // sharing it, and looks fast while its work is elsewhere. Each relapse
-    // doubles the windows a recovery must last, so the blocks stop
-    // bouncing.
-    if (event && windowsSinceHome >= 0 &&
-        windowsSinceHome <= kRelapseWindows * options.patience) {
-      recoveryPatience = std::min(2 * recoveryPatience, kMaxRecoveryPatience);
-      event->reason += "; a relapse: recovery now needs " +
-                       std::to_string(recoveryPatience) + " windows";
-      windowsSinceHome = -1;
     }
   }
   // The state the next steps run in (after this window's re-plan).

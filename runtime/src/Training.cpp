@@ -82,14 +82,13 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
       log << " | action " << event->action;
     log << "\n";
     if (event) {
-      char moved[200];
-      std::snprintf(moved, sizeof moved,
-                    "rebalance: %s after step %lld (%s); moved %.0f bytes in "
-                    "%.2f ms\n",
-                    event->action.c_str(), static_cast<long long>(event->step),
-                    event->reason.c_str(), event->bytesMoved,
-                    event->seconds * 1e3);
-      log << moved;
+      // The reason has no bound on its length: only the numbers go through
+      // a fixed buffer.
+      char moved[80];
+      std::snprintf(moved, sizeof moved, "moved %.0f bytes in %.2f ms\n",
+                    event->bytesMoved, event->seconds * 1e3);
+      log << "rebalance: " << event->action << " after step " << event->step
+          << " (" << event->reason << "); " << moved;
       result.rebalanceEvents.push_back(std::move(*event));
     }
     log << std::flush;

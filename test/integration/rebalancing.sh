@@ -14,8 +14,9 @@
 #     tpc-opt's static report (no extra traffic);
 #  3. a rank 100x slower gives away every block of some points (compiled
 #     with headroom 1) and takes them back, still exactly;
-#  4. a straggler back soon after its blocks went home doubles the windows
-#     a recovery must last (the blocks stop bouncing);
+#  4. a move that soon hands blocks back (a straggler back soon after its
+#     blocks went home) doubles the windows moved blocks wait (the blocks
+#     stop bouncing);
 #  5. a checkpoint written while blocks are moved resumes on one rank and
 #     ends where the one-rank run does;
 #  6. --rebalance resize has the slow rank compute fewer blocks and computes
@@ -106,17 +107,18 @@ done
 
 echo "== $model: a straggler that relapses soon after its blocks went home"
 # Rank 1 8x slow for steps 4-12, 19-30 and from 37 on: migrated after step 9,
-# home after 18 (2 windows recovered), migrated again after 24 (a relapse:
-# recovery now needs 4 windows), so the 2 recovered windows of steps 31-36
-# leave the blocks where they are.
+# home after 18 (2 windows recovered; a reversal of the move 3 windows
+# before: moved blocks now wait 4 windows), migrated again after 24 (from
+# the even split: 2 windows; a reversal again: 8), so the 2 recovered
+# windows of steps 31-36 leave the blocks where they are.
 train 2 "$work/rb-nosp.tpplan" "$work/relapse" --steps 45 \
   --rebalance-threshold 0.25 --slow 1:8:4:12 --slow 1:8:19:30 --slow 1:8:37 \
   --rebalance migrate
 grep -E "^rebalance:" "$work/relapse.log"
 moves=$(grep -c "^rebalance: migrate" "$work/relapse.log" || true)
 if [ "$moves" != 3 ] || ! grep "^rebalance: migrate" "$work/relapse.log" |
-  sed -n 3p | grep -q "a relapse: recovery now needs 4 windows"; then
-  echo "relapse: $moves migrations, expected 3 (off, home, off again after a relapse)"
+  sed -n 3p | grep -q "moves blocks back within .* moved blocks now wait 8 windows"; then
+  echo "relapse: $moves migrations, expected 3 (off, home, off again, each move back doubling the wait)"
   exit 1
 fi
 

@@ -151,13 +151,15 @@ private:
   int64_t overCount = 0;      // windows in a row over the threshold
   int64_t resizedCount = 0;   // windows spent resized (auto)
   int64_t recoveredCount = 0; // windows in a row at one speed
-  /// Windows at one speed before moved blocks go home: the patience,
-  /// doubled on every relapse (a straggler back within kRelapseWindows x
-  /// patience windows of its blocks going home), up to kMaxRecoveryPatience.
-  int64_t recoveryPatience = 0;
-  static constexpr int64_t kRelapseWindows = 4, kMaxRecoveryPatience = 32;
-  int64_t windowsSinceHome = -1; // since blocks went home (-1: not lately)
-  bool probing = false;          // the last window restored every block
+  /// Windows over the threshold (or recovered) before blocks already moved
+  /// move again: the patience, doubled on every reversal (a move handing
+  /// blocks back to a member the last move took them from, within
+  /// kReversalWindows x settlePatience windows), up to kMaxSettlePatience.
+  int64_t settlePatience = 0;
+  static constexpr int64_t kReversalWindows = 4, kMaxSettlePatience = 32;
+  int64_t lastMoveWindow = -1;     // the window of the last move (-1: none)
+  std::vector<int64_t> lastGained; // per member, blocks it gained then
+  bool probing = false;            // the last window restored every block
   std::vector<std::vector<float>> snapshot; // weights at the last window
   std::string statusLine;
 };
