@@ -317,8 +317,11 @@ RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
   };
   for (size_t i = 0; i < params.size(); ++i) {
     const plan::Param &param = *params.Get(i);
-    if (rebalanceDim(param) < 0)
+    const int64_t dim = rebalanceDim(param);
+    if (dim < 0)
       continue;
+    // From the plan: a rank may hold no block before or after the move.
+    const size_t point = size_t(param.rebalance_dims()->Get(size_t(dim)));
     std::vector<StoredBlock> before =
         storedBlocks(plan, param, coords_, assignment);
     newLayouts[i] = storedBlocks(plan, param, coords_, next);
@@ -329,9 +332,6 @@ RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
       afterById[b.id] = &b;
     for (State which : states)
       newStorage[i].emplace_back(state(i, which).size(), 0.0f);
-    // From the plan: a rank may hold no block before or after the move.
-    const size_t point =
-        size_t(param.rebalance_dims()->Get(size_t(rebalanceDim(param))));
     // Blocks that stay: copied within the rank (they may change region).
     for (const auto &[id, after] : afterById) {
       if (auto it = beforeById.find(id); it != beforeById.end()) {

@@ -252,6 +252,42 @@ Rebalancer::resized(const StepCosts &costs,
   return next;
 }
 
+std::string Rebalancer::settleAfter(const BlockAssignment &now,
+                                    const BlockAssignment &next) {
+  // Blocks each member gains (a migration) or 0 (a resize keeps them).
+  std::vector<int64_t> gained(size_t(now.members(0)), 0);
+  for (size_t p = 0; p < now.numPoints(); ++p)
+    for (int64_t m = 0; m < now.members(p); ++m)
+      gained[size_t(m)] +=
+          int64_t(next.held(p, m).size()) - int64_t(now.held(p, m).size());
+  // A move that hands blocks back to a member the last move took them
+  // from, soon after it, answered a speed that depended on the blocks held
+  // (a rank that shares its core with another process gets more of it
+  // while it waits for the others): each such reversal doubles the windows
+  // that later moves of already moved blocks wait, so the blocks stop
+  // bouncing.
+  const int64_t window = int64_t(windowRecords.size());
+  bool reversal = false;
+  if (lastMoveWindow >= 0 &&
+      window - lastMoveWindow <= kReversalWindows * settlePatience)
+    for (size_t m = 0; m < gained.size(); ++m)
+      reversal |= lastGained[m] < 0 && gained[m] > 0;
+  std::string said;
+  if (reversal) {
+    settlePatience = std::min(2 * settlePatience, kMaxSettlePatience);
+    said = "; moves blocks back within " +
+           std::to_string(window - lastMoveWindow) +
+           " windows: moved blocks now wait " + std::to_string(settlePatience) +
+           " windows";
+  }
+  if (std::any_of(gained.begin(), gained.end(),
+                  [](int64_t g) { return g != 0; })) {
+    lastGained = std::move(gained);
+    lastMoveWindow = window;
+  }
+  return said;
+}
+
 BlockAssignment Rebalancer::restored() const {
   BlockAssignment next = params.blocks();
   for (size_t p = 0; p < next.numPoints(); ++p)
@@ -481,38 +517,8 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
                   "%.2f ms",
                   because.c_str(), static_cast<long long>(slowest),
                   imbalance * 100, before * 1e3, after * 1e3);
-    // Blocks each member gains (a migration) or 0 (a resize keeps them).
-    std::vector<int64_t> gained(size_t(blocks.members(0)), 0);
-    for (size_t p = 0; p < blocks.numPoints(); ++p)
-      for (int64_t m = 0; m < blocks.members(p); ++m)
-        gained[size_t(m)] +=
-            int64_t(next.held(p, m).size()) - int64_t(blocks.held(p, m).size());
-    // A move that hands blocks back to a member the last move took them
-    // from, soon after it, answered a speed that depended on the blocks
-    // held (a rank that shares its core with another process gets more of
-    // it while it waits for the others): each such reversal doubles the
-    // windows that later moves of already moved blocks wait, so the blocks
-    // stop bouncing.
-    const int64_t window = int64_t(windowRecords.size());
-    bool reversal = false;
-    if (lastMoveWindow >= 0 &&
-        window - lastMoveWindow <= kReversalWindows * settlePatience)
-      for (size_t m = 0; m < gained.size(); ++m)
-        reversal |= lastGained[m] < 0 && gained[m] > 0;
-    std::string reason = why;
-    if (reversal) {
-      settlePatience = std::min(2 * settlePatience, kMaxSettlePatience);
-      reason += "; moves blocks back within " +
-                std::to_string(window - lastMoveWindow) +
-                " windows: moved blocks now wait " +
-                std::to_string(settlePatience) + " windows";
-    }
-    if (std::any_of(gained.begin(), gained.end(),
-                    [](int64_t g) { return g != 0; })) {
-      lastGained = gained;
-      lastMoveWindow = window;
-    }
-    event = apply(step, next, action, std::move(reason));
+    // Before apply(): `blocks` is the assignment apply() replaces.
+    event = apply(step, next, action, why + settleAfter(blocks, next));
     event->slowestRank = slowest;
     event->imbalance = imbalance;
     event->speeds = speeds;

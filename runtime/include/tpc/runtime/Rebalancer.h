@@ -129,6 +129,10 @@ private:
                           const std::vector<std::vector<double>> &scores) const;
   /// Every held block computed again.
   BlockAssignment restored() const;
+  /// Records a re-plan from `now` to `next` for the settle rule (doubling
+  /// settlePatience on a reversal); what the decision's reason should add.
+  std::string settleAfter(const BlockAssignment &now,
+                          const BlockAssignment &next);
   /// Every rank's `mine` (equal sizes), in rank order: collective over the
   /// grid, not counted as step traffic.
   std::vector<float> gatherRanks(const std::vector<float> &mine);
