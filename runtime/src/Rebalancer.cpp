@@ -94,16 +94,29 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
           "--slow names rank " + std::to_string(slow.rank) + ", but " +
           std::to_string(ranks) + (ranks == 1 ? " rank runs" : " ranks run"));
   if (this->options.window < 1 || this->options.patience < 1 ||
-      this->options.persistent < 1 || !(this->options.threshold > 0))
-    throw std::invalid_argument("rebalancing: window, patience and "
-                                "persistence must be >= 1, the threshold > 0");
+      this->options.persistent < 1 || !(this->options.threshold > 0) ||
+      !(this->options.minGain >= 0 && this->options.minGain < 1))
+    throw std::invalid_argument(
+        "rebalancing: window, patience and persistence must be >= 1, the "
+        "threshold > 0, the minimum gain from 0 to below 1");
+  const std::vector<double> &given = this->options.rankSpeeds;
+  if (!given.empty() && int64_t(given.size()) != ranks)
+    throw std::invalid_argument(
+        "--rank-speeds gives " + std::to_string(given.size()) +
+        (given.size() == 1 ? " speed" : " speeds") + ", but " +
+        std::to_string(ranks) + (ranks == 1 ? " rank runs" : " ranks run"));
+  for (double speed : given)
+    if (!(speed > 0 && std::isfinite(speed)))
+      throw std::invalid_argument("--rank-speeds: " + std::to_string(speed) +
+                                  " is not a positive speed");
   settlePatience = this->options.patience;
-  if (this->options.policy == RebalancePolicy::Off)
+  if (this->options.policy == RebalancePolicy::Off && given.empty())
     return;
   if (params.blocks().numPoints() == 0)
     throw std::invalid_argument(
-        "--rebalance=" +
-        std::string(rebalancePolicyName(this->options.policy)) +
+        (given.empty() ? "--rebalance=" + std::string(rebalancePolicyName(
+                                              this->options.policy))
+                       : std::string("--rank-speeds")) +
         ": the plan has no rebalance points (compile with tp-pipeline's "
         "rebalance=true)");
   int splitAxes = 0;
@@ -113,6 +126,40 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
     throw std::invalid_argument("--rebalance: the plan's grid has several "
                                 "axes of more than one rank; rebalancing "
                                 "supports one (1D tensor parallelism)");
+}
+
+std::optional<RebalanceEvent> Rebalancer::applyRankSpeeds(int64_t step) {
+  const std::vector<double> &given = options.rankSpeeds;
+  if (given.empty())
+    return std::nullopt;
+  // Stated speeds, not measured ones: a block costs 1 / speed on each rank
+  // and nothing else differs, so the migration's scheduling splits every
+  // point in proportion (as finely as its blocks allow).
+  const BlockAssignment &blocks = params.blocks();
+  StepCosts costs;
+  const double fastest = *std::max_element(given.begin(), given.end());
+  std::vector<double> speeds;
+  for (double speed : given) {
+    speeds.push_back(speed / fastest);
+    costs.fixed.push_back(0.0);
+    costs.perBlock.emplace_back(blocks.numPoints(), 1.0 / speeds.back());
+  }
+  BlockAssignment next = migratedAssignment(blocks, costs);
+  if (next == blocks)
+    return std::nullopt;
+  std::string listed;
+  for (double speed : given) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%s%g", listed.empty() ? "" : ", ", speed);
+    listed += text;
+  }
+  RebalanceEvent event =
+      apply(step, next, "migrate", "rank speeds given: " + listed);
+  event.speeds = speeds;
+  event.slowestRank =
+      std::min_element(speeds.begin(), speeds.end()) - speeds.begin();
+  event.imbalance = 1.0 / speeds[size_t(event.slowestRank)] - 1.0;
+  return event;
 }
 
 double Rebalancer::stretch(int64_t step) const {
@@ -501,15 +548,15 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   resizedCount = resizedNow ? resizedCount + 1 : 0;
 
   std::optional<RebalanceEvent> event;
-  // Re-plans to `next` if the model predicts a step faster by at least
-  // half the threshold (or `always`, to restore left-out blocks).
+  // Re-plans to `next` if the model predicts a step faster by at least the
+  // minimum gain (or `always`, to restore left-out blocks).
   auto decide = [&](const BlockAssignment &next, const char *action,
                     const std::string &because, bool always = false) {
     if (next == blocks)
       return false;
     const double before = costs.step(blocks, true),
                  after = costs.step(next, true);
-    if (!always && after > before * (1.0 - options.threshold / 2))
+    if (!always && after > before * (1.0 - options.minGain))
       return false;
     char why[200];
     std::snprintf(why, sizeof why,

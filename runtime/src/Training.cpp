@@ -33,6 +33,22 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     result.firstStep = state.step + 1;
     log << "resumed from step " << state.step << " (" << config.resume << ")\n";
   }
+  // A re-plan, as the progress log shows it.
+  auto report = [&](RebalanceEvent event) {
+    // The reason has no bound on its length: only the numbers go through a
+    // fixed buffer.
+    char moved[80];
+    std::snprintf(moved, sizeof moved, "moved %.0f bytes in %.2f ms\n",
+                  event.bytesMoved, event.seconds * 1e3);
+    log << "rebalance: " << event.action << " after step " << event.step << " ("
+        << event.reason << "); " << moved;
+    result.rebalanceEvents.push_back(std::move(event));
+  };
+  // Known speeds split the blocks before the first step (after a resume:
+  // the checkpoint holds whole parameters, loaded at the even split).
+  if (std::optional<RebalanceEvent> given =
+          rebalancer.applyRankSpeeds(result.firstStep - 1))
+    report(std::move(*given));
   runner.setHyperparameters(config.hyperparameters);
   const auto &h = config.hyperparameters;
   CheckpointState state{0, h, result.tokensPerStep};
@@ -81,16 +97,8 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     if (event)
       log << " | action " << event->action;
     log << "\n";
-    if (event) {
-      // The reason has no bound on its length: only the numbers go through
-      // a fixed buffer.
-      char moved[80];
-      std::snprintf(moved, sizeof moved, "moved %.0f bytes in %.2f ms\n",
-                    event->bytesMoved, event->seconds * 1e3);
-      log << "rebalance: " << event->action << " after step " << event->step
-          << " (" << event->reason << "); " << moved;
-      result.rebalanceEvents.push_back(std::move(*event));
-    }
+    if (event)
+      report(std::move(*event));
     log << std::flush;
     if (!std::isfinite(loss)) {
       result.stoppedBecause =

@@ -14,12 +14,15 @@
 #     tpc-opt's static report (no extra traffic);
 #  3. a rank 100x slower gives away every block of some points (compiled
 #     with headroom 1) and takes them back, still exactly;
-#  4. a move that soon hands blocks back (a straggler back soon after its
+#  4. given rank speeds (--rank-speeds) split the blocks before the first
+#     step, exactly; a migration predicted to save less than
+#     --rebalance-min-gain is not made;
+#  5. a move that soon hands blocks back (a straggler back soon after its
 #     blocks went home) doubles the windows moved blocks wait (the blocks
 #     stop bouncing);
-#  5. a checkpoint written while blocks are moved resumes on one rank and
+#  6. a checkpoint written while blocks are moved resumes on one rank and
 #     ends where the one-rank run does;
-#  6. --rebalance resize has the slow rank compute fewer blocks and computes
+#  7. --rebalance resize has the slow rank compute fewer blocks and computes
 #     all of them again after it recovers (approximate: the loss stays within
 #     a few percent of the balanced run's).
 #
@@ -105,18 +108,41 @@ for policy in migrate auto; do
     $keybias
 done
 
+echo "== $model: known rank speeds split the blocks before the first step"
+# Rank 1 stated at 0.4 of rank 0's speed: each point's blocks go 1 : 0.4
+# (as finely as its blocks allow) before step 1, with no other re-plan
+# (policy off), and training stays exact.
+train 2 "$work/rb-full.tpplan" "$work/speeds" --steps $steps \
+  --rank-speeds 1,0.4 --export "$work/speeds"
+grep -E "^rebalance:" "$work/speeds.log"
+$check given-speeds "$work/speeds.json" 1,0.4
+$check losses "$work/one.json" "$work/speeds.json"
+$check weights "$work/one/model.safetensors" "$work/speeds/model.safetensors" \
+  $keybias
+
+echo "== $model: a migration that would save less than the minimum gain"
+# The 8x straggler's migration predicts a step about 35 % shorter (the fixed
+# compute of so small a model stays where it is): below a minimum gain of
+# 0.6 nothing moves, though the imbalance is far over the threshold.
+train 2 "$work/rb-nosp.tpplan" "$work/small-gain" --steps 15 $slow \
+  --rebalance migrate --rebalance-min-gain 0.6
+if grep -E "^rebalance:" "$work/small-gain.log"; then
+  echo "small gain: re-planned below the minimum gain of 0.6"
+  exit 1
+fi
+grep -q "slowest rank 1 +[0-9][0-9][0-9]%" "$work/small-gain.log"
+
 echo "== $model: a straggler that relapses soon after its blocks went home"
 # Rank 1 8x slow for steps 4-12, 25-36 and from 43 on: migrated after step 9,
 # home after 2 recovered windows of the 4 in steps 13-24 (a reversal of the
 # move a few windows before: moved blocks now wait 4 windows), migrated
 # again after about 30 (from the even split: 2 windows; a reversal again:
 # 8), so the 2 recovered windows of steps 37-42 leave the blocks where they
-# are (at 2 they would go home and come back: 5 migrations). The threshold
-# stays 0.25: it also sets the predicted gain a migration needs (half of
-# it), which the sanitizer build's slower fixed compute would not reach at
-# 0.5.
-train 2 "$work/rb-nosp.tpplan" "$work/relapse" --steps 51 $slow:12 \
-  --slow 1:8:25:36 --slow 1:8:43 --rebalance migrate
+# are (at 2 they would go home and come back: 5 migrations). Threshold
+# 0.5: one noisy window of a few-millisecond step does not hide a recovery.
+train 2 "$work/rb-nosp.tpplan" "$work/relapse" --steps 51 \
+  --rebalance-threshold 0.5 --slow 1:8:4:12 --slow 1:8:25:36 --slow 1:8:43 \
+  --rebalance migrate
 grep -E "^rebalance:" "$work/relapse.log"
 moves=$(grep -c "^rebalance: migrate" "$work/relapse.log" || true)
 if [ "$moves" != 3 ] || ! grep "^rebalance: migrate" "$work/relapse.log" |

@@ -34,6 +34,7 @@
 """
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -304,6 +305,39 @@ def decisions(args):
             sys.exit(f"decisions: a migration moved no bytes: {e}")
 
 
+def given_speeds(args):
+    """--rank-speeds: one migration before step 1 that splits every point's
+    blocks so that its slowest rank (blocks / speed) finishes first, and no
+    other re-plan."""
+    speeds = [float(v) for v in args.speeds.split(",")]
+    events = json.load(open(args.metrics))["rebalance"]["decisions"]
+    print("decisions: " + "; ".join(
+        f"step {e['step']} {e['action']} ({e['reason']})" for e in events))
+    if len(events) != 1 or events[0]["step"] != 0 or \
+            events[0]["action"] != "migrate":
+        sys.exit(f"given-speeds: {len(events)} decisions, expected one "
+                 "migration after step 0")
+    event = events[0]
+    for p, (held, computed) in enumerate(zip(event["held"], event["computed"])):
+        if held != computed or len(held) != len(speeds):
+            sys.exit(f"given-speeds: point {p} holds {held}, computes "
+                     f"{computed}; expected every block computed, "
+                     f"{len(speeds)} ranks")
+        total = sum(held)
+
+        def finish(split):
+            return max(n / v for n, v in zip(split, speeds))
+        # Every split of `total` blocks over the ranks (any rank may hold
+        # all: compiled with headroom 1).
+        splits = [c for c in itertools.product(range(total + 1),
+                                               repeat=len(speeds))
+                  if sum(c) == total]
+        best = min(finish(c) for c in splits)
+        if finish(held) > best * (1 + 1e-9):
+            sys.exit(f"given-speeds: point {p} split {held} finishes at "
+                     f"{finish(held):.3f} / speed; {best:.3f} is possible")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -341,6 +375,10 @@ def main():
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--seq", type=int, required=True)
     p.set_defaults(run=layer_volume)
+    p = sub.add_parser("given-speeds")
+    p.add_argument("metrics")
+    p.add_argument("speeds", help="as given to --rank-speeds")
+    p.set_defaults(run=given_speeds)
     p = sub.add_parser("same-volume")
     p.add_argument("metrics")
     p.add_argument("static")

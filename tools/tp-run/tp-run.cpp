@@ -218,6 +218,17 @@ Options parseArgs(int argc, char **argv) {
                  "(default 0.2)")
       ->check(numberCheck(false, 0.001))
       ->group(mixedGroup);
+  app.add_option("--rebalance-min-gain", o.rebalanceOptions.minGain,
+                 "Fraction of the predicted step a re-plan must save "
+                 "(default 0.1)")
+      ->check(numberCheck(false, 0, 0.99))
+      ->group(mixedGroup);
+  app.add_option("--rank-speeds", o.rebalanceOptions.rankSpeeds,
+                 "Known relative speeds, one per rank (e.g. 1,0.5): split "
+                 "the blocks by them before the first step (any --rebalance)")
+      ->delimiter(',')
+      ->check(numberCheck(false, 0.001))
+      ->group(mixedGroup);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &) {
@@ -247,8 +258,9 @@ Options parseArgs(int argc, char **argv) {
   o.rebalanceOptions.policy = parseRebalancePolicy(o.rebalance);
   for (const std::string &slow : o.slow)
     o.rebalanceOptions.slow.push_back(parseSlowdown(slow));
-  if (!training && (o.rebalance != "off" || !o.slow.empty()))
-    usageError("--rebalance and --slow need --steps");
+  if (!training && (o.rebalance != "off" || !o.slow.empty() ||
+                    !o.rebalanceOptions.rankSpeeds.empty()))
+    usageError("--rebalance, --slow and --rank-speeds need --steps");
   return o;
 }
 
@@ -408,6 +420,8 @@ nlohmann::ordered_json rebalanceJson(const Options &o,
   json["window"] = o.rebalanceOptions.window;
   json["patience"] = o.rebalanceOptions.patience;
   json["threshold"] = o.rebalanceOptions.threshold;
+  json["min_gain"] = o.rebalanceOptions.minGain;
+  json["rank_speeds"] = o.rebalanceOptions.rankSpeeds;
   nlohmann::ordered_json times = nlohmann::ordered_json::array();
   for (const Rebalancer::StepTimes &t : result.computeTimes)
     times.push_back({{"step", t.step}, {"seconds", t.seconds}});
@@ -512,7 +526,8 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
                        {"lr", r.learningRate},
                        {"seconds", r.seconds}});
     json["loss_curve"] = std::move(curve);
-    if (o.rebalance != "off" || !o.slow.empty())
+    if (o.rebalance != "off" || !o.slow.empty() ||
+        !o.rebalanceOptions.rankSpeeds.empty())
       json["rebalance"] = rebalanceJson(o, result);
     json["communication"] =
         commStatsJson(gridComm->stats(), int64_t(result.records.size()));
@@ -596,10 +611,12 @@ std::string disagreement(const Comm &world, const Options &o,
            << o.checkpointEvery << ' ' << o.offset << ' ' << o.repeat << ' '
            << o.program << ' ' << o.weights.empty() << o.resume.empty() << ' '
            << o.rebalance << ' ' << o.rebalanceOptions.window << ' '
-           << o.rebalanceOptions.patience << ' '
-           << o.rebalanceOptions.threshold;
+           << o.rebalanceOptions.patience << ' ' << o.rebalanceOptions.threshold
+           << ' ' << o.rebalanceOptions.minGain;
   for (const std::string &slow : o.slow)
     schedule << ' ' << slow;
+  for (double speed : o.rebalanceOptions.rankSpeeds)
+    schedule << " speed " << speed;
   const std::string options = schedule.str();
   const std::pair<uint64_t, const char *> checks[] = {
       {p.plan.contentChecksum(), "plan files"},

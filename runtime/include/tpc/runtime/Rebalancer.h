@@ -41,9 +41,15 @@ struct RebalanceOptions {
   int64_t window = 3;      // steps per exchange of timings
   int64_t patience = 2;    // windows over the threshold before acting
   double threshold = 0.20; // slowest / mean of the others - 1 that counts
-  double heavy = 0.5;      // auto: an imbalance this large migrates at once
-  int64_t persistent = 4;  // auto: windows resized before migrating
+  /// The fraction of the predicted step a re-plan must save to be made
+  /// (not a recovery's move home, which restores exactness).
+  double minGain = 0.10;
+  double heavy = 0.5;     // auto: an imbalance this large migrates at once
+  int64_t persistent = 4; // auto: windows resized before migrating
   std::vector<Slowdown> slow;
+  /// Known relative speeds, one per rank (empty: all equal): the blocks are
+  /// split by them before the first step, as a migration would.
+  std::vector<double> rankSpeeds;
 };
 
 /// One re-plan, as every rank took it.
@@ -94,6 +100,10 @@ public:
   bool enabled() const {
     return options.policy != RebalancePolicy::Off || !options.slow.empty();
   }
+  /// With rank speeds given: moves the blocks to the split those speeds
+  /// call for (collective), as a migration after `step` (the last step
+  /// done), which it returns; nothing if the even split already is it.
+  std::optional<RebalanceEvent> applyRankSpeeds(int64_t step);
   /// This rank's emulated slowdown factor at `step` (1: none).
   double stretch(int64_t step) const;
   /// Records this rank's compute seconds of `step`. At the end of every
