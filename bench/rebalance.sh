@@ -11,6 +11,10 @@
 #     step ONSET on, and really slowed: a CPU-bound process pinned to rank 1's
 #     core from about step ONSET on (half the core);
 #   4 ranks on 2 cores (oversubscribed): rank 3 emulated 2x slower.
+# Under contention also fixed splits of the blocks by stated speeds
+# (--rank-speeds 1,S for S in 0.6 0.5 0.4 0.25, policy off): the best of
+# them is what any static assignment achieves there, the reference the
+# migrate and auto rows are compared with at the end.
 # Step times are medians over the steps after ONSET + 30 (so after every
 # decision) of one run per policy. The emulation sleeps, and a sleep
 # overshoots, so the slowdown the off run measures (s') exceeds S; the table
@@ -87,6 +91,9 @@ summary() { # NAME BASELINE SLOWDOWN RANKS OFF
     --off "$work/$5.json" --onset "$onset" --name "$1"
 }
 
+# Under real contention, fixed splits of the blocks (--rank-speeds 1,S,
+# policy off): the best of them is what any static assignment achieves.
+statics="0.6 0.5 0.4 0.25"
 run balanced2 2
 if want four; then run balanced4 4; fi
 for policy in off resize migrate auto; do
@@ -96,6 +103,9 @@ for policy in off resize migrate auto; do
   if want contended; then contended contended-$policy --rebalance $policy; fi
   if want four; then run four-emulated2-$policy 4 --slow 3:2:$onset --rebalance $policy; fi
 done
+if want contended; then
+  for speed in $statics; do contended contended-static-$speed --rank-speeds 1,$speed; done
+fi
 python3 "$root/bench/rebalance_summary.py" --header
 for policy in off resize migrate auto; do
   if want emulated2; then summary emulated2-$policy balanced2 2 2 emulated2-off; fi
@@ -106,6 +116,14 @@ done
 for policy in off resize migrate auto; do
   if want contended; then summary contended-$policy balanced2 2 2 contended-off; fi
 done
+if want contended; then
+  for speed in $statics; do
+    summary contended-static-$speed balanced2 2 2 contended-off
+  done
+  python3 "$root/bench/rebalance_summary.py" --onset "$onset" \
+    --best-static "$work"/contended-static-*.json \
+    --versus "$work/contended-migrate.json" "$work/contended-auto.json"
+fi
 for policy in off resize migrate auto; do
   if want four; then summary four-emulated2-$policy balanced4 2 4 four-emulated2-off; fi
 done

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <string_view>
 
 namespace tpc::runtime {
 
@@ -260,6 +261,45 @@ BlockAssignment migratedAssignment(const BlockAssignment &now,
   return next;
 }
 
+std::vector<int64_t> StepEvidence::key(const BlockAssignment &blocks) {
+  std::vector<int64_t> computed;
+  for (size_t p = 0; p < blocks.numPoints(); ++p)
+    for (int64_t m = 0; m < blocks.members(p); ++m)
+      computed.push_back(blocks.active(p, m));
+  return computed;
+}
+
+void StepEvidence::record(const BlockAssignment &blocks, double seconds,
+                          int64_t window, double change) {
+  std::vector<int64_t> here = key(blocks);
+  auto found = records.find(here);
+  if (found != records.end() &&
+      window - found->second.window <= kFreshWindows &&
+      std::fabs(seconds - found->second.seconds) >
+          change * found->second.seconds)
+    records.clear();
+  records[std::move(here)] = {seconds, window};
+}
+
+std::optional<double> StepEvidence::measured(const BlockAssignment &blocks,
+                                             int64_t window) const {
+  auto found = records.find(key(blocks));
+  if (found == records.end() ||
+      window - found->second.window > kFreshWindows)
+    return std::nullopt;
+  return found->second.seconds;
+}
+
+bool StepEvidence::contradicts(const BlockAssignment &now,
+                               const BlockAssignment &next,
+                               int64_t window) const {
+  if (key(now) == key(next))
+    return false; // the same work per rank, held elsewhere
+  std::optional<double> here = measured(now, window),
+                        there = measured(next, window);
+  return here && there && *there >= *here;
+}
+
 BlockAssignment
 Rebalancer::resized(const StepCosts &costs,
                     const std::vector<std::vector<double>> &scores) const {
@@ -421,17 +461,18 @@ RebalanceEvent Rebalancer::apply(int64_t step, const BlockAssignment &next,
 }
 
 std::optional<RebalanceEvent>
-Rebalancer::afterStep(int64_t step, double computeSeconds,
+Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
                       const std::vector<double> &pointSeconds) {
   if (!enabled())
     return std::nullopt;
   const BlockAssignment &blocks = params.blocks();
   const size_t points = blocks.numPoints();
-  // Per step: the compute seconds, then those on each point's blocks.
+  // Per step: the compute seconds, those on each point's blocks, the step's.
   window.push_back(computeSeconds);
   for (size_t p = 0; p < points; ++p)
     window.push_back(p < pointSeconds.size() ? pointSeconds[p] : 0.0);
-  const size_t stride = 1 + points, k = window.size() / stride;
+  window.push_back(stepSeconds);
+  const size_t stride = 2 + points, k = window.size() / stride;
   if (int64_t(k) < options.window)
     return std::nullopt;
   // One small all-gather of every rank's window.
@@ -544,6 +585,20 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
   // The first window holds the first step (allocation, cold caches) and
   // counts for nothing.
   const bool warmup = first == 1;
+  // What this window's blocks measured: the median over its steps of the
+  // slowest rank's step (the ranks meet every step, so nearly one time).
+  const int64_t windowIndex = int64_t(windowRecords.size());
+  if (!warmup) {
+    std::vector<double> stepTimes;
+    for (size_t s = 0; s < k; ++s) {
+      double slowestStep = 0;
+      for (int r = 0; r < ranks; ++r)
+        slowestStep = std::max(slowestStep, at(r, s, 1 + points));
+      stepTimes.push_back(slowestStep);
+    }
+    evidence.record(blocks, medianOf(stepTimes), windowIndex,
+                    options.minGain);
+  }
   overCount = imbalance > options.threshold && !warmup ? overCount + 1 : 0;
   resizedCount = resizedNow ? resizedCount + 1 : 0;
 
@@ -558,6 +613,18 @@ Rebalancer::afterStep(int64_t step, double computeSeconds,
                  after = costs.step(next, true);
     if (!always && after > before * (1.0 - options.minGain))
       return false;
+    // A move back to blocks measured no faster than these, under the same
+    // conditions, follows a model the measurements refute.
+    if (std::string_view(action) == "migrate" &&
+        evidence.contradicts(blocks, next, windowIndex)) {
+      char kept[96];
+      std::snprintf(kept, sizeof kept,
+                    " | kept: %.2f ms measured here, %.2f ms there",
+                    *evidence.measured(blocks, windowIndex) * 1e3,
+                    *evidence.measured(next, windowIndex) * 1e3);
+      statusLine += kept;
+      return false;
+    }
     char why[200];
     std::snprintf(why, sizeof why,
                   "%s: slowest rank %lld +%.0f%%, predicted step %.2f -> "

@@ -81,7 +81,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     // on every rank, so all stop at the same step).
     std::optional<RebalanceEvent> event =
         std::isfinite(loss)
-            ? rebalancer.afterStep(step, runner.computeSeconds(),
+            ? rebalancer.afterStep(step, seconds, runner.computeSeconds(),
                                    runner.pointComputeSeconds())
             : std::nullopt;
     char line[240];

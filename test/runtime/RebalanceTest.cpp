@@ -257,3 +257,68 @@ TEST(Migration, StaysWithinTheCapacity) {
   EXPECT_EQ(next.held(0, 1).size(), 1u);
   EXPECT_EQ(next.held(1, 1).size(), 3u);
 }
+
+namespace {
+/// The even split with rank 1 moved to `headsOnOne` heads and `mlpOnOne`
+/// MLP blocks, computing `computedMlpOnOne` of the latter (all by default).
+BlockAssignment moved(const LoadedPlan &plan, int64_t headsOnOne,
+                      int64_t mlpOnOne, int64_t computedMlpOnOne = -1) {
+  BlockAssignment blocks = BlockAssignment::even(plan.plan());
+  std::vector<int64_t> heads0, heads1, mlp0, mlp1;
+  for (int64_t b = 0; b < 4; ++b)
+    (b < 4 - headsOnOne ? heads0 : heads1).push_back(b);
+  for (int64_t b = 0; b < 16; ++b)
+    (b < 16 - mlpOnOne ? mlp0 : mlp1).push_back(b);
+  blocks.set(0, 0, heads0, int64_t(heads0.size()));
+  blocks.set(0, 1, heads1, headsOnOne);
+  blocks.set(1, 0, mlp0, int64_t(mlp0.size()));
+  blocks.set(1, 1, mlp1, computedMlpOnOne < 0 ? mlpOnOne : computedMlpOnOne);
+  blocks.validate();
+  return blocks;
+}
+} // namespace
+
+TEST(StepEvidence, RefutesMovesBackToBlocksMeasuredNoFaster) {
+  LoadedPlan plan = twoPoints();
+  const BlockAssignment even = BlockAssignment::even(plan.plan()),
+                        off = moved(plan, 1, 5), further = moved(plan, 0, 3);
+  StepEvidence evidence;
+  evidence.record(even, 0.250, 3, 0.1);
+  evidence.record(off, 0.200, 5, 0.1);
+  EXPECT_DOUBLE_EQ(*evidence.measured(off, 6), 0.200);
+  // Back to the even split, measured slower: refuted. Onward to blocks
+  // never measured, or from the even split to the faster ones: not.
+  EXPECT_TRUE(evidence.contradicts(off, even, 6));
+  EXPECT_FALSE(evidence.contradicts(off, further, 6));
+  EXPECT_FALSE(evidence.contradicts(even, off, 6));
+  // The same blocks computed, held elsewhere: no contradiction.
+  BlockAssignment swapped = off;
+  swapped.set(1, 1, {0, 1, 2, 3, 4}, 5);
+  swapped.set(1, 0, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, 11);
+  swapped.validate();
+  EXPECT_FALSE(evidence.contradicts(off, swapped, 6));
+  // Computing fewer blocks is other work (a resize): its own record.
+  EXPECT_FALSE(evidence.measured(moved(plan, 1, 5, 4), 6).has_value());
+  // Records lapse.
+  EXPECT_TRUE(evidence.contradicts(off, even, 3 + StepEvidence::kFreshWindows));
+  EXPECT_FALSE(
+      evidence.contradicts(off, even, 4 + StepEvidence::kFreshWindows));
+}
+
+TEST(StepEvidence, ForgetsOtherBlocksWhenTheConditionsChange) {
+  LoadedPlan plan = twoPoints();
+  const BlockAssignment even = BlockAssignment::even(plan.plan()),
+                        off = moved(plan, 1, 5);
+  StepEvidence evidence;
+  evidence.record(even, 0.250, 3, 0.1);
+  evidence.record(off, 0.200, 5, 0.1);
+  // Within the change allowed: still measured there.
+  evidence.record(off, 0.185, 6, 0.1);
+  EXPECT_TRUE(evidence.contradicts(off, even, 7));
+  // The straggler recovered: the same blocks now step 15 % faster, so the
+  // even split's time is stale.
+  evidence.record(off, 0.155, 7, 0.1);
+  EXPECT_DOUBLE_EQ(*evidence.measured(off, 8), 0.155);
+  EXPECT_FALSE(evidence.measured(even, 8).has_value());
+  EXPECT_FALSE(evidence.contradicts(off, even, 8));
+}

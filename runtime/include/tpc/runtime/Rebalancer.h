@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -90,6 +91,40 @@ struct StepCosts {
 BlockAssignment migratedAssignment(const BlockAssignment &now,
                                    const StepCosts &costs);
 
+/// The measured step times of the block assignments a run has been in,
+/// keyed by the blocks each rank computes of each point. The cost model
+/// takes a rank's speed as fixed, but a rank sharing its core with another
+/// process runs at a speed that depends on the blocks it holds (it gets
+/// more of the core while it waits): a move back to an assignment measured
+/// no faster than the present one is one the model got wrong.
+class StepEvidence {
+public:
+  /// Records lapse after this many windows.
+  static constexpr int64_t kFreshWindows = 32;
+  /// Window `window` ran under `blocks` with a median step of `seconds`.
+  /// A time more than `change` (relative) off the one recorded for the same
+  /// blocks means the conditions changed (a straggler came or went): every
+  /// other record is dropped.
+  void record(const BlockAssignment &blocks, double seconds, int64_t window,
+              double change);
+  /// The median step last measured under `blocks`, if it is fresh at
+  /// `window`.
+  std::optional<double> measured(const BlockAssignment &blocks,
+                                 int64_t window) const;
+  /// Whether the records contradict a move from `now` to `next`: both were
+  /// measured, and `next` was no faster.
+  bool contradicts(const BlockAssignment &now, const BlockAssignment &next,
+                   int64_t window) const;
+
+private:
+  struct Record {
+    double seconds;
+    int64_t window;
+  };
+  static std::vector<int64_t> key(const BlockAssignment &blocks);
+  std::map<std::vector<int64_t>, Record> records;
+};
+
 class Rebalancer {
 public:
   /// Throws std::invalid_argument if the policy is not off and the plan has
@@ -106,12 +141,12 @@ public:
   std::optional<RebalanceEvent> applyRankSpeeds(int64_t step);
   /// This rank's emulated slowdown factor at `step` (1: none).
   double stretch(int64_t step) const;
-  /// Records this rank's compute seconds of `step`. At the end of every
+  /// Records this rank's seconds of `step`: the whole step, its compute
+  /// and, of that, the seconds on each point's blocks. At the end of every
   /// window, collective over the grid: exchanges the timings and may
   /// re-plan (relayout of `params`), which it returns.
-  /// `pointSeconds`: of those, the seconds on each point's blocks.
   std::optional<RebalanceEvent>
-  afterStep(int64_t step, double computeSeconds,
+  afterStep(int64_t step, double stepSeconds, double computeSeconds,
             const std::vector<double> &pointSeconds);
 
   /// Every rank's compute seconds per step, as exchanged.
@@ -157,8 +192,8 @@ private:
   GridComm *comm;
   RebalanceOptions options;
   int ranks = 1, rank = 0;
-  /// This rank's window: per step its compute seconds, then those on each
-  /// point's blocks.
+  /// This rank's window: per step its compute seconds, those on each
+  /// point's blocks, and the whole step's.
   std::vector<double> window;
   std::vector<StepTimes> times;
   std::vector<WindowRecord> windowRecords;
@@ -175,6 +210,7 @@ private:
   std::vector<int64_t> lastGained; // per member, blocks it gained then
   bool probing = false;            // the last window restored every block
   std::vector<std::vector<float>> snapshot; // weights at the last window
+  StepEvidence evidence;
   std::string statusLine;
 };
 
