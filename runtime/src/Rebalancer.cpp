@@ -284,8 +284,7 @@ void StepEvidence::record(const BlockAssignment &blocks, double seconds,
 std::optional<double> StepEvidence::measured(const BlockAssignment &blocks,
                                              int64_t window) const {
   auto found = records.find(key(blocks));
-  if (found == records.end() ||
-      window - found->second.window > kFreshWindows)
+  if (found == records.end() || window - found->second.window > kFreshWindows)
     return std::nullopt;
   return found->second.seconds;
 }
@@ -596,8 +595,7 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
         slowestStep = std::max(slowestStep, at(r, s, 1 + points));
       stepTimes.push_back(slowestStep);
     }
-    evidence.record(blocks, medianOf(stepTimes), windowIndex,
-                    options.minGain);
+    evidence.record(blocks, medianOf(stepTimes), windowIndex, options.minGain);
   }
   overCount = imbalance > options.threshold && !warmup ? overCount + 1 : 0;
   resizedCount = resizedNow ? resizedCount + 1 : 0;
