@@ -65,6 +65,12 @@ expect lr "options (steps, schedule, program, offset, weights, resume or rebalan
 expect slow "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:2 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:3
+expect speeds "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rank-speeds 1,0.5 -- \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rank-speeds 1,0.6
+expect gain "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rebalance-min-gain 0.1 -- \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rebalance-min-gain 0.2
 
 # The same command on both ranks still trains.
 timeout 60 "$mpiexec" --oversubscribe -np 2 "$bin/tp-run" "$work/s8.tpplan" \

@@ -20,8 +20,8 @@
 #  5. a move that soon hands blocks back (a straggler back soon after its
 #     blocks went home) doubles the windows moved blocks wait (the blocks
 #     stop bouncing);
-#  6. a checkpoint written while blocks are moved resumes on one rank and
-#     ends where the one-rank run does;
+#  6. a checkpoint written while blocks are moved resumes on one rank, and
+#     on two split by known speeds, and ends where the one-rank run does;
 #  7. --rebalance resize has the slow rank compute fewer blocks and computes
 #     all of them again after it recovers (approximate: the loss stays within
 #     a few percent of the balanced run's).
@@ -153,7 +153,7 @@ if [ "$moves" != 3 ] || ! grep "^rebalance: migrate" "$work/relapse.log" |
   exit 1
 fi
 
-echo "== $model: checkpoint while migrated, resumed on one rank"
+echo "== $model: checkpoint while migrated, resumed on one rank and on two by known speeds"
 # The straggler stays slow to the end (so the checkpoint holds moved blocks),
 # and 21 steps leave several windows for the decision when the machine is
 # busy with other tests.
@@ -165,6 +165,13 @@ train 1 "$work/one.tpplan" "$work/resumed" --steps $steps \
   --resume "$work/stopped.ckpt" --export "$work/resumed"
 $check weights "$work/one/model.safetensors" "$work/resumed/model.safetensors" \
   $keybias
+# Resumed on 2 ranks with known speeds: the split is made after loading.
+train 2 "$work/rb-full.tpplan" "$work/resumed-speeds" --steps $steps \
+  --resume "$work/stopped.ckpt" --rank-speeds 1,0.4 \
+  --export "$work/resumed-speeds"
+$check given-speeds "$work/resumed-speeds.json" 1,0.4 --after 21
+$check weights "$work/one/model.safetensors" \
+  "$work/resumed-speeds/model.safetensors" $keybias
 
 echo "== $model: rank 1 slow, --rebalance resize"
 train 2 "$work/rb-nosp.tpplan" "$work/resize" --steps $steps $slow:12 \

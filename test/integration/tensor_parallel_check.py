@@ -306,17 +306,17 @@ def decisions(args):
 
 
 def given_speeds(args):
-    """--rank-speeds: one migration before step 1 that splits every point's
+    """--rank-speeds: one migration before the first step that splits every point's
     blocks so that its slowest rank (blocks / speed) finishes first, and no
     other re-plan."""
     speeds = [float(v) for v in args.speeds.split(",")]
     events = json.load(open(args.metrics))["rebalance"]["decisions"]
     print("decisions: " + "; ".join(
         f"step {e['step']} {e['action']} ({e['reason']})" for e in events))
-    if len(events) != 1 or events[0]["step"] != 0 or \
+    if len(events) != 1 or events[0]["step"] != args.after or \
             events[0]["action"] != "migrate":
         sys.exit(f"given-speeds: {len(events)} decisions, expected one "
-                 "migration after step 0")
+                 f"migration after step {args.after}")
     event = events[0]
     for p, (held, computed) in enumerate(zip(event["held"], event["computed"])):
         if held != computed or len(held) != len(speeds):
@@ -378,6 +378,8 @@ def main():
     p = sub.add_parser("given-speeds")
     p.add_argument("metrics")
     p.add_argument("speeds", help="as given to --rank-speeds")
+    p.add_argument("--after", type=int, default=0,
+                   help="the step the run resumed from (0: none)")
     p.set_defaults(run=given_speeds)
     p = sub.add_parser("same-volume")
     p.add_argument("metrics")
