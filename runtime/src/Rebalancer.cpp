@@ -10,6 +10,15 @@
 
 namespace tpc::runtime {
 
+namespace {
+/// ", but 1 rank runs" or ", but N ranks run": the end of the messages
+/// naming more ranks than run.
+std::string butRanksRun(int ranks) {
+  return ", but " + std::to_string(ranks) +
+         (ranks == 1 ? " rank runs" : " ranks run");
+}
+} // namespace
+
 RebalancePolicy parseRebalancePolicy(const std::string &text) {
   if (text == "off")
     return RebalancePolicy::Off;
@@ -91,9 +100,9 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
   }
   for (const Slowdown &slow : this->options.slow)
     if (slow.rank >= ranks)
-      throw std::invalid_argument(
-          "--slow names rank " + std::to_string(slow.rank) + ", but " +
-          std::to_string(ranks) + (ranks == 1 ? " rank runs" : " ranks run"));
+      throw std::invalid_argument("--slow names rank " +
+                                  std::to_string(slow.rank) +
+                                  butRanksRun(ranks));
   if (this->options.window < 1 || this->options.patience < 1 ||
       this->options.persistent < 1 || !(this->options.threshold > 0) ||
       !(this->options.minGain >= 0 && this->options.minGain < 1))
@@ -104,8 +113,7 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
   if (!given.empty() && int64_t(given.size()) != ranks)
     throw std::invalid_argument(
         "--rank-speeds gives " + std::to_string(given.size()) +
-        (given.size() == 1 ? " speed" : " speeds") + ", but " +
-        std::to_string(ranks) + (ranks == 1 ? " rank runs" : " ranks run"));
+        (given.size() == 1 ? " speed" : " speeds") + butRanksRun(ranks));
   for (double speed : given)
     if (!(speed > 0 && std::isfinite(speed)))
       throw std::invalid_argument("--rank-speeds: " + std::to_string(speed) +

@@ -73,6 +73,13 @@ struct Options {
   RebalanceOptions rebalanceOptions;
 };
 
+/// Whether the run rebalances, emulates a straggler or splits by known
+/// speeds: each needs training steps and records a `rebalance` section.
+bool rebalancingAsked(const Options &o) {
+  return o.rebalance != "off" || !o.slow.empty() ||
+         !o.rebalanceOptions.rankSpeeds.empty();
+}
+
 [[noreturn]] void usageError(const std::string &message) {
   throw std::invalid_argument(message);
 }
@@ -258,8 +265,7 @@ Options parseArgs(int argc, char **argv) {
   o.rebalanceOptions.policy = parseRebalancePolicy(o.rebalance);
   for (const std::string &slow : o.slow)
     o.rebalanceOptions.slow.push_back(parseSlowdown(slow));
-  if (!training && (o.rebalance != "off" || !o.slow.empty() ||
-                    !o.rebalanceOptions.rankSpeeds.empty()))
+  if (!training && rebalancingAsked(o))
     usageError("--rebalance, --slow and --rank-speeds need --steps");
   return o;
 }
@@ -526,8 +532,7 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
                        {"lr", r.learningRate},
                        {"seconds", r.seconds}});
     json["loss_curve"] = std::move(curve);
-    if (o.rebalance != "off" || !o.slow.empty() ||
-        !o.rebalanceOptions.rankSpeeds.empty())
+    if (rebalancingAsked(o))
       json["rebalance"] = rebalanceJson(o, result);
     json["communication"] =
         commStatsJson(gridComm->stats(), int64_t(result.records.size()));
