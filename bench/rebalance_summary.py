@@ -72,12 +72,12 @@ def main():
     loss, base_loss = final_loss(m), final_loss(base)
     decisions = m.get("rebalance", {}).get("decisions", [])
     text = "none"
-    # Decisions before the onset answered timing noise: the time to decide
-    # counts from the onset to the first decision after it.
     # A split by --rank-speeds (after step 0) was asked for, not noise.
     given = [e for e in decisions
              if e["reason"].startswith("rank speeds given")]
     decisions = [e for e in decisions if e not in given]
+    # Decisions before the onset answered timing noise: the time to decide
+    # counts from the onset to the first decision after it.
     early = [e for e in decisions if e["step"] < a.onset]
     late = [e for e in decisions if e["step"] >= a.onset]
     if decisions:

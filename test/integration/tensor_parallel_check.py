@@ -306,9 +306,9 @@ def decisions(args):
 
 
 def given_speeds(args):
-    """--rank-speeds: one migration before the first step that splits every point's
-    blocks so that its slowest rank (blocks / speed) finishes first, and no
-    other re-plan."""
+    """--rank-speeds: one migration before the first step that splits every
+    point's blocks so that its slowest rank (blocks / speed) finishes first,
+    and no other re-plan."""
     speeds = [float(v) for v in args.speeds.split(",")]
     events = json.load(open(args.metrics))["rebalance"]["decisions"]
     print("decisions: " + "; ".join(
