@@ -1,5 +1,7 @@
 # -*- Python -*-
 import os
+import shutil
+import subprocess
 import sys
 
 import lit.formats
@@ -27,3 +29,8 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.tpc_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(
     ["tpc-opt", "tpc-import", "tp-run", "tpc-tokenize"], tool_dirs)
+
+# A visible NVIDIA GPU: tests of what tp-run does without one do not apply.
+if shutil.which("nvidia-smi") and subprocess.run(
+        ["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+    config.available_features.add("gpu")

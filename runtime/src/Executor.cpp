@@ -5,6 +5,9 @@
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Safetensors.h"
 
+#include "Staging.h"
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -257,6 +260,7 @@ void ParamStore::setFromWhole(const LoadedPlan &loaded, size_t index,
 }
 
 ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
+  syncHost();
   ParamStore whole;
   const auto &params = *plan.plan().params();
   const bool moments = hasMoments();
@@ -409,36 +413,87 @@ void writeWholeParams(const LoadedPlan &plan, const ParamStore &params,
 }
 
 std::vector<float> &ParamStore::state(size_t index, State which) {
-  switch (which) {
-  case State::ExpAvg:
-    return expAvg(index);
-  case State::ExpAvgSq:
-    return expAvgSq(index);
-  case State::Value:
-    break;
-  }
-  return values[index];
+  hostWillChange();
+  return hostArray(index, which);
 }
 
 std::vector<float> &ParamStore::expAvg(size_t index) {
-  return const_cast<std::vector<float> &>(
-      static_cast<const ParamStore *>(this)->expAvg(index));
+  hostWillChange();
+  return hostArray(index, State::ExpAvg);
 }
 std::vector<float> &ParamStore::expAvgSq(size_t index) {
-  return const_cast<std::vector<float> &>(
-      static_cast<const ParamStore *>(this)->expAvgSq(index));
+  hostWillChange();
+  return hostArray(index, State::ExpAvgSq);
 }
 const std::vector<float> &ParamStore::expAvg(size_t index) const {
-  moments1.resize(values.size());
-  if (moments1[index].size() != values[index].size())
-    moments1[index].assign(values[index].size(), 0.0f);
-  return moments1[index];
+  syncHost();
+  return hostArray(index, State::ExpAvg);
 }
 const std::vector<float> &ParamStore::expAvgSq(size_t index) const {
-  moments2.resize(values.size());
-  if (moments2[index].size() != values[index].size())
-    moments2[index].assign(values[index].size(), 0.0f);
-  return moments2[index];
+  syncHost();
+  return hostArray(index, State::ExpAvgSq);
+}
+
+std::vector<float> &ParamStore::hostArray(size_t index, State which) const {
+  if (which == State::Value)
+    return values[index];
+  auto &moments = which == State::ExpAvg ? moments1 : moments2;
+  moments.resize(values.size());
+  if (moments[index].size() != values[index].size())
+    moments[index].assign(values[index].size(), 0.0f);
+  return moments[index];
+}
+
+void ParamStore::syncHost() const {
+  if (!device || device->hostCurrent)
+    return;
+  for (size_t i = 0; i < device->buffers.size(); ++i)
+    for (size_t k = 0; k < 3; ++k)
+      if (const auto &buffer = device->buffers[i][k]) {
+        std::vector<float> &host = hostArray(i, State(k));
+        device->backend->download(host.data(), buffer->data(),
+                                  host.size() * sizeof(float));
+      }
+  device->hostCurrent = true;
+}
+
+void ParamStore::hostWillChange() {
+  if (!device)
+    return;
+  syncHost();
+  for (auto &current : device->current)
+    current.fill(false);
+}
+
+std::byte *ParamStore::deviceData(Backend &backend, size_t index, State which) {
+  if (!device) {
+    device = std::make_unique<DeviceCopies>();
+    device->backend = &backend;
+    device->buffers.resize(values.size());
+    device->current.resize(values.size());
+  } else if (device->backend != &backend) {
+    throw std::logic_error("parameters on two devices at once ('" +
+                           std::string(device->backend->name()) + "' and '" +
+                           std::string(backend.name()) + "')");
+  }
+  const size_t k = size_t(which);
+  std::unique_ptr<Buffer> &buffer = device->buffers[index][k];
+  // The host is behind only after a device run, and then every buffer in
+  // use is current; a buffer made now starts from the host's values.
+  if (!buffer || !device->current[index][k]) {
+    std::vector<float> &host = hostArray(index, which);
+    const uint64_t bytes = host.size() * sizeof(float);
+    if (!buffer)
+      buffer = backend.allocate(bytes);
+    backend.upload(buffer->data(), host.data(), bytes);
+    device->current[index][k] = true;
+  }
+  return buffer->data();
+}
+
+void ParamStore::markDeviceWritten() {
+  if (device)
+    device->hostCurrent = false;
 }
 
 uint64_t ParamStore::bytes() const {
@@ -511,7 +566,27 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
         blockOf(loaded, std::move(whole), input->split(), coords));
   }
   bindings.resize(shapes.size());
+  for (const plan::Step *step : *program->steps())
+    for (uint32_t id : *step->results()) {
+      Storage where = program->tensors()->Get(id)->storage();
+      writesParams |= where == Storage::Param || where == Storage::ExpAvg ||
+                      where == Storage::ExpAvgSq;
+    }
+  if (!backend.hostVisible()) {
+    for (const auto &input : inputs)
+      deviceInputs.push_back(backend.allocate(input.size() * sizeof(uint64_t)));
+    resultCopies.resize(program->results()->size());
+    staged = std::make_unique<StagedSteps>(backend);
+  } else if (!std::all_of(program->steps()->begin(), program->steps()->end(),
+                          [&](const plan::Step *step) {
+                            return backend.runsNatively(*step);
+                          })) {
+    throw std::logic_error("backend '" + std::string(backend.name()) +
+                           "' stages steps but its memory is the host's");
+  }
 }
+
+ProgramRunner::~ProgramRunner() = default;
 
 std::span<const int64_t> ProgramRunner::shape(uint32_t tensor) const {
   return shapes[tensor];
@@ -524,21 +599,28 @@ int64_t ProgramRunner::elements(uint32_t tensor) const {
   return count;
 }
 
-float *ProgramRunner::floatData(uint32_t tensor) {
+std::byte *ProgramRunner::storage(uint32_t tensor) {
   const plan::Tensor &t = *program->tensors()->Get(tensor);
+  auto paramState = [&](ParamStore::State which) {
+    return backend.hostVisible() ? reinterpret_cast<std::byte *>(
+                                       params.state(t.index(), which).data())
+                                 : params.deviceData(backend, t.index(), which);
+  };
   switch (t.storage()) {
   case Storage::Param:
-    return params[t.index()].data();
+    return paramState(ParamStore::State::Value);
   case Storage::ExpAvg:
-    return params.expAvg(t.index()).data();
+    return paramState(ParamStore::State::ExpAvg);
   case Storage::ExpAvgSq:
-    return params.expAvgSq(t.index()).data();
+    return paramState(ParamStore::State::ExpAvgSq);
   case Storage::Input:
-    return reinterpret_cast<float *>(inputs[t.index()].data());
+    return backend.hostVisible()
+               ? reinterpret_cast<std::byte *>(inputs[t.index()].data())
+               : deviceInputs[t.index()]->data();
   case Storage::Arena:
     break;
   }
-  return reinterpret_cast<float *>(arena->data() + t.offset());
+  return arena->data() + t.offset();
 }
 
 bool ProgramRunner::hasInput(plan::InputKind kind) const {
@@ -621,7 +703,13 @@ size_t ProgramRunner::numResults() const { return program->results()->size(); }
 std::span<const float> ProgramRunner::result(size_t index) const {
   uint32_t tensor = program->results()->Get(index);
   auto *self = const_cast<ProgramRunner *>(this);
-  return {self->floatData(tensor), size_t(elements(tensor))};
+  const size_t count = size_t(elements(tensor));
+  if (backend.hostVisible())
+    return {reinterpret_cast<const float *>(self->storage(tensor)), count};
+  std::vector<float> &copy = resultCopies[index];
+  copy.resize(count);
+  backend.download(copy.data(), self->storage(tensor), count * sizeof(float));
+  return copy;
 }
 
 std::vector<int64_t> ProgramRunner::resultShape(size_t index) const {
@@ -630,8 +718,7 @@ std::vector<int64_t> ProgramRunner::resultShape(size_t index) const {
 
 void ProgramRunner::bindTensors() {
   for (uint32_t i = 0; i < bindings.size(); ++i)
-    bindings[i] = {reinterpret_cast<std::byte *>(floatData(i)), shapes[i],
-                   elements(i)};
+    bindings[i] = {storage(i), shapes[i], elements(i)};
 }
 
 void ProgramRunner::updateShapes() {
@@ -656,6 +743,9 @@ void ProgramRunner::updateShapes() {
 void ProgramRunner::run() {
   updateShapes();
   bindTensors();
+  for (size_t i = 0; i < deviceInputs.size(); ++i)
+    backend.upload(deviceInputs[i]->data(), inputs[i].data(),
+                   inputs[i].size() * sizeof(uint64_t));
   computeTime = 0;
   std::fill(pointTime.begin(), pointTime.end(), 0.0);
   size_t stepIndex = 0;
@@ -671,11 +761,16 @@ void ProgramRunner::run() {
       results[i] = bindings[step->results()->Get(i)];
     auto start = std::chrono::steady_clock::now();
     const double waitedBefore = comm ? comm->waitSeconds() : 0.0;
-    backend.enqueue({*step,
-                     {operands.data(), numOperands},
-                     {results.data(), numResults},
-                     comm});
-    backend.synchronize();
+    const Dispatch dispatch{*step,
+                            {operands.data(), numOperands},
+                            {results.data(), numResults},
+                            comm};
+    if (backend.runsNatively(*step)) {
+      backend.enqueue(dispatch);
+      backend.synchronize();
+    } else {
+      staged->run(dispatch);
+    }
     std::chrono::duration<double> took =
         std::chrono::steady_clock::now() - start;
     double computed =
@@ -706,6 +801,8 @@ void ProgramRunner::run() {
     stats.count += 1;
     stats.seconds += took.count();
   }
+  if (writesParams)
+    params.markDeviceWritten();
 }
 
 } // namespace tpc::runtime

@@ -374,10 +374,20 @@ constexpr OpInfo op(OpKind kind, uint8_t numOperands, uint8_t numResults,
                 placement, updated,     check};
 }
 
+/// `info` for a kind that uses the grid communicator.
+constexpr OpInfo onGrid(OpInfo info, GridUse use,
+                        AsyncRole role = AsyncRole::None) {
+  info.grid = use;
+  info.async = role;
+  return info;
+}
+constexpr auto kAlways = GridUse::Always, kWithAxes = GridUse::WhenAxesNamed;
+
 // In enum order (checked below), so a kind indexes its entry.
 constexpr std::array kOps = {
-    op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}),
-    op(OpKind::EmbeddingGrad, 2, 1, checkEmbeddingGrad, {F, I32}),
+    onGrid(op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}), kWithAxes),
+    onGrid(op(OpKind::EmbeddingGrad, 2, 1, checkEmbeddingGrad, {F, I32}),
+           kWithAxes),
     op(OpKind::Matmul, 2, 1, checkMatmul),
     op(OpKind::Add, 2, 1, checkBinary),
     op(OpKind::Sub, 2, 1, checkBinary),
@@ -388,10 +398,10 @@ constexpr std::array kOps = {
     op(OpKind::Silu, 1, 1, checkElementwise),
     op(OpKind::GeluGrad, 2, 1, checkElementwiseGrad),
     op(OpKind::SiluGrad, 2, 1, checkElementwiseGrad),
-    op(OpKind::LayerNorm, 3, 1, checkNorm),
-    op(OpKind::LayerNormGrad, 3, 3, checkNormGrad),
-    op(OpKind::RmsNorm, 2, 1, checkNorm),
-    op(OpKind::RmsNormGrad, 3, 2, checkNormGrad),
+    onGrid(op(OpKind::LayerNorm, 3, 1, checkNorm), kWithAxes),
+    onGrid(op(OpKind::LayerNormGrad, 3, 3, checkNormGrad), kWithAxes),
+    onGrid(op(OpKind::RmsNorm, 2, 1, checkNorm), kWithAxes),
+    onGrid(op(OpKind::RmsNormGrad, 3, 2, checkNormGrad), kWithAxes),
     op(OpKind::Softmax, 1, 1, checkSoftmax),
     op(OpKind::SoftmaxGrad, 2, 1, checkElementwiseGrad),
     op(OpKind::Rotary, 1, 1, checkRotary),
@@ -400,8 +410,11 @@ constexpr std::array kOps = {
     op(OpKind::Slice, 1, 1, checkSlice),
     op(OpKind::ReduceSum, 1, 1, checkReduce),
     op(OpKind::ReduceMean, 1, 1, checkReduce),
-    op(OpKind::CrossEntropy, 2, 1, checkCrossEntropy, {F, I32}),
-    op(OpKind::CrossEntropyGrad, 3, 1, checkCrossEntropyGrad, {F, I32, F}),
+    onGrid(op(OpKind::CrossEntropy, 2, 1, checkCrossEntropy, {F, I32}),
+           kWithAxes),
+    onGrid(
+        op(OpKind::CrossEntropyGrad, 3, 1, checkCrossEntropyGrad, {F, I32, F}),
+        kWithAxes),
     // (param, grad, exp_avg, exp_avg_sq, lr, step, grad_scale) -> (param,
     // exp_avg, exp_avg_sq), each result updating its operand in place.
     op(OpKind::AdamW, 7, 3, checkAdamW, {F, F, F, F, F, I64, F},
@@ -411,17 +424,20 @@ constexpr std::array kOps = {
     op(OpKind::NormSquared, 1, 1, checkNormSquared),
     op(OpKind::LrSchedule, 2, 1, checkHyperparameterScalar, {I64, F}),
     op(OpKind::ClipScale, 2, 1, checkHyperparameterScalar),
-    op(OpKind::AllReduce, 1, 1, checkCollective),
-    op(OpKind::AllGather, 1, 1, checkCollective),
-    op(OpKind::ReduceScatter, 1, 1, checkCollective),
-    op(OpKind::AllToAll, 1, 1, checkCollective),
-    op(OpKind::LocalSplit, 1, 1, checkCollective),
-    op(OpKind::RingShiftStart, 1, 1, checkCollective),
-    op(OpKind::RingShiftWait, 2, 1, checkRingShiftWait, {F, F},
-       ResultPlacement::AliasOperand),
-    op(OpKind::RingSlice, 1, 1, checkCollective),
-    op(OpKind::RingInsert, 2, 1, checkRingInsert, {F, F},
-       ResultPlacement::AliasOperand),
+    onGrid(op(OpKind::AllReduce, 1, 1, checkCollective), kAlways),
+    onGrid(op(OpKind::AllGather, 1, 1, checkCollective), kAlways),
+    onGrid(op(OpKind::ReduceScatter, 1, 1, checkCollective), kAlways),
+    onGrid(op(OpKind::AllToAll, 1, 1, checkCollective), kAlways),
+    onGrid(op(OpKind::LocalSplit, 1, 1, checkCollective), kAlways),
+    onGrid(op(OpKind::RingShiftStart, 1, 1, checkCollective), kAlways,
+           AsyncRole::Starts),
+    onGrid(op(OpKind::RingShiftWait, 2, 1, checkRingShiftWait, {F, F},
+              ResultPlacement::AliasOperand),
+           kAlways, AsyncRole::Waits),
+    onGrid(op(OpKind::RingSlice, 1, 1, checkCollective), kAlways),
+    onGrid(op(OpKind::RingInsert, 2, 1, checkRingInsert, {F, F},
+              ResultPlacement::AliasOperand),
+           kAlways),
 };
 
 constexpr bool inEnumOrder() {
@@ -497,5 +513,18 @@ const OpInfo *findOpInfo(plan::OpKind kind) {
 }
 
 std::span<const OpInfo> opTable() { return kOps; }
+
+bool stepUsesGrid(const plan::Step &step) {
+  const OpInfo *info = findOpInfo(step.kind());
+  switch (info ? info->grid : GridUse::None) {
+  case GridUse::None:
+    return false;
+  case GridUse::WhenAxesNamed:
+    return !stepInts(step).empty();
+  case GridUse::Always:
+    return true;
+  }
+  return true;
+}
 
 } // namespace tpc::runtime

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 
 namespace tpc::runtime {
 
@@ -413,7 +414,7 @@ std::vector<std::vector<double>> Rebalancer::blockScores() {
         storedBlocks(plan, *list.Get(i), params.coords(), blocks);
     if (!stored.empty() && stored.front().point < 0)
       continue; // no rebalance dim (a rank may also hold no block at all)
-    const std::vector<float> &now = params[i];
+    const std::vector<float> &now = std::as_const(params)[i];
     if (snapshot[i].size() == now.size())
       for (const StoredBlock &block : stored) {
         std::vector<float> before = readStoredBlock(snapshot[i].data(), block),

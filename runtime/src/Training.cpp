@@ -23,7 +23,10 @@ int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep) {
 TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   std::span<const int32_t> stream, const TrainConfig &config,
                   std::ostream &log) {
-  ProgramRunner runner(plan, "train_step", params, config.comm);
+  Backend &backend = config.backend ? *config.backend : cpuBackend();
+  ProgramRunner runner(plan, "train_step", params, config.comm, backend);
+  log << "device: " << backend.name()
+      << " (collectives: " << backend.collectivePath() << ")\n";
   Rebalancer rebalancer(plan, params, config.comm, config.rebalance);
   std::vector<int64_t> shape = runner.tokensShape();
   TrainResult result;

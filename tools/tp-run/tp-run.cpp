@@ -58,6 +58,7 @@ struct Options {
   int64_t offset = 0;
   int64_t repeat = 1;
   int threads = 0;
+  std::string device; // empty: defaultDevice()
   bool printPlan = false;
   // Training.
   int64_t steps = 0;
@@ -143,6 +144,12 @@ Options parseArgs(int argc, char **argv) {
   app.add_option("--threads", o.threads, "Threads per rank (default: all)")
       ->check(
           numberCheck(true, 1, cpu::maxThreads(), " (4 per hardware thread)"));
+  // Every name, also one this build lacks: deviceBackend says why.
+  app.add_option("--device", o.device,
+                 "Where the programs run: cpu, cuda (one GPU per rank) or "
+                 "staged-cpu (the CPU behind device-style memory, for "
+                 "tests). Default: cuda when a GPU is visible, else cpu")
+      ->check(CLI::IsMember({"cpu", "cuda", "staged-cpu"}));
   app.add_flag("--print-plan", o.printPlan, "Print the plan as JSON and exit");
 
   const char *evaluationGroup = "Evaluation (one batch)";
@@ -272,6 +279,14 @@ Options parseArgs(int argc, char **argv) {
 
 /// The communicator of the plan's grid, created once the plan is loaded.
 std::unique_ptr<GridComm> gridComm;
+/// Where the programs run (--device), chosen before the plan is loaded.
+Backend *backend = &cpuBackend();
+
+/// This rank's index among the ranks on its machine: it picks the GPU.
+int localRank() {
+  const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return value ? std::atoi(value) : 0;
+}
 
 /// Files (metrics, dumps, exports, plots) are written by the first rank:
 /// every rank computes the same whole values.
@@ -311,7 +326,7 @@ opStatsJson(const std::map<std::string, OpStats> &stats) {
 void dumpProgram(const LoadedPlan &plan, ParamStore &params,
                  const std::string &name, const Batch &batch,
                  SafetensorsWriter &writer) {
-  ProgramRunner runner(plan, name, params, gridComm.get());
+  ProgramRunner runner(plan, name, params, gridComm.get(), *backend);
   runner.setInput(tpc::plan::InputKind::Tokens, batch.tokens);
   if (runner.hasInput(tpc::plan::InputKind::Targets))
     runner.setInput(tpc::plan::InputKind::Targets, batch.targets);
@@ -335,7 +350,7 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   std::string name = o.program;
   if (name.empty())
     name = plan.program("loss") ? "loss" : "forward";
-  ProgramRunner runner(plan, name, params, gridComm.get());
+  ProgramRunner runner(plan, name, params, gridComm.get(), *backend);
   std::vector<int64_t> tokensShape = runner.tokensShape();
   const int64_t batch = tokensShape[0], seq = tokensShape[1];
   Batch window = cutBatch(stream, o.offset, batch, seq);
@@ -399,6 +414,8 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
     json["seq"] = seq;
     json["tokens"] = batch * seq;
     json["threads"] = cpu::numThreads();
+    json["device"] = {{"name", backend->name()},
+                      {"collectives", backend->collectivePath()}};
     json["runs"] = seconds.size();
     json["seconds"] = seconds;
     json["seconds_median"] = median;
@@ -474,6 +491,7 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
   config.checkpointDir = o.checkpointDir;
   config.resume = o.resume;
   config.comm = gridComm.get();
+  config.backend = backend;
   config.rebalance = o.rebalanceOptions;
   auto start = std::chrono::steady_clock::now();
   TrainResult result = train(plan, params, stream, config, std::cout);
@@ -512,6 +530,8 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
     json["first_step"] = result.firstStep;
     json["steps"] = o.steps;
     json["threads"] = cpu::numThreads();
+    json["device"] = {{"name", backend->name()},
+                      {"collectives", backend->collectivePath()}};
     json["seconds_total"] = total;
     json["tokens_per_second"] =
         stepSeconds > 0
@@ -576,6 +596,8 @@ void checkOutputs(const Options &o) {
 std::optional<Prepared> prepare(const Options &o) {
   if (o.threads)
     cpu::setNumThreads(o.threads);
+  backend = &deviceBackend(o.device.empty() ? defaultDevice() : o.device,
+                           localRank());
   checkOutputs(o);
   LoadedPlan plan = LoadedPlan::load(o.plan, Comm::world().size());
   if (o.printPlan) {

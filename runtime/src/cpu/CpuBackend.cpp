@@ -544,9 +544,17 @@ KernelTable makeKernels() {
 class CpuBackend final : public Backend {
 public:
   std::string_view name() const override { return "cpu"; }
+  bool hostVisible() const override { return true; }
   std::unique_ptr<Buffer> allocate(uint64_t bytes) override {
     return std::make_unique<HostBuffer>(bytes);
   }
+  void upload(std::byte *device, const void *host, uint64_t bytes) override {
+    std::memcpy(device, host, bytes);
+  }
+  void download(void *host, const std::byte *device, uint64_t bytes) override {
+    std::memcpy(host, device, bytes);
+  }
+  bool runsNatively(const plan::Step &) const override { return true; }
   void enqueue(const Dispatch &dispatch) override {
     kernels[size_t(dispatch.step.kind())](dispatch);
   }

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace tpc::runtime {
 
@@ -64,16 +66,52 @@ public:
 
   /// A short name for messages and reports ("cpu").
   virtual std::string_view name() const = 0;
+  /// Whether the host may read and write this backend's buffers through
+  /// Buffer::data() (CPU memory). When not, the executor moves parameters,
+  /// inputs and results with upload() and download() only.
+  virtual bool hostVisible() const = 0;
   /// `bytes` bytes of device memory (at least one byte is allocated).
   virtual std::unique_ptr<Buffer> allocate(uint64_t bytes) = 0;
-  /// Queues one step; steps run in the order they are queued.
+  /// Copies `bytes` bytes from the host to `device` after everything
+  /// queued; `host` may be reused once this returns.
+  virtual void upload(std::byte *device, const void *host, uint64_t bytes) = 0;
+  /// Waits for everything queued, then copies `bytes` bytes at `device` to
+  /// the host.
+  virtual void download(void *host, const std::byte *device,
+                        uint64_t bytes) = 0;
+  /// Whether this backend runs `step` itself. The executor runs any other
+  /// step staged: its operands downloaded, the CPU kernel on host copies,
+  /// its results uploaded (how several ranks share one GPU over MPI).
+  virtual bool runsNatively(const plan::Step &step) const = 0;
+  /// Queues one step it runs natively; steps run in the order they are
+  /// queued.
   virtual void enqueue(const Dispatch &dispatch) = 0;
   /// Waits until everything queued has run; rethrows a kernel's error.
   virtual void synchronize() = 0;
+  /// How steps that use the grid reach other ranks, for the progress line
+  /// ("host memory", "MPI staged through the host", "NCCL").
+  virtual std::string collectivePath() const;
 };
+
+/// The devices this build runs on, for --help: "cpu", "cuda" (when built
+/// with the CUDA toolkit) and "staged-cpu" (stagedTestBackend).
+std::vector<std::string> deviceNames();
+/// The backend of `--device NAME`, on GPU `ordinal` of the machine for
+/// cuda. Throws std::invalid_argument with a one-line reason: an unknown
+/// name, a build without CUDA, no usable GPU.
+Backend &deviceBackend(std::string_view name, int ordinal = 0);
+/// "cuda" when this build has it and a GPU is visible, else "cpu".
+std::string defaultDevice();
 
 /// The CPU backend: OpenBLAS GEMMs and our vectorised kernels on the kernel
 /// thread pool (cpu/Kernels.h). One instance serves the whole process.
 Backend &cpuBackend();
+
+/// The CPU kernels behind memory the host cannot address: a buffer's data()
+/// is an address that faults when dereferenced, and upload/download
+/// translate it. Steps that use the grid run staged, every other step on
+/// the CPU kernels. Checks, without a GPU, the discipline the CUDA backend
+/// relies on (nothing reads device memory but the backend). One instance.
+Backend &stagedTestBackend();
 
 } // namespace tpc::runtime

@@ -1,6 +1,7 @@
-// Runs a loaded plan's programs on the CPU: parameters and their optimizer
-// state live in a ParamStore shared by all programs; each ProgramRunner owns
-// its activation arena and inputs.
+// Runs a loaded plan's programs on a backend: parameters and their optimizer
+// state live in a ParamStore shared by all programs (on the host, with a copy
+// on the device when the backend's memory is not the host's); each
+// ProgramRunner owns its activation arena and inputs.
 #pragma once
 
 #include "tpc/runtime/Backend.h"
@@ -19,6 +20,7 @@
 namespace tpc::runtime {
 
 class GridComm;
+class StagedSteps;
 
 /// This rank's block of a parameter: per dim the offset and size, from the
 /// parameter's split axes and the rank's grid coordinates (all zeros: one
@@ -63,6 +65,12 @@ struct RelayoutCost {
 /// moments for each (zeros until a train step writes them): this rank's
 /// blocks, laid out by storedBlocks. A parameter with rebalance dims is
 /// allocated for its point's capacity.
+///
+/// Programs on a backend whose memory the host cannot address run on
+/// device copies (deviceData). The two sides stay coherent without their
+/// users' help: every accessor returns current host values (downloading
+/// after a device run wrote them), and a mutable access makes the host
+/// side the newer one, uploaded before the next device run.
 class ParamStore {
 public:
   enum class State { Value, ExpAvg, ExpAvgSq };
@@ -101,8 +109,12 @@ public:
   /// Changes with every relayout: runners recompute their shapes then.
   uint64_t layoutVersion() const { return version; }
 
-  std::vector<float> &operator[](size_t index) { return values[index]; }
+  std::vector<float> &operator[](size_t index) {
+    hostWillChange();
+    return values[index];
+  }
   const std::vector<float> &operator[](size_t index) const {
+    syncHost();
     return values[index];
   }
   std::vector<float> &expAvg(size_t index);
@@ -114,14 +126,40 @@ public:
   size_t size() const { return values.size(); }
   uint64_t bytes() const;
 
+  /// Parameter `index`'s `which` array on `backend` (not host-visible; one
+  /// backend per store), uploaded first if the host holds newer values.
+  std::byte *deviceData(Backend &backend, size_t index, State which);
+  /// A device run may have written parameters or moments: the host arrays
+  /// are refreshed before they are next read.
+  void markDeviceWritten();
+
 private:
   /// Storage for every parameter, zero, sized for this rank.
   static ParamStore allocate(const LoadedPlan &plan,
                              const std::vector<int64_t> &coords);
 
-  std::vector<std::vector<float>> values;
+  /// The host array without syncing (moments allocated on first use).
+  std::vector<float> &hostArray(size_t index, State which) const;
+  /// Downloads what a device run wrote, if the host is behind.
+  void syncHost() const;
+  /// Before the host arrays may be written: sync, then the device copies
+  /// are behind.
+  void hostWillChange();
+
+  /// Device copies of the arrays, per parameter and State.
+  struct DeviceCopies {
+    Backend *backend = nullptr;
+    std::vector<std::array<std::unique_ptr<Buffer>, 3>> buffers;
+    /// Whether each buffer holds the host array's values.
+    std::vector<std::array<bool, 3>> current;
+    /// Whether the host arrays hold the newest values.
+    bool hostCurrent = true;
+  };
+
+  mutable std::vector<std::vector<float>> values;
   // Allocated on first use: inference never pays for them.
   mutable std::vector<std::vector<float>> moments1, moments2;
+  std::unique_ptr<DeviceCopies> device;
   BlockAssignment assignment;
   std::vector<int64_t> coords_;
   uint64_t version = 0;
@@ -147,6 +185,7 @@ public:
   ProgramRunner(const LoadedPlan &plan, const std::string &name,
                 ParamStore &params, GridComm *comm = nullptr,
                 Backend &backend = cpuBackend());
+  ~ProgramRunner();
 
   bool hasInput(plan::InputKind kind) const;
   /// Sets tokens or targets from the whole [batch, seq] values (every rank
@@ -174,6 +213,8 @@ public:
   const std::vector<double> &pointComputeSeconds() const { return pointTime; }
 
   size_t numResults() const;
+  /// Host values (copied from the device after each run when the backend's
+  /// memory is not the host's).
   std::span<const float> result(size_t index) const;
   std::vector<int64_t> resultShape(size_t index) const;
 
@@ -183,7 +224,9 @@ public:
   uint64_t inputBytes() const;
 
 private:
-  float *floatData(uint32_t tensor);
+  /// Where `tensor` lives: host memory, or device memory when the backend
+  /// is not host-visible.
+  std::byte *storage(uint32_t tensor);
   std::span<const int64_t> shape(uint32_t tensor) const;
   int64_t elements(uint32_t tensor) const;
   /// The index of the input of `kind`; throws if the program has none.
@@ -212,6 +255,13 @@ private:
   Backend &backend;
   std::unique_ptr<Buffer> arena;
   std::vector<std::vector<uint64_t>> inputs; // 8-byte aligned bytes
+  /// The inputs' device copies, uploaded by every run, and the results'
+  /// host copies (when the backend is not host-visible).
+  std::vector<std::unique_ptr<Buffer>> deviceInputs;
+  mutable std::vector<std::vector<float>> resultCopies;
+  /// Whether a run writes parameters or moments (a train step).
+  bool writesParams = false;
+  std::unique_ptr<StagedSteps> staged;
   /// Per input: this rank's block of the whole input (the whole input when
   /// it is not split).
   std::vector<ParamBlock> inputBlocks;

@@ -71,6 +71,20 @@ public:
   const std::span<const TensorType> results;
 };
 
+/// How a kind's kernel uses the grid communicator (Dispatch::comm): a
+/// backend whose device cannot reach the other ranks runs such steps staged
+/// through the host (Backend::runsNatively).
+enum class GridUse : uint8_t {
+  None,          // purely local
+  WhenAxesNamed, // when the step names grid axes: vocabulary-parallel
+                 // embeddings and losses, feature-split norms
+  Always,        // collectives and ring steps
+};
+
+/// Ring shifts: a start's result is still being received when the start
+/// returns, and is complete at the wait step that names it as operand 0.
+enum class AsyncRole : uint8_t { None, Starts, Waits };
+
 struct OpInfo {
   plan::OpKind kind;
   uint8_t numOperands;
@@ -83,6 +97,8 @@ struct OpInfo {
   std::array<uint8_t, kMaxStepResults> updatedOperand;
   /// Checks shapes and attributes beyond arity and dtypes.
   void (*check)(const StepCheck &);
+  GridUse grid = GridUse::None;
+  AsyncRole async = AsyncRole::None;
 };
 
 /// The description of `kind`, or null if this runtime does not know it (a
@@ -91,5 +107,9 @@ const OpInfo *findOpInfo(plan::OpKind kind);
 
 /// Every kind this runtime executes, in enum order.
 std::span<const OpInfo> opTable();
+
+/// Whether `step` (of a kind the table knows) exchanges data with other
+/// ranks or reads its place in the grid.
+bool stepUsesGrid(const plan::Step &step);
 
 } // namespace tpc::runtime

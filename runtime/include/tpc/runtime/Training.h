@@ -22,7 +22,8 @@ struct TrainConfig {
   int64_t checkpointEvery = 0; // 0: only at the end if a directory is given
   std::string checkpointDir;
   std::string resume; // checkpoint directory (or its parent with `latest`)
-  GridComm *comm = nullptr; // the plan's grid, for collectives
+  GridComm *comm = nullptr;   // the plan's grid, for collectives
+  Backend *backend = nullptr; // where the step runs; null: the CPU
   /// Straggler emulation, detection and the policy (Rebalancer.h).
   RebalanceOptions rebalance;
 };

@@ -1,0 +1,54 @@
+#include "tpc/runtime/Backend.h"
+
+#ifdef TPC_HAVE_CUDA
+#include "cuda/CudaBackend.h"
+#endif
+
+#include <stdexcept>
+
+namespace tpc::runtime {
+
+std::string Backend::collectivePath() const {
+  return hostVisible() ? "MPI on host memory" : "MPI staged through the host";
+}
+
+std::vector<std::string> deviceNames() {
+#ifdef TPC_HAVE_CUDA
+  return {"cpu", "cuda", "staged-cpu"};
+#else
+  return {"cpu", "staged-cpu"};
+#endif
+}
+
+Backend &deviceBackend(std::string_view name, int ordinal) {
+  if (name == "cpu")
+    return cpuBackend();
+  if (name == "staged-cpu")
+    return stagedTestBackend();
+  if (name == "cuda") {
+#ifdef TPC_HAVE_CUDA
+    if (std::string why = cudaUnavailable(); !why.empty())
+      throw std::invalid_argument("--device cuda: " + why);
+    return cudaBackend(ordinal);
+#else
+    (void)ordinal;
+    throw std::invalid_argument("--device cuda: this tp-run was built without "
+                                "the CUDA toolkit");
+#endif
+  }
+  std::string known;
+  for (const std::string &device : deviceNames())
+    known += (known.empty() ? "" : ", ") + device;
+  throw std::invalid_argument("--device: unknown device '" + std::string(name) +
+                              "' (this build has " + known + ")");
+}
+
+std::string defaultDevice() {
+#ifdef TPC_HAVE_CUDA
+  if (cudaUnavailable().empty())
+    return "cuda";
+#endif
+  return "cpu";
+}
+
+} // namespace tpc::runtime

@@ -1,0 +1,83 @@
+// A test device for the host/device discipline (Backend.h): CPU memory the
+// host may not address directly.
+
+#include "tpc/runtime/Backend.h"
+
+#include "tpc/runtime/OpTable.h"
+
+#include <array>
+#include <cstring>
+
+namespace tpc::runtime {
+
+namespace {
+
+// Added to every address handed out: the result is non-canonical on x86-64,
+// so any dereference by the host faults at once.
+constexpr uintptr_t kDeviceOffset = uintptr_t(1) << 62;
+
+std::byte *toDevice(std::byte *host) {
+  return reinterpret_cast<std::byte *>(reinterpret_cast<uintptr_t>(host) +
+                                       kDeviceOffset);
+}
+std::byte *toHost(const std::byte *device) {
+  return reinterpret_cast<std::byte *>(reinterpret_cast<uintptr_t>(device) -
+                                       kDeviceOffset);
+}
+
+class FaultingBuffer final : public Buffer {
+public:
+  explicit FaultingBuffer(uint64_t bytes)
+      : memory(cpuBackend().allocate(bytes)) {}
+  std::byte *data() override { return toDevice(memory->data()); }
+  uint64_t size() const override { return memory->size(); }
+
+private:
+  std::unique_ptr<Buffer> memory;
+};
+
+class StagedTestBackend final : public Backend {
+public:
+  std::string_view name() const override { return "staged-cpu"; }
+  bool hostVisible() const override { return false; }
+  std::unique_ptr<Buffer> allocate(uint64_t bytes) override {
+    return std::make_unique<FaultingBuffer>(bytes);
+  }
+  void upload(std::byte *device, const void *host, uint64_t bytes) override {
+    std::memcpy(toHost(device), host, bytes);
+  }
+  void download(void *host, const std::byte *device, uint64_t bytes) override {
+    std::memcpy(host, toHost(device), bytes);
+  }
+  // As a GPU without a path to the other ranks: what uses the grid goes
+  // through the host.
+  bool runsNatively(const plan::Step &step) const override {
+    return !stepUsesGrid(step);
+  }
+  void enqueue(const Dispatch &d) override {
+    std::array<TensorBinding, kMaxStepOperands> operands;
+    std::array<TensorBinding, kMaxStepResults> results;
+    auto translate = [](const TensorBinding &t) {
+      return TensorBinding{t.data ? toHost(t.data) : nullptr, t.shape,
+                           t.elements};
+    };
+    for (size_t i = 0; i < d.operands.size(); ++i)
+      operands[i] = translate(d.operands[i]);
+    for (size_t i = 0; i < d.results.size(); ++i)
+      results[i] = translate(d.results[i]);
+    cpuBackend().enqueue({d.step,
+                          {operands.data(), d.operands.size()},
+                          {results.data(), d.results.size()},
+                          d.comm});
+  }
+  void synchronize() override { cpuBackend().synchronize(); }
+};
+
+} // namespace
+
+Backend &stagedTestBackend() {
+  static StagedTestBackend backend;
+  return backend;
+}
+
+} // namespace tpc::runtime
