@@ -11,7 +11,10 @@ build=${BUILD_DIR:-$root/build}
 
 extra=()
 if [ "${SANITIZE:-0}" = 1 ]; then
-  extra=(-DTPC_SANITIZE=ON -DTPC_FUZZ=ON)
+  # No CUDA backend here: the sanitizers cover the host code the CPU tests
+  # run, and the GPU code is built (and its CPU side tested) by the main
+  # build.
+  extra=(-DTPC_SANITIZE=ON -DTPC_FUZZ=ON -DTPC_CUDA=OFF)
 fi
 if [ ! -f "$build/build.ninja" ]; then
   cmake -G Ninja -S "$root" -B "$build" "${extra[@]}" \

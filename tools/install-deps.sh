@@ -8,6 +8,8 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22 lld-22 libzstd-dev
   # ASan, UBSan and libFuzzer runtimes for the sanitizer build (test/fuzz).
   libclang-rt-22-dev
+  # The host compiler nvcc accepts, for the CUDA backend when the toolkit is present.
+  g++-12
   # Build system and unit tests.
   cmake ninja-build libgtest-dev googletest clang-format
   # Runtime: MPI, plan files, BLAS.

@@ -7,7 +7,7 @@
 #  1. one rank: 4 AdamW steps, then a checkpoint resumed for 2 more; the
 #     forward logits of one batch (--dump: results read back from the device);
 #  2. 1D on 2 ranks with sequence parallelism, ring collective matmuls and
-#     rebalance points split by --rank-speeds; and a rank emulated 4x slow
+#     rebalance points split by --rank-speeds; and a rank emulated 10x slow
 #     whose blocks migrate mid-run (parameters and moments through the host
 #     and back), within the 1D test's tolerances of the CPU run;
 #  3. 2D 2x2 (all-to-alls, ring shifts in flight across steps) and 3D 2x2x2
@@ -80,7 +80,7 @@ both 2 1d --steps 6 --rank-speeds 1,0.4
 # triggers it differs from run to run, and another split sums in another
 # order, so this run matches the CPU's within the 1D test's tolerances.
 train 2 "$work/1d.tpplan" "$work/1d-migrated" --device staged-cpu --steps 6 \
-  --rebalance migrate --slow 1:4:2 --rebalance-window 1 --rebalance-patience 1 \
+  --rebalance migrate --slow 1:10:2 --rebalance-window 1 --rebalance-patience 1 \
   --export "$work/1d-migrated"
 $check decisions "$work/1d-migrated.json" --slow-rank 1 --first migrate
 $check losses "$work/1d-cpu.json" "$work/1d-migrated.json"

@@ -1,0 +1,452 @@
+#include "CudaBackend.h"
+
+#include "Kernels.h"
+
+#include "tpc/runtime/OpTable.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tpc::runtime {
+
+using plan::OpKind;
+
+namespace {
+
+void check(cudaError_t error, const char *what) {
+  if (error != cudaSuccess)
+    throw std::runtime_error(std::string("cuda: ") + what + ": " +
+                             cudaGetErrorString(error));
+}
+
+void check(cublasStatus_t status, const char *what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cublas: ") + what + ": " +
+                             cublasGetStatusString(status));
+}
+
+class DeviceBuffer final : public Buffer {
+public:
+  explicit DeviceBuffer(uint64_t bytes) : bytes(bytes) {
+    void *memory = nullptr;
+    // cudaMalloc aligns to 256 bytes.
+    check(cudaMalloc(&memory, std::max<uint64_t>(bytes, 1)),
+          ("allocating " + std::to_string(bytes) + " bytes").c_str());
+    this->memory = static_cast<std::byte *>(memory);
+  }
+  ~DeviceBuffer() override { cudaFree(memory); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+
+  std::byte *data() override { return memory; }
+  uint64_t size() const override { return bytes; }
+
+private:
+  uint64_t bytes;
+  std::byte *memory = nullptr;
+};
+
+class CudaBackend;
+using CudaKernel = void (*)(CudaBackend &, const Dispatch &);
+
+class CudaBackend final : public Backend {
+public:
+  explicit CudaBackend(int ordinal);
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  bool hostVisible() const override { return false; }
+  std::unique_ptr<Buffer> allocate(uint64_t bytes) override {
+    return std::make_unique<DeviceBuffer>(bytes);
+  }
+  void upload(std::byte *device, const void *host, uint64_t bytes) override {
+    if (bytes == 0)
+      return;
+    check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream),
+          "upload");
+    // The caller may reuse `host` once this returns.
+    check(cudaStreamSynchronize(stream), "upload");
+  }
+  void download(void *host, const std::byte *device, uint64_t bytes) override {
+    if (bytes == 0)
+      return;
+    check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream),
+          "download");
+    check(cudaStreamSynchronize(stream), "download");
+  }
+  bool runsNatively(const plan::Step &step) const override {
+    return !stepUsesGrid(step);
+  }
+  void enqueue(const Dispatch &dispatch) override {
+    kernels[size_t(dispatch.step.kind())](*this, dispatch);
+    check(cudaGetLastError(), opKindName(dispatch.step.kind()));
+  }
+  void synchronize() override {
+    check(cudaStreamSynchronize(stream), "synchronize");
+  }
+
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  /// Device workspace of at least `bytes` (kernels' per-row statistics and
+  /// partial sums); grows to the largest request, then stays.
+  void *scratch(uint64_t bytes) {
+    if (!workspace || workspace->size() < bytes) {
+      synchronize(); // a queued kernel may still use the old one
+      workspace = std::make_unique<DeviceBuffer>(bytes);
+    }
+    return workspace->data();
+  }
+
+private:
+  std::array<CudaKernel, size_t(OpKind::MAX) + 1> kernels{};
+  std::unique_ptr<DeviceBuffer> workspace;
+};
+
+//===----------------------------------------------------------------------===//
+// Kernels: each unpacks a dispatch as the CPU backend's does
+//===----------------------------------------------------------------------===//
+
+float *f32(const TensorBinding &t) { return reinterpret_cast<float *>(t.data); }
+const int32_t *i32(const TensorBinding &t) {
+  return reinterpret_cast<const int32_t *>(t.data);
+}
+const int64_t *i64(const TensorBinding &t) {
+  return reinterpret_cast<const int64_t *>(t.data);
+}
+int64_t rowsOf(const TensorBinding &t) {
+  return t.shape.empty() || t.shape.back() == 0 ? 0
+                                                : t.elements / t.shape.back();
+}
+
+std::vector<int64_t> stridesOf(std::span<const int64_t> shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * shape[d];
+  return strides;
+}
+
+cuda::Indexing indexing(std::span<const int64_t> shape) {
+  if (shape.size() > size_t(cuda::kMaxDims))
+    throw std::runtime_error("cuda: a tensor of rank " +
+                             std::to_string(shape.size()) + " (at most " +
+                             std::to_string(cuda::kMaxDims) + ")");
+  cuda::Indexing index;
+  index.rank = int(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d)
+    index.size[d] = shape[d];
+  return index;
+}
+
+void matmul(CudaBackend &b, const Dispatch &d) {
+  // Row-major C[M,N] = alpha op(A) op(B) is column-major C^T = op(B)^T
+  // op(A)^T: cuBLAS multiplies B by A.
+  const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
+                      &out = d.results[0];
+  const bool tl = d.step.transpose_lhs(), tr = d.step.transpose_rhs();
+  const int64_t m = out.shape[0], n = out.shape[1];
+  const int64_t k = tl ? lhs.shape[0] : lhs.shape[1];
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0)
+    return cuda::fill(0.0f, f32(out), out.elements, b.stream);
+  const float alpha = static_cast<float>(d.step.alpha()), beta = 0.0f;
+  check(cublasSgemm(b.blas, tr ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    tl ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k),
+                    &alpha, f32(rhs), int(tr ? k : n), f32(lhs),
+                    int(tl ? m : k), &beta, f32(out), int(n)),
+        "sgemm");
+}
+
+template <cuda::Binary kKind> void binary(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
+                      &out = d.results[0];
+  cuda::Indexing index = indexing(out.shape);
+  const size_t rank = out.shape.size();
+  auto align = [&](std::span<const int64_t> shape, int64_t *strides) {
+    std::vector<int64_t> own = stridesOf(shape);
+    for (size_t i = 0; i < shape.size(); ++i)
+      strides[rank - shape.size() + i] = shape[i] == 1 ? 0 : own[i];
+  };
+  align(lhs.shape, index.stride);
+  align(rhs.shape, index.stride2);
+  cuda::binary(kKind, f32(lhs), f32(rhs), f32(out), out.elements, index,
+               b.stream);
+}
+
+void scale(CudaBackend &b, const Dispatch &d) {
+  cuda::scale(f32(d.operands[0]), static_cast<float>(d.step.factor()),
+              f32(d.results[0]), d.results[0].elements, b.stream);
+}
+void gelu(CudaBackend &b, const Dispatch &d) {
+  cuda::gelu(f32(d.operands[0]), f32(d.results[0]), d.results[0].elements,
+             b.stream);
+}
+void silu(CudaBackend &b, const Dispatch &d) {
+  cuda::silu(f32(d.operands[0]), f32(d.results[0]), d.results[0].elements,
+             b.stream);
+}
+void geluGrad(CudaBackend &b, const Dispatch &d) {
+  cuda::geluGrad(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
+                 d.results[0].elements, b.stream);
+}
+void siluGrad(CudaBackend &b, const Dispatch &d) {
+  cuda::siluGrad(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
+                 d.results[0].elements, b.stream);
+}
+void constant(CudaBackend &b, const Dispatch &d) {
+  cuda::fill(static_cast<float>(d.step.value()), f32(d.results[0]),
+             d.results[0].elements, b.stream);
+}
+
+void copyIfMoved(CudaBackend &b, const TensorBinding &operand,
+                 const TensorBinding &result) {
+  if (result.data != operand.data && result.elements > 0)
+    check(cudaMemcpyAsync(result.data, operand.data,
+                          size_t(result.elements) * sizeof(float),
+                          cudaMemcpyDeviceToDevice, b.stream),
+          "copy");
+}
+void reshape(CudaBackend &b, const Dispatch &d) {
+  copyIfMoved(b, d.operands[0], d.results[0]);
+}
+
+void transpose(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  std::vector<int64_t> inStrides = stridesOf(in.shape);
+  cuda::Indexing index = indexing(out.shape);
+  std::span<const int64_t> perm = d.ints();
+  for (size_t i = 0; i < perm.size(); ++i)
+    index.stride[i] = inStrides[size_t(perm[i])];
+  cuda::gather(f32(in), 0, f32(out), out.elements, index, b.stream);
+}
+
+void slice(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  std::vector<int64_t> inStrides = stridesOf(in.shape);
+  cuda::Indexing index = indexing(out.shape);
+  int64_t base = 0;
+  for (size_t i = 0; i < inStrides.size(); ++i) {
+    index.stride[i] = inStrides[i];
+    base += d.ints()[i] * inStrides[i];
+  }
+  cuda::gather(f32(in), base, f32(out), out.elements, index, b.stream);
+}
+
+void pad(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  cuda::fill(0.0f, f32(out), out.elements, b.stream);
+  std::vector<int64_t> outStrides = stridesOf(out.shape);
+  cuda::Indexing index = indexing(in.shape);
+  int64_t base = 0;
+  for (size_t i = 0; i < outStrides.size(); ++i) {
+    index.stride[i] = outStrides[i];
+    base += d.ints()[i] * outStrides[i];
+  }
+  cuda::scatter(f32(in), f32(out), base, in.elements, index, b.stream);
+}
+
+template <bool kMean> void reduce(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  std::vector<int64_t> strides = stridesOf(in.shape);
+  std::vector<int64_t> kept, keptStrides, reduced, reducedStrides;
+  std::span<const int64_t> dims = d.ints();
+  for (size_t i = 0; i < in.shape.size(); ++i) {
+    const bool isReduced =
+        std::find(dims.begin(), dims.end(), int64_t(i)) != dims.end();
+    (isReduced ? reduced : kept).push_back(in.shape[i]);
+    (isReduced ? reducedStrides : keptStrides).push_back(strides[i]);
+  }
+  cuda::Indexing index = indexing(kept), inner = indexing(reduced);
+  std::copy(keptStrides.begin(), keptStrides.end(), index.stride);
+  std::copy(reducedStrides.begin(), reducedStrides.end(), inner.stride);
+  cuda::reduce(f32(in), f32(out), out.elements, index, inner, kMean, b.stream);
+}
+
+void softmax(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cuda::softmax(f32(d.operands[0]), f32(out), rowsOf(out), out.shape.back(),
+                d.step.causal(), b.stream);
+}
+void softmaxGrad(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cuda::softmaxGrad(f32(d.operands[0]), f32(d.operands[1]), f32(out),
+                    rowsOf(out), out.shape.back(), b.stream);
+}
+
+void layerNorm(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cuda::norm(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
+             f32(out), rowsOf(out), out.shape.back(),
+             static_cast<float>(d.step.epsilon()), b.stream);
+}
+void rmsNorm(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cuda::norm(f32(d.operands[0]), f32(d.operands[1]), nullptr, f32(out),
+             rowsOf(out), out.shape.back(),
+             static_cast<float>(d.step.epsilon()), b.stream);
+}
+template <bool kLayer> void normGrad(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  const int64_t rows = rowsOf(out);
+  auto *stats = static_cast<float *>(
+      b.scratch(uint64_t(std::max<int64_t>(rows, 1)) * 2 * sizeof(float)));
+  cuda::normGrad(
+      f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]), f32(out),
+      f32(d.results[1]), kLayer ? f32(d.results[2]) : nullptr, stats, rows,
+      out.shape.back(), static_cast<float>(d.step.epsilon()), b.stream);
+}
+
+void rotary(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  int64_t dim = out.shape.back(), seq = out.shape[out.shape.size() - 2];
+  int64_t outer = seq * dim ? out.elements / (seq * dim) : 0;
+  cuda::rotary(f32(d.operands[0]), f32(out), outer, seq, dim, d.step.theta(),
+               d.step.inverse(), b.stream);
+}
+
+void embedding(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &table = d.operands[0], &ids = d.operands[1];
+  cuda::embedding(f32(table), table.shape[0], table.shape[1], i32(ids),
+                  ids.elements, f32(d.results[0]), b.stream);
+}
+void embeddingGrad(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &table = d.results[0], &ids = d.operands[1];
+  cuda::embeddingGrad(f32(d.operands[0]), i32(ids), ids.elements,
+                      table.shape[0], table.shape[1], f32(table), b.stream);
+}
+
+void crossEntropy(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &logits = d.operands[0];
+  const int64_t vocab = logits.shape.back();
+  const int64_t tokens = vocab ? logits.elements / vocab : 0;
+  auto *rows = static_cast<double *>(
+      b.scratch(uint64_t(std::max<int64_t>(tokens, 1)) * sizeof(double)));
+  cuda::crossEntropy(f32(logits), i32(d.operands[1]), tokens, vocab, rows,
+                     f32(d.results[0]), b.stream);
+}
+void crossEntropyGrad(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cuda::crossEntropyGrad(f32(d.operands[0]), i32(d.operands[1]),
+                         f32(d.operands[2]), rowsOf(out), out.shape.back(),
+                         f32(out), b.stream);
+}
+
+void normSquared(CudaBackend &b, const Dispatch &d) {
+  auto *partial =
+      static_cast<double *>(b.scratch(cuda::kNormPartials * sizeof(double)));
+  cuda::normSquared(f32(d.operands[0]), d.operands[0].elements, partial,
+                    f32(d.results[0]), b.stream);
+}
+void lrSchedule(CudaBackend &b, const Dispatch &d) {
+  cuda::learningRate(i64(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
+                     b.stream);
+}
+void clipScale(CudaBackend &b, const Dispatch &d) {
+  cuda::clipScale(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
+                  b.stream);
+}
+void adamw(CudaBackend &b, const Dispatch &d) {
+  const auto &in = d.operands;
+  const plan::Step &s = d.step;
+  cuda::adamw(f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]), f32(in[4]),
+              i64(in[5]), f32(in[6]), s.beta1(), s.beta2(), s.epsilon(),
+              s.weight_decay(), f32(d.results[0]), f32(d.results[1]),
+              f32(d.results[2]), d.results[0].elements, b.stream);
+}
+
+/// Steps that use the grid are staged (runsNatively): never enqueued.
+void stagedOnly(CudaBackend &, const Dispatch &d) {
+  throw std::logic_error(std::string("cuda: ") + opKindName(d.step.kind()) +
+                         " runs staged, not on the device");
+}
+
+CudaBackend::CudaBackend(int ordinal) {
+  check(cudaSetDevice(ordinal), "selecting the GPU");
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+        "creating a stream");
+  check(cublasCreate(&blas), "creating a handle");
+  check(cublasSetStream(blas, stream), "setting the stream");
+  // Plain f32 products, as the CPU computes them.
+  check(cublasSetMathMode(blas, CUBLAS_PEDANTIC_MATH), "setting the math mode");
+  auto set = [&](OpKind kind, CudaKernel kernel) {
+    kernels[size_t(kind)] = kernel;
+  };
+  for (const OpInfo &info : opTable())
+    set(info.kind, stagedOnly);
+  set(OpKind::Embedding, embedding);
+  set(OpKind::EmbeddingGrad, embeddingGrad);
+  set(OpKind::Matmul, matmul);
+  set(OpKind::Add, binary<cuda::Binary::Add>);
+  set(OpKind::Sub, binary<cuda::Binary::Sub>);
+  set(OpKind::Mul, binary<cuda::Binary::Mul>);
+  set(OpKind::Div, binary<cuda::Binary::Div>);
+  set(OpKind::Scale, scale);
+  set(OpKind::Gelu, gelu);
+  set(OpKind::Silu, silu);
+  set(OpKind::GeluGrad, geluGrad);
+  set(OpKind::SiluGrad, siluGrad);
+  set(OpKind::LayerNorm, layerNorm);
+  set(OpKind::LayerNormGrad, normGrad<true>);
+  set(OpKind::RmsNorm, rmsNorm);
+  set(OpKind::RmsNormGrad, normGrad<false>);
+  set(OpKind::Softmax, softmax);
+  set(OpKind::SoftmaxGrad, softmaxGrad);
+  set(OpKind::Rotary, rotary);
+  set(OpKind::Reshape, reshape);
+  set(OpKind::Transpose, transpose);
+  set(OpKind::Slice, slice);
+  set(OpKind::ReduceSum, reduce<false>);
+  set(OpKind::ReduceMean, reduce<true>);
+  set(OpKind::CrossEntropy, crossEntropy);
+  set(OpKind::CrossEntropyGrad, crossEntropyGrad);
+  set(OpKind::AdamW, adamw);
+  set(OpKind::Constant, constant);
+  set(OpKind::Pad, pad);
+  set(OpKind::NormSquared, normSquared);
+  set(OpKind::LrSchedule, lrSchedule);
+  set(OpKind::ClipScale, clipScale);
+  // Every kind that does not use the grid has a device kernel.
+  for (const OpInfo &info : opTable())
+    if (info.grid != GridUse::Always &&
+        kernels[size_t(info.kind)] == stagedOnly)
+      throw std::logic_error(
+          std::string("the cuda backend has no kernel for ") +
+          opKindName(info.kind));
+}
+
+CudaBackend::~CudaBackend() {
+  workspace.reset();
+  if (blas)
+    cublasDestroy(blas);
+  if (stream)
+    cudaStreamDestroy(stream);
+}
+
+} // namespace
+
+std::string cudaUnavailable() {
+  int count = 0;
+  if (cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess)
+    return std::string("no usable GPU: ") + cudaGetErrorString(error);
+  if (count == 0)
+    return "no usable GPU: no CUDA device is visible";
+  return {};
+}
+
+Backend &cudaBackend(int ordinal) {
+  static std::unique_ptr<CudaBackend> backend;
+  if (!backend) {
+    int count = 0;
+    check(cudaGetDeviceCount(&count), "counting GPUs");
+    backend = std::make_unique<CudaBackend>(count ? ordinal % count : 0);
+  }
+  return *backend;
+}
+
+} // namespace tpc::runtime

@@ -1,0 +1,96 @@
+// The CUDA backend's own kernels (Kernels.cu), one launcher per kernel. Each
+// has the semantics of the CPU kernel of the same name (cpu/Kernels.h): the
+// CPU backend is their reference (test/runtime/KernelParityTest.cpp). Every
+// launcher queues work on `stream` and returns; pointers are device memory.
+// Reductions run in a fixed order, so a step is reproducible on one GPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tpc::runtime::cuda {
+
+/// Up to this many dims per tensor (the plans use at most 5).
+inline constexpr int kMaxDims = 8;
+
+/// A shape, and per dim a stride into another tensor (0: broadcast).
+struct Indexing {
+  int rank = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[kMaxDims] = {};
+  int64_t stride2[kMaxDims] = {};
+};
+
+enum class Binary : int { Add, Sub, Mul, Div };
+/// out[i] = lhs[a(i)] op rhs[b(i)]: `index.size` is out's shape, `stride`
+/// lhs's and `stride2` rhs's strides (0 on broadcast dims).
+void binary(Binary kind, const float *lhs, const float *rhs, float *out,
+            int64_t count, const Indexing &index, cudaStream_t stream);
+void scale(const float *in, float factor, float *out, int64_t count,
+           cudaStream_t stream);
+void fill(float value, float *out, int64_t count, cudaStream_t stream);
+void gelu(const float *in, float *out, int64_t count, cudaStream_t stream);
+void silu(const float *in, float *out, int64_t count, cudaStream_t stream);
+void geluGrad(const float *resultGrad, const float *input, float *out,
+              int64_t count, cudaStream_t stream);
+void siluGrad(const float *resultGrad, const float *input, float *out,
+              int64_t count, cudaStream_t stream);
+
+/// out[i] = in[j(i)]: `index.size` is out's shape, `stride` in's stride of
+/// each out dim (a permutation or a slice), plus `base`.
+void gather(const float *in, int64_t base, float *out, int64_t count,
+            const Indexing &index, cudaStream_t stream);
+/// out[j(i)] = in[i] over in's elements (a pad's interior); the rest of out
+/// is left as it is. `index.size` is in's shape, `stride` out's strides.
+void scatter(const float *in, float *out, int64_t base, int64_t count,
+             const Indexing &index, cudaStream_t stream);
+/// Sum (or mean) of `reduced` elements per output element: `index.size` and
+/// `stride` walk the kept dims (out's shape), `inner` the reduced ones.
+void reduce(const float *in, float *out, int64_t count, const Indexing &index,
+            const Indexing &inner, bool mean, cudaStream_t stream);
+
+void softmax(const float *x, float *y, int64_t rows, int64_t cols, bool causal,
+             cudaStream_t stream);
+void softmaxGrad(const float *resultGrad, const float *result, float *out,
+                 int64_t rows, int64_t cols, cudaStream_t stream);
+/// `beta` null: RMS norm.
+void norm(const float *x, const float *gamma, const float *beta, float *y,
+          int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
+/// `betaGrad` null: RMS norm. `rowStats` holds 2 floats per row.
+void normGrad(const float *resultGrad, const float *input, const float *gamma,
+              float *inputGrad, float *gammaGrad, float *betaGrad,
+              float *rowStats, int64_t rows, int64_t cols, float epsilon,
+              cudaStream_t stream);
+void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
+            double theta, bool inverse, cudaStream_t stream);
+
+void embedding(const float *table, int64_t vocab, int64_t hidden,
+               const int32_t *ids, int64_t tokens, float *out,
+               cudaStream_t stream);
+void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
+                   int64_t vocab, int64_t hidden, float *tableGrad,
+                   cudaStream_t stream);
+/// The mean loss into *out; `rowLoss` holds one double per token.
+void crossEntropy(const float *logits, const int32_t *targets, int64_t tokens,
+                  int64_t vocab, double *rowLoss, float *out,
+                  cudaStream_t stream);
+void crossEntropyGrad(const float *logits, const int32_t *targets,
+                      const float *lossGrad, int64_t tokens, int64_t vocab,
+                      float *out, cudaStream_t stream);
+/// Sum of squares into *out; `partial` holds kNormPartials doubles.
+inline constexpr int kNormPartials = 256;
+void normSquared(const float *in, int64_t count, double *partial, float *out,
+                 cudaStream_t stream);
+/// hyper = [peak, min_lr, warmup, decay_steps, max_grad_norm].
+void learningRate(const int64_t *step, const float *hyper, float *out,
+                  cudaStream_t stream);
+void clipScale(const float *sumSquares, const float *hyper, float *out,
+               cudaStream_t stream);
+void adamw(const float *param, const float *grad, const float *expAvg,
+           const float *expAvgSq, const float *lr, const int64_t *step,
+           const float *gradScale, double beta1, double beta2, double epsilon,
+           double weightDecay, float *newParam, float *newExpAvg,
+           float *newExpAvgSq, int64_t count, cudaStream_t stream);
+
+} // namespace tpc::runtime::cuda

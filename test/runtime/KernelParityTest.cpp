@@ -1,0 +1,398 @@
+// Every device kernel against the CPU backend's, one step at a time through
+// the Backend interface: operands uploaded, the step enqueued, results read
+// back. staged-cpu runs the CPU kernels behind device-style memory, so it
+// must match exactly (which checks the harness itself); cuda must match
+// within each case's tolerance, and skips with the reason when no GPU is
+// usable. Shapes are small and odd so that indexing mistakes show.
+#include "tpc/runtime/Backend.h"
+#include "tpc/runtime/OpTable.h"
+#include "tpc/runtime/Plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace tpc::runtime;
+namespace fb = tpc::plan;
+
+namespace {
+
+/// How an operand is filled.
+enum class Fill { Normal, Positive, Ids, Step, Hyper };
+
+struct Operand {
+  std::vector<int64_t> shape;
+  Fill fill = Fill::Normal;
+  int64_t idBound = 0; // Ids: values in [0, idBound)
+};
+
+struct Attributes {
+  bool transposeLhs = false, transposeRhs = false, causal = false,
+       inverse = false;
+  double epsilon = 0, factor = 0, theta = 0, alpha = 1, value = 0;
+  double beta1 = 0, beta2 = 0, weightDecay = 0;
+  std::vector<int64_t> ints;
+};
+
+struct KernelCase {
+  std::string name;
+  fb::OpKind kind;
+  std::vector<Operand> operands;
+  std::vector<std::vector<int64_t>> results;
+  Attributes attributes;
+  /// Largest |device - cpu| / (1 + |cpu|) allowed on a GPU (f32).
+  float tolerance = 1e-5f;
+};
+
+std::ostream &operator<<(std::ostream &os, const KernelCase &c) {
+  return os << c.name;
+}
+
+/// A standalone step of `c`'s kind and attributes (operand and result ids
+/// are placeholders: the dispatch binds tensors directly).
+std::vector<uint8_t> buildStep(const KernelCase &c) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<uint32_t> operandIds(c.operands.size()),
+      resultIds(c.results.size());
+  auto operands = b.CreateVector(operandIds);
+  auto results = b.CreateVector(resultIds);
+  auto ints = c.attributes.ints.empty() ? 0 : b.CreateVector(c.attributes.ints);
+  const Attributes &a = c.attributes;
+  fb::StepBuilder step(b);
+  step.add_kind(c.kind);
+  step.add_operands(operands);
+  step.add_results(results);
+  step.add_transpose_lhs(a.transposeLhs);
+  step.add_transpose_rhs(a.transposeRhs);
+  step.add_causal(a.causal);
+  step.add_inverse(a.inverse);
+  step.add_epsilon(a.epsilon);
+  step.add_factor(a.factor);
+  step.add_theta(a.theta);
+  step.add_beta1(a.beta1);
+  step.add_beta2(a.beta2);
+  step.add_weight_decay(a.weightDecay);
+  step.add_alpha(a.alpha);
+  step.add_value(a.value);
+  if (!a.ints.empty())
+    step.add_ints(ints);
+  b.Finish(step.Finish());
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
+int64_t count(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+/// Each operand's bytes, filled deterministically.
+std::vector<std::vector<uint8_t>> operandValues(const KernelCase &c) {
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<uint8_t>> values;
+  for (const Operand &operand : c.operands) {
+    const int64_t n = count(operand.shape);
+    std::vector<uint8_t> bytes;
+    auto put = [&](const auto &array) {
+      bytes.resize(sizeof(array[0]) * array.size());
+      std::memcpy(bytes.data(), array.data(), bytes.size());
+    };
+    switch (operand.fill) {
+    case Fill::Normal:
+    case Fill::Positive: {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float &x : v)
+        x = operand.fill == Fill::Normal ? normal(random)
+                                         : 0.5f + std::abs(normal(random));
+      put(v);
+      break;
+    }
+    case Fill::Ids: {
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      for (int32_t &x : v)
+        x = int32_t(random() % uint32_t(operand.idBound));
+      put(v);
+      break;
+    }
+    case Fill::Step:
+      put(std::vector<int64_t>{7});
+      break;
+    case Fill::Hyper: // peak, min lr, warmup, decay steps, max norm
+      put(std::vector<float>{1e-3f, 1e-4f, 5.0f, 20.0f, 1.0f});
+      break;
+    }
+    values.push_back(std::move(bytes));
+  }
+  return values;
+}
+
+/// Runs the case on `backend` and returns its results. AdamW's results
+/// update operands 0, 2 and 3 in place, as the plans bind them.
+std::vector<std::vector<float>> runOn(Backend &backend, const KernelCase &c) {
+  const std::vector<uint8_t> stepBytes = buildStep(c);
+  const fb::Step &step = *flatbuffers::GetRoot<fb::Step>(stepBytes.data());
+  const OpInfo &info = *findOpInfo(c.kind);
+  std::vector<std::vector<uint8_t>> values = operandValues(c);
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<TensorBinding> operands, results;
+  for (size_t i = 0; i < c.operands.size(); ++i) {
+    buffers.push_back(backend.allocate(values[i].size()));
+    backend.upload(buffers.back()->data(), values[i].data(), values[i].size());
+    operands.push_back({buffers.back()->data(), c.operands[i].shape,
+                        count(c.operands[i].shape)});
+  }
+  for (size_t r = 0; r < c.results.size(); ++r) {
+    const int64_t n = count(c.results[r]);
+    if (info.placement == ResultPlacement::UpdateInPlace) {
+      results.push_back(
+          {operands[info.updatedOperand[r]].data, c.results[r], n});
+      continue;
+    }
+    // NaNs where a kernel writes nothing show up in the comparison.
+    std::vector<float> poison(size_t(n),
+                              std::numeric_limits<float>::quiet_NaN());
+    buffers.push_back(backend.allocate(poison.size() * sizeof(float)));
+    backend.upload(buffers.back()->data(), poison.data(),
+                   poison.size() * sizeof(float));
+    results.push_back({buffers.back()->data(), c.results[r], n});
+  }
+  EXPECT_TRUE(backend.runsNatively(step)) << backend.name();
+  backend.enqueue({step, operands, results, nullptr});
+  backend.synchronize();
+  std::vector<std::vector<float>> out;
+  for (const TensorBinding &result : results) {
+    out.emplace_back(size_t(result.elements));
+    backend.download(out.back().data(), result.data,
+                     out.back().size() * sizeof(float));
+  }
+  return out;
+}
+
+void expectParity(Backend &device, const KernelCase &c, float tolerance) {
+  std::vector<std::vector<float>> want = runOn(cpuBackend(), c);
+  std::vector<std::vector<float>> got = runOn(device, c);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < want.size(); ++r)
+    for (size_t i = 0; i < want[r].size(); ++i) {
+      const float error =
+          std::abs(got[r][i] - want[r][i]) / (1.0f + std::abs(want[r][i]));
+      ASSERT_TRUE(error <= tolerance)
+          << device.name() << " result " << r << "[" << i << "] = " << got[r][i]
+          << ", the CPU's " << want[r][i];
+    }
+}
+
+using fb::OpKind;
+const std::vector<KernelCase> &cases() {
+  static const std::vector<KernelCase> all = [] {
+    Attributes none;
+    auto with = [](auto set) {
+      Attributes a;
+      set(a);
+      return a;
+    };
+    std::vector<KernelCase> c = {
+        {"Matmul", OpKind::Matmul, {{{5, 7}}, {{7, 3}}}, {{5, 3}}, none, 1e-4f},
+        {"MatmulTransposedScaled",
+         OpKind::Matmul,
+         {{{7, 5}}, {{3, 7}}},
+         {{5, 3}},
+         with([](Attributes &a) {
+           a.transposeLhs = a.transposeRhs = true;
+           a.alpha = 0.5;
+         }),
+         1e-4f},
+        {"AddBroadcast", OpKind::Add, {{{2, 3, 4}}, {{4}}}, {{2, 3, 4}}, none},
+        {"SubBroadcastBoth",
+         OpKind::Sub,
+         {{{2, 1, 4}}, {{3, 1}}},
+         {{2, 3, 4}},
+         none},
+        {"Mul", OpKind::Mul, {{{3, 4}}, {{3, 4}}}, {{3, 4}}, none},
+        {"Div",
+         OpKind::Div,
+         {{{2, 3}}, {{1, 3}, Fill::Positive}},
+         {{2, 3}},
+         none},
+        {"Scale", OpKind::Scale, {{{37}}}, {{37}}, with([](Attributes &a) {
+           a.factor = 1.7;
+         })},
+        {"Gelu", OpKind::Gelu, {{{300}}}, {{300}}, none},
+        {"Silu", OpKind::Silu, {{{300}}}, {{300}}, none},
+        {"GeluGrad", OpKind::GeluGrad, {{{300}}, {{300}}}, {{300}}, none},
+        {"SiluGrad", OpKind::SiluGrad, {{{300}}, {{300}}}, {{300}}, none},
+        {"LayerNorm",
+         OpKind::LayerNorm,
+         {{{6, 33}}, {{33}}, {{33}}},
+         {{6, 33}},
+         with([](Attributes &a) { a.epsilon = 1e-5; })},
+        {"LayerNormGrad",
+         OpKind::LayerNormGrad,
+         {{{6, 33}}, {{6, 33}}, {{33}}},
+         {{6, 33}, {33}, {33}},
+         with([](Attributes &a) { a.epsilon = 1e-5; }),
+         1e-4f},
+        {"RmsNorm",
+         OpKind::RmsNorm,
+         {{{6, 33}}, {{33}}},
+         {{6, 33}},
+         with([](Attributes &a) { a.epsilon = 1e-6; })},
+        {"RmsNormGrad",
+         OpKind::RmsNormGrad,
+         {{{6, 33}}, {{6, 33}}, {{33}}},
+         {{6, 33}, {33}},
+         with([](Attributes &a) { a.epsilon = 1e-6; }),
+         1e-4f},
+        {"Softmax", OpKind::Softmax, {{{4, 300}}}, {{4, 300}}, none},
+        {"SoftmaxCausal",
+         OpKind::Softmax,
+         {{{2, 5, 5}}},
+         {{2, 5, 5}},
+         with([](Attributes &a) { a.causal = true; })},
+        {"SoftmaxGrad",
+         OpKind::SoftmaxGrad,
+         {{{4, 9}}, {{4, 9}}},
+         {{4, 9}},
+         none},
+        {"Rotary",
+         OpKind::Rotary,
+         {{{2, 3, 6, 8}}},
+         {{2, 3, 6, 8}},
+         with([](Attributes &a) { a.theta = 10000.0; })},
+        {"RotaryInverse",
+         OpKind::Rotary,
+         {{{2, 6, 8}}},
+         {{2, 6, 8}},
+         with([](Attributes &a) {
+           a.theta = 500000.0;
+           a.inverse = true;
+         })},
+        {"Reshape", OpKind::Reshape, {{{2, 3, 4}}}, {{6, 4}}, none},
+        {"Transpose",
+         OpKind::Transpose,
+         {{{2, 3, 4, 5}}},
+         {{2, 4, 3, 5}},
+         with([](Attributes &a) {
+           a.ints = {0, 2, 1, 3};
+         })},
+        {"Transpose2d",
+         OpKind::Transpose,
+         {{{3, 4}}},
+         {{4, 3}},
+         with([](Attributes &a) {
+           a.ints = {1, 0};
+         })},
+        {"Slice", OpKind::Slice, {{{5, 6}}}, {{3, 3}}, with([](Attributes &a) {
+           a.ints = {1, 2};
+         })},
+        {"Pad", OpKind::Pad, {{{3, 3}}}, {{5, 6}}, with([](Attributes &a) {
+           a.ints = {1, 2};
+         })},
+        {"ReduceSum",
+         OpKind::ReduceSum,
+         {{{2, 3, 4}}},
+         {{3}},
+         with([](Attributes &a) {
+           a.ints = {0, 2};
+         })},
+        {"ReduceMean",
+         OpKind::ReduceMean,
+         {{{2, 3, 4}}},
+         {{2, 3}},
+         with([](Attributes &a) { a.ints = {2}; })},
+        {"Constant", OpKind::Constant, {}, {{7}}, with([](Attributes &a) {
+           a.value = 0.25;
+         })},
+        {"Embedding",
+         OpKind::Embedding,
+         {{{11, 6}}, {{2, 5}, Fill::Ids, 11}},
+         {{2, 5, 6}},
+         none},
+        {"EmbeddingGrad",
+         OpKind::EmbeddingGrad,
+         {{{2, 5, 6}}, {{2, 5}, Fill::Ids, 4}},
+         {{11, 6}},
+         none},
+        {"CrossEntropy",
+         OpKind::CrossEntropy,
+         {{{6, 13}}, {{6}, Fill::Ids, 13}},
+         {{}},
+         none},
+        {"CrossEntropyGrad",
+         OpKind::CrossEntropyGrad,
+         {{{6, 13}}, {{6}, Fill::Ids, 13}, {{}, Fill::Positive}},
+         {{6, 13}},
+         none},
+        {"NormSquared", OpKind::NormSquared, {{{1000}}}, {{}}, none},
+        {"LrSchedule",
+         OpKind::LrSchedule,
+         {{{}, Fill::Step}, {{5}, Fill::Hyper}},
+         {{}},
+         none},
+        {"ClipScale",
+         OpKind::ClipScale,
+         {{{}, Fill::Positive}, {{5}, Fill::Hyper}},
+         {{}},
+         none},
+        {"AdamW",
+         OpKind::AdamW,
+         {{{50}},
+          {{50}},
+          {{50}},
+          {{50}, Fill::Positive},
+          {{}, Fill::Positive},
+          {{}, Fill::Step},
+          {{}, Fill::Positive}},
+         {{50}, {50}, {50}},
+         with([](Attributes &a) {
+           a.beta1 = 0.8;
+           a.beta2 = 0.95;
+           a.epsilon = 1e-6;
+           a.weightDecay = 0.05;
+         })},
+    };
+    return c;
+  }();
+  return all;
+}
+
+class KernelParity : public testing::TestWithParam<KernelCase> {};
+
+TEST_P(KernelParity, StagedCpuMatchesExactly) {
+  expectParity(stagedTestBackend(), GetParam(), 0.0f);
+}
+
+TEST_P(KernelParity, CudaMatchesWithinTolerance) {
+  Backend *cuda = nullptr;
+  try {
+    cuda = &deviceBackend("cuda");
+  } catch (const std::invalid_argument &unavailable) {
+    GTEST_SKIP() << unavailable.what();
+  }
+  expectParity(*cuda, GetParam(), GetParam().tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, KernelParity, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<KernelCase> &info) {
+                           return info.param.name;
+                         });
+
+TEST(KernelParity, CoversEveryKindThatDoesNotUseTheGrid) {
+  for (const OpInfo &info : opTable()) {
+    if (info.grid == GridUse::Always)
+      continue;
+    bool covered = false;
+    for (const KernelCase &c : cases())
+      covered |= c.kind == info.kind;
+    EXPECT_TRUE(covered) << "no parity case for " << opKindName(info.kind);
+  }
+}
+
+} // namespace
