@@ -9,11 +9,16 @@
 #  4. a run stopped at step 10 and resumed from its checkpoint reproduces the
 #     uninterrupted run bit for bit (losses and final weights).
 #
-#   training-numerics.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
+# With DEVICE (cuda), every run is on that device; the test is skipped (exit
+# 77) when it cannot run there.
+#
+#   training-numerics.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama [DEVICE]
 set -euo pipefail
-build=$1 python=$2 work=$3 model=$4
+build=$1 python=$2 work=$3 model=$4 device=${5:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=$build/bin
+source "$here/device-probe.sh"
+tp_run() { "$bin/tp-run" "$@" ${device:+--device "$device"}; }
 ref="$python $here/reference.py"
 train_ref="$python $here/training_reference.py"
 
@@ -41,7 +46,7 @@ esac
 echo "== gradients"
 for remat in none layer; do
   "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline="remat=$remat" -o "$work/$remat.tpplan"
-  "$bin/tp-run" "$work/$remat.tpplan" --data "$work/tokens.tokens" \
+  tp_run "$work/$remat.tpplan" --data "$work/tokens.tokens" \
     --weights "$work/model.safetensors" --dump-grads "$work/grads-$remat.safetensors"
   $train_ref gradients --model "$work" --batch $batch --seq $seq \
     --actual "$work/grads-$remat.safetensors"
@@ -49,7 +54,7 @@ done
 
 echo "== 20 AdamW steps"
 flags=(--steps 20 --lr 2e-3 --min-lr 2e-4 --warmup 5 --decay-steps 20 --clip 1.0)
-"$bin/tp-run" "$work/none.tpplan" --data "$work/tokens.tokens" \
+tp_run "$work/none.tpplan" --data "$work/tokens.tokens" \
   --weights "$work/model.safetensors" "${flags[@]}" --metrics "$work/train.json" \
   --checkpoint-dir "$work/ckpt-full" --export "$work/export" > "$work/train.log"
 $train_ref train --model "$work" --batch $batch --seq $seq --steps 20 --lr 2e-3 \
@@ -57,7 +62,7 @@ $train_ref train --model "$work" --batch $batch --seq $seq --steps 20 --lr 2e-3 
   --actual "$work/train.json"
 
 echo "== export"
-"$bin/tp-run" "$work/none.tpplan" --data "$work/tokens.tokens" \
+tp_run "$work/none.tpplan" --data "$work/tokens.tokens" \
   --weights "$work/export/model.safetensors" --program forward \
   --dump "$work/export-logits.safetensors"
 $train_ref export --export "$work/export" --tokens "$work/tokens.tokens" \
@@ -65,11 +70,11 @@ $train_ref export --export "$work/export" --tokens "$work/tokens.tokens" \
 
 echo "== resume"
 # The same schedule (decay over 20 steps), stopped after 10.
-"$bin/tp-run" "$work/none.tpplan" --data "$work/tokens.tokens" \
+tp_run "$work/none.tpplan" --data "$work/tokens.tokens" \
   --weights "$work/model.safetensors" --steps 10 --lr 2e-3 --min-lr 2e-4 \
   --warmup 5 --decay-steps 20 --clip 1.0 \
   --checkpoint-dir "$work/ckpt" --checkpoint-every 5 > /dev/null
-"$bin/tp-run" "$work/none.tpplan" --data "$work/tokens.tokens" "${flags[@]}" \
+tp_run "$work/none.tpplan" --data "$work/tokens.tokens" "${flags[@]}" \
   --resume "$work/ckpt" --checkpoint-dir "$work/ckpt" \
   --metrics "$work/resumed.json" --export "$work/export-resumed" \
   > "$work/resumed.log"
