@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Packs what tp-run needs on a machine that has an NVIDIA driver, the CUDA
+# toolkit or PyTorch (for cuBLAS) and python3, but none of our Debian
+# packages (the device machines of docs/gpu.md): tp-run, the runtime tests,
+# the compiler's tools (so the integration tests run there unchanged, with
+# DIR as their build directory), the shared libraries they load besides
+# glibc, libstdc++ and CUDA's (LLVM's among them), and OpenMPI's launcher
+# with its components, relocated. On that machine `source DIR/env.sh` sets
+# PATH, LD_LIBRARY_PATH (with cuBLAS from the CUDA toolkit or PyTorch's
+# nvidia-cublas) and OpenMPI's prefix; tools/gpu-check.sh runs the checks.
+#
+#   tools/gpu-bundle.sh [DIR]      (default: .gpu-bundle, ignored by git)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+out=${1:-$root/.gpu-bundle}
+arch=x86_64-linux-gnu
+ompi=/usr/lib/$arch/openmpi
+pmix=/usr/lib/$arch/pmix2
+
+grep -q '^TPC_HAVE_CUDA\|CMAKE_CUDA_COMPILER:' "$build/CMakeCache.txt" 2>/dev/null ||
+  { echo "gpu-bundle: $build has no CUDA backend (run tools/build.sh where nvcc is found)" >&2; exit 1; }
+ninja -C "$build" tp-run tpc-runtime-tests tpc-tokenize tpc-import tpc-opt > /dev/null
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/lib/$arch/openmpi/lib" "$out/share" \
+  "$out/etc" "$out/pmix2/lib"
+cp "$build"/bin/{tp-run,tpc-tokenize,tpc-import,tpc-opt} \
+  "$build/test/tpc-runtime-tests" "$out/bin/"
+cp /usr/bin/orterun "$out/bin/mpirun"
+cp /usr/bin/orted "$out/bin/"
+cp -r "$ompi/lib/openmpi3" "$out/lib/$arch/openmpi/lib/"
+cp -r /usr/share/openmpi "$out/share/"
+cp -r /etc/openmpi "$out/etc/"
+cp -r "$pmix/lib/pmix" "$out/pmix2/lib/"
+[ -d "$pmix/share" ] && cp -r "$pmix/share" "$out/pmix2/"
+
+# Libraries the target machine has (or must supply itself): glibc's, the C++
+# runtime (theirs is at least as new) and CUDA's (the driver's and cuBLAS).
+keep_theirs='^(ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libcudart|libnvidia)\.'
+copy_deps() { # FILE...: copies each library FILE loads that they lack
+  ldd "$@" 2>/dev/null | awk '/=> \// { print $3 }' | sort -u |
+    while read -r lib; do
+      name=$(basename "$lib")
+      [[ $name =~ $keep_theirs ]] && continue
+      [ -e "$out/lib/$name" ] || cp -L "$lib" "$out/lib/$name"
+    done
+}
+copy_deps "$out"/bin/*
+# Components of transports one machine does not use (InfiniBand, UCX,
+# libfabric, shared-memory OpenSHMEM) would only add weight; those whose
+# libraries are missing here would fail to load there. Drop both, then copy
+# the rest's libraries.
+rm -f "$out/lib/$arch/openmpi/lib/openmpi3"/mca_{btl_openib,btl_uct,btl_ofi,pml_ucx,osc_ucx,mtl_ofi,mtl_psm,mtl_psm2,atomic_ucx,spml_ucx,sshmem_ucx}*.so
+rm -f "$out/lib/$arch/openmpi/lib/openmpi3"/mca_{spml,sshmem,scoll,atomic,memheap}_*.so
+for component in "$out/lib/$arch/openmpi/lib/openmpi3"/*.so "$out/pmix2/lib/pmix"/*.so; do
+  if ldd "$component" | grep -q "not found"; then
+    rm "$component"
+  else
+    copy_deps "$component"
+  fi
+done
+
+cat > "$out/env.sh" <<'SH'
+# Sourced on the GPU machine: tp-run, mpirun and their libraries from this
+# folder; cuBLAS from the CUDA toolkit or PyTorch's nvidia-cublas wheel.
+bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cublas=$(python3 -c 'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+  [ -e "$dir/libcublas.so.13" ] && cublas="$dir${cublas:+:$cublas}"
+done
+export PATH="$bundle/bin:$PATH"
+export LD_LIBRARY_PATH="$bundle/lib${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OPAL_PREFIX="$bundle" OPAL_SYSCONFDIR="$bundle/etc/openmpi"
+export PMIX_INSTALL_PREFIX="$bundle/pmix2"
+export PMIX_MCA_mca_base_component_path="$bundle/pmix2/lib/pmix"
+export OMPI_MCA_mca_base_component_show_load_errors=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+SH
+# One compressed file to carry (the device tool's carry limit is 64 MiB):
+# unpack it there with tar -xJf.
+XZ_OPT="-T0 -6" tar -cJf "$out.tar.xz" -C "$(dirname "$out")" "$(basename "$out")"
+echo "gpu-bundle: $out ($(du -sh "$out" | cut -f1)), $out.tar.xz ($(du -h "$out.tar.xz" | cut -f1))"
