@@ -8,7 +8,8 @@
 #  2. 2 and 4 ranks on the one GPU, their collectives staged through the
 #     host over MPI (1D with sequence parallelism and ring matmuls, 2D 2x2),
 #     match the one-rank cuda run within the 1D test's tolerances;
-#  3. the metrics name the device and the collective path.
+#  3. the metrics name the device and the collective path, and the device's
+#     peak memory is the planned peak plus at most 1 MiB of kernel scratch.
 # Skipped (exit 77) where tp-run cannot use a GPU.
 #
 #   device-cuda.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
@@ -39,6 +40,14 @@ train 1 "$work/one.tpplan" "$work/cpu" --device cpu --steps $steps --export "$wo
 train 1 "$work/one.tpplan" "$work/cuda" --device cuda --steps $steps \
   --export "$work/cuda"
 device_is "$work/cuda.json" cuda "MPI staged through the host"
+# Device memory: the planned peak plus the kernels' small scratch.
+"$python" - "$work/cuda.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["memory"]
+peak, planned = m["device_peak_bytes"], m["planned_peak_bytes"]
+if not planned <= peak <= planned + (1 << 20):
+    sys.exit(f"device peak {peak} bytes, planned {planned}")
+PY
 $check losses "$work/cpu.json" "$work/cuda.json" --rel 1e-4
 $check weights "$work/cpu/model.safetensors" "$work/cuda/model.safetensors" \
   --rel 1e-4 $keybias

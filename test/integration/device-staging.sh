@@ -13,7 +13,8 @@
 #  3. 2D 2x2 (all-to-alls, ring shifts in flight across steps) and 3D 2x2x2
 #     (feature-split norms) on 4 and 8 ranks.
 # Otherwise losses must be equal to the last bit and the exported weights
-# byte-equal: both devices run the same kernels on the same values.
+# byte-equal: both devices run the same kernels on the same values; and the
+# device's peak memory must equal the plan's planned peak.
 #
 #   device-staging.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
@@ -36,6 +37,11 @@ if la != lb:
     sys.exit(f"losses differ: cpu {la}, staged {lb}")
 if b["device"]["name"] != "staged-cpu" or a["device"]["name"] != "cpu":
     sys.exit(f"devices: {a['device']}, {b['device']}")
+# The device holds exactly what the plan's memory planner counted: the
+# arena, the parameters with their moments, the inputs.
+m = b["memory"]
+if m["device_peak_bytes"] != m["planned_peak_bytes"]:
+    sys.exit(f"device peak {m['device_peak_bytes']} != planned {m['planned_peak_bytes']}")
 PY
   cmp "$work/$1-cpu/model.safetensors" "$work/$1-staged/model.safetensors"
   echo "$1: losses and weights identical"

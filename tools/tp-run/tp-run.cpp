@@ -424,7 +424,8 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
                       {"param_bytes", params.bytes()},
                       {"input_bytes", runner.inputBytes()},
                       {"planned_peak_bytes", peak},
-                      {"max_rss_bytes", maxRssBytes()}};
+                      {"max_rss_bytes", maxRssBytes()},
+                      {"device_peak_bytes", backend->peakDeviceBytes()}};
     json["communication"] = commStatsJson(commStats, 1);
     json["ops"] = opStatsJson(runner.stats());
     if (isFirstRank())
@@ -544,7 +545,8 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
         {"input_bytes", result.inputBytes},
         {"planned_peak_bytes",
          result.arenaBytes + result.paramBytes + result.inputBytes},
-        {"max_rss_bytes", maxRssBytes()}};
+        {"max_rss_bytes", maxRssBytes()},
+        {"device_peak_bytes", backend->peakDeviceBytes()}};
     nlohmann::ordered_json curve = nlohmann::ordered_json::array();
     for (const StepRecord &r : result.records)
       curve.push_back({{"step", r.step},

@@ -5,6 +5,7 @@
 
 #include "tpc/runtime/OpTable.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -27,13 +28,18 @@ std::byte *toHost(const std::byte *device) {
 
 class FaultingBuffer final : public Buffer {
 public:
-  explicit FaultingBuffer(uint64_t bytes)
-      : memory(cpuBackend().allocate(bytes)) {}
+  FaultingBuffer(uint64_t bytes, uint64_t &live, uint64_t &peak)
+      : memory(cpuBackend().allocate(bytes)), live(live) {
+    live += bytes;
+    peak = std::max(peak, live);
+  }
+  ~FaultingBuffer() override { live -= memory->size(); }
   std::byte *data() override { return toDevice(memory->data()); }
   uint64_t size() const override { return memory->size(); }
 
 private:
   std::unique_ptr<Buffer> memory;
+  uint64_t &live;
 };
 
 class StagedTestBackend final : public Backend {
@@ -41,8 +47,9 @@ public:
   std::string_view name() const override { return "staged-cpu"; }
   bool hostVisible() const override { return false; }
   std::unique_ptr<Buffer> allocate(uint64_t bytes) override {
-    return std::make_unique<FaultingBuffer>(bytes);
+    return std::make_unique<FaultingBuffer>(bytes, live, peak);
   }
+  uint64_t peakDeviceBytes() const override { return peak; }
   void upload(std::byte *device, const void *host, uint64_t bytes) override {
     std::memcpy(toHost(device), host, bytes);
   }
@@ -71,6 +78,9 @@ public:
                           d.comm});
   }
   void synchronize() override { cpuBackend().synchronize(); }
+
+private:
+  uint64_t live = 0, peak = 0;
 };
 
 } // namespace

@@ -31,16 +31,27 @@ void check(cublasStatus_t status, const char *what) {
                              cublasGetStatusString(status));
 }
 
+/// Bytes held by device buffers now and at most (for the metrics).
+struct DeviceBytes {
+  uint64_t live = 0, peak = 0;
+};
+
 class DeviceBuffer final : public Buffer {
 public:
-  explicit DeviceBuffer(uint64_t bytes) : bytes(bytes) {
+  DeviceBuffer(uint64_t bytes, DeviceBytes &usage)
+      : bytes(bytes), usage(usage) {
     void *memory = nullptr;
     // cudaMalloc aligns to 256 bytes.
     check(cudaMalloc(&memory, std::max<uint64_t>(bytes, 1)),
           ("allocating " + std::to_string(bytes) + " bytes").c_str());
     this->memory = static_cast<std::byte *>(memory);
+    usage.live += bytes;
+    usage.peak = std::max(usage.peak, usage.live);
   }
-  ~DeviceBuffer() override { cudaFree(memory); }
+  ~DeviceBuffer() override {
+    cudaFree(memory);
+    usage.live -= bytes;
+  }
   DeviceBuffer(const DeviceBuffer &) = delete;
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
 
@@ -49,6 +60,7 @@ public:
 
 private:
   uint64_t bytes;
+  DeviceBytes &usage;
   std::byte *memory = nullptr;
 };
 
@@ -63,8 +75,9 @@ public:
   std::string_view name() const override { return "cuda"; }
   bool hostVisible() const override { return false; }
   std::unique_ptr<Buffer> allocate(uint64_t bytes) override {
-    return std::make_unique<DeviceBuffer>(bytes);
+    return std::make_unique<DeviceBuffer>(bytes, usage);
   }
+  uint64_t peakDeviceBytes() const override { return usage.peak; }
   void upload(std::byte *device, const void *host, uint64_t bytes) override {
     if (bytes == 0)
       return;
@@ -98,12 +111,14 @@ public:
   void *scratch(uint64_t bytes) {
     if (!workspace || workspace->size() < bytes) {
       synchronize(); // a queued kernel may still use the old one
-      workspace = std::make_unique<DeviceBuffer>(bytes);
+      workspace.reset();
+      workspace = std::make_unique<DeviceBuffer>(bytes, usage);
     }
     return workspace->data();
   }
 
 private:
+  DeviceBytes usage; // before the buffers: they report to it when freed
   std::array<CudaKernel, size_t(OpKind::MAX) + 1> kernels{};
   std::unique_ptr<DeviceBuffer> workspace;
 };

@@ -88,6 +88,9 @@ public:
   virtual void enqueue(const Dispatch &dispatch) = 0;
   /// Waits until everything queued has run; rethrows a kernel's error.
   virtual void synchronize() = 0;
+  /// The most device memory this backend's buffers held at once, when the
+  /// device is not the host (the CPU's is in the process's RSS).
+  virtual uint64_t peakDeviceBytes() const { return 0; }
   /// How steps that use the grid reach other ranks, for the progress line
   /// ("host memory", "MPI staged through the host", "NCCL").
   virtual std::string collectivePath() const;
