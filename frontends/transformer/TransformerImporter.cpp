@@ -364,7 +364,7 @@ Value ModelEmitter::param(const std::string &name, ArrayRef<int64_t> shape,
 Value ModelEmitter::matmul(Value lhs, Value rhs, bool transposeRhs) {
   return tp::MatmulOp::create(b, loc, lhs, rhs,
                               /*transpose_lhs=*/false, transposeRhs,
-                              llvm::APFloat(1.0));
+                              llvm::APFloat(1.0), /*precision=*/nullptr);
 }
 
 /// x * W (+ bias). GPT-2's Conv1D stores W as [in, out]; LLaMA's nn.Linear

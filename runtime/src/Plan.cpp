@@ -369,6 +369,12 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     inFlight.erase(step.operands()->Get(0));
   if (step.kind() == plan::OpKind::RingShiftStart)
     inFlight.insert(step.results()->Get(0));
+  if (step.precision() != plan::Precision::F32 &&
+      (step.kind() != plan::OpKind::Matmul ||
+       step.precision() > plan::Precision::MAX))
+    fail(at + ": precision " +
+         std::to_string(static_cast<int>(step.precision())) +
+         " is not a matmul's f32, tf32 or bf16");
   info->check(StepCheck(plan, program, step, at, in, out));
 }
 
@@ -834,6 +840,8 @@ void LoadedPlan::printJson(std::ostream &os) const {
         step["epsilon"] = s->epsilon();
       if (s->kind() == OpKind::Matmul && s->alpha() != 1.0)
         step["alpha"] = s->alpha();
+      if (s->precision() != plan::Precision::F32)
+        step["precision"] = plan::EnumNamePrecision(s->precision());
       if (s->kind() == OpKind::AllGather ||
           s->kind() == OpKind::ReduceScatter ||
           s->kind() == OpKind::LocalSplit || s->kind() == OpKind::AllToAll)

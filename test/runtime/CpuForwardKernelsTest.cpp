@@ -111,6 +111,35 @@ void checkMatmul(const MatmulCase &c, std::mt19937 &rng) {
       out, refMatmul(lhs, c.lhs, c.tl, rhs, c.rhs, c.tr, c.out), 1e-5));
 }
 
+TEST(CpuKernels, RoundsToBf16AndTf32ToNearestEven) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // 1 + 2^-8 lies halfway between bf16's 1 and 1 + 2^-7: even is 1; 1 +
+  // 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: even is 1 + 2^-6.
+  // Just above halfway rounds up. tf32 keeps 10 mantissa bits.
+  const std::vector<float> in = {1.0f + 0x1p-8f,
+                                 1.0f + 0x3p-8f,
+                                 1.0f + 0x1.02p-8f,
+                                 -(1.0f + 0x1.02p-8f),
+                                 1.0f + 0x1p-11f,
+                                 1.0f + 0x3p-11f,
+                                 inf,
+                                 -0.0f};
+  std::vector<float> bf16(in.size()), tf32(in.size()), none(in.size());
+  round(Rounding::BF16, in.data(), bf16.data(), int64_t(in.size()));
+  round(Rounding::TF32, in.data(), tf32.data(), int64_t(in.size()));
+  round(Rounding::None, in.data(), none.data(), int64_t(in.size()));
+  EXPECT_EQ(bf16,
+            (std::vector<float>{1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f,
+                                -(1.0f + 0x1p-7f), 1.0f, 1.0f, inf, -0.0f}));
+  EXPECT_EQ(tf32[4], 1.0f);
+  EXPECT_EQ(tf32[5], 1.0f + 0x1p-9f);
+  EXPECT_EQ(tf32[0], in[0]); // 2^-8 is within tf32's mantissa
+  EXPECT_EQ(none, in);
+  float nan = std::numeric_limits<float>::quiet_NaN(), rounded = 0;
+  round(Rounding::BF16, &nan, &rounded, 1);
+  EXPECT_TRUE(std::isnan(rounded));
+}
+
 TEST(CpuKernels, MatmulTransposeCombinations) {
   std::mt19937 rng(2);
   // M = 7, K = 13, N = 5.

@@ -36,6 +36,7 @@ struct Attributes {
        inverse = false;
   double epsilon = 0, factor = 0, theta = 0, alpha = 1, value = 0;
   double beta1 = 0, beta2 = 0, weightDecay = 0;
+  fb::Precision precision = fb::Precision::F32;
   std::vector<int64_t> ints;
 };
 
@@ -79,6 +80,7 @@ std::vector<uint8_t> buildStep(const KernelCase &c) {
   step.add_weight_decay(a.weightDecay);
   step.add_alpha(a.alpha);
   step.add_value(a.value);
+  step.add_precision(a.precision);
   if (!a.ints.empty())
     step.add_ints(ints);
   b.Finish(step.Finish());
@@ -207,6 +209,44 @@ const std::vector<KernelCase> &cases() {
          with([](Attributes &a) {
            a.transposeLhs = a.transposeRhs = true;
            a.alpha = 0.5;
+         }),
+         1e-4f},
+        // Batched: both sides (one strided GEMM), a weight shared by the
+        // batch, and a broadcast inside the batch dims (grouped-query
+        // attention: one product per batch element).
+        {"MatmulBatched",
+         OpKind::Matmul,
+         {{{2, 3, 5, 7}}, {{2, 3, 7, 4}}},
+         {{2, 3, 5, 4}},
+         none,
+         1e-4f},
+        {"MatmulSharedWeight",
+         OpKind::Matmul,
+         {{{2, 5, 7}}, {{4, 7}}},
+         {{2, 5, 4}},
+         with([](Attributes &a) { a.transposeRhs = true; }),
+         1e-4f},
+        {"MatmulGroupedBroadcast",
+         OpKind::Matmul,
+         {{{2, 4, 5, 7}}, {{2, 1, 7, 3}}},
+         {{2, 4, 5, 3}},
+         none,
+         1e-4f},
+        // Mixed precision: the CPU rounds the operands and runs SGEMM; the
+        // GPU's tf32 and bf16 GEMMs must land within rounding of it.
+        {"MatmulTf32",
+         OpKind::Matmul,
+         {{{2, 5, 33}}, {{33, 6}}},
+         {{2, 5, 6}},
+         with([](Attributes &a) { a.precision = fb::Precision::TF32; }),
+         2e-3f},
+        {"MatmulBf16",
+         OpKind::Matmul,
+         {{{2, 5, 33}}, {{6, 33}}},
+         {{2, 5, 6}},
+         with([](Attributes &a) {
+           a.transposeRhs = true;
+           a.precision = fb::Precision::BF16;
          }),
          1e-4f},
         {"AddBroadcast", OpKind::Add, {{{2, 3, 4}}, {{4}}}, {{2, 3, 4}}, none},

@@ -47,6 +47,7 @@ struct PlanSpec {
     std::vector<uint32_t> operands, results;
     bool transposeRhs = false;
     std::vector<int64_t> ints = {};
+    fb::Precision precision = fb::Precision::F32;
   };
   std::vector<S> steps = {
       {fb::OpKind::Embedding, {0, 1}, {2}},
@@ -105,6 +106,7 @@ struct PlanSpec {
       step.add_operands(ops);
       step.add_results(res);
       step.add_transpose_rhs(s.transposeRhs);
+      step.add_precision(s.precision);
       if (!ints.IsNull())
         step.add_ints(ints);
       ss.push_back(step.Finish());
@@ -268,6 +270,23 @@ TEST(PlanLoader, RejectsAGridThatDoesNotMatchTheWorld) {
 
 // Parameter and input splits name each grid axis once, in range; a
 // parameter's dims divide by their shards; an input's split has its rank.
+TEST(PlanLoader, ChecksMatmulPrecision) {
+  // A bf16 product loads and runs; a precision on another kind, or one this
+  // runtime does not know, is refused.
+  PlanSpec bf16;
+  bf16.steps[1].precision = fb::Precision::BF16;
+  LoadedPlan plan = load(bf16.build());
+  EXPECT_EQ(plan.plan().programs()->Get(0)->steps()->Get(1)->precision(),
+            fb::Precision::BF16);
+  PlanSpec onSoftmax;
+  onSoftmax.steps[2].precision = fb::Precision::TF32;
+  expectRejected(onSoftmax, "step 2 (Softmax): precision 1 is not a matmul's "
+                            "f32, tf32 or bf16");
+  PlanSpec unknown;
+  unknown.steps[1].precision = static_cast<fb::Precision>(7);
+  expectRejected(unknown, "step 1 (Matmul): precision 7 is not a matmul's");
+}
+
 TEST(PlanLoader, RejectsBadSplits) {
   PlanSpec outOfRange;
   outOfRange.inputSplit = {{1}, {}};

@@ -56,6 +56,11 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
       pm.addPass(createTPInsertRebalance(rebalance));
     }
   }
+  if (options.precision != MatmulPrecision::F32) {
+    TPMatmulPrecisionOptions precision;
+    precision.precision = options.precision.getValue();
+    pm.addPass(createTPMatmulPrecision(precision));
+  }
   pm.addPass(createTPPlanMemory());
   return success();
 }

@@ -105,10 +105,24 @@ void embedding(const Dispatch &d) {
 }
 
 void matmul(const Dispatch &d) {
-  cpu::matmul(d.operands[0].f32(), d.operands[0].shape, d.step.transpose_lhs(),
-              d.operands[1].f32(), d.operands[1].shape, d.step.transpose_rhs(),
-              d.results[0].f32(), d.results[0].shape, /*accumulate=*/false,
-              static_cast<float>(d.step.alpha()));
+  const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1];
+  const float *l = lhs.f32(), *r = rhs.f32();
+  // Mixed precision: the operands rounded, the product in f32 (the
+  // reference for a GPU's tf32 and bf16 GEMMs).
+  std::vector<float> rounded;
+  if (d.step.precision() != plan::Precision::F32) {
+    const cpu::Rounding rounding = d.step.precision() == plan::Precision::BF16
+                                       ? cpu::Rounding::BF16
+                                       : cpu::Rounding::TF32;
+    rounded.resize(size_t(lhs.elements + rhs.elements));
+    cpu::round(rounding, l, rounded.data(), lhs.elements);
+    cpu::round(rounding, r, rounded.data() + lhs.elements, rhs.elements);
+    l = rounded.data();
+    r = rounded.data() + lhs.elements;
+  }
+  cpu::matmul(l, lhs.shape, d.step.transpose_lhs(), r, rhs.shape,
+              d.step.transpose_rhs(), d.results[0].f32(), d.results[0].shape,
+              /*accumulate=*/false, static_cast<float>(d.step.alpha()));
 }
 
 template <cpu::BinaryKind kKind> void binary(const Dispatch &d) {

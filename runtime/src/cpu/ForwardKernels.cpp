@@ -39,6 +39,22 @@ void embeddingBlock(const float *table, int64_t firstRow, int64_t rows,
 // matmul
 //===----------------------------------------------------------------------===//
 
+void round(Rounding rounding, const float *in, float *out, int64_t count) {
+  // Bits dropped below the kept mantissa: 13 for tf32, 16 for bfloat16.
+  const int dropped = rounding == Rounding::TF32 ? 13 : 16;
+  const uint32_t half = (uint32_t(1) << (dropped - 1)) - 1,
+                 mask = ~((uint32_t(1) << dropped) - 1);
+  parallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &in[i], sizeof bits);
+      if (rounding != Rounding::None && (bits & 0x7f800000u) != 0x7f800000u)
+        bits = (bits + half + ((bits >> dropped) & 1)) & mask;
+      std::memcpy(&out[i], &bits, sizeof bits);
+    }
+  });
+}
+
 void matmul(const float *lhs, Shape lhsShape, bool transposeLhs,
             const float *rhs, Shape rhsShape, bool transposeRhs, float *out,
             Shape outShape, bool accumulate, float alpha) {

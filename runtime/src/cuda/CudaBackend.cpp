@@ -158,24 +158,103 @@ cuda::Indexing indexing(std::span<const int64_t> shape) {
   return index;
 }
 
+/// Where batch element i of an operand of `shape` (batch dims, then the
+/// matrix) starts, for the result's batch dims `outBatch` (NumPy
+/// broadcasting; an operand without batch dims is shared by all).
+std::vector<int64_t> batchOffsets(std::span<const int64_t> shape,
+                                  std::span<const int64_t> outBatch) {
+  const size_t rank = shape.size(), batchRank = rank - 2;
+  const int64_t matrix = shape[rank - 2] * shape[rank - 1];
+  int64_t count = 1;
+  for (int64_t d : outBatch)
+    count *= d;
+  std::vector<int64_t> offsets(size_t(count), 0);
+  if (batchRank == 0)
+    return offsets;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rest = i, offset = 0, stride = matrix;
+    for (size_t d = outBatch.size(); d-- > 0;) {
+      const int64_t coord = rest % outBatch[d];
+      rest /= outBatch[d];
+      const int64_t size = shape[d];
+      offset += (size == 1 ? 0 : coord) * stride;
+      stride *= size;
+    }
+    offsets[size_t(i)] = offset;
+  }
+  return offsets;
+}
+
+/// The stride between consecutive offsets, or -1 when they are not evenly
+/// spaced (a broadcast inside the batch dims, as grouped-query attention's).
+int64_t uniformStride(const std::vector<int64_t> &offsets) {
+  const int64_t stride = offsets.size() > 1 ? offsets[1] - offsets[0] : 0;
+  for (size_t i = 1; i < offsets.size(); ++i)
+    if (offsets[i] - offsets[i - 1] != stride)
+      return -1;
+  return stride;
+}
+
 void matmul(CudaBackend &b, const Dispatch &d) {
   // Row-major C[M,N] = alpha op(A) op(B) is column-major C^T = op(B)^T
   // op(A)^T: cuBLAS multiplies B by A.
   const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
                       &out = d.results[0];
   const bool tl = d.step.transpose_lhs(), tr = d.step.transpose_rhs();
-  const int64_t m = out.shape[0], n = out.shape[1];
-  const int64_t k = tl ? lhs.shape[0] : lhs.shape[1];
-  if (m == 0 || n == 0)
+  const size_t rank = out.shape.size();
+  const int64_t m = out.shape[rank - 2], n = out.shape[rank - 1];
+  const int64_t k = tl ? lhs.shape[lhs.shape.size() - 2] : lhs.shape.back();
+  if (out.elements == 0)
     return;
   if (k == 0)
     return cuda::fill(0.0f, f32(out), out.elements, b.stream);
+  const std::span<const int64_t> outBatch = out.shape.first(rank - 2);
+  const std::vector<int64_t> lhsAt = batchOffsets(lhs.shape, outBatch),
+                             rhsAt = batchOffsets(rhs.shape, outBatch);
+  // The operands in the step's precision: bf16 copies in the scratch
+  // buffer, or f32 in place (TF32 rounds inside the GEMM).
+  const plan::Precision precision = d.step.precision();
+  const void *a = f32(rhs), *bm = f32(lhs);
+  cudaDataType_t inType = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F_PEDANTIC;
+  if (precision == plan::Precision::TF32)
+    compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (precision == plan::Precision::BF16) {
+    auto *copies = static_cast<uint16_t *>(
+        b.scratch(uint64_t(lhs.elements + rhs.elements) * sizeof(uint16_t)));
+    cuda::toBf16(f32(lhs), copies, lhs.elements, b.stream);
+    cuda::toBf16(f32(rhs), copies + lhs.elements, rhs.elements, b.stream);
+    bm = copies;
+    a = copies + lhs.elements;
+    inType = CUDA_R_16BF;
+    compute = CUBLAS_COMPUTE_32F;
+  }
+  const size_t inBytes = inType == CUDA_R_16BF ? 2 : 4;
   const float alpha = static_cast<float>(d.step.alpha()), beta = 0.0f;
-  check(cublasSgemm(b.blas, tr ? CUBLAS_OP_T : CUBLAS_OP_N,
-                    tl ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k),
-                    &alpha, f32(rhs), int(tr ? k : n), f32(lhs),
-                    int(tl ? m : k), &beta, f32(out), int(n)),
-        "sgemm");
+  const cublasOperation_t opA = tr ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          opB = tl ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda = int(tr ? k : n), ldb = int(tl ? m : k), ldc = int(n);
+  auto at = [&](const void *base, int64_t offset) {
+    return static_cast<const char *>(base) + offset * int64_t(inBytes);
+  };
+  const int64_t strideA = uniformStride(rhsAt), strideB = uniformStride(lhsAt);
+  const int64_t batches = int64_t(lhsAt.size());
+  if (strideA >= 0 && strideB >= 0) {
+    check(cublasGemmStridedBatchedEx(
+              b.blas, opA, opB, int(n), int(m), int(k), &alpha, a, inType, lda,
+              strideA, bm, inType, ldb, strideB, &beta, f32(out), CUDA_R_32F,
+              ldc, m * n, int(batches), compute, CUBLAS_GEMM_DEFAULT),
+          "gemm");
+    return;
+  }
+  // A broadcast inside the batch dims: one product per batch element.
+  for (int64_t i = 0; i < batches; ++i)
+    check(cublasGemmEx(b.blas, opA, opB, int(n), int(m), int(k), &alpha,
+                       at(a, rhsAt[size_t(i)]), inType, lda,
+                       at(bm, lhsAt[size_t(i)]), inType, ldb, &beta,
+                       f32(out) + i * m * n, CUDA_R_32F, ldc, compute,
+                       CUBLAS_GEMM_DEFAULT),
+          "gemm");
 }
 
 template <cuda::Binary kKind> void binary(CudaBackend &b, const Dispatch &d) {
@@ -387,8 +466,8 @@ CudaBackend::CudaBackend(int ordinal) {
         "creating a stream");
   check(cublasCreate(&blas), "creating a handle");
   check(cublasSetStream(blas, stream), "setting the stream");
-  // Plain f32 products, as the CPU computes them.
-  check(cublasSetMathMode(blas, CUBLAS_PEDANTIC_MATH), "setting the math mode");
+  // Each product's compute type follows its step's precision (pedantic
+  // f32 unless the plan asks for TF32 or bf16).
   auto set = [&](OpKind kind, CudaKernel kernel) {
     kernels[size_t(kind)] = kernel;
   };

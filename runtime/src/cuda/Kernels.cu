@@ -1,5 +1,7 @@
 #include "Kernels.h"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
 namespace tpc::runtime::cuda {
@@ -60,6 +62,20 @@ __device__ float blockMax(float value, float *shared) {
   return best;
 }
 
+/// A row's max and sum of exp(x - max) over its first `count` entries
+/// (every thread gets both).
+__device__ void maxAndSumOfExps(const float *in, int64_t count, float *shared,
+                                float &best, float &sum) {
+  best = -INFINITY;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x)
+    best = fmaxf(best, in[j]);
+  best = blockMax(best, shared);
+  sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x)
+    sum += expf(in[j] - best);
+  sum = blockSum(sum, shared);
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
@@ -90,6 +106,12 @@ __global__ void binaryKernel(Binary kind, const float *lhs, const float *rhs,
 __global__ void scaleKernel(const float *in, float factor, float *out,
                             int64_t count) {
   TPC_GRID_STRIDE(i, count) { out[i] = in[i] * factor; }
+}
+
+__global__ void toBf16Kernel(const float *in, uint16_t *out, int64_t count) {
+  TPC_GRID_STRIDE(i, count) {
+    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
+  }
 }
 
 __global__ void fillKernel(float value, float *out, int64_t count) {
@@ -181,14 +203,8 @@ __global__ void softmaxKernel(const float *x, float *y, int64_t cols,
   const int64_t visible = causal ? row % cols + 1 : cols;
   const float *in = x + row * cols;
   float *out = y + row * cols;
-  float best = -INFINITY;
-  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
-    best = fmaxf(best, in[j]);
-  best = blockMax(best, shared);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
-    sum += expf(in[j] - best);
-  sum = blockSum(sum, shared);
+  float best, sum;
+  maxAndSumOfExps(in, visible, shared, best, sum);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
     out[j] = j < visible ? expf(in[j] - best) / sum : 0.0f;
 }
@@ -341,14 +357,8 @@ __global__ void crossEntropyRowsKernel(const float *logits,
   __shared__ float shared[kThreads / 32];
   const int64_t row = blockIdx.x;
   const float *in = logits + row * vocab;
-  float best = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-    best = fmaxf(best, in[j]);
-  best = blockMax(best, shared);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-    sum += expf(in[j] - best);
-  sum = blockSum(sum, shared);
+  float best, sum;
+  maxAndSumOfExps(in, vocab, shared, best, sum);
   if (threadIdx.x == 0) {
     const int32_t target = targets[row];
     const float picked = target >= 0 && target < vocab ? in[target] : best;
@@ -373,14 +383,8 @@ __global__ void crossEntropyGradKernel(const float *logits,
   __shared__ float shared[kThreads / 32];
   const int64_t row = blockIdx.x;
   const float *in = logits + row * vocab;
-  float best = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-    best = fmaxf(best, in[j]);
-  best = blockMax(best, shared);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-    sum += expf(in[j] - best);
-  sum = blockSum(sum, shared);
+  float best, sum;
+  maxAndSumOfExps(in, vocab, shared, best, sum);
   const float scale = *lossGrad / float(tokens);
   const int32_t target = targets[row];
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
@@ -480,6 +484,10 @@ void scale(const float *in, float factor, float *out, int64_t count,
            cudaStream_t stream) {
   scaleKernel<<<blocksFor(count), kThreads, 0, stream>>>(in, factor, out,
                                                          count);
+}
+void toBf16(const float *in, uint16_t *out, int64_t count,
+            cudaStream_t stream) {
+  toBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, count);
 }
 void fill(float value, float *out, int64_t count, cudaStream_t stream) {
   fillKernel<<<blocksFor(count), kThreads, 0, stream>>>(value, out, count);

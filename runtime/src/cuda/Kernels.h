@@ -29,6 +29,8 @@ void binary(Binary kind, const float *lhs, const float *rhs, float *out,
             int64_t count, const Indexing &index, cudaStream_t stream);
 void scale(const float *in, float factor, float *out, int64_t count,
            cudaStream_t stream);
+/// out[i] = in[i] rounded to bfloat16 (to nearest even), as raw bits.
+void toBf16(const float *in, uint16_t *out, int64_t count, cudaStream_t stream);
 void fill(float value, float *out, int64_t count, cudaStream_t stream);
 void gelu(const float *in, float *out, int64_t count, cudaStream_t stream);
 void silu(const float *in, float *out, int64_t count, cudaStream_t stream);

@@ -203,6 +203,14 @@ func.func @matmul_rank(%a: tensor<16xf32>, %b: tensor<16x32xf32>) {
 
 // -----
 
+func.func @matmul_precision(%a: tensor<8x16xf32>, %b: tensor<16x32xf32>) {
+  // expected-error @+1 {{attribute 'precision' failed to satisfy constraint: type attribute of bfloat16 type or tf32 type}}
+  %0 = tp.matmul %a, %b {precision = f16} : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
 func.func @matmul_contraction(%a: tensor<8x16xf32>, %b: tensor<32x16xf32>) {
   // expected-error @+1 {{contraction sizes differ: lhs 'tensor<8x16xf32>' has K = 16 but rhs 'tensor<32x16xf32>' has K = 32}}
   %0 = tp.matmul %a, %b : (tensor<8x16xf32>, tensor<32x16xf32>) -> tensor<8x16xf32>

@@ -52,6 +52,11 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
   Option<RematMode> remat{*this, "remat",
                           llvm::cl::desc("Activation recomputation"),
                           llvm::cl::init(RematMode::None), rematModeValues()};
+  Option<MatmulPrecision> precision{
+      *this, "precision",
+      llvm::cl::desc("Operand precision of the matrix products, recorded in "
+                     "the plan (tp-matmul-precision)"),
+      llvm::cl::init(MatmulPrecision::F32), matmulPrecisionValues()};
 };
 
 /// Global tp module -> per-rank program with planned memory, ready for the

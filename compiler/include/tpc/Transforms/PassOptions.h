@@ -51,6 +51,20 @@ inline auto rematModeValues() {
                  "Recompute each layer's forward before its backward"));
 }
 
+/// The operand precision of matrix products (tp-matmul-precision).
+enum class MatmulPrecision { F32, TF32, BF16 };
+
+inline auto matmulPrecisionValues() {
+  return llvm::cl::values(
+      clEnumValN(MatmulPrecision::F32, "f32", "float32 operands"),
+      clEnumValN(MatmulPrecision::TF32, "tf32",
+                 "operands rounded to tf32 (10-bit mantissa), as the "
+                 "matrix units' float32 mode"),
+      clEnumValN(MatmulPrecision::BF16, "bf16",
+                 "operands rounded to bfloat16; f32 accumulation, f32 "
+                 "master weights and optimizer state"));
+}
+
 /// A device grid's shape, written "4", "2x2" or "2x2x2". Empty: not given.
 struct GridShape {
   /// Most axes a scheme uses (2.5D and 3D grids have three).

@@ -205,6 +205,25 @@ def TPInsertRebalance : Pass<"tp-insert-rebalance", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPMatmulPrecision : Pass<"tp-matmul-precision", "::mlir::ModuleOp"> {
+  let summary = "Set the operand precision of every matrix product";
+  let description = [{
+    Mixed precision: every `tp.matmul` gets `precision = bf16` (or `tf32`):
+    its operands are rounded to that type before the product, which
+    accumulates in f32. Everything else, the weights and AdamW's moments
+    included, stays f32. `precision=f32` removes the attribute. The plan
+    records it per step; a backend computes the product in that type (the
+    CPU rounds the operands and runs SGEMM, so it is the reference for the
+    GPU's bf16 and TF32 GEMMs).
+  }];
+  let options = [
+    Option<"precision", "precision", "::mlir::tp::MatmulPrecision",
+           "::mlir::tp::MatmulPrecision::F32", "Operand precision",
+           "::mlir::tp::matmulPrecisionValues()">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPReportCommunication
     : Pass<"tp-report-communication", "::mlir::ModuleOp"> {
   let summary = "Report each function's communication volume per rank";

@@ -372,6 +372,16 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
       defer(*set, integer.getInt());
       continue;
     }
+    if (name == "precision") {
+      auto type = dyn_cast<TypeAttr>(value);
+      if (type && type.getValue().isBF16())
+        defer(&fb::StepBuilder::add_precision, fb::Precision::BF16);
+      else if (type && isa<FloatTF32Type>(type.getValue()))
+        defer(&fb::StepBuilder::add_precision, fb::Precision::TF32);
+      else
+        return op.emitOpError() << "plan: precision must be bf16 or tf32";
+      continue;
+    }
     return op.emitOpError()
            << "plan: attribute '" << name << "' has no field in a plan step";
   }

@@ -47,8 +47,10 @@ public:
   }
   Value matmul(Value lhs, Value rhs, bool transposeLhs, bool transposeRhs,
                double alpha) {
+    // In f32: tp-matmul-precision, which runs after differentiation, sets
+    // every product's precision.
     return MatmulOp::create(b, loc, lhs, rhs, transposeLhs, transposeRhs,
-                            llvm::APFloat(alpha));
+                            llvm::APFloat(alpha), /*precision=*/nullptr);
   }
 
   /// Sums `v` down to `shape` (the shape of an operand it was broadcast

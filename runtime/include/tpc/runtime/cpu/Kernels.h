@@ -49,6 +49,12 @@ void matmul(const float *lhs, Shape lhsShape, bool transposeLhs,
             const float *rhs, Shape rhsShape, bool transposeRhs, float *out,
             Shape outShape, bool accumulate = false, float alpha = 1.0f);
 
+/// A matmul operand's precision: f32 values rounded to nearest even to
+/// tf32 (10-bit mantissa) or bfloat16 (7-bit), still stored as f32. NaN and
+/// infinities pass through.
+enum class Rounding { None, TF32, BF16 };
+void round(Rounding rounding, const float *in, float *out, int64_t count);
+
 enum class BinaryKind { Add, Sub, Mul, Div };
 /// out = lhs (op) rhs with NumPy broadcasting (operands aligned on trailing
 /// dims; size-1 or missing dims broadcast). outShape is the broadcast shape.

@@ -209,10 +209,16 @@ def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferResultShapes, TP_HasVJP]> {
     key/value head across a group of query heads this way). The product is
     scaled by `alpha` (as in BLAS), which is where canonicalization folds a
     following `tp.scale`, such as attention's 1/sqrt(head_dim).
+
+    `precision` (absent: f32) is the type both operands are rounded to
+    before the product, which accumulates in f32 (mixed precision: `bf16`,
+    or `tf32`, the matrix units' float32 mode); tensors stay f32
+    (tp-matmul-precision sets it).
   }];
   let arguments = (ins TP_FloatTensor:$lhs, TP_FloatTensor:$rhs,
                        UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs,
-                       DefaultValuedAttr<F64Attr, "1.0">:$alpha);
+                       DefaultValuedAttr<F64Attr, "1.0">:$alpha,
+                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision);
   let results = (outs TP_FloatTensor:$result);
 }
 
