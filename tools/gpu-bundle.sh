@@ -36,7 +36,7 @@ cp -r "$pmix/lib/pmix" "$out/pmix2/lib/"
 
 # Libraries the target machine has (or must supply itself): glibc's, the C++
 # runtime (theirs is at least as new) and CUDA's (the driver's and cuBLAS).
-keep_theirs='^(ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libcudart|libnvidia)\.'
+keep_theirs='^(ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libcudart|libnccl|libnvidia)\.'
 copy_deps() { # FILE...: copies each library FILE loads that they lack
   ldd "$@" 2>/dev/null | awk '/=> \// { print $3 }' | sort -u |
     while read -r lib; do
@@ -62,9 +62,10 @@ done
 
 cat > "$out/env.sh" <<'SH'
 # Sourced on the GPU machine: tp-run, mpirun and their libraries from this
-# folder; cuBLAS from the CUDA toolkit or PyTorch's nvidia-cublas wheel.
+# folder; cuBLAS and NCCL from the CUDA toolkit or PyTorch's nvidia-cublas
+# and nvidia-nccl wheels.
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cublas=$(python3 -c 'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)
+cublas=$(python3 -c 'import os, nvidia.cublas as c, nvidia.nccl as n; print(":".join(os.path.join(list(m.__path__)[0], "lib") for m in (c, n)))' 2>/dev/null || true)
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
   [ -e "$dir/libcublas.so.13" ] && cublas="$dir${cublas:+:$cublas}"
 done

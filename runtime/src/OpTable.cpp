@@ -381,7 +381,8 @@ constexpr OpInfo onGrid(OpInfo info, GridUse use,
   info.async = role;
   return info;
 }
-constexpr auto kAlways = GridUse::Always, kWithAxes = GridUse::WhenAxesNamed;
+constexpr auto kAlways = GridUse::Always, kWithAxes = GridUse::WhenAxesNamed,
+               kPlacement = GridUse::Placement;
 
 // In enum order (checked below), so a kind indexes its entry.
 constexpr std::array kOps = {
@@ -428,16 +429,16 @@ constexpr std::array kOps = {
     onGrid(op(OpKind::AllGather, 1, 1, checkCollective), kAlways),
     onGrid(op(OpKind::ReduceScatter, 1, 1, checkCollective), kAlways),
     onGrid(op(OpKind::AllToAll, 1, 1, checkCollective), kAlways),
-    onGrid(op(OpKind::LocalSplit, 1, 1, checkCollective), kAlways),
+    onGrid(op(OpKind::LocalSplit, 1, 1, checkCollective), kPlacement),
     onGrid(op(OpKind::RingShiftStart, 1, 1, checkCollective), kAlways,
            AsyncRole::Starts),
     onGrid(op(OpKind::RingShiftWait, 2, 1, checkRingShiftWait, {F, F},
               ResultPlacement::AliasOperand),
            kAlways, AsyncRole::Waits),
-    onGrid(op(OpKind::RingSlice, 1, 1, checkCollective), kAlways),
+    onGrid(op(OpKind::RingSlice, 1, 1, checkCollective), kPlacement),
     onGrid(op(OpKind::RingInsert, 2, 1, checkRingInsert, {F, F},
               ResultPlacement::AliasOperand),
-           kAlways),
+           kPlacement),
 };
 
 constexpr bool inEnumOrder() {
@@ -521,10 +522,16 @@ bool stepUsesGrid(const plan::Step &step) {
     return false;
   case GridUse::WhenAxesNamed:
     return !stepInts(step).empty();
+  case GridUse::Placement:
   case GridUse::Always:
     return true;
   }
   return true;
+}
+
+bool stepExchanges(const plan::Step &step) {
+  const OpInfo *info = findOpInfo(step.kind());
+  return stepUsesGrid(step) && info && info->grid != GridUse::Placement;
 }
 
 } // namespace tpc::runtime

@@ -56,21 +56,27 @@ expect data "token data" \
 expect plans "plan files" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s16.tpplan" --data "$work/a.tokens" --steps 2
-expect steps "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
+expect steps "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 3
-expect lr "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
+expect lr "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 1e-3 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 2e-3
-expect slow "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
+expect slow "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:2 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:3
-expect speeds "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
+expect speeds "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rank-speeds 1,0.5 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rank-speeds 1,0.6
-expect gain "options (steps, schedule, program, offset, weights, resume or rebalancing)" \
+expect gain "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rebalance-min-gain 0.1 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rebalance-min-gain 0.2
+
+# One rank on the CPU, the other on a device the host cannot address: they
+# would reach different collectives (a GPU's connect) and must not start.
+expect device "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --device cpu -- \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --device staged-cpu
 
 # The same command on both ranks still trains.
 timeout 60 "$mpiexec" --oversubscribe -np 2 "$bin/tp-run" "$work/s8.tpplan" \

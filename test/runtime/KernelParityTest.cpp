@@ -5,6 +5,7 @@
 // within each case's tolerance, and skips with the reason when no GPU is
 // usable. Shapes are small and odd so that indexing mistakes show.
 #include "tpc/runtime/Backend.h"
+#include "tpc/runtime/Comm.h"
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Plan.h"
 
@@ -37,6 +38,7 @@ struct Attributes {
   double epsilon = 0, factor = 0, theta = 0, alpha = 1, value = 0;
   double beta1 = 0, beta2 = 0, weightDecay = 0;
   fb::Precision precision = fb::Precision::F32;
+  int64_t dim = 0, ringStep = 0;
   std::vector<int64_t> ints;
 };
 
@@ -81,6 +83,8 @@ std::vector<uint8_t> buildStep(const KernelCase &c) {
   step.add_alpha(a.alpha);
   step.add_value(a.value);
   step.add_precision(a.precision);
+  step.add_dim(a.dim);
+  step.add_ring_step(a.ringStep);
   if (!a.ints.empty())
     step.add_ints(ints);
   b.Finish(step.Finish());
@@ -166,7 +170,10 @@ std::vector<std::vector<float>> runOn(Backend &backend, const KernelCase &c) {
     results.push_back({buffers.back()->data(), c.results[r], n});
   }
   EXPECT_TRUE(backend.runsNatively(step)) << backend.name();
-  backend.enqueue({step, operands, results, nullptr});
+  // Steps that read their place in the grid see a one-rank grid (this
+  // process; the integration tests run real groups).
+  static GridComm oneRank({1});
+  backend.enqueue({step, operands, results, &oneRank});
   backend.synchronize();
   std::vector<std::vector<float>> out;
   for (const TensorBinding &result : results) {
@@ -347,6 +354,30 @@ const std::vector<KernelCase> &cases() {
          {{{2, 3, 4}}},
          {{2, 3}},
          with([](Attributes &a) { a.ints = {2}; })},
+        {"LocalSplit",
+         OpKind::LocalSplit,
+         {{{4, 6}}},
+         {{4, 6}},
+         with([](Attributes &a) {
+           a.ints = {0};
+           a.dim = 1;
+         })},
+        {"RingSlice",
+         OpKind::RingSlice,
+         {{{3, 5}}},
+         {{3, 5}},
+         with([](Attributes &a) {
+           a.ints = {0};
+           a.ringStep = 1;
+         })},
+        {"RingInsert",
+         OpKind::RingInsert,
+         {{{3, 5}}, {{3, 5}}},
+         {{3, 5}},
+         with([](Attributes &a) {
+           a.ints = {0};
+           a.dim = 1;
+         })},
         {"Constant", OpKind::Constant, {}, {{7}}, with([](Attributes &a) {
            a.value = 0.25;
          })},
@@ -424,7 +455,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, KernelParity, testing::ValuesIn(cases()),
                            return info.param.name;
                          });
 
-TEST(KernelParity, CoversEveryKindThatDoesNotUseTheGrid) {
+TEST(KernelParity, CoversEveryKindThatExchangesNoData) {
   for (const OpInfo &info : opTable()) {
     if (info.grid == GridUse::Always)
       continue;

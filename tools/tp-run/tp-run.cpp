@@ -641,7 +641,7 @@ std::string disagreement(const Comm &world, const Options &o,
            << o.program << ' ' << o.weights.empty() << o.resume.empty() << ' '
            << o.rebalance << ' ' << o.rebalanceOptions.window << ' '
            << o.rebalanceOptions.patience << ' ' << o.rebalanceOptions.threshold
-           << ' ' << o.rebalanceOptions.minGain;
+           << ' ' << o.rebalanceOptions.minGain << ' ' << backend->name();
   for (const std::string &slow : o.slow)
     schedule << ' ' << slow;
   for (double speed : o.rebalanceOptions.rankSpeeds)
@@ -651,8 +651,8 @@ std::string disagreement(const Comm &world, const Options &o,
       {p.plan.contentChecksum(), "plan files"},
       {contentChecksum(std::as_bytes(std::span(p.stream))), "token data"},
       {contentChecksum(std::as_bytes(std::span(options))),
-       "options (steps, schedule, program, offset, weights, resume or "
-       "rebalancing)"}};
+       "options (steps, schedule, program, offset, weights, resume, "
+       "rebalancing or device)"}};
   for (const auto &[checksum, what] : checks)
     if (!world.allEqual(checksum))
       return what;
@@ -660,6 +660,8 @@ std::string disagreement(const Comm &world, const Options &o,
 }
 
 int execute(const Options &o, Prepared &p) {
+  // Collective: every rank got here (main agreed on the set-up).
+  backend->connect(*gridComm);
   if (o.steps > 0)
     return trainRun(o, p.plan, p.params, p.stream);
   return evaluate(o, p.plan, p.params, p.stream);

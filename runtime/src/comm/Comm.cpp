@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <string_view>
 
 namespace tpc::runtime {
 
@@ -86,6 +87,14 @@ bool Comm::allSucceeded(bool ok) const {
   check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD),
         "MPI_Allreduce");
   return all != 0;
+}
+
+void Comm::broadcastBytes(std::span<std::byte> data, int root) const {
+  if (!mpi || !mpiActive())
+    return;
+  check(
+      MPI_Bcast(data.data(), int(data.size()), MPI_BYTE, root, MPI_COMM_WORLD),
+      "MPI_Bcast");
 }
 
 bool Comm::allEqual(uint64_t value) const {
@@ -229,10 +238,21 @@ private:
 };
 } // namespace
 
-void GridComm::account(const char *kind, double factor, size_t floats) {
+void GridComm::account(const char *kind, int n, size_t floats) {
+  // The ring rule of the header: all-reduce 2(n-1)/n, a ring shift its
+  // whole block (none on one rank), the others (n-1)/n.
+  const std::string_view name = kind;
+  const double factor = name == "all_reduce"   ? 2.0 * (n - 1) / n
+                        : name == "ring_shift" ? (n == 1 ? 0.0 : 1.0)
+                                               : double(n - 1) / n;
   CommStats &s = stats_[kind];
   s.calls += 1;
   s.bytes += factor * double(floats) * double(sizeof(float));
+}
+
+void GridComm::countCollective(const char *kind, const std::vector<int> &axes,
+                               size_t floats) {
+  account(kind, group(axes).size, floats);
 }
 
 void GridComm::allReduceSum(const std::vector<int> &axes,
@@ -240,7 +260,7 @@ void GridComm::allReduceSum(const std::vector<int> &axes,
   const CommGroup &g = group(axes);
   const int n = g.size;
   const int count = mpiCount(data.size(), "allReduceSum");
-  account("all_reduce", 2.0 * (n - 1) / n, data.size());
+  account("all_reduce", n, data.size());
   if (n == 1 || count == 0)
     return;
   const WaitClock clock(waitSeconds_);
@@ -272,7 +292,7 @@ void GridComm::gatherOver(const CommGroup &g, std::span<const float> in,
                                 " x " + std::to_string(in.size()));
   const int count = mpiCount(in.size(), what);
   if (counted)
-    account("all_gather", double(n - 1) / n, out.size());
+    account("all_gather", n, out.size());
   if (n == 1)
     return copyFloats(in, out);
   if (count == 0)
@@ -295,7 +315,7 @@ void GridComm::reduceScatterSum(const std::vector<int> &axes,
                                 " floats, expected " + std::to_string(n) +
                                 " x " + std::to_string(out.size()));
   const int count = mpiCount(out.size(), "reduceScatterSum");
-  account("reduce_scatter", double(n - 1) / n, in.size());
+  account("reduce_scatter", n, in.size());
   if (n == 1)
     return copyFloats(in, out);
   if (count == 0)
@@ -316,7 +336,7 @@ void GridComm::allToAll(const std::vector<int> &axes, std::span<const float> in,
         std::to_string(n) + " blocks; got " + std::to_string(in.size()) +
         " and " + std::to_string(out.size()) + " floats");
   const int count = mpiCount(in.size() / size_t(n), "allToAll");
-  account("all_to_all", double(n - 1) / n, in.size());
+  account("all_to_all", n, in.size());
   if (n == 1)
     return copyFloats(in, out);
   if (count == 0)
@@ -340,7 +360,7 @@ void GridComm::startShift(const std::vector<int> &axes,
     throw std::invalid_argument(
         "startShift: a shift is already receiving into this buffer");
   const int count = mpiCount(in.size(), "startShift");
-  account("ring_shift", n == 1 ? 0.0 : 1.0, in.size());
+  account("ring_shift", n, in.size());
   std::array<MPI_Request, 2> requests = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   if (n == 1 || count == 0) {
     copyFloats(in, out);
@@ -412,7 +432,7 @@ void GridComm::broadcast(const std::vector<int> &axes, std::span<float> data,
                                 " is not a rank of a group of " +
                                 std::to_string(n));
   const int count = mpiCount(data.size(), "broadcast");
-  account("broadcast", double(n - 1) / n, data.size());
+  account("broadcast", n, data.size());
   if (n == 1 || count == 0)
     return;
   const WaitClock clock(waitSeconds_);

@@ -56,10 +56,10 @@ public:
   void download(void *host, const std::byte *device, uint64_t bytes) override {
     std::memcpy(host, toHost(device), bytes);
   }
-  // As a GPU without a path to the other ranks: what uses the grid goes
+  // As a GPU without a path to the other ranks: what exchanges data goes
   // through the host.
   bool runsNatively(const plan::Step &step) const override {
-    return !stepUsesGrid(step);
+    return !stepExchanges(step);
   }
   void enqueue(const Dispatch &d) override {
     std::array<TensorBinding, kMaxStepOperands> operands;

@@ -4,10 +4,18 @@
 
 #include "tpc/runtime/OpTable.h"
 
+#include "tpc/runtime/Comm.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#ifdef TPC_HAVE_NCCL
+#include <nccl.h>
+#endif
 
+#include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -35,6 +43,61 @@ void check(cublasStatus_t status, const char *what) {
 struct DeviceBytes {
   uint64_t live = 0, peak = 0;
 };
+
+#ifdef TPC_HAVE_NCCL
+void check(ncclResult_t result, const char *what) {
+  if (result != ncclSuccess)
+    throw std::runtime_error(std::string("nccl: ") + what + ": " +
+                             ncclGetErrorString(result));
+}
+
+/// NCCL communicators over the grid, one per set of axes (as GridComm's
+/// groups): split from one world communicator whose id travels over MPI.
+class NcclGroups {
+public:
+  explicit NcclGroups(GridComm &grid) : grid(grid) {
+    ncclUniqueId id{};
+    if (grid.rank() == 0)
+      check(ncclGetUniqueId(&id), "creating the unique id");
+    Comm::world().broadcastBytes(
+        {reinterpret_cast<std::byte *>(&id), sizeof id}, 0);
+    check(ncclCommInitRank(&world, grid.size(), id, grid.rank()),
+          "creating the world communicator");
+  }
+  ~NcclGroups() {
+    for (auto &[axes, comm] : groups)
+      ncclCommDestroy(comm);
+    if (world)
+      ncclCommDestroy(world);
+  }
+  NcclGroups(const NcclGroups &) = delete;
+  NcclGroups &operator=(const NcclGroups &) = delete;
+
+  /// The communicator of the group over `axes`, split on first use
+  /// (collective over the world: every rank asks in the same order, as the
+  /// steps run in the same order).
+  ncclComm_t group(const std::vector<int> &axes) {
+    if (auto it = groups.find(axes); it != groups.end())
+      return it->second;
+    const CommGroup &g = grid.group(axes);
+    // Ranks sharing every coordinate outside `axes` share a colour.
+    int64_t colour = 0;
+    for (size_t axis = 0; axis < grid.shape().size(); ++axis)
+      if (std::find(axes.begin(), axes.end(), int(axis)) == axes.end())
+        colour = colour * grid.shape()[axis] + grid.coords()[axis];
+    ncclComm_t comm = nullptr;
+    check(ncclCommSplit(world, int(colour), g.rank, &comm, nullptr),
+          "splitting a group");
+    groups.emplace(axes, comm);
+    return comm;
+  }
+
+private:
+  GridComm &grid;
+  ncclComm_t world = nullptr;
+  std::map<std::vector<int>, ncclComm_t> groups;
+};
+#endif
 
 class DeviceBuffer final : public Buffer {
 public:
@@ -69,7 +132,8 @@ using CudaKernel = void (*)(CudaBackend &, const Dispatch &);
 
 class CudaBackend final : public Backend {
 public:
-  explicit CudaBackend(int ordinal);
+  /// `localRank`: this rank's index among the ranks of its machine.
+  CudaBackend(int ordinal, int localRank);
   ~CudaBackend() override;
 
   std::string_view name() const override { return "cuda"; }
@@ -94,7 +158,25 @@ public:
     check(cudaStreamSynchronize(stream), "download");
   }
   bool runsNatively(const plan::Step &step) const override {
-    return !stepUsesGrid(step);
+    // Steps that only read their place in the grid have device kernels;
+    // collectives and ring shifts run here with NCCL, else staged over MPI,
+    // as do vocabulary-parallel and feature-split steps.
+    if (!stepExchanges(step))
+      return true;
+    return hasNccl() && findOpInfo(step.kind())->grid == GridUse::Always;
+  }
+  void connect(GridComm &grid) override;
+  std::string collectivePath() const override {
+    return hasNccl() ? "NCCL (vocabulary-parallel and split-norm statistics "
+                       "staged over MPI)"
+                     : Backend::collectivePath();
+  }
+  bool hasNccl() const {
+#ifdef TPC_HAVE_NCCL
+    return nccl != nullptr;
+#else
+    return false;
+#endif
   }
   void enqueue(const Dispatch &dispatch) override {
     kernels[size_t(dispatch.step.kind())](*this, dispatch);
@@ -117,7 +199,18 @@ public:
     return workspace->data();
   }
 
+#ifdef TPC_HAVE_NCCL
+  std::unique_ptr<NcclGroups> nccl;
+  /// Ring shifts run on their own stream, so the GEMMs queued between a
+  /// start and its wait overlap them: per receive buffer, the event the
+  /// wait makes the compute stream wait for.
+  cudaStream_t commStream = nullptr;
+  std::map<const std::byte *, cudaEvent_t> shiftDone;
+  cudaEvent_t shiftReady = nullptr;
+#endif
+
 private:
+  int localRank = 0;
   DeviceBytes usage; // before the buffers: they report to it when freed
   std::array<CudaKernel, size_t(OpKind::MAX) + 1> kernels{};
   std::unique_ptr<DeviceBuffer> workspace;
@@ -454,13 +547,253 @@ void adamw(CudaBackend &b, const Dispatch &d) {
               f32(d.results[2]), d.results[0].elements, b.stream);
 }
 
+//===----------------------------------------------------------------------===//
+// Steps that read their place in the grid: slices and inserts at the block
+// the CPU backend's kernels compute (cpu/CpuBackend.cpp)
+//===----------------------------------------------------------------------===//
+
+GridComm &commOf(const Dispatch &d) {
+  if (!d.comm)
+    throw std::runtime_error("a collective step needs a communicator");
+  return *d.comm;
+}
+
+std::vector<int> groupAxes(const Dispatch &d) {
+  return {d.ints().begin(), d.ints().end()};
+}
+
+/// out = in[offsets...] (a block of `in` of out's shape).
+void sliceAt(CudaBackend &b, const TensorBinding &in,
+             const std::vector<int64_t> &offsets, const TensorBinding &out) {
+  std::vector<int64_t> inStrides = stridesOf(in.shape);
+  cuda::Indexing index = indexing(out.shape);
+  int64_t base = 0;
+  for (size_t i = 0; i < inStrides.size(); ++i) {
+    index.stride[i] = inStrides[i];
+    base += offsets[i] * inStrides[i];
+  }
+  cuda::gather(f32(in), base, f32(out), out.elements, index, b.stream);
+}
+
+/// out[offsets...] = block; the rest of out is left as it is.
+void insertAt(CudaBackend &b, const TensorBinding &block,
+              const std::vector<int64_t> &offsets, const TensorBinding &out) {
+  std::vector<int64_t> outStrides = stridesOf(out.shape);
+  cuda::Indexing index = indexing(block.shape);
+  int64_t base = 0;
+  for (size_t i = 0; i < outStrides.size(); ++i) {
+    index.stride[i] = outStrides[i];
+    base += offsets[i] * outStrides[i];
+  }
+  cuda::scatter(f32(block), f32(out), base, block.elements, index, b.stream);
+}
+
+void localSplit(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  std::vector<int64_t> offsets(in.shape.size(), 0);
+  offsets[d.step.dim()] =
+      commOf(d).group(groupAxes(d)).rank * out.shape[d.step.dim()];
+  sliceAt(b, in, offsets, out);
+}
+
+/// Offsets of block (r - ring_step) mod n of `dim`, blocks `block` long.
+std::vector<int64_t> ringBlockOffsets(const Dispatch &d,
+                                      std::span<const int64_t> shape,
+                                      int64_t block) {
+  const CommGroup &g = commOf(d).group(groupAxes(d));
+  const int64_t n = g.size, step = d.step.ring_step() % n;
+  std::vector<int64_t> offsets(shape.size(), 0);
+  offsets[d.step.dim()] = ((g.rank - step + n) % n) * block;
+  return offsets;
+}
+
+void ringSlice(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  sliceAt(b, in, ringBlockOffsets(d, in.shape, out.shape[d.step.dim()]), out);
+}
+
+void ringInsert(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &block = d.operands[1], &out = d.results[0];
+  copyIfMoved(b, d.operands[0], out);
+  insertAt(b, block, ringBlockOffsets(d, out.shape, block.shape[d.step.dim()]),
+           out);
+}
+
+#ifdef TPC_HAVE_NCCL
+//===----------------------------------------------------------------------===//
+// Collectives over NCCL (one rank per GPU), with the CPU backend's block
+// orders: group rank k holds block k of the split dimension
+//===----------------------------------------------------------------------===//
+
+/// out = in permuted: out dim i is in dim perm[i].
+void permute(CudaBackend &b, const float *in, std::span<const int64_t> inShape,
+             std::span<const int64_t> perm, float *out) {
+  std::vector<int64_t> inStrides = stridesOf(inShape), outShape;
+  for (int64_t p : perm)
+    outShape.push_back(inShape[size_t(p)]);
+  cuda::Indexing index = indexing(outShape);
+  int64_t count = 1;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    index.stride[i] = inStrides[size_t(perm[i])];
+    count *= outShape[i];
+  }
+  cuda::gather(in, 0, out, count, index, b.stream);
+}
+
+/// [outer, size(dim), inner] around dimension `dim` of `shape`.
+std::array<int64_t, 3> around(std::span<const int64_t> shape, int64_t dim) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i)
+    outer *= shape[size_t(i)];
+  for (size_t i = size_t(dim) + 1; i < shape.size(); ++i)
+    inner *= shape[i];
+  return {outer, shape[size_t(dim)], inner};
+}
+
+const std::vector<int64_t> kSwap01 = {1, 0, 2, 3};
+
+void allReduce(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  const std::vector<int> axes = groupAxes(d);
+  commOf(d).countCollective("all_reduce", axes, size_t(out.elements));
+  check(ncclAllReduce(in.data, out.data, size_t(out.elements), ncclFloat,
+                      ncclSum, b.nccl->group(axes), b.stream),
+        "all-reduce");
+}
+
+void allGather(CudaBackend &b, const Dispatch &d) {
+  // Gathered as [n, outer, s, inner]; the result is [outer, n, s, inner].
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  const std::vector<int> axes = groupAxes(d);
+  const int64_t n = commOf(d).group(axes).size;
+  commOf(d).countCollective("all_gather", axes, size_t(out.elements));
+  auto [outer, size, inner] = around(in.shape, d.step.dim());
+  auto *gathered = static_cast<float *>(
+      b.scratch(uint64_t(std::max<int64_t>(out.elements, 1)) * sizeof(float)));
+  check(ncclAllGather(in.data, gathered, size_t(in.elements), ncclFloat,
+                      b.nccl->group(axes), b.stream),
+        "all-gather");
+  const std::vector<int64_t> view = {n, outer, size, inner};
+  permute(b, gathered, view, kSwap01, f32(out));
+}
+
+void reduceScatter(CudaBackend &b, const Dispatch &d) {
+  // The input [outer, n, s, inner] as [n, outer, s, inner] blocks.
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  const std::vector<int> axes = groupAxes(d);
+  const int64_t n = commOf(d).group(axes).size;
+  commOf(d).countCollective("reduce_scatter", axes, size_t(in.elements));
+  auto [outer, size, inner] = around(in.shape, d.step.dim());
+  auto *blocks = static_cast<float *>(
+      b.scratch(uint64_t(std::max<int64_t>(in.elements, 1)) * sizeof(float)));
+  const std::vector<int64_t> view = {outer, n, size / n, inner};
+  permute(b, f32(in), view, kSwap01, blocks);
+  check(ncclReduceScatter(blocks, out.data, size_t(out.elements), ncclFloat,
+                          ncclSum, b.nccl->group(axes), b.stream),
+        "reduce-scatter");
+}
+
+void allToAll(CudaBackend &b, const Dispatch &d) {
+  // As the CPU backend's: chunk k of the target dimension goes to group
+  // rank k; the chunk from rank j lands at block j of the source dimension.
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  const std::vector<int> axes = groupAxes(d);
+  const int64_t n = commOf(d).group(axes).size;
+  commOf(d).countCollective("all_to_all", axes, size_t(in.elements));
+  const int64_t src = d.step.dim(), dst = d.step.target_dim();
+  std::vector<int64_t> split(in.shape.begin(), in.shape.end());
+  split[size_t(dst)] /= n;
+  split.insert(split.begin() + dst, n);
+  std::vector<int64_t> toFront(split.size());
+  toFront[0] = dst;
+  for (int64_t i = 0, k = 1; i < int64_t(split.size()); ++i)
+    if (i != dst)
+      toFront[size_t(k++)] = i;
+  auto *send = static_cast<float *>(b.scratch(
+      uint64_t(std::max<int64_t>(2 * in.elements, 1)) * sizeof(float)));
+  float *received = send + in.elements;
+  permute(b, f32(in), split, toFront, send);
+  const size_t chunk = size_t(in.elements / n);
+  ncclComm_t comm = b.nccl->group(axes);
+  check(ncclGroupStart(), "all-to-all");
+  for (int64_t j = 0; j < n; ++j) {
+    check(ncclSend(send + size_t(j) * chunk, chunk, ncclFloat, int(j), comm,
+                   b.stream),
+          "all-to-all send");
+    check(ncclRecv(received + size_t(j) * chunk, chunk, ncclFloat, int(j), comm,
+                   b.stream),
+          "all-to-all receive");
+  }
+  check(ncclGroupEnd(), "all-to-all");
+  std::vector<int64_t> rest(split.size() - 1);
+  for (size_t i = 1; i < split.size(); ++i)
+    rest[i - 1] = split[size_t(toFront[i])];
+  std::vector<int64_t> receivedShape = {n};
+  receivedShape.insert(receivedShape.end(), rest.begin(), rest.end());
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < int64_t(rest.size()); ++i) {
+    if (i == src)
+      perm.push_back(0);
+    perm.push_back(i + 1);
+  }
+  permute(b, received, receivedShape, perm, f32(out));
+}
+
+void ringShiftStart(CudaBackend &b, const Dispatch &d) {
+  // On the communication stream, after what the compute stream queued so
+  // far; the wait joins it back.
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  const std::vector<int> axes = groupAxes(d);
+  const CommGroup &g = commOf(d).group(axes);
+  commOf(d).countCollective("ring_shift", axes, size_t(in.elements));
+  cudaEvent_t &done = b.shiftDone[out.data];
+  if (!done)
+    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+          "creating an event");
+  check(cudaEventRecord(b.shiftReady, b.stream), "ring shift");
+  check(cudaStreamWaitEvent(b.commStream, b.shiftReady), "ring shift");
+  if (g.size == 1) {
+    copyIfMoved(b, in, out);
+  } else {
+    ncclComm_t comm = b.nccl->group(axes);
+    check(ncclGroupStart(), "ring shift");
+    check(ncclSend(in.data, size_t(in.elements), ncclFloat,
+                   (g.rank + 1) % g.size, comm, b.commStream),
+          "ring shift send");
+    check(ncclRecv(out.data, size_t(out.elements), ncclFloat,
+                   (g.rank - 1 + g.size) % g.size, comm, b.commStream),
+          "ring shift receive");
+    check(ncclGroupEnd(), "ring shift");
+  }
+  check(cudaEventRecord(done, b.commStream), "ring shift");
+}
+
+void ringShiftWait(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &received = d.operands[0], &out = d.results[0];
+  auto it = b.shiftDone.find(received.data);
+  if (it == b.shiftDone.end())
+    throw std::logic_error("cuda: a ring shift wait with no shift started");
+  check(cudaStreamWaitEvent(b.stream, it->second), "ring shift wait");
+  copyIfMoved(b, received, out);
+}
+#endif
+
 /// Steps that use the grid are staged (runsNatively): never enqueued.
 void stagedOnly(CudaBackend &, const Dispatch &d) {
   throw std::logic_error(std::string("cuda: ") + opKindName(d.step.kind()) +
                          " runs staged, not on the device");
 }
 
-CudaBackend::CudaBackend(int ordinal) {
+/// Whether this build talks NCCL (its collectives then have kernels).
+constexpr bool hasNcclSupport() {
+#ifdef TPC_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   check(cudaSetDevice(ordinal), "selecting the GPU");
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
         "creating a stream");
@@ -505,16 +838,60 @@ CudaBackend::CudaBackend(int ordinal) {
   set(OpKind::NormSquared, normSquared);
   set(OpKind::LrSchedule, lrSchedule);
   set(OpKind::ClipScale, clipScale);
-  // Every kind that does not use the grid has a device kernel.
+  set(OpKind::LocalSplit, localSplit);
+  set(OpKind::RingSlice, ringSlice);
+  set(OpKind::RingInsert, ringInsert);
+#ifdef TPC_HAVE_NCCL
+  set(OpKind::AllReduce, allReduce);
+  set(OpKind::AllGather, allGather);
+  set(OpKind::ReduceScatter, reduceScatter);
+  set(OpKind::AllToAll, allToAll);
+  set(OpKind::RingShiftStart, ringShiftStart);
+  set(OpKind::RingShiftWait, ringShiftWait);
+#endif
+  // Every kind that exchanges no data has a device kernel (and, with NCCL,
+  // every collective).
   for (const OpInfo &info : opTable())
-    if (info.grid != GridUse::Always &&
+    if ((info.grid != GridUse::Always || hasNcclSupport()) &&
         kernels[size_t(info.kind)] == stagedOnly)
       throw std::logic_error(
           std::string("the cuda backend has no kernel for ") +
           opKindName(info.kind));
 }
 
+void CudaBackend::connect(GridComm &grid) {
+#ifdef TPC_HAVE_NCCL
+  if (nccl)
+    return;
+  // NCCL needs a GPU per rank: ranks sharing one stage over MPI. Every rank
+  // must agree, and TPC_NCCL=0 keeps the MPI path.
+  int devices = 0;
+  check(cudaGetDeviceCount(&devices), "counting GPUs");
+  const char *wanted = std::getenv("TPC_NCCL");
+  const bool ownGpu =
+      localRank < devices && !(wanted && wanted == std::string("0"));
+  if (!Comm::world().allSucceeded(ownGpu))
+    return;
+  nccl = std::make_unique<NcclGroups>(grid);
+  check(cudaStreamCreateWithFlags(&commStream, cudaStreamNonBlocking),
+        "creating the communication stream");
+  check(cudaEventCreateWithFlags(&shiftReady, cudaEventDisableTiming),
+        "creating an event");
+#else
+  (void)grid;
+#endif
+}
+
 CudaBackend::~CudaBackend() {
+#ifdef TPC_HAVE_NCCL
+  for (auto &[buffer, event] : shiftDone)
+    cudaEventDestroy(event);
+  if (shiftReady)
+    cudaEventDestroy(shiftReady);
+  nccl.reset();
+  if (commStream)
+    cudaStreamDestroy(commStream);
+#endif
   workspace.reset();
   if (blas)
     cublasDestroy(blas);
@@ -538,7 +915,8 @@ Backend &cudaBackend(int ordinal) {
   if (!backend) {
     int count = 0;
     check(cudaGetDeviceCount(&count), "counting GPUs");
-    backend = std::make_unique<CudaBackend>(count ? ordinal % count : 0);
+    backend =
+        std::make_unique<CudaBackend>(count ? ordinal % count : 0, ordinal);
   }
   return *backend;
 }

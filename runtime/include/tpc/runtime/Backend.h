@@ -91,6 +91,11 @@ public:
   /// The most device memory this backend's buffers held at once, when the
   /// device is not the host (the CPU's is in the process's RSS).
   virtual uint64_t peakDeviceBytes() const { return 0; }
+  /// Called on every rank once the grid's communicator exists (collective
+  /// over the world): a backend may set up its own path between devices
+  /// (NCCL when every rank has a GPU of its own). Without one, steps that
+  /// exchange data run staged through the host over MPI.
+  virtual void connect(GridComm &grid) { (void)grid; }
   /// How steps that use the grid reach other ranks, for the progress line
   /// ("host memory", "MPI staged through the host", "NCCL").
   virtual std::string collectivePath() const;
@@ -112,9 +117,10 @@ Backend &cpuBackend();
 
 /// The CPU kernels behind memory the host cannot address: a buffer's data()
 /// is an address that faults when dereferenced, and upload/download
-/// translate it. Steps that use the grid run staged, every other step on
-/// the CPU kernels. Checks, without a GPU, the discipline the CUDA backend
-/// relies on (nothing reads device memory but the backend). One instance.
+/// translate it. Steps that exchange data with other ranks run staged,
+/// every other step on the CPU kernels. Checks, without a GPU, the discipline
+/// the CUDA backend relies on (nothing reads device memory but the backend).
+/// One instance.
 Backend &stagedTestBackend();
 
 } // namespace tpc::runtime

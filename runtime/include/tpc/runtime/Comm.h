@@ -66,6 +66,10 @@ public:
   /// True on every rank when every rank passed the same value (collective
   /// over the world; true without MPI).
   bool allEqual(uint64_t value) const;
+  /// `data` on world rank `root` is copied to every rank (collective over
+  /// the world; nothing without MPI). For setting up other transports (an
+  /// NCCL unique id).
+  void broadcastBytes(std::span<std::byte> data, int root) const;
 
   Comm(const Comm &) = delete;
   Comm &operator=(const Comm &) = delete;
@@ -174,6 +178,12 @@ public:
   /// Totals per kind: "all_gather", "all_reduce", "all_to_all", "broadcast",
   /// "reduce_scatter", "ring_shift" (kinds not yet called are absent).
   std::map<std::string, CommStats> stats() const { return stats_; }
+  /// Counts a collective that ran outside this class (a GPU's NCCL call) by
+  /// the rule above, over the group of `axes`: `floats` is the buffer the
+  /// rule names (the gathered output, the full input, the buffer, the block
+  /// sent).
+  void countCollective(const char *kind, const std::vector<int> &axes,
+                       size_t floats);
   void resetStats() { stats_.clear(); }
   /// Seconds spent in blocking collectives of the grid (waiting for other
   /// ranks included) since construction: a step's compute time is its wall
@@ -187,7 +197,7 @@ public:
                         const std::vector<int64_t> &coords);
 
 private:
-  void account(const char *kind, double factor, size_t floats);
+  void account(const char *kind, int n, size_t floats);
   /// MPI_Allgather over `g` (`in` may be this rank's slice of `out`),
   /// counted as an all-gather when `counted`; `what` names the caller in
   /// size errors.

@@ -76,9 +76,12 @@ public:
 /// through the host (Backend::runsNatively).
 enum class GridUse : uint8_t {
   None,          // purely local
-  WhenAxesNamed, // when the step names grid axes: vocabulary-parallel
-                 // embeddings and losses, feature-split norms
-  Always,        // collectives and ring steps
+  Placement,     // reads only its place in the group (a local split, a
+                 // ring step's slice or insert): moves no data
+  WhenAxesNamed, // exchanges data when the step names grid axes:
+                 // vocabulary-parallel embeddings and losses, feature-split
+                 // norms
+  Always,        // exchanges data: collectives and ring shifts
 };
 
 /// Ring shifts: a start's result is still being received when the start
@@ -111,5 +114,8 @@ std::span<const OpInfo> opTable();
 /// Whether `step` (of a kind the table knows) exchanges data with other
 /// ranks or reads its place in the grid.
 bool stepUsesGrid(const plan::Step &step);
+/// Whether `step` exchanges data with other ranks (uses the grid for more
+/// than its place in it).
+bool stepExchanges(const plan::Step &step);
 
 } // namespace tpc::runtime
