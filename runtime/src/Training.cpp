@@ -53,6 +53,9 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
           rebalancer.applyRankSpeeds(result.firstStep - 1))
     report(std::move(*given));
   runner.setHyperparameters(config.hyperparameters);
+  // Only rebalancing reads the per-step times: without it a device may
+  // replay a recorded step.
+  runner.setStepTiming(rebalancer.enabled());
   const auto &h = config.hyperparameters;
   CheckpointState state{0, h, result.tokensPerStep};
   // Where a run that diverges can restart from.
@@ -136,6 +139,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   result.arenaBytes = runner.arenaBytes();
   result.paramBytes = params.bytes();
   result.inputBytes = runner.inputBytes();
+  result.replays = runner.replays();
   return result;
 }
 

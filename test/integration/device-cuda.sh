@@ -10,8 +10,10 @@
 #     the one GPU, their collectives staged through the host over MPI (1D
 #     with sequence parallelism and ring matmuls, 2D 2x2), match the
 #     one-rank cuda run within the 1D test's tolerances;
-#  3. the metrics name the device and the collective path, and the device's
-#     peak memory is the planned peak plus at most 1 MiB of kernel scratch.
+#  3. the metrics name the device and the collective path; the device's peak
+#     memory is the planned peak plus cuBLAS's workspace (32 MiB) and at
+#     most 1 MiB of kernel scratch; steps after the first replay a CUDA
+#     graph.
 # Skipped (exit 77) where tp-run cannot use a GPU.
 #
 #   device-cuda.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
@@ -42,13 +44,17 @@ train 1 "$work/one.tpplan" "$work/cpu" --device cpu --steps $steps --export "$wo
 train 1 "$work/one.tpplan" "$work/cuda" --device cuda --steps $steps \
   --export "$work/cuda"
 device_is "$work/cuda.json" cuda ""
-# Device memory: the planned peak plus the kernels' small scratch.
-"$python" - "$work/cuda.json" <<'PY'
+# Device memory: the planned peak plus cuBLAS's 32 MiB workspace and the
+# kernels' small scratch; steps 2 on replayed from the recorded graph.
+"$python" - "$work/cuda.json" $steps <<'PY'
 import json, sys
-m = json.load(open(sys.argv[1]))["memory"]
+metrics = json.load(open(sys.argv[1]))
+m = metrics["memory"]
 peak, planned = m["device_peak_bytes"], m["planned_peak_bytes"]
-if not planned <= peak <= planned + (1 << 20):
+if not planned + (32 << 20) <= peak <= planned + (33 << 20):
     sys.exit(f"device peak {peak} bytes, planned {planned}")
+if metrics["device"]["replayed_steps"] != int(sys.argv[2]) - 1:
+    sys.exit(f"replayed: {metrics['device']}")
 PY
 $check losses "$work/cpu.json" "$work/cuda.json" --rel 1e-4
 $check weights "$work/cpu/model.safetensors" "$work/cuda/model.safetensors" \

@@ -15,8 +15,9 @@
 #  3. 2D 2x2 (all-to-alls, ring shifts in flight across steps) and 3D 2x2x2
 #     (feature-split norms) on 4 and 8 ranks.
 # Otherwise losses must be equal to the last bit and the exported weights
-# byte-equal: both devices run the same kernels on the same values; and the
-# device's peak memory must equal the plan's planned peak.
+# byte-equal: both devices run the same kernels on the same values (on one
+# rank staged-cpu records the step once and replays it, as a CUDA graph);
+# and the device's peak memory must equal the plan's planned peak.
 #
 #   device-staging.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
@@ -48,6 +49,17 @@ PY
   cmp "$work/$1-cpu/model.safetensors" "$work/$1-staged/model.safetensors"
   echo "$1: losses and weights identical"
 }
+# Training without rebalancing replays a recorded step from the second step
+# on when every step runs on the device (one rank); steps staged over MPI
+# (several ranks) keep it from recording.
+replayed() { # METRICS STEPS
+  "$python" - "$@" <<'PY'
+import json, sys
+got = json.load(open(sys.argv[1]))["device"]["replayed_steps"]
+if got != int(sys.argv[2]):
+    sys.exit(f"{sys.argv[1]}: {got} steps replayed, expected {sys.argv[2]}")
+PY
+}
 both() { # RANKS NAME [tp-run flags...]
   local ranks=$1 name=$2
   shift 2
@@ -62,6 +74,7 @@ echo "== $model, one rank, resumed"
 compile one ""
 for device in cpu staged-cpu; do
   train 1 "$work/one.tpplan" "$work/stop-$device" --device $device --steps 4 \
+    --checkpoint-every 2 \
     --checkpoint-dir "$work/ckpt-$device"
 done
 cmp "$work/ckpt-cpu/step-00000004/state.safetensors" \
@@ -82,6 +95,8 @@ cmp "$work/forward-cpu.safetensors" "$work/forward-staged-cpu.safetensors"
 echo "== $model, one rank, bf16 matrix products"
 compile bf16 "precision=bf16"
 both 1 bf16 --steps 4
+replayed "$work/bf16-staged.json" 3
+replayed "$work/bf16-cpu.json" 0
 # Near the f32 run (bf16 keeps 8 bits of mantissa), but not equal to it.
 "$python" - "$work/stop-cpu.json" "$work/bf16-cpu.json" <<'PY'
 import json, sys
@@ -96,6 +111,7 @@ echo "== $model, 1D on 2 ranks: sequence parallel, ring matmuls, rebalancing"
 compile 1d "mode=1d grid=2 seq-parallel collective-matmul rebalance"
 # Blocks split by known speeds before step 1: the same split on both.
 both 2 1d --steps 6 --rank-speeds 1,0.4
+replayed "$work/1d-staged.json" 0
 # Blocks migrated mid-run, after the device copies exist: the parameters
 # and moments go through the host and back. When the measured slowdown
 # triggers it differs from run to run, and another split sums in another

@@ -532,7 +532,8 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
     json["steps"] = o.steps;
     json["threads"] = cpu::numThreads();
     json["device"] = {{"name", backend->name()},
-                      {"collectives", backend->collectivePath()}};
+                      {"collectives", backend->collectivePath()},
+                      {"replayed_steps", result.replays}};
     json["seconds_total"] = total;
     json["tokens_per_second"] =
         stepSeconds > 0

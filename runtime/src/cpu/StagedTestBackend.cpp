@@ -6,8 +6,8 @@
 #include "tpc/runtime/OpTable.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
+#include <vector>
 
 namespace tpc::runtime {
 
@@ -62,24 +62,51 @@ public:
     return !stepExchanges(step);
   }
   void enqueue(const Dispatch &d) override {
-    std::array<TensorBinding, kMaxStepOperands> operands;
-    std::array<TensorBinding, kMaxStepResults> results;
+    RecordedStep step{&d.step, {}, {}, d.comm};
     auto translate = [](const TensorBinding &t) {
       return TensorBinding{t.data ? toHost(t.data) : nullptr, t.shape,
                            t.elements};
     };
-    for (size_t i = 0; i < d.operands.size(); ++i)
-      operands[i] = translate(d.operands[i]);
-    for (size_t i = 0; i < d.results.size(); ++i)
-      results[i] = translate(d.results[i]);
-    cpuBackend().enqueue({d.step,
-                          {operands.data(), d.operands.size()},
-                          {results.data(), d.results.size()},
-                          d.comm});
+    for (const TensorBinding &t : d.operands)
+      step.operands.push_back(translate(t));
+    for (const TensorBinding &t : d.results)
+      step.results.push_back(translate(t));
+    if (recording)
+      recording->steps.push_back(std::move(step));
+    else
+      step.run();
   }
   void synchronize() override { cpuBackend().synchronize(); }
+  // As a CUDA graph: the steps' kernels and buffers, run again on submit.
+  std::unique_ptr<CommandBuffer>
+  record(const std::function<void()> &enqueueSteps) override {
+    auto steps = std::make_unique<RecordedSteps>();
+    recording = steps.get();
+    try {
+      enqueueSteps();
+    } catch (...) {
+      recording = nullptr;
+      throw;
+    }
+    recording = nullptr;
+    return steps;
+  }
 
 private:
+  struct RecordedStep {
+    const plan::Step *step;
+    std::vector<TensorBinding> operands, results;
+    GridComm *comm;
+    void run() const { cpuBackend().enqueue({*step, operands, results, comm}); }
+  };
+  struct RecordedSteps final : CommandBuffer {
+    std::vector<RecordedStep> steps;
+    void submit() override {
+      for (const RecordedStep &step : steps)
+        step.run();
+    }
+  };
+  RecordedSteps *recording = nullptr;
   uint64_t live = 0, peak = 0;
 };
 

@@ -127,6 +127,23 @@ private:
   std::byte *memory = nullptr;
 };
 
+/// A captured CUDA graph, launched on the backend's stream.
+class CudaGraph final : public CommandBuffer {
+public:
+  CudaGraph(cudaGraphExec_t graph, cudaStream_t stream)
+      : graph(graph), stream(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(graph); }
+  CudaGraph(const CudaGraph &) = delete;
+  CudaGraph &operator=(const CudaGraph &) = delete;
+  void submit() override {
+    check(cudaGraphLaunch(graph, stream), "launching the recorded step");
+  }
+
+private:
+  cudaGraphExec_t graph;
+  cudaStream_t stream;
+};
+
 class CudaBackend;
 using CudaKernel = void (*)(CudaBackend &, const Dispatch &);
 
@@ -185,6 +202,26 @@ public:
   void synchronize() override {
     check(cudaStreamSynchronize(stream), "synchronize");
   }
+  std::unique_ptr<CommandBuffer>
+  record(const std::function<void()> &enqueueSteps) override {
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+          "recording the step");
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueueSteps();
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);
+      if (graph)
+        cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream, &graph), "recording the step");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(instantiated, "instantiating the recorded step");
+    return std::make_unique<CudaGraph>(exec, stream);
+  }
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -214,6 +251,8 @@ private:
   DeviceBytes usage; // before the buffers: they report to it when freed
   std::array<CudaKernel, size_t(OpKind::MAX) + 1> kernels{};
   std::unique_ptr<DeviceBuffer> workspace;
+  static constexpr uint64_t kBlasWorkspaceBytes = uint64_t(32) << 20;
+  std::unique_ptr<DeviceBuffer> blasWorkspace;
 };
 
 //===----------------------------------------------------------------------===//
@@ -799,6 +838,11 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
         "creating a stream");
   check(cublasCreate(&blas), "creating a handle");
   check(cublasSetStream(blas, stream), "setting the stream");
+  // cuBLAS may not allocate while a step is being recorded: it gets its
+  // workspace up front (32 MiB, what it asks for on Hopper).
+  blasWorkspace = std::make_unique<DeviceBuffer>(kBlasWorkspaceBytes, usage);
+  check(cublasSetWorkspace(blas, blasWorkspace->data(), kBlasWorkspaceBytes),
+        "setting the workspace");
   // Each product's compute type follows its step's precision (pedantic
   // f32 unless the plan asks for TF32 or bf16).
   auto set = [&](OpKind kind, CudaKernel kernel) {
@@ -895,6 +939,7 @@ CudaBackend::~CudaBackend() {
   workspace.reset();
   if (blas)
     cublasDestroy(blas);
+  blasWorkspace.reset();
   if (stream)
     cudaStreamDestroy(stream);
 }

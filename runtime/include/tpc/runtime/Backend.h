@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,6 +61,16 @@ struct Dispatch {
 /// vocabulary).
 using Kernel = void (*)(const Dispatch &);
 
+/// Steps recorded once and submitted any number of times (a CUDA graph):
+/// the same kernels on the same buffers, with the values those hold at each
+/// submission.
+class CommandBuffer {
+public:
+  virtual ~CommandBuffer() = default;
+  /// Queues the recorded steps; Backend::synchronize waits for them.
+  virtual void submit() = 0;
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -88,6 +99,15 @@ public:
   virtual void enqueue(const Dispatch &dispatch) = 0;
   /// Waits until everything queued has run; rethrows a kernel's error.
   virtual void synchronize() = 0;
+  /// Records the steps `enqueueSteps` enqueues (all run natively) into a
+  /// command buffer instead of running them; null when this backend cannot
+  /// (the CPU runs each step as it is queued). Nothing may be allocated,
+  /// uploaded or downloaded while recording.
+  virtual std::unique_ptr<CommandBuffer>
+  record(const std::function<void()> &enqueueSteps) {
+    (void)enqueueSteps;
+    return nullptr;
+  }
   /// The most device memory this backend's buffers held at once, when the
   /// device is not the host (the CPU's is in the process's RSS).
   virtual uint64_t peakDeviceBytes() const { return 0; }

@@ -202,6 +202,13 @@ public:
 
   /// Executes every step once.
   void run();
+  /// Whether run() times each step (op statistics, the compute times
+  /// rebalancing reads; the default). Without, a backend that can record
+  /// command buffers runs the program from one recorded on an earlier run
+  /// (when every step runs natively and no buffer moved since).
+  void setStepTiming(bool on) { stepTiming = on; }
+  /// Runs that submitted the recorded command buffer.
+  int64_t replays() const { return replayCount; }
   /// Stretches this rank's compute (not its collectives) by `factor` >= 1
   /// from the next run on: an emulated slower device.
   void setComputeStretch(double factor) { stretch = factor; }
@@ -235,6 +242,9 @@ private:
   /// Binds every tensor to its storage; parameters and moments may have
   /// been replaced or allocated since the last run.
   void bindTensors();
+  /// Runs the program from a recorded command buffer when step timing is
+  /// off and the backend can (see setStepTiming); false when it did not.
+  bool runRecorded();
 
   /// Recomputes the tensors' shapes when the parameters' block assignment
   /// changed: a rebalanced dim holds the blocks this rank computes.
@@ -261,6 +271,11 @@ private:
   mutable std::vector<std::vector<float>> resultCopies;
   /// Whether a run writes parameters or moments (a train step).
   bool writesParams = false;
+  bool stepTiming = true;
+  /// The program recorded for replay, and the storage it was recorded on.
+  std::unique_ptr<CommandBuffer> recorded;
+  std::vector<std::byte *> recordedStorage;
+  int64_t untimedRuns = 0, replayCount = 0;
   std::unique_ptr<StagedSteps> staged;
   /// Per input: this rank's block of the whole input (the whole input when
   /// it is not split).

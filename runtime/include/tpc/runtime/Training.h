@@ -41,6 +41,8 @@ struct TrainResult {
   std::map<std::string, OpStats> opStats; // summed over all steps
   uint64_t arenaBytes = 0, paramBytes = 0, inputBytes = 0;
   int64_t tokensPerStep = 0;
+  /// Steps run from a recorded command buffer (ProgramRunner::replays).
+  int64_t replays = 0;
   /// Set when training stopped early: the step's loss was not finite. It
   /// names the step and the last good checkpoint; the records end with that
   /// step, so metrics and plots can still be written.
