@@ -755,6 +755,10 @@ bool ProgramRunner::runRecorded() {
   for (const TensorBinding &binding : bindings)
     storage.push_back(binding.data);
   if (!recorded || storage != recordedStorage) {
+    // Recording counts the collectives it queues but moves nothing: keep
+    // what it counted for each submission instead.
+    const std::map<std::string, CommStats> before =
+        comm ? comm->stats() : std::map<std::string, CommStats>();
     recorded = backend.record([&] {
       std::array<TensorBinding, kMaxStepOperands> operands;
       std::array<TensorBinding, kMaxStepResults> results;
@@ -772,11 +776,23 @@ bool ProgramRunner::runRecorded() {
       }
     });
     recordedStorage = std::move(storage);
+    recordedTraffic.clear();
+    if (comm) {
+      for (const auto &[kind, after] : comm->stats()) {
+        const CommStats was =
+            before.count(kind) ? before.at(kind) : CommStats();
+        recordedTraffic[kind] = {after.calls - was.calls,
+                                 after.bytes - was.bytes};
+      }
+      comm->setStats(before);
+    }
     if (!recorded)
       return false;
   }
   const auto start = std::chrono::steady_clock::now();
   recorded->submit();
+  if (comm)
+    comm->addStats(recordedTraffic);
   backend.synchronize();
   computeTime =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

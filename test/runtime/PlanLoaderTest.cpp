@@ -1,6 +1,7 @@
 // The plan loader against real flatbuffers plans built here: one valid plan,
 // then one mutation per check the loader makes, plus truncations and byte
 // flips that must always end in a PlanError, never a crash.
+#include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Plan.h"
@@ -778,4 +779,115 @@ TEST(Backend, TheExecutorRunsEveryStepThroughItsBackend) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_EQ(got[i], want[i]) << i;
+}
+
+namespace {
+/// A device as the CUDA backend behaves: memory the host cannot address
+/// (staged-cpu's), collectives counted when queued and run later, and
+/// command buffers that replay what was queued without queueing it again.
+class QueueingBackend final : public Backend {
+public:
+  std::string_view name() const override { return "queueing"; }
+  bool hostVisible() const override { return false; }
+  std::unique_ptr<Buffer> allocate(uint64_t bytes) override {
+    return memory().allocate(bytes);
+  }
+  void upload(std::byte *device, const void *host, uint64_t bytes) override {
+    memory().upload(device, host, bytes);
+  }
+  void download(void *host, const std::byte *device, uint64_t bytes) override {
+    memory().download(host, device, bytes);
+  }
+  bool runsNatively(const fb::Step &) const override { return true; }
+  void enqueue(const Dispatch &d) override {
+    Queued step{&d.step,
+                {d.operands.begin(), d.operands.end()},
+                {d.results.begin(), d.results.end()}};
+    if (d.step.kind() == fb::OpKind::AllReduce)
+      d.comm->countCollective("all_reduce", {0},
+                              size_t(d.operands[0].elements));
+    if (recording)
+      recording->steps.push_back(std::move(step));
+    else
+      step.run();
+  }
+  void synchronize() override {}
+  std::unique_ptr<CommandBuffer>
+  record(const std::function<void()> &enqueueSteps) override {
+    auto steps = std::make_unique<QueuedSteps>();
+    recording = steps.get();
+    enqueueSteps();
+    recording = nullptr;
+    ++recordings;
+    return steps;
+  }
+  int recordings = 0;
+
+private:
+  static Backend &memory() { return stagedTestBackend(); }
+  struct Queued {
+    const fb::Step *step;
+    std::vector<TensorBinding> operands, results;
+    void run() const {
+      if (step->kind() != fb::OpKind::AllReduce)
+        return memory().enqueue({*step, operands, results, nullptr});
+      // A one-rank all-reduce: the sum is the operand.
+      std::vector<float> values(size_t(operands[0].elements));
+      memory().download(values.data(), operands[0].data,
+                        values.size() * sizeof(float));
+      memory().upload(results[0].data, values.data(),
+                      values.size() * sizeof(float));
+    }
+  };
+  struct QueuedSteps final : CommandBuffer {
+    std::vector<Queued> steps;
+    void submit() override {
+      for (const Queued &step : steps)
+        step.run();
+    }
+  };
+  QueuedSteps *recording = nullptr;
+};
+} // namespace
+
+TEST(Backend, ReplaysARecordedProgramAndCountsItsTraffic) {
+  // The forward program with an all-reduce of its result over a one-rank
+  // grid: without step timing, run 1 goes step by step, run 2 records and
+  // submits, runs 3 and 4 submit. Every run's collective is counted once,
+  // and the results are the CPU's.
+  PlanSpec spec;
+  spec.tensors.push_back(
+      {fb::DType::F32, {2, 3, 5}, fb::Storage::Arena, 128, 0});
+  spec.steps.push_back({fb::OpKind::AllReduce, {4}, {5}, false, {0}});
+  spec.results = {5};
+  LoadedPlan plan = load(spec.build());
+  ParamStore params = ParamStore::initialise(plan);
+  GridComm grid({1});
+  std::vector<int32_t> tokens = {0, 1, 2, 3, 4, 0};
+  ProgramRunner reference(plan, "forward", params, &grid);
+  reference.setInput(fb::InputKind::Tokens, tokens);
+  reference.run();
+  const std::vector<float> want(reference.result(0).begin(),
+                                reference.result(0).end());
+  grid.resetStats();
+
+  QueueingBackend backend;
+  ProgramRunner runner(plan, "forward", params, &grid, backend);
+  runner.setStepTiming(false);
+  runner.setInput(fb::InputKind::Tokens, tokens);
+  for (int run = 1; run <= 4; ++run) {
+    runner.run();
+    std::span<const float> got = runner.result(0);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], want[i]) << "run " << run << ", element " << i;
+    EXPECT_EQ(grid.stats().at("all_reduce").calls, run) << "run " << run;
+  }
+  EXPECT_EQ(runner.replays(), 3);
+  EXPECT_EQ(backend.recordings, 1);
+  // Step timing on again: step by step, nothing recorded anew.
+  runner.setStepTiming(true);
+  runner.run();
+  EXPECT_EQ(runner.replays(), 3);
+  EXPECT_EQ(grid.stats().at("all_reduce").calls, 5);
 }

@@ -255,6 +255,13 @@ void GridComm::countCollective(const char *kind, const std::vector<int> &axes,
   account(kind, group(axes).size, floats);
 }
 
+void GridComm::addStats(const std::map<std::string, CommStats> &traffic) {
+  for (const auto &[kind, s] : traffic) {
+    stats_[kind].calls += s.calls;
+    stats_[kind].bytes += s.bytes;
+  }
+}
+
 void GridComm::allReduceSum(const std::vector<int> &axes,
                             std::span<float> data) {
   const CommGroup &g = group(axes);

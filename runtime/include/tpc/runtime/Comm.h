@@ -184,6 +184,15 @@ public:
   /// sent).
   void countCollective(const char *kind, const std::vector<int> &axes,
                        size_t floats);
+  /// Adds `traffic` (totals per kind, as stats() returns them) to the
+  /// totals: what a replayed command buffer's collectives moved, counted
+  /// when it was recorded.
+  void addStats(const std::map<std::string, CommStats> &traffic);
+  /// Replaces the totals (undoes the counting of a recording, which moved
+  /// nothing).
+  void setStats(std::map<std::string, CommStats> totals) {
+    stats_ = std::move(totals);
+  }
   void resetStats() { stats_.clear(); }
   /// Seconds spent in blocking collectives of the grid (waiting for other
   /// ranks included) since construction: a step's compute time is its wall

@@ -6,6 +6,7 @@
 
 #include "tpc/runtime/Backend.h"
 #include "tpc/runtime/Blocks.h"
+#include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Plan.h"
 
 #include <array>
@@ -275,6 +276,8 @@ private:
   /// The program recorded for replay, and the storage it was recorded on.
   std::unique_ptr<CommandBuffer> recorded;
   std::vector<std::byte *> recordedStorage;
+  /// What one submission's collectives move, by kind (GridComm::stats).
+  std::map<std::string, CommStats> recordedTraffic;
   int64_t untimedRuns = 0, replayCount = 0;
   std::unique_ptr<StagedSteps> staged;
   /// Per input: this rank's block of the whole input (the whole input when
