@@ -740,6 +740,21 @@ void ProgramRunner::updateShapes() {
   layoutVersion = params.layoutVersion();
 }
 
+Dispatch ProgramRunner::dispatchOf(const plan::Step &step,
+                                   StepBindings &bound) const {
+  // The loader checked the arity against the op table.
+  const size_t numOperands = step.operands()->size(),
+               numResults = step.results()->size();
+  for (size_t i = 0; i < numOperands; ++i)
+    bound.operands[i] = bindings[step.operands()->Get(i)];
+  for (size_t i = 0; i < numResults; ++i)
+    bound.results[i] = bindings[step.results()->Get(i)];
+  return {step,
+          {bound.operands.data(), numOperands},
+          {bound.results.data(), numResults},
+          comm};
+}
+
 bool ProgramRunner::runRecorded() {
   if (stepTiming || !staged ||
       !std::all_of(
@@ -760,20 +775,9 @@ bool ProgramRunner::runRecorded() {
     const std::map<std::string, CommStats> before =
         comm ? comm->stats() : std::map<std::string, CommStats>();
     recorded = backend.record([&] {
-      std::array<TensorBinding, kMaxStepOperands> operands;
-      std::array<TensorBinding, kMaxStepResults> results;
-      for (const plan::Step *step : *program->steps()) {
-        const size_t numOperands = step->operands()->size(),
-                     numResults = step->results()->size();
-        for (size_t i = 0; i < numOperands; ++i)
-          operands[i] = bindings[step->operands()->Get(i)];
-        for (size_t i = 0; i < numResults; ++i)
-          results[i] = bindings[step->results()->Get(i)];
-        backend.enqueue({*step,
-                         {operands.data(), numOperands},
-                         {results.data(), numResults},
-                         comm});
-      }
+      StepBindings bound;
+      for (const plan::Step *step : *program->steps())
+        backend.enqueue(dispatchOf(*step, bound));
     });
     recordedStorage = std::move(storage);
     recordedTraffic.clear();
@@ -815,22 +819,11 @@ void ProgramRunner::run() {
   computeTime = 0;
   std::fill(pointTime.begin(), pointTime.end(), 0.0);
   size_t stepIndex = 0;
-  std::array<TensorBinding, kMaxStepOperands> operands;
-  std::array<TensorBinding, kMaxStepResults> results;
+  StepBindings bound;
   for (const plan::Step *step : *program->steps()) {
-    // The loader checked the arity against the op table.
-    const size_t numOperands = step->operands()->size(),
-                 numResults = step->results()->size();
-    for (size_t i = 0; i < numOperands; ++i)
-      operands[i] = bindings[step->operands()->Get(i)];
-    for (size_t i = 0; i < numResults; ++i)
-      results[i] = bindings[step->results()->Get(i)];
     auto start = std::chrono::steady_clock::now();
     const double waitedBefore = comm ? comm->waitSeconds() : 0.0;
-    const Dispatch dispatch{*step,
-                            {operands.data(), numOperands},
-                            {results.data(), numResults},
-                            comm};
+    const Dispatch dispatch = dispatchOf(*step, bound);
     if (backend.runsNatively(*step)) {
       backend.enqueue(dispatch);
       backend.synchronize();

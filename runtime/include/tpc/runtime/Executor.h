@@ -7,6 +7,7 @@
 #include "tpc/runtime/Backend.h"
 #include "tpc/runtime/Blocks.h"
 #include "tpc/runtime/Comm.h"
+#include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Plan.h"
 
 #include <array>
@@ -246,6 +247,13 @@ private:
   /// Runs the program from a recorded command buffer when step timing is
   /// off and the backend can (see setStepTiming); false when it did not.
   bool runRecorded();
+  /// One step's bound tensors, held by the caller while its dispatch runs.
+  struct StepBindings {
+    std::array<TensorBinding, kMaxStepOperands> operands;
+    std::array<TensorBinding, kMaxStepResults> results;
+  };
+  /// The dispatch of `step` on the current bindings.
+  Dispatch dispatchOf(const plan::Step &step, StepBindings &bound) const;
 
   /// Recomputes the tensors' shapes when the parameters' block assignment
   /// changed: a rebalanced dim holds the blocks this rank computes.
