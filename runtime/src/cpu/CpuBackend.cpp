@@ -8,6 +8,8 @@
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
+#include "../CollectiveLayout.h"
+
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -352,28 +354,6 @@ void adamw(const Dispatch &d) {
 // buffers MPI exchanges with transposes of reshaped views.
 //===----------------------------------------------------------------------===//
 
-GridComm &commOf(const Dispatch &d) {
-  if (!d.comm)
-    throw std::runtime_error("a collective step needs a communicator");
-  return *d.comm;
-}
-
-std::vector<int> groupAxes(const Dispatch &d) {
-  return {d.ints().begin(), d.ints().end()};
-}
-
-/// [outer, size(dim), inner] around dimension `dim` of `shape`.
-std::array<int64_t, 3> around(std::span<const int64_t> shape, int64_t dim) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < dim; ++i)
-    outer *= shape[i];
-  for (size_t i = dim + 1; i < shape.size(); ++i)
-    inner *= shape[i];
-  return {outer, shape[dim], inner};
-}
-
-const std::vector<int64_t> kSwap01 = {1, 0, 2, 3};
-
 void allReduce(const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
   if (out.data != in.data)
@@ -408,48 +388,23 @@ void reduceScatter(const Dispatch &d) {
 }
 
 void localSplit(const Dispatch &d) {
-  GridComm &comm = commOf(d);
   const TensorBinding &in = d.operands[0], &out = d.results[0];
-  std::vector<int64_t> offsets(in.shape.size(), 0);
-  offsets[d.step.dim()] =
-      comm.group(groupAxes(d)).rank * out.shape[d.step.dim()];
-  cpu::slice(in.f32(), in.shape, offsets, out.f32(), out.shape);
+  cpu::slice(in.f32(), in.shape,
+             groupBlockOffsets(d, in.shape, out.shape[d.step.dim()]), out.f32(),
+             out.shape);
 }
 
 void allToAll(const Dispatch &d) {
-  // Chunk k of the target dimension goes to group rank k; the chunk from
-  // rank j lands at block j of the source dimension.
   GridComm &comm = commOf(d);
   std::vector<int> axes = groupAxes(d);
   const TensorBinding &in = d.operands[0];
-  const int64_t n = comm.group(axes).size;
-  const int64_t src = d.step.dim(), dst = d.step.target_dim();
-  std::vector<int64_t> split(in.shape.begin(), in.shape.end());
-  split[dst] /= n; // the target dim as [n, chunk]
-  split.insert(split.begin() + dst, n);
-  std::vector<int64_t> toFront(split.size());
-  toFront[0] = dst;
-  for (int64_t i = 0, k = 1; i < int64_t(split.size()); ++i)
-    if (i != dst)
-      toFront[k++] = i;
+  const AllToAllLayout layout = allToAllLayout(
+      in.shape, comm.group(axes).size, d.step.dim(), d.step.target_dim());
   std::vector<float> send(size_t(in.elements)), received(size_t(in.elements));
-  cpu::transpose(in.f32(), split, toFront, send.data());
+  cpu::transpose(in.f32(), layout.chunked, layout.toFront, send.data());
   comm.allToAll(axes, send, received);
-  // received: [n (source rank), rest...] with rest = split without the
-  // chunk axis; move the rank axis next to the source dimension (the chunk
-  // axis sat at dst, so src indexes rest directly).
-  std::vector<int64_t> rest(split.size() - 1);
-  for (int64_t i = 1; i < int64_t(split.size()); ++i)
-    rest[i - 1] = split[toFront[i]];
-  std::vector<int64_t> receivedShape = {n};
-  receivedShape.insert(receivedShape.end(), rest.begin(), rest.end());
-  std::vector<int64_t> perm;
-  for (int64_t i = 0; i < int64_t(rest.size()); ++i) {
-    if (i == src)
-      perm.push_back(0);
-    perm.push_back(i + 1);
-  }
-  cpu::transpose(received.data(), receivedShape, perm, d.results[0].f32());
+  cpu::transpose(received.data(), layout.received, layout.fromFront,
+                 d.results[0].f32());
 }
 
 //===----------------------------------------------------------------------===//
@@ -469,23 +424,12 @@ void ringShiftWait(const Dispatch &d) {
   copyIfMoved(received, out);
 }
 
-/// Offsets of block (r - ring_step) mod n of `dim` in a tensor of `shape`,
-/// with blocks `block` long.
-std::vector<int64_t> ringBlockOffsets(const Dispatch &d,
-                                      std::span<const int64_t> shape,
-                                      int64_t block) {
-  const CommGroup &g = commOf(d).group(groupAxes(d));
-  const int64_t n = g.size, step = d.step.ring_step() % n;
-  std::vector<int64_t> offsets(shape.size(), 0);
-  offsets[d.step.dim()] = ((g.rank - step + n) % n) * block;
-  return offsets;
-}
-
 void ringSlice(const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
   cpu::slice(in.f32(), in.shape,
-             ringBlockOffsets(d, in.shape, out.shape[d.step.dim()]), out.f32(),
-             out.shape);
+             groupBlockOffsets(d, in.shape, out.shape[d.step.dim()],
+                               d.step.ring_step()),
+             out.f32(), out.shape);
 }
 
 void ringInsert(const Dispatch &d) {
@@ -493,7 +437,8 @@ void ringInsert(const Dispatch &d) {
   const TensorBinding &block = d.operands[1], &out = d.results[0];
   copyIfMoved(d.operands[0], out);
   cpu::insert(block.f32(), block.shape,
-              ringBlockOffsets(d, out.shape, block.shape[d.step.dim()]),
+              groupBlockOffsets(d, out.shape, block.shape[d.step.dim()],
+                                d.step.ring_step()),
               out.f32(), out.shape);
 }
 

@@ -2,6 +2,8 @@
 
 #include "Kernels.h"
 
+#include "../CollectiveLayout.h"
+
 #include "tpc/runtime/OpTable.h"
 
 #include "tpc/runtime/Comm.h"
@@ -442,39 +444,60 @@ void reshape(CudaBackend &b, const Dispatch &d) {
   copyIfMoved(b, d.operands[0], d.results[0]);
 }
 
-void transpose(CudaBackend &b, const Dispatch &d) {
-  const TensorBinding &in = d.operands[0], &out = d.results[0];
-  std::vector<int64_t> inStrides = stridesOf(in.shape);
-  cuda::Indexing index = indexing(out.shape);
-  std::span<const int64_t> perm = d.ints();
-  for (size_t i = 0; i < perm.size(); ++i)
+/// out = in permuted: out dim i is in dim perm[i].
+void permute(CudaBackend &b, const float *in, std::span<const int64_t> inShape,
+             std::span<const int64_t> perm, float *out) {
+  std::vector<int64_t> inStrides = stridesOf(inShape), outShape;
+  for (int64_t p : perm)
+    outShape.push_back(inShape[size_t(p)]);
+  cuda::Indexing index = indexing(outShape);
+  int64_t count = 1;
+  for (size_t i = 0; i < perm.size(); ++i) {
     index.stride[i] = inStrides[size_t(perm[i])];
-  cuda::gather(f32(in), 0, f32(out), out.elements, index, b.stream);
+    count *= outShape[i];
+  }
+  cuda::gather(in, 0, out, count, index, b.stream);
 }
 
-void slice(CudaBackend &b, const Dispatch &d) {
-  const TensorBinding &in = d.operands[0], &out = d.results[0];
+/// out = in[offsets...] (a block of `in` of out's shape).
+void sliceAt(CudaBackend &b, const TensorBinding &in,
+             std::span<const int64_t> offsets, const TensorBinding &out) {
   std::vector<int64_t> inStrides = stridesOf(in.shape);
   cuda::Indexing index = indexing(out.shape);
   int64_t base = 0;
   for (size_t i = 0; i < inStrides.size(); ++i) {
     index.stride[i] = inStrides[i];
-    base += d.ints()[i] * inStrides[i];
+    base += offsets[i] * inStrides[i];
   }
   cuda::gather(f32(in), base, f32(out), out.elements, index, b.stream);
 }
 
-void pad(CudaBackend &b, const Dispatch &d) {
-  const TensorBinding &in = d.operands[0], &out = d.results[0];
-  cuda::fill(0.0f, f32(out), out.elements, b.stream);
+/// out[offsets...] = block; the rest of out is left as it is.
+void insertAt(CudaBackend &b, const TensorBinding &block,
+              std::span<const int64_t> offsets, const TensorBinding &out) {
   std::vector<int64_t> outStrides = stridesOf(out.shape);
-  cuda::Indexing index = indexing(in.shape);
+  cuda::Indexing index = indexing(block.shape);
   int64_t base = 0;
   for (size_t i = 0; i < outStrides.size(); ++i) {
     index.stride[i] = outStrides[i];
-    base += d.ints()[i] * outStrides[i];
+    base += offsets[i] * outStrides[i];
   }
-  cuda::scatter(f32(in), f32(out), base, in.elements, index, b.stream);
+  cuda::scatter(f32(block), f32(out), base, block.elements, index, b.stream);
+}
+
+void transpose(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  permute(b, f32(in), in.shape, d.ints(), f32(out));
+}
+
+void slice(CudaBackend &b, const Dispatch &d) {
+  sliceAt(b, d.operands[0], d.ints(), d.results[0]);
+}
+
+void pad(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  cuda::fill(0.0f, f32(out), out.elements, b.stream);
+  insertAt(b, d.operands[0], d.ints(), out);
 }
 
 template <bool kMean> void reduce(CudaBackend &b, const Dispatch &d) {
@@ -591,70 +614,25 @@ void adamw(CudaBackend &b, const Dispatch &d) {
 // the CPU backend's kernels compute (cpu/CpuBackend.cpp)
 //===----------------------------------------------------------------------===//
 
-GridComm &commOf(const Dispatch &d) {
-  if (!d.comm)
-    throw std::runtime_error("a collective step needs a communicator");
-  return *d.comm;
-}
-
-std::vector<int> groupAxes(const Dispatch &d) {
-  return {d.ints().begin(), d.ints().end()};
-}
-
-/// out = in[offsets...] (a block of `in` of out's shape).
-void sliceAt(CudaBackend &b, const TensorBinding &in,
-             const std::vector<int64_t> &offsets, const TensorBinding &out) {
-  std::vector<int64_t> inStrides = stridesOf(in.shape);
-  cuda::Indexing index = indexing(out.shape);
-  int64_t base = 0;
-  for (size_t i = 0; i < inStrides.size(); ++i) {
-    index.stride[i] = inStrides[i];
-    base += offsets[i] * inStrides[i];
-  }
-  cuda::gather(f32(in), base, f32(out), out.elements, index, b.stream);
-}
-
-/// out[offsets...] = block; the rest of out is left as it is.
-void insertAt(CudaBackend &b, const TensorBinding &block,
-              const std::vector<int64_t> &offsets, const TensorBinding &out) {
-  std::vector<int64_t> outStrides = stridesOf(out.shape);
-  cuda::Indexing index = indexing(block.shape);
-  int64_t base = 0;
-  for (size_t i = 0; i < outStrides.size(); ++i) {
-    index.stride[i] = outStrides[i];
-    base += offsets[i] * outStrides[i];
-  }
-  cuda::scatter(f32(block), f32(out), base, block.elements, index, b.stream);
-}
-
 void localSplit(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
-  std::vector<int64_t> offsets(in.shape.size(), 0);
-  offsets[d.step.dim()] =
-      commOf(d).group(groupAxes(d)).rank * out.shape[d.step.dim()];
-  sliceAt(b, in, offsets, out);
-}
-
-/// Offsets of block (r - ring_step) mod n of `dim`, blocks `block` long.
-std::vector<int64_t> ringBlockOffsets(const Dispatch &d,
-                                      std::span<const int64_t> shape,
-                                      int64_t block) {
-  const CommGroup &g = commOf(d).group(groupAxes(d));
-  const int64_t n = g.size, step = d.step.ring_step() % n;
-  std::vector<int64_t> offsets(shape.size(), 0);
-  offsets[d.step.dim()] = ((g.rank - step + n) % n) * block;
-  return offsets;
+  sliceAt(b, in, groupBlockOffsets(d, in.shape, out.shape[d.step.dim()]), out);
 }
 
 void ringSlice(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
-  sliceAt(b, in, ringBlockOffsets(d, in.shape, out.shape[d.step.dim()]), out);
+  sliceAt(b, in,
+          groupBlockOffsets(d, in.shape, out.shape[d.step.dim()],
+                            d.step.ring_step()),
+          out);
 }
 
 void ringInsert(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &block = d.operands[1], &out = d.results[0];
   copyIfMoved(b, d.operands[0], out);
-  insertAt(b, block, ringBlockOffsets(d, out.shape, block.shape[d.step.dim()]),
+  insertAt(b, block,
+           groupBlockOffsets(d, out.shape, block.shape[d.step.dim()],
+                             d.step.ring_step()),
            out);
 }
 
@@ -663,33 +641,6 @@ void ringInsert(CudaBackend &b, const Dispatch &d) {
 // Collectives over NCCL (one rank per GPU), with the CPU backend's block
 // orders: group rank k holds block k of the split dimension
 //===----------------------------------------------------------------------===//
-
-/// out = in permuted: out dim i is in dim perm[i].
-void permute(CudaBackend &b, const float *in, std::span<const int64_t> inShape,
-             std::span<const int64_t> perm, float *out) {
-  std::vector<int64_t> inStrides = stridesOf(inShape), outShape;
-  for (int64_t p : perm)
-    outShape.push_back(inShape[size_t(p)]);
-  cuda::Indexing index = indexing(outShape);
-  int64_t count = 1;
-  for (size_t i = 0; i < perm.size(); ++i) {
-    index.stride[i] = inStrides[size_t(perm[i])];
-    count *= outShape[i];
-  }
-  cuda::gather(in, 0, out, count, index, b.stream);
-}
-
-/// [outer, size(dim), inner] around dimension `dim` of `shape`.
-std::array<int64_t, 3> around(std::span<const int64_t> shape, int64_t dim) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < dim; ++i)
-    outer *= shape[size_t(i)];
-  for (size_t i = size_t(dim) + 1; i < shape.size(); ++i)
-    inner *= shape[i];
-  return {outer, shape[size_t(dim)], inner};
-}
-
-const std::vector<int64_t> kSwap01 = {1, 0, 2, 3};
 
 void allReduce(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
@@ -733,25 +684,16 @@ void reduceScatter(CudaBackend &b, const Dispatch &d) {
 }
 
 void allToAll(CudaBackend &b, const Dispatch &d) {
-  // As the CPU backend's: chunk k of the target dimension goes to group
-  // rank k; the chunk from rank j lands at block j of the source dimension.
   const TensorBinding &in = d.operands[0], &out = d.results[0];
   const std::vector<int> axes = groupAxes(d);
   const int64_t n = commOf(d).group(axes).size;
   commOf(d).countCollective("all_to_all", axes, size_t(in.elements));
-  const int64_t src = d.step.dim(), dst = d.step.target_dim();
-  std::vector<int64_t> split(in.shape.begin(), in.shape.end());
-  split[size_t(dst)] /= n;
-  split.insert(split.begin() + dst, n);
-  std::vector<int64_t> toFront(split.size());
-  toFront[0] = dst;
-  for (int64_t i = 0, k = 1; i < int64_t(split.size()); ++i)
-    if (i != dst)
-      toFront[size_t(k++)] = i;
+  const AllToAllLayout layout =
+      allToAllLayout(in.shape, n, d.step.dim(), d.step.target_dim());
   auto *send = static_cast<float *>(b.scratch(
       uint64_t(std::max<int64_t>(2 * in.elements, 1)) * sizeof(float)));
   float *received = send + in.elements;
-  permute(b, f32(in), split, toFront, send);
+  permute(b, f32(in), layout.chunked, layout.toFront, send);
   const size_t chunk = size_t(in.elements / n);
   ncclComm_t comm = b.nccl->group(axes);
   check(ncclGroupStart(), "all-to-all");
@@ -764,18 +706,7 @@ void allToAll(CudaBackend &b, const Dispatch &d) {
           "all-to-all receive");
   }
   check(ncclGroupEnd(), "all-to-all");
-  std::vector<int64_t> rest(split.size() - 1);
-  for (size_t i = 1; i < split.size(); ++i)
-    rest[i - 1] = split[size_t(toFront[i])];
-  std::vector<int64_t> receivedShape = {n};
-  receivedShape.insert(receivedShape.end(), rest.begin(), rest.end());
-  std::vector<int64_t> perm;
-  for (int64_t i = 0; i < int64_t(rest.size()); ++i) {
-    if (i == src)
-      perm.push_back(0);
-    perm.push_back(i + 1);
-  }
-  permute(b, received, receivedShape, perm, f32(out));
+  permute(b, received, layout.received, layout.fromFront, f32(out));
 }
 
 void ringShiftStart(CudaBackend &b, const Dispatch &d) {
