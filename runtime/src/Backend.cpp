@@ -13,11 +13,15 @@ std::string Backend::collectivePath() const {
 }
 
 std::vector<std::string> deviceNames() {
-#ifdef TPC_HAVE_CUDA
-  return {"cpu", "cuda", "staged-cpu"};
-#else
-  return {"cpu", "staged-cpu"};
+  std::vector<std::string> built;
+  for (std::string_view name : kDeviceNames) {
+#ifndef TPC_HAVE_CUDA
+    if (name == "cuda")
+      continue;
 #endif
+    built.emplace_back(name);
+  }
+  return built;
 }
 
 Backend &deviceBackend(std::string_view name, int ordinal) {

@@ -149,7 +149,8 @@ Options parseArgs(int argc, char **argv) {
                  "Where the programs run: cpu, cuda (one GPU per rank) or "
                  "staged-cpu (the CPU behind device-style memory, for "
                  "tests). Default: cuda when a GPU is visible, else cpu")
-      ->check(CLI::IsMember({"cpu", "cuda", "staged-cpu"}));
+      ->check(CLI::IsMember(
+          std::vector<std::string>(kDeviceNames.begin(), kDeviceNames.end())));
   app.add_flag("--print-plan", o.printPlan, "Print the plan as JSON and exit");
 
   const char *evaluationGroup = "Evaluation (one batch)";
@@ -313,6 +314,12 @@ commStatsJson(const std::map<std::string, CommStats> &stats, int64_t runs) {
   return json;
 }
 
+/// The device the programs ran on and how its collectives travelled.
+nlohmann::ordered_json deviceJson() {
+  return {{"name", backend->name()},
+          {"collectives", backend->collectivePath()}};
+}
+
 nlohmann::ordered_json
 opStatsJson(const std::map<std::string, OpStats> &stats) {
   nlohmann::ordered_json json = nlohmann::ordered_json::object();
@@ -414,8 +421,7 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
     json["seq"] = seq;
     json["tokens"] = batch * seq;
     json["threads"] = cpu::numThreads();
-    json["device"] = {{"name", backend->name()},
-                      {"collectives", backend->collectivePath()}};
+    json["device"] = deviceJson();
     json["runs"] = seconds.size();
     json["seconds"] = seconds;
     json["seconds_median"] = median;
@@ -531,9 +537,8 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
     json["first_step"] = result.firstStep;
     json["steps"] = o.steps;
     json["threads"] = cpu::numThreads();
-    json["device"] = {{"name", backend->name()},
-                      {"collectives", backend->collectivePath()},
-                      {"replayed_steps", result.replays}};
+    json["device"] = deviceJson();
+    json["device"]["replayed_steps"] = result.replays;
     json["seconds_total"] = total;
     json["tokens_per_second"] =
         stepSeconds > 0

@@ -9,6 +9,7 @@
 
 #include "tpc/runtime/Plan.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -121,8 +122,12 @@ public:
   virtual std::string collectivePath() const;
 };
 
-/// The devices this build runs on, for --help: "cpu", "cuda" (when built
-/// with the CUDA toolkit) and "staged-cpu" (stagedTestBackend).
+/// Every device name, also one this build lacks (deviceBackend then says
+/// why): "cpu", "cuda" and "staged-cpu" (stagedTestBackend).
+inline constexpr std::array<std::string_view, 3> kDeviceNames = {"cpu", "cuda",
+                                                                 "staged-cpu"};
+/// The devices this build runs on: kDeviceNames without "cuda" when built
+/// without the CUDA toolkit.
 std::vector<std::string> deviceNames();
 /// The backend of `--device NAME`, on GPU `ordinal` of the machine for
 /// cuda. Throws std::invalid_argument with a one-line reason: an unknown
