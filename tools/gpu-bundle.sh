@@ -20,10 +20,22 @@ pmix=/usr/lib/$arch/pmix2
 
 grep -q '^TPC_HAVE_CUDA\|CMAKE_CUDA_COMPILER:' "$build/CMakeCache.txt" 2>/dev/null ||
   { echo "gpu-bundle: $build has no CUDA backend (run tools/build.sh where nvcc is found)" >&2; exit 1; }
+# Only a bundle this script made is replaced: never a folder or file of the
+# user's that happens to have the name.
+marker=.tpc-gpu-bundle
+if [ -e "$out" ] && [ ! -e "$out/$marker" ]; then
+  echo "gpu-bundle: $out exists and is not a bundle; name another DIR" >&2
+  exit 1
+fi
+if [ -e "$out.tar.xz" ] && [ ! -e "$out/$marker" ]; then
+  echo "gpu-bundle: $out.tar.xz exists and is not this bundle's; name another DIR" >&2
+  exit 1
+fi
 ninja -C "$build" tp-run tpc-runtime-tests tpc-tokenize tpc-import tpc-opt > /dev/null
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/lib/$arch/openmpi/lib" "$out/share" \
   "$out/etc" "$out/pmix2/lib"
+touch "$out/$marker"
 cp "$build"/bin/{tp-run,tpc-tokenize,tpc-import,tpc-opt} \
   "$build/test/tpc-runtime-tests" "$out/bin/"
 cp /usr/bin/orterun "$out/bin/mpirun"
@@ -79,5 +91,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 SH
 # One compressed file to carry (the device tool's carry limit is 64 MiB):
 # unpack it there with tar -xJf.
-XZ_OPT="-T0 -6" tar -cJf "$out.tar.xz" -C "$(dirname "$out")" "$(basename "$out")"
+XZ_OPT="-T0 -6" tar -cJf "$out.tar.xz.tmp.$$" -C "$(dirname "$out")" "$(basename "$out")"
+mv "$out.tar.xz.tmp.$$" "$out.tar.xz"
 echo "gpu-bundle: $out ($(du -sh "$out" | cut -f1)), $out.tar.xz ($(du -h "$out.tar.xz" | cut -f1))"
