@@ -118,6 +118,58 @@ void checkSoftmax(const StepCheck &c) {
   c.requireShape(c.results[0], s, "result");
 }
 
+/// Attention's query [b..., Sq, D], key [kb..., Sk, D] and value [kb..., Sk,
+/// Dv] (operands `first`..`first + 2`), each kb equal to b or 1; returns
+/// the result shape [b..., Sq, Dv].
+std::vector<int64_t> checkAttentionOperands(const StepCheck &c, size_t first) {
+  const TensorType &q = c.operands[first], &k = c.operands[first + 1],
+                   &v = c.operands[first + 2];
+  c.requireRank(q, 2, "query");
+  if (k.shape.size() != q.shape.size() || v.shape.size() != q.shape.size())
+    c.fail("query " + shapeString(q.shape) + ", key " + shapeString(k.shape) +
+           " and value " + shapeString(v.shape) + " differ in rank");
+  const size_t rank = q.shape.size();
+  for (size_t d = 0; d + 2 < rank; ++d)
+    if (k.shape[d] != q.shape[d] && k.shape[d] != 1)
+      c.fail("key " + shapeString(k.shape) + " does not broadcast over query " +
+             shapeString(q.shape));
+  if (!std::equal(k.shape.begin(), k.shape.end() - 1, v.shape.begin()))
+    c.fail("value " + shapeString(v.shape) + " does not match key " +
+           shapeString(k.shape));
+  if (k.shape.back() != q.shape.back())
+    c.fail("query " + shapeString(q.shape) + " and key " +
+           shapeString(k.shape) + " differ in features");
+  if (c.step.causal() && q.shape[rank - 2] != k.shape[rank - 2])
+    c.fail("causal attention needs as many queries as keys, got " +
+           shapeString(q.shape) + " and " + shapeString(k.shape));
+  c.requireFiniteF32(c.step.alpha(), "alpha");
+  std::vector<int64_t> result = q.shape;
+  result.back() = v.shape.back();
+  return result;
+}
+
+/// Attention: (query, key, value) -> (result, logsumexp).
+void checkAttention(const StepCheck &c) {
+  std::vector<int64_t> result = checkAttentionOperands(c, 0);
+  c.requireShape(c.results[0], result, "result");
+  result.pop_back();
+  c.requireShape(c.results[1], result, "logsumexp");
+}
+
+/// AttentionGrad: (result_grad, query, key, value, result, logsumexp) ->
+/// (query_grad, key_grad, value_grad).
+void checkAttentionGrad(const StepCheck &c) {
+  std::vector<int64_t> result = checkAttentionOperands(c, 1);
+  c.requireShape(c.operands[0], result, "result_grad");
+  c.requireShape(c.operands[4], result, "result");
+  result.pop_back();
+  c.requireShape(c.operands[5], result, "logsumexp");
+  for (size_t i = 0; i < 3; ++i)
+    c.requireShape(c.results[i], c.operands[1 + i].shape,
+                   i == 0 ? "query_grad"
+                          : (i == 1 ? "key_grad" : "value_grad"));
+}
+
 void checkRotary(const StepCheck &c) {
   c.requireRank(c.operands[0], 2, "input");
   if (c.operands[0].shape.back() % 2 != 0)
@@ -374,6 +426,13 @@ constexpr OpInfo op(OpKind kind, uint8_t numOperands, uint8_t numResults,
                 placement, updated,     check};
 }
 
+/// `info` for a kind whose products may round their operands
+/// (Step.precision).
+constexpr OpInfo withPrecision(OpInfo info) {
+  info.mixedPrecision = true;
+  return info;
+}
+
 /// `info` for a kind that uses the grid communicator.
 constexpr OpInfo onGrid(OpInfo info, GridUse use,
                         AsyncRole role = AsyncRole::None) {
@@ -389,7 +448,7 @@ constexpr std::array kOps = {
     onGrid(op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}), kWithAxes),
     onGrid(op(OpKind::EmbeddingGrad, 2, 1, checkEmbeddingGrad, {F, I32}),
            kWithAxes),
-    op(OpKind::Matmul, 2, 1, checkMatmul),
+    withPrecision(op(OpKind::Matmul, 2, 1, checkMatmul)),
     op(OpKind::Add, 2, 1, checkBinary),
     op(OpKind::Sub, 2, 1, checkBinary),
     op(OpKind::Mul, 2, 1, checkBinary),
@@ -439,6 +498,8 @@ constexpr std::array kOps = {
     onGrid(op(OpKind::RingInsert, 2, 1, checkRingInsert, {F, F},
               ResultPlacement::AliasOperand),
            kPlacement),
+    withPrecision(op(OpKind::Attention, 3, 2, checkAttention)),
+    withPrecision(op(OpKind::AttentionGrad, 6, 3, checkAttentionGrad)),
 };
 
 constexpr bool inEnumOrder() {

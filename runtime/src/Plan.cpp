@@ -370,11 +370,10 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
   if (step.kind() == plan::OpKind::RingShiftStart)
     inFlight.insert(step.results()->Get(0));
   if (step.precision() != plan::Precision::F32 &&
-      (step.kind() != plan::OpKind::Matmul ||
-       step.precision() > plan::Precision::MAX))
+      (!info->mixedPrecision || step.precision() > plan::Precision::MAX))
     fail(at + ": precision " +
          std::to_string(static_cast<int>(step.precision())) +
-         " is not a matmul's f32, tf32 or bf16");
+         " is not a matmul's or attention's f32, tf32 or bf16");
   info->check(StepCheck(plan, program, step, at, in, out));
 }
 
@@ -838,7 +837,7 @@ void LoadedPlan::printJson(std::ostream &os) const {
         step["inverse"] = true;
       if (s->epsilon() != 0.0)
         step["epsilon"] = s->epsilon();
-      if (s->kind() == OpKind::Matmul && s->alpha() != 1.0)
+      if (s->alpha() != 1.0)
         step["alpha"] = s->alpha();
       if (s->precision() != plan::Precision::F32)
         step["precision"] = plan::EnumNamePrecision(s->precision());

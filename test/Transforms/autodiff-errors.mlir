@@ -25,3 +25,14 @@ func.func @loss(%x: tensor<4x8xf32> {tp.param = "x", tp.init = "zeros"},
   %l = tp.cross_entropy %g, %targets : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// An attention's logsumexp is a statistic for its gradient, not a value to
+// differentiate.
+func.func @loss(%q: tensor<2x8x4xf32> {tp.param = "q", tp.init = "zeros"}) -> tensor<f32> {
+  // expected-error @+1 {{tp-autodiff: the loss must not depend on tp.attention's logsumexp}}
+  %o, %lse = tp.attention %q, %q, %q {causal} : (tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>) -> (tensor<2x8x4xf32>, tensor<2x8xf32>)
+  %l = tp.reduce_sum %lse {dims = array<i64: 0, 1>} : (tensor<2x8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

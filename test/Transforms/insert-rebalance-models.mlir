@@ -35,7 +35,7 @@
 // IR-SAME: tensor<32x3x32xf32> {{{.*}}tp.param = "transformer.h.0.attn.c_attn.weight", tp.rebalance_dims = [unit, unit, @transformer.h.0.attn]}
 // IR-SAME: tensor<32x128xf32> {{{.*}}tp.param = "transformer.h.0.mlp.c_fc.weight", tp.rebalance_dims = [unit, @transformer.h.0.mlp]}
 // IR-SAME: tensor<32x128xf32> {{{.*}}tp.param = "transformer.h.0.mlp.c_fc.weight", tp.rebalance_dims = [unit, @transformer.h.0.mlp], tp.state = "exp_avg"}
-// IR: tp.softmax {{.*}}tp.rebalance_dims = {{\[\[}}unit, @transformer.h.0.attn, unit, unit]]} : tensor<2x4x8x8xf32>
+// IR: tp.attention {{.*}}tp.rebalance_dims = {{\[\[}}unit, @transformer.h.0.attn, unit, unit], [unit, @transformer.h.0.attn, unit]]} : (tensor<2x4x8x8xf32>,
 // IR: tp.gelu_grad {{.*}} -> tensor<2x8x128xf32>
 // IR: tp.adamw {{.*}} : (tensor<128x32xf32>, tensor<128x32xf32>, tensor<128x32xf32>, tensor<128x32xf32>,
 //
@@ -45,7 +45,7 @@
 // LLaMA (4 query heads sharing 2 key/value heads) on 2 ranks: one key/value
 // head per rank, which a block would have to be, so attention stays put;
 // the gated MLP (gate, up, down) is one point.
-// LLAMA-DAG: remark: parameter 'model.layers.0.self_attn.q_proj.weight' dimension 0 is no rebalance point: '@loss': 'tp.matmul' combines the blocks with operand 1, which differs between ranks
+// LLAMA-DAG: remark: parameter 'model.layers.0.self_attn.q_proj.weight' dimension 0 is no rebalance point: '@loss': 'tp.attention' combines the blocks with operand 1, which differs between ranks
 // LLAMA-DAG: remark: rebalance point @model.layers.0.mlp: 4 blocks over axis 0 (2 per rank, capacity 3), 3 parameter dimensions
 //
 // RUN: tpc-opt %S/Inputs/gpt2-block.mlir -o /dev/null \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training numerics against PyTorch, for a small GPT-2 or LLaMA (GQA) model:
 #  1. every parameter's gradient (tp-run --dump-grads) against autograd, with
-#     and without layer recomputation;
+#     and without layer recomputation, and with attention unfused;
 #  2. 20 AdamW steps (warmup + cosine decay, global-norm clipping, weight
 #     decay on matrices) against torch.optim.AdamW's loss trajectory;
 #  3. the export loads with HuggingFace's from_pretrained, bit-exact, and
@@ -44,12 +44,24 @@ esac
 "$bin/tpc-import" "$work/config.json" --batch $batch --seq $seq -o "$work/model.mlir"
 
 echo "== gradients"
-for remat in none layer; do
-  "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline="remat=$remat" -o "$work/$remat.tpplan"
-  tp_run "$work/$remat.tpplan" --data "$work/tokens.tokens" \
-    --weights "$work/model.safetensors" --dump-grads "$work/grads-$remat.safetensors"
+# Fused attention (the default; one tp.attention_grad per layer in each of
+# @gradients and @train_step), with layer recomputation, and the unfused
+# matmul/softmax form.
+fused=$("$bin/tpc-opt" "$work/model.mlir" --tp-pipeline | grep -c "tp.attention_grad" || true)
+if [ "$fused" -ne 4 ]; then
+  echo "training-numerics: expected 4 fused attention gradients, got $fused" >&2
+  exit 1
+fi
+for variant in none layer unfused; do
+  case $variant in
+    unfused) options="fuse-attention=false" ;;
+    *) options="remat=$variant" ;;
+  esac
+  "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline="$options" -o "$work/$variant.tpplan"
+  tp_run "$work/$variant.tpplan" --data "$work/tokens.tokens" \
+    --weights "$work/model.safetensors" --dump-grads "$work/grads-$variant.safetensors"
   $train_ref gradients --model "$work" --batch $batch --seq $seq \
-    --actual "$work/grads-$remat.safetensors"
+    --actual "$work/grads-$variant.safetensors"
 done
 
 echo "== 20 AdamW steps"

@@ -308,6 +308,66 @@ const std::vector<KernelCase> &cases() {
          {{{4, 9}}, {{4, 9}}},
          {{4, 9}},
          none},
+        // Fused attention: grouped-query heads (3 per key head), more rows
+        // than a CUDA block (16) and keys than a tile (32), value features
+        // unlike the key's. The GPU's online softmax sums in another order.
+        {"AttentionGroupedCausal",
+         OpKind::Attention,
+         {{{2, 2, 3, 37, 24}}, {{2, 2, 1, 37, 24}}, {{2, 2, 1, 37, 20}}},
+         {{2, 2, 3, 37, 20}, {2, 2, 3, 37}},
+         with([](Attributes &a) {
+           a.causal = true;
+           a.alpha = 0.2;
+         }),
+         1e-4f},
+        {"AttentionUnmasked",
+         OpKind::Attention,
+         {{{3, 19, 8}}, {{3, 45, 8}}, {{3, 45, 8}}},
+         {{3, 19, 8}, {3, 19}},
+         with([](Attributes &a) { a.alpha = 0.35; }),
+         1e-4f},
+        // The GPU rounds the online softmax's unnormalised probabilities,
+        // the CPU the normalised ones: within bf16's precision.
+        {"AttentionBf16",
+         OpKind::Attention,
+         {{{2, 33, 16}}, {{2, 33, 16}}, {{2, 33, 16}}},
+         {{2, 33, 16}, {2, 33}},
+         with([](Attributes &a) {
+           a.causal = true;
+           a.alpha = 0.25;
+           a.precision = fb::Precision::BF16;
+         }),
+         1e-2f},
+        // (result_grad, query, key, value, result, logsumexp): independent
+        // values, which both backends use alike.
+        {"AttentionGradGroupedCausal",
+         OpKind::AttentionGrad,
+         {{{2, 2, 3, 37, 20}},
+          {{2, 2, 3, 37, 24}},
+          {{2, 2, 1, 37, 24}},
+          {{2, 2, 1, 37, 20}},
+          {{2, 2, 3, 37, 20}},
+          {{2, 2, 3, 37}, Fill::Positive}},
+         {{2, 2, 3, 37, 24}, {2, 2, 1, 37, 24}, {2, 2, 1, 37, 20}},
+         with([](Attributes &a) {
+           a.causal = true;
+           a.alpha = 0.2;
+         }),
+         1e-4f},
+        {"AttentionGradUnmaskedTf32",
+         OpKind::AttentionGrad,
+         {{{3, 19, 8}},
+          {{3, 19, 8}},
+          {{3, 45, 8}},
+          {{3, 45, 8}},
+          {{3, 19, 8}},
+          {{3, 19}, Fill::Positive}},
+         {{3, 19, 8}, {3, 45, 8}, {3, 45, 8}},
+         with([](Attributes &a) {
+           a.alpha = 0.35;
+           a.precision = fb::Precision::TF32;
+         }),
+         2e-3f},
         {"Rotary",
          OpKind::Rotary,
          {{{2, 3, 6, 8}}},

@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <utility>
 
 // The tests of tpc-runtime-tests run in one program; its ASan defaults.
 TPC_ASAN_DEFAULT_OPTIONS("")
@@ -49,6 +50,7 @@ struct PlanSpec {
     bool transposeRhs = false;
     std::vector<int64_t> ints = {};
     fb::Precision precision = fb::Precision::F32;
+    bool causal = false;
   };
   std::vector<S> steps = {
       {fb::OpKind::Embedding, {0, 1}, {2}},
@@ -108,6 +110,7 @@ struct PlanSpec {
       step.add_results(res);
       step.add_transpose_rhs(s.transposeRhs);
       step.add_precision(s.precision);
+      step.add_causal(s.causal);
       if (!ints.IsNull())
         step.add_ints(ints);
       ss.push_back(step.Finish());
@@ -282,10 +285,59 @@ TEST(PlanLoader, ChecksMatmulPrecision) {
   PlanSpec onSoftmax;
   onSoftmax.steps[2].precision = fb::Precision::TF32;
   expectRejected(onSoftmax, "step 2 (Softmax): precision 1 is not a matmul's "
-                            "f32, tf32 or bf16");
+                            "or attention's f32, tf32 or bf16");
   PlanSpec unknown;
   unknown.steps[1].precision = static_cast<fb::Precision>(7);
   expectRejected(unknown, "step 1 (Matmul): precision 7 is not a matmul's");
+}
+
+TEST(PlanLoader, ChecksAttentionShapes) {
+  // The embedding [2, 3, 4] as query, key and value of a causal attention:
+  // result [2, 3, 4], logsumexp [2, 3].
+  PlanSpec attention;
+  attention.tensors[3].shape = {2, 3, 4};
+  attention.tensors[4] = {fb::DType::F32, {2, 3}, fb::Storage::Arena, 256, 0};
+  attention.arena = 512;
+  attention.steps = {{fb::OpKind::Embedding, {0, 1}, {2}},
+                     {fb::OpKind::Attention, {2, 2, 2}, {3, 4}}};
+  attention.steps[1].causal = true;
+  attention.steps[1].precision = fb::Precision::BF16;
+  attention.results = {3};
+  LoadedPlan plan = load(attention.build());
+  ASSERT_NE(plan.program("forward"), nullptr);
+  ParamStore params = ParamStore::initialise(plan);
+  ProgramRunner runner(plan, "forward", params);
+  std::vector<int32_t> tokens = {0, 1, 2, 3, 4, 0};
+  runner.setInput(fb::InputKind::Tokens, tokens);
+  runner.run();
+  std::span<const float> result = runner.result(0);
+  ASSERT_EQ(result.size(), 24u);
+  // The first query sees only itself: its row is its own (bf16) value.
+  const std::vector<float> &table = std::as_const(params)[0];
+  for (size_t f = 0; f < 4; ++f)
+    EXPECT_NEAR(result[f], table[f], 0.01f * (1.0f + std::abs(table[f])));
+
+  PlanSpec badLogSumExp = attention;
+  badLogSumExp.tensors[4].shape = {2, 4};
+  expectRejected(badLogSumExp,
+                 "step 1 (Attention): logsumexp has shape [2,4], expected "
+                 "[2,3]");
+  // A key [3, 2, 4] (the embedding reshaped) over a batch of 2.
+  PlanSpec badKey = attention;
+  badKey.tensors.push_back(
+      {fb::DType::F32, {3, 2, 4}, fb::Storage::Arena, 0, 0});
+  badKey.steps.insert(badKey.steps.begin() + 1,
+                      {fb::OpKind::Reshape, {2}, {5}});
+  badKey.steps[2].operands = {2, 5, 5};
+  expectRejected(badKey, "does not broadcast over query [2,3,4]");
+  // Keys [2, 2, 4] (a slice) for 3 causal queries.
+  PlanSpec notSquare = attention;
+  notSquare.tensors.push_back(
+      {fb::DType::F32, {2, 2, 4}, fb::Storage::Arena, 384, 0});
+  notSquare.steps.insert(notSquare.steps.begin() + 1,
+                         {fb::OpKind::Slice, {2}, {5}, false, {0, 0, 0}});
+  notSquare.steps[2].operands = {2, 5, 5};
+  expectRejected(notSquare, "causal attention needs as many queries as keys");
 }
 
 TEST(PlanLoader, RejectsBadSplits) {

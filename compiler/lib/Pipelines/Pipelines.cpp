@@ -27,6 +27,8 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   // folded form (e.g. attention's scale already inside the matmul's alpha).
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  if (options.fuseAttention)
+    pm.addPass(createTPFuseAttention());
   if (options.train) {
     TPAutodiffOptions autodiff;
     autodiff.remat = options.remat.getValue();

@@ -47,7 +47,7 @@ public:
 private:
   Value primal(Value v) { return recomputed.lookupOrDefault(v); }
   void accumulate(Value value, Value cotangent);
-  LogicalResult vjp(Operation *op, Value resultCotangent);
+  LogicalResult vjp(Operation *op, ArrayRef<Value> resultCotangents);
   void recomputeLayer(int64_t layer, ArrayRef<Operation *> forward);
 
   func::FuncOp func;
@@ -102,16 +102,16 @@ FailureOr<SmallVector<Value>> Differentiator::run(Value loss,
   cotangents[loss] = ConstantOp::create(
       builder, loss.getLoc(), tensorType(loss), builder.getF64FloatAttr(1.0));
   for (Operation *op : llvm::reverse(forward)) {
-    if (op->getNumResults() != 1)
-      return op->emitOpError() << "tp-autodiff: no VJP for an op with "
-                               << op->getNumResults() << " results";
-    auto it = cotangents.find(op->getResult(0));
-    if (it == cotangents.end())
+    // A result that does not reach the loss has a null cotangent.
+    SmallVector<Value> resultCotangents;
+    for (Value result : op->getResults())
+      resultCotangents.push_back(cotangents.lookup(result));
+    if (llvm::all_of(resultCotangents, [](Value ct) { return !ct; }))
       continue; // does not reach the loss
     std::optional<int64_t> layer = layerOf(op);
     if (rematLayers && layer && !recomputedLayers.contains(*layer))
       recomputeLayer(*layer, forward);
-    if (failed(vjp(op, it->second)))
+    if (failed(vjp(op, resultCotangents)))
       return failure();
   }
 
@@ -129,7 +129,8 @@ FailureOr<SmallVector<Value>> Differentiator::run(Value loss,
   return grads;
 }
 
-LogicalResult Differentiator::vjp(Operation *op, Value resultCotangent) {
+LogicalResult Differentiator::vjp(Operation *op,
+                                  ArrayRef<Value> resultCotangents) {
   auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
   if (!differentiable)
     return op->emitOpError()
@@ -141,7 +142,7 @@ LogicalResult Differentiator::vjp(Operation *op, Value resultCotangent) {
     results.push_back(primal(result));
   SmallVector<Value> operandCotangents(op->getNumOperands());
   if (failed(differentiable.buildVJP(builder, operands, results,
-                                     resultCotangent, operandCotangents)))
+                                     resultCotangents, operandCotangents)))
     return failure();
   for (auto [operand, cotangent] :
        llvm::zip_equal(op->getOperands(), operandCotangents))

@@ -31,7 +31,7 @@ struct TPMatmulPrecision
       break;
     }
     getOperation().walk(
-        [&](MatmulOp matmul) { matmul.setPrecisionAttr(type); });
+        [&](MixedPrecisionOpInterface op) { op.setOperandPrecision(type); });
   }
 };
 

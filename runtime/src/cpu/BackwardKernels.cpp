@@ -17,16 +17,6 @@ using namespace detail;
 
 namespace {
 
-/// Sum of a[i] * b[i] in double.
-[[gnu::always_inline]] inline double
-dotDouble(const float *__restrict a, const float *__restrict b, int64_t n) {
-  double sum = 0.0;
-  TPC_MIXED_REDUCTION_LOOP
-  for (int64_t i = 0; i < n; ++i)
-    sum += static_cast<double>(a[i]) * static_cast<double>(b[i]);
-  return sum;
-}
-
 // d/dx of x sigmoid(2u), u = sqrt(2/pi) (x + a x^3): with e = exp(-2u) and
 // s = 1 / (1 + e), 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s)
 // = 4 e s^2, so the derivative is s + 2 x e s^2 sqrt(2/pi) (1 + 3 a x^2).

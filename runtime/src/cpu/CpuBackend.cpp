@@ -106,16 +106,26 @@ void embedding(const Dispatch &d) {
                       ids.elements, d.results[0].f32());
 }
 
+/// Mixed precision: the operands of a step's products are rounded, the
+/// products run in f32 (the reference for a GPU's tf32 and bf16 GEMMs).
+cpu::Rounding roundingOf(const plan::Step &step) {
+  switch (step.precision()) {
+  case plan::Precision::F32:
+    return cpu::Rounding::None;
+  case plan::Precision::TF32:
+    return cpu::Rounding::TF32;
+  case plan::Precision::BF16:
+    return cpu::Rounding::BF16;
+  }
+  throw std::runtime_error("unknown matmul precision");
+}
+
 void matmul(const Dispatch &d) {
   const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1];
   const float *l = lhs.f32(), *r = rhs.f32();
-  // Mixed precision: the operands rounded, the product in f32 (the
-  // reference for a GPU's tf32 and bf16 GEMMs).
   std::vector<float> rounded;
-  if (d.step.precision() != plan::Precision::F32) {
-    const cpu::Rounding rounding = d.step.precision() == plan::Precision::BF16
-                                       ? cpu::Rounding::BF16
-                                       : cpu::Rounding::TF32;
+  if (const cpu::Rounding rounding = roundingOf(d.step);
+      rounding != cpu::Rounding::None) {
     rounded.resize(size_t(lhs.elements + rhs.elements));
     cpu::round(rounding, l, rounded.data(), lhs.elements);
     cpu::round(rounding, r, rounded.data() + lhs.elements, rhs.elements);
@@ -189,6 +199,38 @@ void softmax(const Dispatch &d) {
   const TensorBinding &out = d.results[0];
   cpu::softmax(d.operands[0].f32(), out.f32(), rowsOf(out), out.shape.back(),
                d.step.causal());
+}
+
+/// The sizes of an Attention or AttentionGrad step whose query, key and
+/// value are operands `first`..`first + 2`.
+cpu::AttentionShape attentionShape(const Dispatch &d, size_t first) {
+  std::span<const int64_t> q = d.operands[first].shape,
+                           k = d.operands[first + 1].shape,
+                           v = d.operands[first + 2].shape;
+  cpu::AttentionShape s;
+  s.batch = q.first(q.size() - 2);
+  s.keyBatch = k.first(k.size() - 2);
+  s.queries = q[q.size() - 2];
+  s.keys = k[k.size() - 2];
+  s.headDim = q.back();
+  s.valueDim = v.back();
+  s.causal = d.step.causal();
+  s.alpha = static_cast<float>(d.step.alpha());
+  s.rounding = roundingOf(d.step);
+  return s;
+}
+
+void attention(const Dispatch &d) {
+  cpu::attention(d.operands[0].f32(), d.operands[1].f32(), d.operands[2].f32(),
+                 attentionShape(d, 0), d.results[0].f32(), d.results[1].f32());
+}
+
+void attentionGrad(const Dispatch &d) {
+  cpu::attentionGrad(d.operands[0].f32(), d.operands[1].f32(),
+                     d.operands[2].f32(), d.operands[3].f32(),
+                     d.operands[4].f32(), d.operands[5].f32(),
+                     attentionShape(d, 1), d.results[0].f32(),
+                     d.results[1].f32(), d.results[2].f32());
 }
 
 void rotary(const Dispatch &d) {
@@ -469,6 +511,8 @@ KernelTable makeKernels() {
   set(OpKind::RmsNormGrad, rmsNormGrad);
   set(OpKind::Softmax, softmax);
   set(OpKind::SoftmaxGrad, softmaxGrad);
+  set(OpKind::Attention, attention);
+  set(OpKind::AttentionGrad, attentionGrad);
   set(OpKind::Rotary, rotary);
   set(OpKind::Reshape, reshape);
   set(OpKind::Transpose, transpose);

@@ -296,6 +296,16 @@ inline void scaleInPlace(float *__restrict y, float factor, int64_t n) {
 #define TPC_MIXED_REDUCTION_LOOP
 #endif
 
+/// Sum of a[i] * b[i] in double.
+[[gnu::always_inline]] inline double
+dotDouble(const float *__restrict a, const float *__restrict b, int64_t n) {
+  double sum = 0.0;
+  TPC_MIXED_REDUCTION_LOOP
+  for (int64_t i = 0; i < n; ++i)
+    sum += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return sum;
+}
+
 /// y[i] = exp(x[i] - shift) (y may be x); returns their sum in double, formed
 /// exactly as sumExpShifted forms it, so crossEntropyGrad's softmax
 /// denominator is bit-identical to crossEntropy's.

@@ -528,6 +528,46 @@ void softmaxGrad(CudaBackend &b, const Dispatch &d) {
                     rowsOf(out), out.shape.back(), b.stream);
 }
 
+/// The sizes of an Attention or AttentionGrad step whose query, key and
+/// value are operands `first`..`first + 2`.
+cuda::AttentionDims attentionDims(const Dispatch &d, size_t first) {
+  std::span<const int64_t> q = d.operands[first].shape,
+                           k = d.operands[first + 1].shape,
+                           v = d.operands[first + 2].shape;
+  cuda::AttentionDims a;
+  a.rank = int(q.size() - 2);
+  if (a.rank > cuda::kMaxDims)
+    throw std::runtime_error("attention: more than " +
+                             std::to_string(cuda::kMaxDims) + " batch dims");
+  std::copy(q.begin(), q.end() - 2, a.batch);
+  std::copy(k.begin(), k.end() - 2, a.keyBatch);
+  a.queries = q[q.size() - 2];
+  a.keys = k[k.size() - 2];
+  a.headDim = q.back();
+  a.valueDim = v.back();
+  a.causal = d.step.causal();
+  a.alpha = static_cast<float>(d.step.alpha());
+  a.rounding = d.step.precision() == plan::Precision::TF32   ? 1
+               : d.step.precision() == plan::Precision::BF16 ? 2
+                                                             : 0;
+  return a;
+}
+
+void attention(CudaBackend &b, const Dispatch &d) {
+  cuda::attention(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
+                  attentionDims(d, 0), f32(d.results[0]), f32(d.results[1]),
+                  b.stream);
+}
+void attentionGrad(CudaBackend &b, const Dispatch &d) {
+  const int64_t rows = std::max<int64_t>(d.operands[5].elements, 1);
+  auto *delta = static_cast<float *>(b.scratch(uint64_t(rows) * sizeof(float)));
+  cuda::attentionGrad(f32(d.operands[0]), f32(d.operands[1]),
+                      f32(d.operands[2]), f32(d.operands[3]),
+                      f32(d.operands[4]), f32(d.operands[5]),
+                      attentionDims(d, 1), delta, f32(d.results[0]),
+                      f32(d.results[1]), f32(d.results[2]), b.stream);
+}
+
 void layerNorm(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
   cuda::norm(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
@@ -799,6 +839,8 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::RmsNormGrad, normGrad<false>);
   set(OpKind::Softmax, softmax);
   set(OpKind::SoftmaxGrad, softmaxGrad);
+  set(OpKind::Attention, attention);
+  set(OpKind::AttentionGrad, attentionGrad);
   set(OpKind::Rotary, rotary);
   set(OpKind::Reshape, reshape);
   set(OpKind::Transpose, transpose);

@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace tpc::runtime::cuda {
 
@@ -469,6 +471,348 @@ __global__ void adamwKernel(const float *param, const float *grad,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Fused attention
+//===----------------------------------------------------------------------===//
+
+// Eight warps per block, two rows (queries, or keys in the key-side
+// gradient) per warp; a lane takes one key (or query) of a 32-wide tile for
+// the dot products and kMaxAttentionDim / 32 columns of the accumulators.
+constexpr int kAttentionWarps = 8;
+constexpr int kRowsPerWarp = 2;
+constexpr int kAttentionRows = kAttentionWarps * kRowsPerWarp;
+constexpr int kAttentionTile = 32;
+constexpr int kColumnsPerLane = int(kMaxAttentionDim / 32);
+constexpr unsigned kFullMask = 0xffffffffu;
+
+/// x rounded to nearest even to tf32 (mode 1) or bf16 (mode 2), as f32;
+/// NaN and infinities pass through (cpu::round).
+__device__ float roundOperand(float x, int mode) {
+  if (mode == 0 || !isfinite(x))
+    return x;
+  unsigned bits = __float_as_uint(x);
+  const int drop = mode == 1 ? 13 : 16;
+  bits += ((1u << (drop - 1)) - 1) + ((bits >> drop) & 1u);
+  bits &= ~((1u << drop) - 1);
+  return __uint_as_float(bits);
+}
+
+__device__ float warpMax(float value) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(kFullMask, value, offset));
+  return value;
+}
+__device__ float warpSum(float value) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(kFullMask, value, offset);
+  return value;
+}
+
+/// The flattened key batch index query head `head` reads.
+__device__ int64_t keyHeadOf(const AttentionDims &a, int64_t head) {
+  int64_t key = 0, stride = 1;
+  for (int d = a.rank - 1; d >= 0; --d) {
+    const int64_t coord = head % a.batch[d];
+    head /= a.batch[d];
+    if (a.keyBatch[d] == a.batch[d])
+      key += coord * stride;
+    stride *= a.keyBatch[d];
+  }
+  return key;
+}
+
+/// The `group`-th query head (in increasing order) reading key head `key`.
+__device__ int64_t queryHeadOf(const AttentionDims &a, int64_t key,
+                               int64_t group) {
+  int64_t head = 0, stride = 1;
+  for (int d = a.rank - 1; d >= 0; --d) {
+    int64_t coord;
+    if (a.keyBatch[d] == a.batch[d]) {
+      coord = key % a.keyBatch[d];
+      key /= a.keyBatch[d];
+    } else {
+      coord = group % a.batch[d];
+      group /= a.batch[d];
+    }
+    head += coord * stride;
+    stride *= a.batch[d];
+  }
+  return head;
+}
+
+/// rows x cols of `from` (row stride `cols`, rows from `first`, zero past
+/// `limit`) into `to` with row stride `pitch`, rounded.
+__device__ void loadTile(const float *from, int64_t first, int64_t limit,
+                         int64_t rows, int64_t cols, int64_t pitch, float *to,
+                         int rounding) {
+  for (int64_t i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    to[r * pitch + c] =
+        first + r < limit ? roundOperand(from[(first + r) * cols + c], rounding)
+                          : 0.0f;
+  }
+}
+
+__device__ float dot(const float *a, const float *b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    sum = fmaf(a[i], b[i], sum);
+  return sum;
+}
+
+/// grid (heads, query blocks). Shared: queries [rows][D], keys [tile][D+1],
+/// values [tile][Dv] (the padding keeps a lane's key row on its own bank).
+__global__ void attentionKernel(const float *query, const float *key,
+                                const float *value, AttentionDims a,
+                                float *result, float *logSumExp) {
+  extern __shared__ float shared[];
+  const int64_t D = a.headDim, Dv = a.valueDim, Sq = a.queries, Sk = a.keys;
+  const int64_t head = blockIdx.x, keyHead = keyHeadOf(a, head);
+  const int64_t row0 = int64_t(blockIdx.y) * kAttentionRows;
+  float *qs = shared, *ks = qs + kAttentionRows * D,
+        *vs = ks + kAttentionTile * (D + 1);
+  const float *k = key + keyHead * Sk * D, *v = value + keyHead * Sk * Dv;
+  loadTile(query + head * Sq * D, row0, Sq, kAttentionRows, D, D, qs,
+           a.rounding);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float best[kRowsPerWarp], total[kRowsPerWarp];
+  float acc[kRowsPerWarp][kColumnsPerLane];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    best[rr] = -INFINITY;
+    total[rr] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kColumnsPerLane; ++c)
+      acc[rr][c] = 0.0f;
+  }
+  const int64_t lastRow = min(row0 + kAttentionRows, Sq) - 1;
+  const int64_t keyEnd = a.causal ? lastRow + 1 : Sk;
+  for (int64_t j0 = 0; j0 < keyEnd; j0 += kAttentionTile) {
+    __syncthreads(); // the previous tile is consumed (and qs loaded)
+    loadTile(k, j0, Sk, kAttentionTile, D, D + 1, ks, a.rounding);
+    loadTile(v, j0, Sk, kAttentionTile, Dv, Dv, vs, a.rounding);
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int local = warp * kRowsPerWarp + rr;
+      const int64_t row = row0 + local;
+      if (row >= Sq)
+        continue; // the whole warp
+      const int64_t keyIndex = j0 + lane;
+      const bool visible = keyIndex < Sk && (!a.causal || keyIndex <= row);
+      const float score =
+          visible ? a.alpha * dot(qs + local * D, ks + lane * (D + 1), D)
+                  : -INFINITY;
+      const float tileBest = warpMax(score);
+      if (tileBest == -INFINITY)
+        continue; // no key of this tile is visible to the row
+      const float newBest = fmaxf(best[rr], tileBest);
+      const float p = visible ? expf(score - newBest) : 0.0f;
+      const float correction = expf(best[rr] - newBest);
+      total[rr] = total[rr] * correction + warpSum(p);
+      best[rr] = newBest;
+      const float pr = roundOperand(p, a.rounding);
+#pragma unroll
+      for (int c = 0; c < kColumnsPerLane; ++c)
+        acc[rr][c] *= correction;
+      for (int kk = 0; kk < kAttentionTile && j0 + kk < Sk; ++kk) {
+        const float pk = __shfl_sync(kFullMask, pr, kk);
+#pragma unroll
+        for (int c = 0; c < kColumnsPerLane; ++c) {
+          const int64_t col = lane + 32 * c;
+          if (col < Dv)
+            acc[rr][c] = fmaf(pk, vs[kk * Dv + col], acc[rr][c]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int64_t row = row0 + warp * kRowsPerWarp + rr;
+    if (row >= Sq)
+      continue;
+    float *out = result + (head * Sq + row) * Dv;
+#pragma unroll
+    for (int c = 0; c < kColumnsPerLane; ++c) {
+      const int64_t col = lane + 32 * c;
+      if (col < Dv)
+        out[col] = acc[rr][c] / total[rr];
+    }
+    if (lane == 0)
+      logSumExp[head * Sq + row] = best[rr] + logf(total[rr]);
+  }
+}
+
+/// delta[row] = sum(resultGrad[row] * result[row]): the softmax backward's
+/// row sums. One warp per row.
+__global__ void attentionDeltaKernel(const float *resultGrad,
+                                     const float *result, int64_t rows,
+                                     int64_t Dv, float *delta) {
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows)
+    return;
+  float sum = 0.0f;
+  for (int64_t c = lane; c < Dv; c += 32)
+    sum = fmaf(resultGrad[row * Dv + c], result[row * Dv + c], sum);
+  sum = warpSum(sum);
+  if (lane == 0)
+    delta[row] = sum;
+}
+
+/// queryGrad for 16 query rows of one head, over all the keys they see.
+/// Shared: queries [rows][D], resultGrad [rows][Dv], keys [tile][D+1],
+/// values [tile][Dv+1].
+__global__ void attentionQueryGradKernel(const float *resultGrad,
+                                         const float *query, const float *key,
+                                         const float *value,
+                                         const float *logSumExp,
+                                         const float *delta, AttentionDims a,
+                                         float *queryGrad) {
+  extern __shared__ float shared[];
+  const int64_t D = a.headDim, Dv = a.valueDim, Sq = a.queries, Sk = a.keys;
+  const int64_t head = blockIdx.x, keyHead = keyHeadOf(a, head);
+  const int64_t row0 = int64_t(blockIdx.y) * kAttentionRows;
+  float *qs = shared, *dys = qs + kAttentionRows * D,
+        *ks = dys + kAttentionRows * Dv, *vs = ks + kAttentionTile * (D + 1);
+  const float *k = key + keyHead * Sk * D, *v = value + keyHead * Sk * Dv;
+  loadTile(query + head * Sq * D, row0, Sq, kAttentionRows, D, D, qs,
+           a.rounding);
+  loadTile(resultGrad + head * Sq * Dv, row0, Sq, kAttentionRows, Dv, Dv, dys,
+           a.rounding);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float grad[kRowsPerWarp][kColumnsPerLane] = {};
+  const int64_t lastRow = min(row0 + kAttentionRows, Sq) - 1;
+  const int64_t keyEnd = a.causal ? lastRow + 1 : Sk;
+  for (int64_t j0 = 0; j0 < keyEnd; j0 += kAttentionTile) {
+    __syncthreads();
+    loadTile(k, j0, Sk, kAttentionTile, D, D + 1, ks, a.rounding);
+    loadTile(v, j0, Sk, kAttentionTile, Dv, Dv + 1, vs, a.rounding);
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int local = warp * kRowsPerWarp + rr;
+      const int64_t row = row0 + local;
+      if (row >= Sq)
+        continue;
+      const int64_t keyIndex = j0 + lane;
+      const bool visible = keyIndex < Sk && (!a.causal || keyIndex <= row);
+      float ds = 0.0f;
+      if (visible) {
+        const float p =
+            expf(a.alpha * dot(qs + local * D, ks + lane * (D + 1), D) -
+                 logSumExp[head * Sq + row]);
+        const float dp = dot(dys + local * Dv, vs + lane * (Dv + 1), Dv);
+        ds = roundOperand(p * (dp - delta[head * Sq + row]), a.rounding);
+      }
+      for (int kk = 0; kk < kAttentionTile && j0 + kk < Sk; ++kk) {
+        const float dsk = __shfl_sync(kFullMask, ds, kk);
+#pragma unroll
+        for (int c = 0; c < kColumnsPerLane; ++c) {
+          const int64_t col = lane + 32 * c;
+          if (col < D)
+            grad[rr][c] = fmaf(dsk, ks[kk * (D + 1) + col], grad[rr][c]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int64_t row = row0 + warp * kRowsPerWarp + rr;
+    if (row >= Sq)
+      continue;
+#pragma unroll
+    for (int c = 0; c < kColumnsPerLane; ++c) {
+      const int64_t col = lane + 32 * c;
+      if (col < D)
+        queryGrad[(head * Sq + row) * D + col] = a.alpha * grad[rr][c];
+    }
+  }
+}
+
+/// keyGrad and valueGrad for 16 keys of one key head, over every query (of
+/// every query head sharing it) that sees them. Shared: keys [rows][D],
+/// values [rows][Dv], queries [tile][D+1], resultGrad [tile][Dv+1].
+__global__ void attentionKeyValueGradKernel(
+    const float *resultGrad, const float *query, const float *key,
+    const float *value, const float *logSumExp, const float *delta,
+    AttentionDims a, int64_t groups, float *keyGrad, float *valueGrad) {
+  extern __shared__ float shared[];
+  const int64_t D = a.headDim, Dv = a.valueDim, Sq = a.queries, Sk = a.keys;
+  const int64_t keyHead = blockIdx.x;
+  const int64_t key0 = int64_t(blockIdx.y) * kAttentionRows;
+  float *ks = shared, *vs = ks + kAttentionRows * D,
+        *qs = vs + kAttentionRows * Dv, *dys = qs + kAttentionTile * (D + 1);
+  loadTile(key + keyHead * Sk * D, key0, Sk, kAttentionRows, D, D, ks,
+           a.rounding);
+  loadTile(value + keyHead * Sk * Dv, key0, Sk, kAttentionRows, Dv, Dv, vs,
+           a.rounding);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float dk[kRowsPerWarp][kColumnsPerLane] = {};
+  float dv[kRowsPerWarp][kColumnsPerLane] = {};
+  // A causal block's first key sees no earlier query.
+  const int64_t firstQuery =
+      a.causal ? key0 / kAttentionTile * kAttentionTile : 0;
+  for (int64_t group = 0; group < groups; ++group) {
+    const int64_t head = queryHeadOf(a, keyHead, group);
+    for (int64_t i0 = firstQuery; i0 < Sq; i0 += kAttentionTile) {
+      __syncthreads();
+      loadTile(query + head * Sq * D, i0, Sq, kAttentionTile, D, D + 1, qs,
+               a.rounding);
+      loadTile(resultGrad + head * Sq * Dv, i0, Sq, kAttentionTile, Dv, Dv + 1,
+               dys, a.rounding);
+      __syncthreads();
+      const int64_t queryIndex = i0 + lane;
+      const float lse =
+          queryIndex < Sq ? logSumExp[head * Sq + queryIndex] : 0.0f;
+      const float rowDelta =
+          queryIndex < Sq ? delta[head * Sq + queryIndex] : 0.0f;
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        const int local = warp * kRowsPerWarp + rr;
+        const int64_t keyIndex = key0 + local;
+        if (keyIndex >= Sk)
+          continue;
+        const bool visible =
+            queryIndex < Sq && (!a.causal || keyIndex <= queryIndex);
+        float p = 0.0f, ds = 0.0f;
+        if (visible) {
+          p = expf(a.alpha * dot(qs + lane * (D + 1), ks + local * D, D) - lse);
+          const float dp = dot(dys + lane * (Dv + 1), vs + local * Dv, Dv);
+          ds = roundOperand(p * (dp - rowDelta), a.rounding);
+          p = roundOperand(p, a.rounding);
+        }
+        for (int kk = 0; kk < kAttentionTile && i0 + kk < Sq; ++kk) {
+          const float pk = __shfl_sync(kFullMask, p, kk);
+          const float dsk = __shfl_sync(kFullMask, ds, kk);
+#pragma unroll
+          for (int c = 0; c < kColumnsPerLane; ++c) {
+            const int64_t col = lane + 32 * c;
+            if (col < Dv)
+              dv[rr][c] = fmaf(pk, dys[kk * (Dv + 1) + col], dv[rr][c]);
+            if (col < D)
+              dk[rr][c] = fmaf(dsk, qs[kk * (D + 1) + col], dk[rr][c]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int64_t keyIndex = key0 + warp * kRowsPerWarp + rr;
+    if (keyIndex >= Sk)
+      continue;
+#pragma unroll
+    for (int c = 0; c < kColumnsPerLane; ++c) {
+      const int64_t col = lane + 32 * c;
+      if (col < Dv)
+        valueGrad[(keyHead * Sk + keyIndex) * Dv + col] = dv[rr][c];
+      if (col < D)
+        keyGrad[(keyHead * Sk + keyIndex) * D + col] = a.alpha * dk[rr][c];
+    }
+  }
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -611,6 +955,99 @@ void adamw(const float *param, const float *grad, const float *expAvg,
   adamwKernel<<<blocksFor(count), kThreads, 0, stream>>>(
       param, grad, expAvg, expAvgSq, lr, step, gradScale, beta1, beta2, epsilon,
       weightDecay, newParam, newExpAvg, newExpAvgSq, count);
+}
+
+namespace {
+
+int64_t productOf(const int64_t *dims, int rank) {
+  int64_t p = 1;
+  for (int d = 0; d < rank; ++d)
+    p *= dims[d];
+  return p;
+}
+
+/// Launches `kernel` with `floats` of dynamic shared memory, raising the
+/// kernel's limit past the default 48 KiB once (before any recording: the
+/// first run goes step by step).
+template <typename Kernel, typename... Args>
+void launchWithShared(Kernel kernel, dim3 grid, int64_t floats,
+                      cudaStream_t stream, Args... args) {
+  const size_t bytes = size_t(floats) * sizeof(float);
+  if (bytes > 48 * 1024) {
+    int device = 0, optIn = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&optIn, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                           device);
+    if (bytes > size_t(optIn))
+      throw std::runtime_error(
+          "attention: " + std::to_string(bytes) +
+          " bytes of shared memory per block exceed the GPU's " +
+          std::to_string(optIn));
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(bytes));
+  }
+  kernel<<<grid, kAttentionWarps * 32, bytes, stream>>>(args...);
+}
+
+void checkAttentionDims(const AttentionDims &a) {
+  if (a.headDim > kMaxAttentionDim || a.valueDim > kMaxAttentionDim)
+    throw std::runtime_error(
+        "attention: head dims " + std::to_string(a.headDim) + " and " +
+        std::to_string(a.valueDim) + " exceed the cuda kernels' " +
+        std::to_string(kMaxAttentionDim));
+}
+
+unsigned blocksOf(int64_t rows) {
+  return unsigned((rows + kAttentionRows - 1) / kAttentionRows);
+}
+
+} // namespace
+
+void attention(const float *query, const float *key, const float *value,
+               const AttentionDims &a, float *result, float *logSumExp,
+               cudaStream_t stream) {
+  checkAttentionDims(a);
+  const int64_t heads = productOf(a.batch, a.rank);
+  if (heads == 0 || a.queries == 0)
+    return;
+  const int64_t floats = kAttentionRows * a.headDim +
+                         kAttentionTile * (a.headDim + 1) +
+                         kAttentionTile * a.valueDim;
+  launchWithShared(attentionKernel, dim3(unsigned(heads), blocksOf(a.queries)),
+                   floats, stream, query, key, value, a, result, logSumExp);
+}
+
+void attentionGrad(const float *resultGrad, const float *query,
+                   const float *key, const float *value, const float *result,
+                   const float *logSumExp, const AttentionDims &a,
+                   float *rowDelta, float *queryGrad, float *keyGrad,
+                   float *valueGrad, cudaStream_t stream) {
+  checkAttentionDims(a);
+  const int64_t heads = productOf(a.batch, a.rank);
+  const int64_t keyHeads = productOf(a.keyBatch, a.rank);
+  if (keyHeads == 0 || a.keys == 0)
+    return;
+  if (heads == 0) {
+    fill(0.0f, keyGrad, keyHeads * a.keys * a.headDim, stream);
+    fill(0.0f, valueGrad, keyHeads * a.keys * a.valueDim, stream);
+    return;
+  }
+  const int64_t rows = heads * a.queries;
+  attentionDeltaKernel<<<unsigned((rows * 32 + kThreads - 1) / kThreads),
+                         kThreads, 0, stream>>>(resultGrad, result, rows,
+                                                a.valueDim, rowDelta);
+  const int64_t D = a.headDim, Dv = a.valueDim;
+  launchWithShared(
+      attentionQueryGradKernel, dim3(unsigned(heads), blocksOf(a.queries)),
+      kAttentionRows * (D + Dv) + kAttentionTile * (D + 1 + Dv + 1), stream,
+      resultGrad, query, key, value, logSumExp,
+      static_cast<const float *>(rowDelta), a, queryGrad);
+  launchWithShared(
+      attentionKeyValueGradKernel, dim3(unsigned(keyHeads), blocksOf(a.keys)),
+      kAttentionRows * (D + Dv) + kAttentionTile * (D + 1 + Dv + 1), stream,
+      resultGrad, query, key, value, logSumExp,
+      static_cast<const float *>(rowDelta), a, heads / keyHeads, keyGrad,
+      valueGrad);
 }
 
 } // namespace tpc::runtime::cuda

@@ -56,6 +56,37 @@ void softmax(const float *x, float *y, int64_t rows, int64_t cols, bool causal,
              cudaStream_t stream);
 void softmaxGrad(const float *resultGrad, const float *result, float *out,
                  int64_t rows, int64_t cols, cudaStream_t stream);
+/// The sizes of a fused attention (cpu::AttentionShape's meaning): query
+/// [batch..., Sq, D], key [keyBatch..., Sk, D], value [keyBatch..., Sk, Dv].
+struct AttentionDims {
+  int rank = 0; // batch dims
+  int64_t batch[kMaxDims] = {};
+  int64_t keyBatch[kMaxDims] = {};
+  int64_t queries = 0, keys = 0, headDim = 0, valueDim = 0;
+  bool causal = false;
+  float alpha = 1.0f;
+  /// The operands of every product rounded: 0 none, 1 tf32, 2 bf16.
+  int rounding = 0;
+};
+/// The largest D and Dv the attention kernels take (a lane holds
+/// kMaxAttentionDim / 32 columns of a row).
+inline constexpr int64_t kMaxAttentionDim = 256;
+/// FlashAttention-style: one block per 16 query rows of a head, key and
+/// value tiles in shared memory, an online softmax; logSumExp [batch...,
+/// Sq]. Throws if a head dim exceeds kMaxAttentionDim.
+void attention(const float *query, const float *key, const float *value,
+               const AttentionDims &dims, float *result, float *logSumExp,
+               cudaStream_t stream);
+/// Its gradients without atomics: one kernel for queryGrad over query
+/// blocks, one for keyGrad and valueGrad over key blocks, each summing over
+/// the query heads sharing the key head in a fixed order. `rowDelta` holds
+/// one float per query row (sum(resultGrad * result)).
+void attentionGrad(const float *resultGrad, const float *query,
+                   const float *key, const float *value, const float *result,
+                   const float *logSumExp, const AttentionDims &dims,
+                   float *rowDelta, float *queryGrad, float *keyGrad,
+                   float *valueGrad, cudaStream_t stream);
+
 /// `beta` null: RMS norm.
 void norm(const float *x, const float *gamma, const float *beta, float *y,
           int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);

@@ -949,3 +949,71 @@ tp.rebalance_point @p over @nogrid axis 0 blocks 8 capacity 3
 func.func @bad_arg_tag(%x: tensor<4xf32> {tp.rebalance_dims = [1]}) {
   return
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Fused attention
+//===----------------------------------------------------------------------===//
+
+func.func @attention_rank(%q: tensor<2x8x16xf32>, %k: tensor<8x16xf32>) {
+  // expected-error @+1 {{query 'tensor<2x8x16xf32>', key 'tensor<8x16xf32>' and value 'tensor<8x16xf32>' need the same rank}}
+  %0:2 = "tp.attention"(%q, %k, %k) : (tensor<2x8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_key_batch(%q: tensor<4x8x16xf32>, %k: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{key 'tensor<2x8x16xf32>' batch dim 0 must be query's (4) or 1}}
+  %0:2 = "tp.attention"(%q, %k, %k) : (tensor<4x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_value(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>, %v: tensor<4x6x16xf32>) {
+  // expected-error @+1 {{value 'tensor<4x6x16xf32>' must have key's 'tensor<4x8x16xf32>' batch and sequence dims}}
+  %0:2 = "tp.attention"(%q, %k, %v) : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x6x16xf32>) -> (tensor<4x8x16xf32>, tensor<4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_features(%q: tensor<4x8x16xf32>, %k: tensor<4x8x12xf32>) {
+  // expected-error @+1 {{query 'tensor<4x8x16xf32>' and key 'tensor<4x8x12xf32>' differ in the last dim}}
+  %0:2 = "tp.attention"(%q, %k, %k) : (tensor<4x8x16xf32>, tensor<4x8x12xf32>, tensor<4x8x12xf32>) -> (tensor<4x8x12xf32>, tensor<4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_causal(%q: tensor<4x8x16xf32>, %k: tensor<4x6x16xf32>) {
+  // expected-error @+1 {{causal attention needs as many queries as keys, got 8 and 6}}
+  %0:2 = tp.attention %q, %k, %k {causal} : (tensor<4x8x16xf32>, tensor<4x6x16xf32>, tensor<4x6x16xf32>) -> (tensor<4x8x16xf32>, tensor<4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_logsumexp(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{logsumexp 'tensor<4x16xf32>' should have shape [4, 8] (batch..., queries)}}
+  %0:2 = tp.attention %q, %q, %q : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<4x16xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_precision(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{attribute 'precision' failed to satisfy constraint}}
+  %0:2 = tp.attention %q, %q, %q {precision = f16} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_key(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{key_grad 'tensor<4x8x8xf32>' should have shape [4, 8, 16] (the shape of key)}}
+  %0:3 = "tp.attention_grad"(%q, %q, %k, %k, %q, %l) : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8xf32>) -> (tensor<4x8x16xf32>, tensor<4x8x8xf32>, tensor<4x8x16xf32>)
+  return
+}

@@ -45,6 +45,11 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("tp-insert-rebalance's headroom: blocks a rank may hold "
                      "beyond its even share, as a fraction of it"),
       llvm::cl::init(0.5)};
+  Option<bool> fuseAttention{
+      *this, "fuse-attention",
+      llvm::cl::desc("Fuse causal attention into tp.attention, which never "
+                     "stores the scores (tp-fuse-attention)"),
+      llvm::cl::init(true)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),

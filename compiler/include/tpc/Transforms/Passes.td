@@ -205,11 +205,25 @@ def TPInsertRebalance : Pass<"tp-insert-rebalance", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPFuseAttention : Pass<"tp-fuse-attention", "::mlir::ModuleOp"> {
+  let summary = "Fuse causal attention into tp.attention";
+  let description = [{
+    Rewrites `tp.matmul(q, k, transpose_rhs, alpha)` -> causal `tp.softmax`
+    -> `tp.matmul(probs, v)`, each feeding only the next, into one
+    `tp.attention(q, k, v)` (FlashAttention's fusion): the [.., S, S] scores
+    and probabilities are never stored, and tp-autodiff then builds one
+    `tp.attention_grad`, which recomputes the probabilities block by block
+    from the saved log-sum-exp instead of keeping them for the backward. Runs
+    on the global program, before differentiation.
+  }];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPMatmulPrecision : Pass<"tp-matmul-precision", "::mlir::ModuleOp"> {
   let summary = "Set the operand precision of every matrix product";
   let description = [{
-    Mixed precision: every `tp.matmul` gets `precision = bf16` (or `tf32`):
-    its operands are rounded to that type before the product, which
+    Mixed precision: every `tp.matmul` (and fused `tp.attention` and its
+    gradient) gets `precision = bf16` (or `tf32`): its operands are rounded to that type before the product, which
     accumulates in f32. Everything else, the weights and AdamW's moments
     included, stays f32. `precision=f32` removes the attribute. The plan
     records it per step; a backend computes the product in that type (the

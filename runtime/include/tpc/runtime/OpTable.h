@@ -102,6 +102,8 @@ struct OpInfo {
   void (*check)(const StepCheck &);
   GridUse grid = GridUse::None;
   AsyncRole async = AsyncRole::None;
+  /// Whether Step.precision may round the operands of its products.
+  bool mixedPrecision = false;
 };
 
 /// The description of `kind`, or null if this runtime does not know it (a

@@ -588,6 +588,187 @@ ShardingRule SoftmaxGradOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getResult()), FactorKind::Stats);
 }
 
+//===----------------------------------------------------------------------===//
+// Fused attention
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The sizes of an attention: query [batch..., Sq, D], key [keyBatch...,
+/// Sk, D], value [keyBatch..., Sk, Dv].
+struct AttentionDims {
+  SmallVector<int64_t> batch, keyBatch;
+  int64_t queries, keys, headDim, valueDim;
+};
+} // namespace
+
+static AttentionDims getAttentionDims(Value query, Value key, Value value) {
+  ArrayRef<int64_t> q = shapeOf(query), k = shapeOf(key), v = shapeOf(value);
+  return {SmallVector<int64_t>(q.drop_back(2)),
+          SmallVector<int64_t>(k.drop_back(2)),
+          q[q.size() - 2],
+          k[k.size() - 2],
+          q.back(),
+          v.back()};
+}
+
+/// Checks query, key and value against each other (see tp.attention).
+static LogicalResult verifyAttentionOperands(Operation *op, Value query,
+                                             Value key, Value value,
+                                             bool causal) {
+  Named q{"query", query}, k{"key", key}, v{"value", value};
+  for (const Named &named : {q, k, v})
+    if (failed(verifyRankAtLeast(op, named, 2,
+                                 "([batch..., sequence, features])")))
+      return failure();
+  if (failed(verifySameElementType(op, {q, k, v})))
+    return failure();
+  ArrayRef<int64_t> qs = shapeOf(query), ks = shapeOf(key), vs = shapeOf(value);
+  if (qs.size() != ks.size() || ks.size() != vs.size())
+    return op->emitOpError()
+           << "query " << query.getType() << ", key " << key.getType()
+           << " and value " << value.getType() << " need the same rank";
+  AttentionDims dims = getAttentionDims(query, key, value);
+  for (auto [idx, size] : llvm::enumerate(dims.keyBatch))
+    if (size != dims.batch[idx] && size != 1)
+      return op->emitOpError()
+             << "key " << key.getType() << " batch dim " << idx
+             << " must be query's (" << dims.batch[idx] << ") or 1";
+  if (vs.drop_back(1) != ks.drop_back(1))
+    return op->emitOpError()
+           << "value " << value.getType() << " must have key's "
+           << key.getType() << " batch and sequence dims";
+  if (ks.back() != dims.headDim)
+    return op->emitOpError() << "query " << query.getType() << " and key "
+                             << key.getType() << " differ in the last dim";
+  if (causal && dims.queries != dims.keys)
+    return op->emitOpError()
+           << "causal attention needs as many queries as keys, got "
+           << dims.queries << " and " << dims.keys;
+  return success();
+}
+
+/// The result shapes of an attention: [batch..., Sq, Dv] and [batch..., Sq].
+static SmallVector<int64_t> attentionResultShape(const AttentionDims &dims) {
+  return concat(dims.batch, {dims.queries, dims.valueDim});
+}
+static SmallVector<int64_t> attentionLogSumExpShape(const AttentionDims &dims) {
+  return concat(dims.batch, {dims.queries});
+}
+
+namespace {
+/// The factors of an attention. Only the batch dims split freely: the
+/// kernel normalises over whole key rows, contracts whole features, and a
+/// causal mask compares global positions, so the sequence and feature
+/// factors are replicated (the query factor splits without a mask).
+struct AttentionFactors {
+  AttentionFactors(ShardingRuleBuilder &builder, const AttentionDims &dims,
+                   bool causal) {
+    batch = builder.addFactors(dims.batch);
+    queries = builder.addFactor(dims.queries, causal ? FactorKind::Replicated
+                                                     : FactorKind::Parallel);
+    keys = builder.addFactor(dims.keys, FactorKind::Replicated);
+    headDim = builder.addFactor(dims.headDim, FactorKind::Replicated);
+    valueDim = builder.addFactor(dims.valueDim, FactorKind::Replicated);
+    for (auto [idx, size] : llvm::enumerate(dims.keyBatch))
+      keyBatch.push_back(size == dims.batch[idx] ? batch[idx] : -1);
+  }
+  SmallVector<int64_t> query() const {
+    return concat(batch, {queries, headDim});
+  }
+  SmallVector<int64_t> key() const { return concat(keyBatch, {keys, headDim}); }
+  SmallVector<int64_t> value() const {
+    return concat(keyBatch, {keys, valueDim});
+  }
+  SmallVector<int64_t> result() const {
+    return concat(batch, {queries, valueDim});
+  }
+  SmallVector<int64_t> logSumExp() const { return concat(batch, {queries}); }
+
+  SmallVector<int64_t> batch, keyBatch;
+  int64_t queries, keys, headDim, valueDim;
+};
+} // namespace
+
+LogicalResult AttentionOp::verify() {
+  if (failed(verifyAttentionOperands(*this, getQuery(), getKey(), getValue(),
+                                     getCausal())))
+    return failure();
+  if (!std::isfinite(getAlphaAttr().getValueAsDouble()))
+    return emitOpError() << "alpha must be finite";
+  AttentionDims dims = getAttentionDims(getQuery(), getKey(), getValue());
+  if (failed(verifySameElementType(
+          *this, {{"query", getQuery()}, {"result", getResult()}})) ||
+      failed(verifyShape(*this, {"result", getResult()},
+                         attentionResultShape(dims),
+                         "(batch..., queries, value features)")))
+    return failure();
+  return verifyShape(*this, {"logsumexp", getLogsumexp()},
+                     attentionLogSumExpShape(dims), "(batch..., queries)");
+}
+
+ShardingRule AttentionOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  AttentionFactors f(
+      builder, getAttentionDims(getQuery(), getKey(), getValue()), getCausal());
+  builder.addOperand(f.query());
+  builder.addOperand(f.key());
+  builder.addOperand(f.value());
+  builder.addResult(f.result());
+  builder.addResult(f.logSumExp());
+  return builder.build();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttentionOperands(*this, getQuery(), getKey(), getValue(),
+                                     getCausal())))
+    return failure();
+  if (!std::isfinite(getAlphaAttr().getValueAsDouble()))
+    return emitOpError() << "alpha must be finite";
+  AttentionDims dims = getAttentionDims(getQuery(), getKey(), getValue());
+  SmallVector<int64_t> resultShape = attentionResultShape(dims);
+  const char *resultDims = "(the shape of tp.attention's result)";
+  if (failed(verifySameElementType(*this, {{"query", getQuery()},
+                                           {"result_grad", getResultGrad()},
+                                           {"result", getResult()},
+                                           {"logsumexp", getLogsumexp()},
+                                           {"query_grad", getQueryGrad()},
+                                           {"key_grad", getKeyGrad()},
+                                           {"value_grad", getValueGrad()}})) ||
+      failed(verifyShape(*this, {"result_grad", getResultGrad()}, resultShape,
+                         resultDims)) ||
+      failed(verifyShape(*this, {"result", getResult()}, resultShape,
+                         resultDims)) ||
+      failed(verifyShape(*this, {"logsumexp", getLogsumexp()},
+                         attentionLogSumExpShape(dims),
+                         "(batch..., queries)")) ||
+      failed(verifyShape(*this, {"query_grad", getQueryGrad()},
+                         shapeOf(getQuery()), "(the shape of query)")) ||
+      failed(verifyShape(*this, {"key_grad", getKeyGrad()}, shapeOf(getKey()),
+                         "(the shape of key)")))
+    return failure();
+  return verifyShape(*this, {"value_grad", getValueGrad()}, shapeOf(getValue()),
+                     "(the shape of value)");
+}
+
+ShardingRule AttentionGradOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  AttentionFactors f(
+      builder, getAttentionDims(getQuery(), getKey(), getValue()), getCausal());
+  builder.addOperand(f.result());
+  builder.addOperand(f.query());
+  builder.addOperand(f.key());
+  builder.addOperand(f.value());
+  builder.addOperand(f.result());
+  builder.addOperand(f.logSumExp());
+  builder.addResult(f.query());
+  // A broadcast key or value sums over the query heads sharing it, so
+  // build() makes those batch factors reductions: split, the gradients are
+  // partial sums.
+  builder.addResult(f.key());
+  builder.addResult(f.value());
+  return builder.build();
+}
+
 LogicalResult RotaryOp::verify() {
   if (failed(verifyRankAtLeast(*this, {"input", getInput()}, 2,
                                "(its last two dims are [seq, head_dim])")))
@@ -1791,6 +1972,49 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
   if (!shape)
     return results.fail("the operand shapes do not fit a matrix product");
   return results.add(*shape, lhs.getElementType());
+}
+
+/// Attention's operands as AttentionDims, or a diagnostic when they do not
+/// have the ranks it needs.
+static std::optional<AttentionDims>
+inferAttentionDims(ResultTypes &results, Value query, Value key, Value value) {
+  RankedTensorType q = results.operand(query, "query");
+  RankedTensorType k = results.operand(key, "key");
+  RankedTensorType v = results.operand(value, "value");
+  if (!q || !k || !v)
+    return std::nullopt;
+  if (q.getRank() < 2 || k.getRank() != q.getRank() ||
+      v.getRank() != q.getRank()) {
+    (void)results.fail("query, key and value need one rank of at least 2");
+    return std::nullopt;
+  }
+  return getAttentionDims(query, key, value);
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  ResultTypes results(location, types, getOperationName());
+  std::optional<AttentionDims> dims = inferAttentionDims(
+      results, adaptor.getQuery(), adaptor.getKey(), adaptor.getValue());
+  if (!dims)
+    return failure();
+  Type element = tensorTypeOf(adaptor.getQuery()).getElementType();
+  (void)results.add(attentionResultShape(*dims), element);
+  return results.add(attentionLogSumExpShape(*dims), element);
+}
+
+LogicalResult AttentionGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  ResultTypes results(location, types, getOperationName());
+  if (!inferAttentionDims(results, adaptor.getQuery(), adaptor.getKey(),
+                          adaptor.getValue()))
+    return failure();
+  (void)results.addLike(tensorTypeOf(adaptor.getQuery()));
+  (void)results.addLike(tensorTypeOf(adaptor.getKey()));
+  return results.addLike(tensorTypeOf(adaptor.getValue()));
 }
 
 template <typename OpT>

@@ -230,6 +230,23 @@ LogicalResult SoftmaxOp::buildVJP(OpBuilder &builder, ValueRange,
   return success();
 }
 
+LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange operands,
+                                    ValueRange results,
+                                    ValueRange resultCotangents,
+                                    MutableArrayRef<Value> operandCotangents) {
+  if (resultCotangents[1])
+    return emitOpError() << "tp-autodiff: the loss must not depend on "
+                            "tp.attention's logsumexp";
+  auto grad = AttentionGradOp::create(
+      builder, getLoc(), resultCotangents[0], operands[0], operands[1],
+      operands[2], results[0], results[1], getAlphaAttr(), getCausalAttr(),
+      /*precision=*/nullptr);
+  operandCotangents[0] = grad.getQueryGrad();
+  operandCotangents[1] = grad.getKeyGrad();
+  operandCotangents[2] = grad.getValueGrad();
+  return success();
+}
+
 LogicalResult RotaryOp::buildVJP(OpBuilder &builder, ValueRange, ValueRange,
                                  ValueRange resultCotangents,
                                  MutableArrayRef<Value> operandCotangents) {

@@ -81,6 +81,36 @@ void rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
 /// q = row % cols sees keys 0..q only (masked entries are exactly 0).
 void softmax(const float *x, float *y, int64_t rows, int64_t cols, bool causal);
 
+/// The sizes of a fused attention (tp.attention): query [batch..., Sq, D],
+/// key [keyBatch..., Sk, D], value [keyBatch..., Sk, Dv], with as many
+/// keyBatch dims as batch dims, each equal to batch's or 1 (broadcast over
+/// grouped query heads). With `causal`, Sq == Sk and query i sees keys
+/// 0..i. `rounding` rounds the operands of every product (mixed precision).
+struct AttentionShape {
+  Shape batch, keyBatch;
+  int64_t queries = 0, keys = 0, headDim = 0, valueDim = 0;
+  bool causal = false;
+  float alpha = 1.0f;
+  Rounding rounding = Rounding::None;
+};
+
+/// result [batch..., Sq, Dv] = softmax(alpha q k^T) v, and logSumExp
+/// [batch..., Sq] = the log of each row's softmax denominator plus its max
+/// (so that p = exp(alpha q k^T - logSumExp)). The scores exist only for
+/// one block of queries of one head at a time.
+void attention(const float *query, const float *key, const float *value,
+               const AttentionShape &shape, float *result, float *logSumExp);
+
+/// The gradients of `attention` from resultGrad, recomputing the
+/// probabilities from logSumExp block by block; each row's softmax backward
+/// sum is resultGrad . result (the forward's result). keyGrad and valueGrad
+/// sum over the query heads that share a key head; all three are
+/// overwritten.
+void attentionGrad(const float *resultGrad, const float *query,
+                   const float *key, const float *value, const float *result,
+                   const float *logSumExp, const AttentionShape &shape,
+                   float *queryGrad, float *keyGrad, float *valueGrad);
+
 /// Rotary embedding (rotate-half form, as HF LLaMA) on [outer, seq, dim]:
 /// for position p = positionOffset + s and i < dim/2, with
 /// angle = p * theta^(-2i/dim) (negated if `inverse`):

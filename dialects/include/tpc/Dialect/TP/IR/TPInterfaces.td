@@ -200,6 +200,7 @@ def TP_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
         own, or their recomputations when the backward rematerialises the
         forward. `operandCotangents` comes with one null entry per operand;
         the method sets the entries of the operands that get a cotangent.
+        A result that does not reach the loss has a null cotangent.
       }],
       /*retTy=*/"::llvm::LogicalResult",
       /*methodName=*/"buildVJP",
@@ -208,6 +209,24 @@ def TP_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
                    "::mlir::ValueRange":$results,
                    "::mlir::ValueRange":$resultCotangents,
                    "::llvm::MutableArrayRef<::mlir::Value>":$operandCotangents)>,
+  ];
+}
+
+def TP_MixedPrecisionOpInterface : OpInterface<"MixedPrecisionOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    An op whose matrix products may round their operands to a narrower type
+    (its optional `precision` attribute: bf16, or tf32) and accumulate in
+    f32 (tp-matmul-precision sets it on every such op).
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/"Sets the operands' precision (null: f32).",
+      /*retTy=*/"void",
+      /*methodName=*/"setOperandPrecision",
+      /*args=*/(ins "::mlir::TypeAttr":$precision),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{ $_op.setPrecisionAttr(precision); }]>,
   ];
 }
 

@@ -197,7 +197,8 @@ def TP_EmbeddingGradOp
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferResultShapes, TP_HasVJP]> {
+def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferResultShapes, TP_HasVJP,
+                                          TP_MixedPrecisionOpInterface]> {
   let planOpKind = "Matmul";
   let summary = "(Batched) matrix product with optional transposes";
   let description = [{
@@ -335,6 +336,49 @@ def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad", [TP_InferResultShapes]> {
   let summary = "Gradient of tp.softmax from its result: y * (dy - sum(dy * y))";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$result);
   let results = (outs TP_FloatTensor:$input_grad);
+}
+
+def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
+                                                TP_MixedPrecisionOpInterface]> {
+  let planOpKind = "Attention";
+  let summary = "Fused scaled dot-product attention (flash-attention style)";
+  let description = [{
+    `softmax(alpha * query key^T) value` without the scores ever stored:
+    `query` is `[b..., Sq, D]`, `key` `[b..., Sk, D]` and `value`
+    `[b..., Sk, Dv]` with the same number of batch dims, each of key's and
+    value's equal to query's or 1 (broadcast, for grouped-query heads; key
+    and value agree). `result` is `[b..., Sq, Dv]` and `logsumexp`
+    `[b..., Sq]`, the log of each softmax row's denominator (of the scaled
+    scores), which tp.attention_grad reads instead of the probabilities.
+    With `causal`, Sq == Sk and query i sees keys 0..i. `precision` rounds
+    the operands of both products (query, key; probabilities, value), as on
+    tp.matmul. tp-fuse-attention forms it from tp.matmul, tp.softmax and
+    tp.matmul.
+  }];
+  let arguments = (ins TP_FloatTensor:$query, TP_FloatTensor:$key,
+                       TP_FloatTensor:$value,
+                       DefaultValuedAttr<F64Attr, "1.0">:$alpha,
+                       UnitAttr:$causal,
+                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision);
+  let results = (outs TP_FloatTensor:$result, TP_FloatTensor:$logsumexp);
+}
+
+def TP_AttentionGradOp : TP_ComputeOp<"attention_grad", [TP_InferResultShapes,
+                                                         TP_MixedPrecisionOpInterface]> {
+  let planOpKind = "AttentionGrad";
+  let summary = "Gradients of tp.attention w.r.t. query, key and value";
+  let description = [{
+    Recomputes the probabilities from `logsumexp` block by block. A key or
+    value broadcast over a batch dim of the query gets the sum over it.
+  }];
+  let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$query,
+                       TP_FloatTensor:$key, TP_FloatTensor:$value,
+                       TP_FloatTensor:$result, TP_FloatTensor:$logsumexp,
+                       DefaultValuedAttr<F64Attr, "1.0">:$alpha,
+                       UnitAttr:$causal,
+                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision);
+  let results = (outs TP_FloatTensor:$query_grad, TP_FloatTensor:$key_grad,
+                      TP_FloatTensor:$value_grad);
 }
 
 def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>,
