@@ -824,7 +824,8 @@ void ProgramRunner::run() {
     auto start = std::chrono::steady_clock::now();
     const double waitedBefore = comm ? comm->waitSeconds() : 0.0;
     const Dispatch dispatch = dispatchOf(*step, bound);
-    if (backend.runsNatively(*step)) {
+    const bool native = backend.runsNatively(*step);
+    if (native) {
       backend.enqueue(dispatch);
       backend.synchronize();
     } else {
@@ -832,6 +833,9 @@ void ProgramRunner::run() {
     }
     std::chrono::duration<double> took =
         std::chrono::steady_clock::now() - start;
+    if (comm && native && backend.exchangesOutsideGrid() &&
+        stepExchanges(*step))
+      comm->addWaitSeconds(took.count() - (comm->waitSeconds() - waitedBefore));
     double computed =
         took.count() - ((comm ? comm->waitSeconds() : 0.0) - waitedBefore);
     if (stretch > 1.0) {

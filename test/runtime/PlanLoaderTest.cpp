@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <functional>
 #include <limits>
 #include <random>
+#include <thread>
 #include <utility>
 
 // The tests of tpc-runtime-tests run in one program; its ASan defaults.
@@ -851,10 +853,12 @@ public:
     memory().download(host, device, bytes);
   }
   bool runsNatively(const fb::Step &) const override { return true; }
+  bool exchangesOutsideGrid() const override { return ownTransport; }
   void enqueue(const Dispatch &d) override {
     Queued step{&d.step,
                 {d.operands.begin(), d.operands.end()},
-                {d.results.begin(), d.results.end()}};
+                {d.results.begin(), d.results.end()},
+                exchangeSeconds};
     if (d.step.kind() == fb::OpKind::AllReduce)
       d.comm->countCollective("all_reduce", {0},
                               size_t(d.operands[0].elements));
@@ -874,15 +878,21 @@ public:
     return steps;
   }
   int recordings = 0;
+  /// As NCCL: its all-reduces move data outside the grid's MPI calls, and
+  /// each waits this long for a slower peer.
+  bool ownTransport = false;
+  double exchangeSeconds = 0;
 
 private:
   static Backend &memory() { return stagedTestBackend(); }
   struct Queued {
     const fb::Step *step;
     std::vector<TensorBinding> operands, results;
+    double waitSeconds = 0;
     void run() const {
       if (step->kind() != fb::OpKind::AllReduce)
         return memory().enqueue({*step, operands, results, nullptr});
+      std::this_thread::sleep_for(std::chrono::duration<double>(waitSeconds));
       // A one-rank all-reduce: the sum is the operand.
       std::vector<float> values(size_t(operands[0].elements));
       memory().download(values.data(), operands[0].data,
@@ -901,6 +911,38 @@ private:
   QueuedSteps *recording = nullptr;
 };
 } // namespace
+
+TEST(Backend, CountsWaitingOnADeviceTransportAsWaiting) {
+  // A device that runs an all-reduce over its own transport (NCCL) and
+  // waits 50 ms in it for a slower peer: the step is waiting, not compute,
+  // as GridComm counts its own MPI collectives, or rebalancing would see a
+  // fast rank as slow as the straggler it waits for.
+  PlanSpec spec;
+  spec.tensors.push_back(
+      {fb::DType::F32, {2, 3, 5}, fb::Storage::Arena, 128, 0});
+  spec.steps.push_back({fb::OpKind::AllReduce, {4}, {5}, false, {0}});
+  spec.results = {5};
+  LoadedPlan plan = load(spec.build());
+  ParamStore params = ParamStore::initialise(plan);
+  GridComm grid({1});
+  QueueingBackend backend;
+  backend.ownTransport = true;
+  backend.exchangeSeconds = 0.05;
+  ProgramRunner runner(plan, "forward", params, &grid, backend);
+  runner.setInput(fb::InputKind::Tokens,
+                  std::vector<int32_t>{0, 1, 2, 3, 4, 0});
+  double waited = grid.waitSeconds();
+  runner.run();
+  EXPECT_GE(grid.waitSeconds() - waited, 0.05);
+  EXPECT_LT(runner.computeSeconds(), 0.04);
+  // A transport GridComm times itself: nothing is added (the fake's sleep
+  // then reads as compute).
+  backend.ownTransport = false;
+  waited = grid.waitSeconds();
+  runner.run();
+  EXPECT_EQ(grid.waitSeconds(), waited);
+  EXPECT_GE(runner.computeSeconds(), 0.05);
+}
 
 TEST(Backend, ReplaysARecordedProgramAndCountsItsTraffic) {
   // The forward program with an all-reduce of its result over a one-rank

@@ -185,6 +185,7 @@ public:
     return hasNccl() && findOpInfo(step.kind())->grid == GridUse::Always;
   }
   void connect(GridComm &grid) override;
+  bool exchangesOutsideGrid() const override { return hasNccl(); }
   std::string collectivePath() const override {
     return hasNccl() ? "NCCL (vocabulary-parallel and split-norm statistics "
                        "staged over MPI)"

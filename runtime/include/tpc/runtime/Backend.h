@@ -117,6 +117,12 @@ public:
   /// (NCCL when every rank has a GPU of its own). Without one, steps that
   /// exchange data run staged through the host over MPI.
   virtual void connect(GridComm &grid) { (void)grid; }
+  /// Whether the steps that exchange data which this backend runs natively
+  /// move it over a transport of its own (NCCL), whose waiting GridComm's
+  /// MPI timers cannot see. The executor then counts such a step's whole
+  /// time as waiting for other ranks, as GridComm counts its own
+  /// collectives, so that rebalancing compares compute alone.
+  virtual bool exchangesOutsideGrid() const { return false; }
   /// How steps that use the grid reach other ranks, for the progress line
   /// ("host memory", "MPI staged through the host", "NCCL").
   virtual std::string collectivePath() const;

@@ -198,6 +198,9 @@ public:
   /// ranks included) since construction: a step's compute time is its wall
   /// time less the change of this.
   double waitSeconds() const { return waitSeconds_; }
+  /// Adds time spent waiting on a transport other than this one's (a
+  /// device's collectives, Backend::exchangesOutsideGrid).
+  void addWaitSeconds(double seconds) { waitSeconds_ += seconds; }
 
   /// Row-major coordinates of `rank` on `shape`, and back.
   static std::vector<int64_t> coordsOf(const std::vector<int64_t> &shape,
