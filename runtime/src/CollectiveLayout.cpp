@@ -33,6 +33,21 @@ std::vector<int64_t> groupBlockOffsets(const Dispatch &d,
   return offsets;
 }
 
+VocabBlock vocabBlock(const Dispatch &d, int64_t size) {
+  VocabBlock block;
+  if (d.ints().empty())
+    return block;
+  if (!d.comm)
+    throw std::runtime_error("a vocabulary-parallel step needs a communicator");
+  int64_t index = 0;
+  for (int64_t axis : d.ints()) {
+    index = index * d.comm->shape()[axis] + d.comm->coords()[axis];
+    block.blocks *= d.comm->shape()[axis];
+  }
+  block.first = index * size;
+  return block;
+}
+
 AllToAllLayout allToAllLayout(std::span<const int64_t> shape, int64_t n,
                               int64_t src, int64_t dst) {
   AllToAllLayout layout;

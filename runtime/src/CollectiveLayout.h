@@ -34,6 +34,15 @@ std::vector<int64_t> groupBlockOffsets(const Dispatch &d,
                                        std::span<const int64_t> shape,
                                        int64_t block, int64_t ringStep = 0);
 
+/// This rank's block of a vocabulary split over the step's grid axes (the
+/// whole vocabulary when it names none): blocks are numbered over the axes
+/// major to minor, as parameter blocks are, and hold `size` entries each.
+struct VocabBlock {
+  int64_t first = 0;  // the block's first vocabulary entry
+  int64_t blocks = 1; // how many blocks the vocabulary is split into
+};
+VocabBlock vocabBlock(const Dispatch &d, int64_t size);
+
 /// An all-to-all over n ranks of a tensor of `shape`, chunk k of dimension
 /// `dst` to group rank k, the chunk from rank j to block j of dimension
 /// `src`: permute the input viewed as `chunked` by `toFront`, exchange n

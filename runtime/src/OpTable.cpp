@@ -441,13 +441,15 @@ constexpr OpInfo onGrid(OpInfo info, GridUse use,
   return info;
 }
 constexpr auto kAlways = GridUse::Always, kWithAxes = GridUse::WhenAxesNamed,
-               kPlacement = GridUse::Placement;
+               kPlacement = GridUse::Placement,
+               kPlacementWithAxes = GridUse::PlacementWhenAxesNamed;
 
 // In enum order (checked below), so a kind indexes its entry.
 constexpr std::array kOps = {
-    onGrid(op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}), kWithAxes),
+    onGrid(op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}),
+           kPlacementWithAxes),
     onGrid(op(OpKind::EmbeddingGrad, 2, 1, checkEmbeddingGrad, {F, I32}),
-           kWithAxes),
+           kPlacementWithAxes),
     withPrecision(op(OpKind::Matmul, 2, 1, checkMatmul)),
     op(OpKind::Add, 2, 1, checkBinary),
     op(OpKind::Sub, 2, 1, checkBinary),
@@ -581,6 +583,7 @@ bool stepUsesGrid(const plan::Step &step) {
   switch (info ? info->grid : GridUse::None) {
   case GridUse::None:
     return false;
+  case GridUse::PlacementWhenAxesNamed:
   case GridUse::WhenAxesNamed:
     return !stepInts(step).empty();
   case GridUse::Placement:
@@ -592,7 +595,9 @@ bool stepUsesGrid(const plan::Step &step) {
 
 bool stepExchanges(const plan::Step &step) {
   const OpInfo *info = findOpInfo(step.kind());
-  return stepUsesGrid(step) && info && info->grid != GridUse::Placement;
+  return stepUsesGrid(step) && info &&
+         (info->grid == GridUse::WhenAxesNamed ||
+          info->grid == GridUse::Always);
 }
 
 } // namespace tpc::runtime

@@ -446,6 +446,12 @@ const std::vector<KernelCase> &cases() {
          {{{11, 6}}, {{2, 5}, Fill::Ids, 11}},
          {{2, 5, 6}},
          none},
+        // Vocabulary-parallel over a one-rank grid: block 0 of 1.
+        {"EmbeddingVocabBlock",
+         OpKind::Embedding,
+         {{{11, 6}}, {{2, 5}, Fill::Ids, 11}},
+         {{2, 5, 6}},
+         with([](Attributes &a) { a.ints = {0}; })},
         {"EmbeddingGrad",
          OpKind::EmbeddingGrad,
          {{{2, 5, 6}}, {{2, 5}, Fill::Ids, 4}},
@@ -514,6 +520,40 @@ INSTANTIATE_TEST_SUITE_P(Kernels, KernelParity, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<KernelCase> &info) {
                            return info.param.name;
                          });
+
+TEST(OpTable, SaysWhichStepsExchangeData) {
+  // Vocabulary-parallel embeddings read only their rows' place; the loss
+  // and split norms exchange statistics; a device without its own transport
+  // stages exactly the exchanging steps.
+  auto step = [](OpKind kind, std::vector<int64_t> ints) {
+    KernelCase c{"", kind, {}, {}, {}};
+    c.attributes.ints = std::move(ints);
+    return buildStep(c);
+  };
+  struct Expect {
+    OpKind kind;
+    std::vector<int64_t> ints;
+    bool usesGrid, exchanges;
+  };
+  for (const Expect &e : std::vector<Expect>{
+           {OpKind::Embedding, {}, false, false},
+           {OpKind::Embedding, {0}, true, false},
+           {OpKind::EmbeddingGrad, {1}, true, false},
+           {OpKind::CrossEntropy, {}, false, false},
+           {OpKind::CrossEntropy, {0}, true, true},
+           {OpKind::LayerNorm, {1}, true, true},
+           {OpKind::RingSlice, {0}, true, false},
+           {OpKind::AllReduce, {0}, true, true},
+           {OpKind::Attention, {}, false, false},
+       }) {
+    const std::vector<uint8_t> bytes = step(e.kind, e.ints);
+    const fb::Step &s = *flatbuffers::GetRoot<fb::Step>(bytes.data());
+    EXPECT_EQ(stepUsesGrid(s), e.usesGrid) << fb::EnumNameOpKind(e.kind);
+    EXPECT_EQ(stepExchanges(s), e.exchanges) << fb::EnumNameOpKind(e.kind);
+    EXPECT_EQ(stagedTestBackend().runsNatively(s), !e.exchanges)
+        << fb::EnumNameOpKind(e.kind);
+  }
+}
 
 TEST(KernelParity, CoversEveryKindThatExchangesNoData) {
   for (const OpInfo &info : opTable()) {

@@ -59,29 +59,6 @@ int64_t rowsOf(const TensorBinding &t) {
                                                 : t.elements / t.shape.back();
 }
 
-/// This rank's block of a vocabulary split over the step's grid axes (the
-/// whole vocabulary when it names none): blocks are numbered over the axes
-/// major to minor, as parameter blocks are, and hold `size` entries each.
-struct VocabBlock {
-  int64_t first = 0;  // the block's first vocabulary entry
-  int64_t blocks = 1; // how many blocks the vocabulary is split into
-};
-
-VocabBlock vocabBlock(const Dispatch &d, int64_t size) {
-  VocabBlock block;
-  if (d.ints().empty())
-    return block;
-  if (!d.comm)
-    throw std::runtime_error("a vocabulary-parallel step needs a communicator");
-  int64_t index = 0;
-  for (int64_t axis : d.ints()) {
-    index = index * d.comm->shape()[axis] + d.comm->coords()[axis];
-    block.blocks *= d.comm->shape()[axis];
-  }
-  block.first = index * size;
-  return block;
-}
-
 /// Per-token {max, sum of exps, target logit} of this rank's `vocab` logit
 /// columns, all-gathered over the step's vocabulary axes: [blocks, tokens, 3]
 /// in block order.

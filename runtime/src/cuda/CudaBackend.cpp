@@ -177,9 +177,10 @@ public:
     check(cudaStreamSynchronize(stream), "download");
   }
   bool runsNatively(const plan::Step &step) const override {
-    // Steps that only read their place in the grid have device kernels;
-    // collectives and ring shifts run here with NCCL, else staged over MPI,
-    // as do vocabulary-parallel and feature-split steps.
+    // Steps that only read their place in the grid (vocabulary-parallel
+    // embeddings included) have device kernels; collectives and ring shifts
+    // run here with NCCL, else staged over MPI, as do vocabulary-parallel
+    // losses and feature-split norms.
     if (!stepExchanges(step))
       return true;
     return hasNccl() && findOpInfo(step.kind())->grid == GridUse::Always;
@@ -187,8 +188,8 @@ public:
   void connect(GridComm &grid) override;
   bool exchangesOutsideGrid() const override { return hasNccl(); }
   std::string collectivePath() const override {
-    return hasNccl() ? "NCCL (vocabulary-parallel and split-norm statistics "
-                       "staged over MPI)"
+    return hasNccl() ? "NCCL (vocabulary-parallel loss and split-norm "
+                       "statistics staged over MPI)"
                      : Backend::collectivePath();
   }
   bool hasNccl() const {
@@ -600,14 +601,17 @@ void rotary(CudaBackend &b, const Dispatch &d) {
                d.step.inverse(), b.stream);
 }
 
+// Vocabulary-parallel: this rank's rows of the table (CollectiveLayout).
 void embedding(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &table = d.operands[0], &ids = d.operands[1];
-  cuda::embedding(f32(table), table.shape[0], table.shape[1], i32(ids),
-                  ids.elements, f32(d.results[0]), b.stream);
+  const VocabBlock block = vocabBlock(d, table.shape[0]);
+  cuda::embedding(f32(table), block.first, table.shape[0], table.shape[1],
+                  i32(ids), ids.elements, f32(d.results[0]), b.stream);
 }
 void embeddingGrad(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &table = d.results[0], &ids = d.operands[1];
-  cuda::embeddingGrad(f32(d.operands[0]), i32(ids), ids.elements,
+  const VocabBlock block = vocabBlock(d, table.shape[0]);
+  cuda::embeddingGrad(f32(d.operands[0]), i32(ids), ids.elements, block.first,
                       table.shape[0], table.shape[1], f32(table), b.stream);
 }
 

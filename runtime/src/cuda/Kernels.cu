@@ -327,27 +327,29 @@ __global__ void rotaryKernel(const float *x, float *y, int64_t outer,
 // Embeddings and the loss
 //===----------------------------------------------------------------------===//
 
-__global__ void embeddingKernel(const float *table, int64_t vocab,
-                                int64_t hidden, const int32_t *ids,
-                                int64_t tokens, float *out) {
+__global__ void embeddingKernel(const float *table, int64_t firstRow,
+                                int64_t rows, int64_t hidden,
+                                const int32_t *ids, int64_t tokens,
+                                float *out) {
   TPC_GRID_STRIDE(i, tokens * hidden) {
     const int64_t t = i / hidden, h = i % hidden;
-    const int32_t id = ids[t];
     // The loader checked the token file against the vocabulary.
-    out[i] = id >= 0 && id < vocab ? table[int64_t(id) * hidden + h] : 0.0f;
+    const int64_t row = int64_t(ids[t]) - firstRow;
+    out[i] = row >= 0 && row < rows ? table[row * hidden + h] : 0.0f;
   }
 }
 
 /// One thread per hidden column, tokens in order: no two threads write one
 /// element, so the sums need no atomics and are reproducible.
 __global__ void embeddingGradKernel(const float *grad, const int32_t *ids,
-                                    int64_t tokens, int64_t vocab,
-                                    int64_t hidden, float *tableGrad) {
+                                    int64_t tokens, int64_t firstRow,
+                                    int64_t rows, int64_t hidden,
+                                    float *tableGrad) {
   TPC_GRID_STRIDE(h, hidden) {
     for (int64_t t = 0; t < tokens; ++t) {
-      const int32_t id = ids[t];
-      if (id >= 0 && id < vocab)
-        tableGrad[int64_t(id) * hidden + h] += grad[t * hidden + h];
+      const int64_t row = int64_t(ids[t]) - firstRow;
+      if (row >= 0 && row < rows)
+        tableGrad[row * hidden + h] += grad[t * hidden + h];
     }
   }
 }
@@ -905,18 +907,18 @@ void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
   rotaryKernel<<<blocksFor(outer * seq * (dim / 2)), kThreads, 0, stream>>>(
       x, y, outer, seq, dim, theta, inverse);
 }
-void embedding(const float *table, int64_t vocab, int64_t hidden,
-               const int32_t *ids, int64_t tokens, float *out,
+void embedding(const float *table, int64_t firstRow, int64_t rows,
+               int64_t hidden, const int32_t *ids, int64_t tokens, float *out,
                cudaStream_t stream) {
   embeddingKernel<<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
-      table, vocab, hidden, ids, tokens, out);
+      table, firstRow, rows, hidden, ids, tokens, out);
 }
 void embeddingGrad(const float *grad, const int32_t *ids, int64_t tokens,
-                   int64_t vocab, int64_t hidden, float *tableGrad,
-                   cudaStream_t stream) {
-  cudaMemsetAsync(tableGrad, 0, size_t(vocab * hidden) * sizeof(float), stream);
+                   int64_t firstRow, int64_t rows, int64_t hidden,
+                   float *tableGrad, cudaStream_t stream) {
+  cudaMemsetAsync(tableGrad, 0, size_t(rows * hidden) * sizeof(float), stream);
   embeddingGradKernel<<<blocksFor(hidden), kThreads, 0, stream>>>(
-      grad, ids, tokens, vocab, hidden, tableGrad);
+      grad, ids, tokens, firstRow, rows, hidden, tableGrad);
 }
 void crossEntropy(const float *logits, const int32_t *targets, int64_t tokens,
                   int64_t vocab, double *rowLoss, float *out,

@@ -98,12 +98,16 @@ void normGrad(const float *resultGrad, const float *input, const float *gamma,
 void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
             double theta, bool inverse, cudaStream_t stream);
 
-void embedding(const float *table, int64_t vocab, int64_t hidden,
-               const int32_t *ids, int64_t tokens, float *out,
+/// `table` holds vocabulary rows [firstRow, firstRow + rows) (all of them
+/// unless vocabulary-parallel); a token whose row another rank holds gets
+/// zeros (cpu::embeddingBlock).
+void embedding(const float *table, int64_t firstRow, int64_t rows,
+               int64_t hidden, const int32_t *ids, int64_t tokens, float *out,
                cudaStream_t stream);
+/// The gradient of those rows (cpu::embeddingGradBlock).
 void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
-                   int64_t vocab, int64_t hidden, float *tableGrad,
-                   cudaStream_t stream);
+                   int64_t firstRow, int64_t rows, int64_t hidden,
+                   float *tableGrad, cudaStream_t stream);
 /// The mean loss into *out; `rowLoss` holds one double per token.
 void crossEntropy(const float *logits, const int32_t *targets, int64_t tokens,
                   int64_t vocab, double *rowLoss, float *out,

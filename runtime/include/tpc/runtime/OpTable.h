@@ -75,13 +75,15 @@ public:
 /// backend whose device cannot reach the other ranks runs such steps staged
 /// through the host (Backend::runsNatively).
 enum class GridUse : uint8_t {
-  None,          // purely local
-  Placement,     // reads only its place in the group (a local split, a
-                 // ring step's slice or insert): moves no data
-  WhenAxesNamed, // exchanges data when the step names grid axes:
-                 // vocabulary-parallel embeddings and losses, feature-split
-                 // norms
-  Always,        // exchanges data: collectives and ring shifts
+  None,                   // purely local
+  Placement,              // reads only its place in the group (a local split, a
+                          // ring step's slice or insert): moves no data
+  PlacementWhenAxesNamed, // reads its place in the group when the step
+                          // names grid axes: vocabulary-parallel embeddings
+                          // and their gradients (each rank its rows)
+  WhenAxesNamed,          // exchanges data when the step names grid axes:
+                          // vocabulary-parallel losses, feature-split norms
+  Always,                 // exchanges data: collectives and ring shifts
 };
 
 /// Ring shifts: a start's result is still being received when the start
