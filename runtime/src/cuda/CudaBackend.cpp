@@ -178,18 +178,17 @@ public:
   }
   bool runsNatively(const plan::Step &step) const override {
     // Steps that only read their place in the grid (vocabulary-parallel
-    // embeddings included) have device kernels; collectives and ring shifts
-    // run here with NCCL, else staged over MPI, as do vocabulary-parallel
-    // losses and feature-split norms.
+    // embeddings included) have device kernels; collectives, ring shifts and
+    // the vocabulary-parallel loss run here with NCCL, else staged over MPI,
+    // as the feature-split norms always are.
     if (!stepExchanges(step))
       return true;
-    return hasNccl() && findOpInfo(step.kind())->grid == GridUse::Always;
+    return hasNccl() && exchangesOverNccl[size_t(step.kind())];
   }
   void connect(GridComm &grid) override;
   bool exchangesOutsideGrid() const override { return hasNccl(); }
   std::string collectivePath() const override {
-    return hasNccl() ? "NCCL (vocabulary-parallel loss and split-norm "
-                       "statistics staged over MPI)"
+    return hasNccl() ? "NCCL (split-norm statistics staged over MPI)"
                      : Backend::collectivePath();
   }
   bool hasNccl() const {
@@ -254,6 +253,8 @@ private:
   int localRank = 0;
   DeviceBytes usage; // before the buffers: they report to it when freed
   std::array<CudaKernel, size_t(OpKind::MAX) + 1> kernels{};
+  /// The kinds whose exchanges this backend makes itself over NCCL.
+  std::array<bool, size_t(OpKind::MAX) + 1> exchangesOverNccl{};
   std::unique_ptr<DeviceBuffer> workspace;
   static constexpr uint64_t kBlasWorkspaceBytes = uint64_t(32) << 20;
   std::unique_ptr<DeviceBuffer> blasWorkspace;
@@ -615,10 +616,50 @@ void embeddingGrad(CudaBackend &b, const Dispatch &d) {
                       table.shape[0], table.shape[1], f32(table), b.stream);
 }
 
+#ifdef TPC_HAVE_NCCL
+/// The vocabulary-parallel loss's scratch: per token a double (the row
+/// losses), then this rank's statistics [tokens, 3] and every block's
+/// [blocks, tokens, 3], all-gathered over the step's axes in block order
+/// (as the CPU backend gathers them, and counted alike).
+struct BlockStats {
+  double *rowLoss;
+  const float *gathered;
+};
+BlockStats gatheredBlockStats(CudaBackend &b, const Dispatch &d,
+                              const VocabBlock &block, int64_t tokens,
+                              int64_t columns) {
+  const uint64_t statFloats = uint64_t(3 * tokens);
+  auto *base = static_cast<std::byte *>(
+      b.scratch(uint64_t(tokens) * sizeof(double) +
+                statFloats * uint64_t(block.blocks + 1) * sizeof(float)));
+  auto *rowLoss = reinterpret_cast<double *>(base);
+  auto *local = reinterpret_cast<float *>(rowLoss + tokens);
+  float *gathered = local + statFloats;
+  cuda::crossEntropyBlockStats(f32(d.operands[0]), i32(d.operands[1]), tokens,
+                               columns, block.first, local, b.stream);
+  const std::vector<int> axes = groupAxes(d);
+  commOf(d).countCollective("all_gather", axes,
+                            size_t(statFloats) * size_t(block.blocks));
+  check(ncclAllGather(local, gathered, size_t(statFloats), ncclFloat,
+                      b.nccl->group(axes), b.stream),
+        "all-gather of the loss statistics");
+  return {rowLoss, gathered};
+}
+#endif
+
 void crossEntropy(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &logits = d.operands[0];
   const int64_t vocab = logits.shape.back();
   const int64_t tokens = vocab ? logits.elements / vocab : 0;
+#ifdef TPC_HAVE_NCCL
+  if (!d.ints().empty()) {
+    const VocabBlock block = vocabBlock(d, vocab);
+    const BlockStats stats = gatheredBlockStats(b, d, block, tokens, vocab);
+    return cuda::crossEntropyFromBlockStats(stats.gathered, block.blocks,
+                                            tokens, stats.rowLoss,
+                                            f32(d.results[0]), b.stream);
+  }
+#endif
   auto *rows = static_cast<double *>(
       b.scratch(uint64_t(std::max<int64_t>(tokens, 1)) * sizeof(double)));
   cuda::crossEntropy(f32(logits), i32(d.operands[1]), tokens, vocab, rows,
@@ -626,6 +667,19 @@ void crossEntropy(CudaBackend &b, const Dispatch &d) {
 }
 void crossEntropyGrad(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+#ifdef TPC_HAVE_NCCL
+  if (!d.ints().empty()) {
+    // The loss step's statistics again, then the softmax of this rank's
+    // columns.
+    const int64_t columns = out.shape.back(), tokens = rowsOf(out);
+    const VocabBlock block = vocabBlock(d, columns);
+    const BlockStats stats = gatheredBlockStats(b, d, block, tokens, columns);
+    return cuda::crossEntropyGradFromBlockStats(
+        f32(d.operands[0]), i32(d.operands[1]), f32(d.operands[2]),
+        stats.gathered, block.blocks, tokens, columns, block.first, f32(out),
+        b.stream);
+  }
+#endif
   cuda::crossEntropyGrad(f32(d.operands[0]), i32(d.operands[1]),
                          f32(d.operands[2]), rowsOf(out), out.shape.back(),
                          f32(out), b.stream);
@@ -864,6 +918,11 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::RingSlice, ringSlice);
   set(OpKind::RingInsert, ringInsert);
 #ifdef TPC_HAVE_NCCL
+  for (OpKind kind :
+       {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter,
+        OpKind::AllToAll, OpKind::RingShiftStart, OpKind::RingShiftWait,
+        OpKind::CrossEntropy, OpKind::CrossEntropyGrad})
+    exchangesOverNccl[size_t(kind)] = true;
   set(OpKind::AllReduce, allReduce);
   set(OpKind::AllGather, allGather);
   set(OpKind::ReduceScatter, reduceScatter);

@@ -370,6 +370,76 @@ __global__ void crossEntropyRowsKernel(const float *logits,
   }
 }
 
+__global__ void crossEntropyBlockStatsKernel(const float *logits,
+                                             const int32_t *targets,
+                                             int64_t columns,
+                                             int64_t firstColumn,
+                                             float *stats) {
+  __shared__ float shared[kThreads / 32];
+  const int64_t row = blockIdx.x;
+  const float *in = logits + row * columns;
+  float best, sum;
+  maxAndSumOfExps(in, columns, shared, best, sum);
+  if (threadIdx.x == 0) {
+    const int64_t column = int64_t(targets[row]) - firstColumn;
+    stats[3 * row] = best;
+    stats[3 * row + 1] = sum;
+    stats[3 * row + 2] = column >= 0 && column < columns ? in[column] : 0.0f;
+  }
+}
+
+/// A token's global max and sum of exps from every block's statistics,
+/// combined in block order (cpu::crossEntropyFromBlockStats).
+__device__ void combineBlockStats(const float *stats, int64_t blocks,
+                                  int64_t tokens, int64_t t, float &best,
+                                  double &sum) {
+  best = stats[3 * t];
+  for (int64_t b = 1; b < blocks; ++b)
+    best = fmaxf(best, stats[3 * (b * tokens + t)]);
+  sum = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float *block = stats + 3 * (b * tokens + t);
+    sum += double(block[1]) * exp(double(block[0]) - double(best));
+  }
+}
+
+__global__ void crossEntropyCombineKernel(const float *stats, int64_t blocks,
+                                          int64_t tokens, double *rowLoss) {
+  TPC_GRID_STRIDE(t, tokens) {
+    float best;
+    double sum, target = 0.0;
+    combineBlockStats(stats, blocks, tokens, t, best, sum);
+    for (int64_t b = 0; b < blocks; ++b)
+      target += double(stats[3 * (b * tokens + t) + 2]);
+    rowLoss[t] = log(sum) + double(best) - target;
+  }
+}
+
+/// One block per token row of this rank's columns.
+__global__ void crossEntropyGradBlockKernel(const float *logits,
+                                            const int32_t *targets,
+                                            const float *lossGrad,
+                                            const float *stats, int64_t blocks,
+                                            int64_t tokens, int64_t columns,
+                                            int64_t firstColumn, float *out) {
+  const int64_t row = blockIdx.x;
+  float best;
+  double sum;
+  combineBlockStats(stats, blocks, tokens, row, best, sum);
+  const double scale = double(*lossGrad) / double(tokens);
+  const float *in = logits + row * columns;
+  const int64_t target = int64_t(targets[row]) - firstColumn;
+  const float factor = float(scale / sum);
+  for (int64_t j = threadIdx.x; j < columns; j += blockDim.x) {
+    if (j == target) {
+      const double expTarget = exp(double(in[j]) - double(best));
+      out[row * columns + j] = float(-scale * ((sum - expTarget) / sum));
+    } else {
+      out[row * columns + j] = expf(in[j] - best) * factor;
+    }
+  }
+}
+
 __global__ void meanKernel(const double *values, int64_t count, float *out) {
   __shared__ double shared[kThreads / 32];
   double sum = 0.0;
@@ -934,6 +1004,32 @@ void crossEntropyGrad(const float *logits, const int32_t *targets,
   if (tokens > 0)
     crossEntropyGradKernel<<<unsigned(tokens), kThreads, 0, stream>>>(
         logits, targets, lossGrad, tokens, vocab, out);
+}
+void crossEntropyBlockStats(const float *logits, const int32_t *targets,
+                            int64_t tokens, int64_t columns,
+                            int64_t firstColumn, float *stats,
+                            cudaStream_t stream) {
+  if (tokens > 0)
+    crossEntropyBlockStatsKernel<<<unsigned(tokens), kThreads, 0, stream>>>(
+        logits, targets, columns, firstColumn, stats);
+}
+void crossEntropyFromBlockStats(const float *stats, int64_t blocks,
+                                int64_t tokens, double *rowLoss, float *out,
+                                cudaStream_t stream) {
+  if (tokens > 0)
+    crossEntropyCombineKernel<<<blocksFor(tokens), kThreads, 0, stream>>>(
+        stats, blocks, tokens, rowLoss);
+  meanKernel<<<1, kThreads, 0, stream>>>(rowLoss, tokens, out);
+}
+void crossEntropyGradFromBlockStats(const float *logits, const int32_t *targets,
+                                    const float *lossGrad, const float *stats,
+                                    int64_t blocks, int64_t tokens,
+                                    int64_t columns, int64_t firstColumn,
+                                    float *out, cudaStream_t stream) {
+  if (tokens > 0)
+    crossEntropyGradBlockKernel<<<unsigned(tokens), kThreads, 0, stream>>>(
+        logits, targets, lossGrad, stats, blocks, tokens, columns, firstColumn,
+        out);
 }
 void normSquared(const float *in, int64_t count, double *partial, float *out,
                  cudaStream_t stream) {

@@ -115,6 +115,25 @@ void crossEntropy(const float *logits, const int32_t *targets, int64_t tokens,
 void crossEntropyGrad(const float *logits, const int32_t *targets,
                       const float *lossGrad, int64_t tokens, int64_t vocab,
                       float *out, cudaStream_t stream);
+/// Vocabulary-parallel cross-entropy (cpu::crossEntropyBlockStats and the
+/// combinations after it): per token {max, sum of exps, the target's logit
+/// when this block holds it else 0} of this rank's `columns` logit columns
+/// starting at `firstColumn`, into stats [tokens, 3].
+void crossEntropyBlockStats(const float *logits, const int32_t *targets,
+                            int64_t tokens, int64_t columns,
+                            int64_t firstColumn, float *stats,
+                            cudaStream_t stream);
+/// The mean loss into *out from every block's statistics, `stats` [blocks,
+/// tokens, 3] in block order; `rowLoss` holds one double per token.
+void crossEntropyFromBlockStats(const float *stats, int64_t blocks,
+                                int64_t tokens, double *rowLoss, float *out,
+                                cudaStream_t stream);
+/// The gradient of this rank's columns from every block's statistics.
+void crossEntropyGradFromBlockStats(const float *logits, const int32_t *targets,
+                                    const float *lossGrad, const float *stats,
+                                    int64_t blocks, int64_t tokens,
+                                    int64_t columns, int64_t firstColumn,
+                                    float *out, cudaStream_t stream);
 /// Sum of squares into *out; `partial` holds kNormPartials doubles.
 inline constexpr int kNormPartials = 256;
 void normSquared(const float *in, int64_t count, double *partial, float *out,
