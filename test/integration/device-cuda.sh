@@ -6,7 +6,9 @@
 #     checkpoint resumed on cuda ends where the uninterrupted cuda run does,
 #     bit for bit (the kernels are reproducible);
 #  2. the NCCL path on one rank (a 1D plan over a grid of 1: every
-#     collective through NCCL) matches the one-rank run; 2 and 4 ranks on
+#     collective through NCCL; a 3D plan over 1x1x1: the feature-split
+#     norms and the vocabulary-parallel loss on the device with their
+#     statistics gathered over NCCL) matches the one-rank run; 2 and 4 ranks on
 #     the one GPU, their collectives staged through the host over MPI (1D
 #     with sequence parallelism and ring matmuls, 2D 2x2), match the
 #     one-rank cuda run within the 1D test's tolerances;
@@ -72,6 +74,15 @@ train 1 "$work/nccl1.tpplan" "$work/nccl1" --device cuda --steps $steps \
 device_is "$work/nccl1.json" cuda "NCCL"
 $check losses "$work/cuda.json" "$work/nccl1.json" --rel 1e-4
 $check weights "$work/cuda/model.safetensors" "$work/nccl1/model.safetensors" \
+  --rel 1e-4 $keybias
+
+echo "== $model, 3D over a grid of 1x1x1: split norms, vocabulary-parallel loss on NCCL"
+compile nccl3d "mode=3d grid=1x1x1"
+train 1 "$work/nccl3d.tpplan" "$work/nccl3d" --device cuda --steps $steps \
+  --export "$work/nccl3d"
+device_is "$work/nccl3d.json" cuda "NCCL"
+$check losses "$work/cuda.json" "$work/nccl3d.json" --rel 1e-4
+$check weights "$work/cuda/model.safetensors" "$work/nccl3d/model.safetensors" \
   --rel 1e-4 $keybias
 
 echo "== $model, 2 and 4 ranks on one GPU (collectives staged over MPI)"

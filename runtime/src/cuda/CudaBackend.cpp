@@ -178,9 +178,9 @@ public:
   }
   bool runsNatively(const plan::Step &step) const override {
     // Steps that only read their place in the grid (vocabulary-parallel
-    // embeddings included) have device kernels; collectives, ring shifts and
-    // the vocabulary-parallel loss run here with NCCL, else staged over MPI,
-    // as the feature-split norms always are.
+    // embeddings included) have device kernels; collectives, ring shifts,
+    // the vocabulary-parallel loss and the feature-split norms run here
+    // with NCCL, else staged over MPI.
     if (!stepExchanges(step))
       return true;
     return hasNccl() && exchangesOverNccl[size_t(step.kind())];
@@ -188,8 +188,7 @@ public:
   void connect(GridComm &grid) override;
   bool exchangesOutsideGrid() const override { return hasNccl(); }
   std::string collectivePath() const override {
-    return hasNccl() ? "NCCL (split-norm statistics staged over MPI)"
-                     : Backend::collectivePath();
+    return hasNccl() ? "NCCL" : Backend::collectivePath();
   }
   bool hasNccl() const {
 #ifdef TPC_HAVE_NCCL
@@ -571,20 +570,112 @@ void attentionGrad(CudaBackend &b, const Dispatch &d) {
                       f32(d.results[1]), f32(d.results[2]), b.stream);
 }
 
+#ifdef TPC_HAVE_NCCL
+/// The scratch of a feature-split norm, carved from one workspace: this
+/// rank's per-row partials [rows, 2], every block's [blocks, rows, 2], the
+/// rows' statistics [rows, 2], and the backward's second partials and
+/// gather.
+struct SplitNormScratch {
+  float *local, *gathered, *rowStats, *gradLocal, *gradGathered;
+  int64_t blocks;
+};
+SplitNormScratch splitNormScratch(CudaBackend &b, const Dispatch &d,
+                                  int64_t rows) {
+  const std::vector<int> axes = groupAxes(d);
+  const int64_t blocks = commOf(d).group(axes).size;
+  const int64_t perRow = 2 * rows;
+  auto *base = static_cast<float *>(
+      b.scratch(uint64_t(std::max<int64_t>(perRow, 1) * (2 * blocks + 3)) *
+                sizeof(float)));
+  SplitNormScratch s;
+  s.local = base;
+  s.gathered = s.local + perRow;
+  s.rowStats = s.gathered + blocks * perRow;
+  s.gradLocal = s.rowStats + perRow;
+  s.gradGathered = s.gradLocal + perRow;
+  s.blocks = blocks;
+  return s;
+}
+/// All-gathers `floats` floats per rank over the step's axes, counted as
+/// the CPU backend counts its gather of the same statistics.
+void gatherRowStats(CudaBackend &b, const Dispatch &d, const float *local,
+                    float *gathered, int64_t floats) {
+  const std::vector<int> axes = groupAxes(d);
+  commOf(d).countCollective(
+      "all_gather", axes, size_t(floats) * size_t(commOf(d).group(axes).size));
+  check(ncclAllGather(local, gathered, size_t(floats), ncclFloat,
+                      b.nccl->group(axes), b.stream),
+        "all-gather of the norm statistics");
+}
+/// A layer (`beta`) or RMS norm over features split across the step's axes.
+void normSplit(CudaBackend &b, const Dispatch &d, const float *beta) {
+  const TensorBinding &out = d.results[0];
+  const int64_t rows = rowsOf(out), cols = out.shape.back();
+  const bool rms = beta == nullptr;
+  const int64_t k = rms ? 1 : 2;
+  SplitNormScratch s = splitNormScratch(b, d, rows);
+  cuda::normSplitPartials(f32(d.operands[0]), rows, cols, rms, s.local,
+                          b.stream);
+  gatherRowStats(b, d, s.local, s.gathered, k * rows);
+  cuda::normSplitCombine(s.gathered, s.blocks, rows, k, cols, rms,
+                         static_cast<float>(d.step.epsilon()), s.rowStats,
+                         b.stream);
+  cuda::normApply(f32(d.operands[0]), f32(d.operands[1]), beta, s.rowStats,
+                  f32(out), rows, cols, b.stream);
+}
+template <bool kLayer> void normGradSplit(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  const int64_t rows = rowsOf(out), cols = out.shape.back();
+  const float epsilon = static_cast<float>(d.step.epsilon());
+  const float *grad = f32(d.operands[0]), *x = f32(d.operands[1]),
+              *gamma = f32(d.operands[2]);
+  SplitNormScratch s = splitNormScratch(b, d, rows);
+  if (kLayer) {
+    // The forward's statistics, then {sum g, sum g (x - mean)}: two gathers,
+    // as on the CPU.
+    cuda::normSplitPartials(x, rows, cols, false, s.local, b.stream);
+    gatherRowStats(b, d, s.local, s.gathered, 2 * rows);
+    cuda::normSplitCombine(s.gathered, s.blocks, rows, 2, cols, false, epsilon,
+                           s.rowStats, b.stream);
+  }
+  cuda::normSplitGradPartials(grad, x, gamma, s.rowStats, rows, cols, !kLayer,
+                              s.gradLocal, b.stream);
+  gatherRowStats(b, d, s.gradLocal, s.gradGathered, 2 * rows);
+  if (!kLayer) // RMS: the sums of squares came with the one gather
+    cuda::normSplitCombine(s.gradGathered, s.blocks, rows, 2, cols, true,
+                           epsilon, s.rowStats, b.stream);
+  cuda::normSplitGrad(grad, x, gamma, s.rowStats, s.gradGathered, s.blocks,
+                      rows, cols, !kLayer, f32(out), f32(d.results[1]),
+                      kLayer ? f32(d.results[2]) : nullptr, b.stream);
+}
+#endif
+
 void layerNorm(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+#ifdef TPC_HAVE_NCCL
+  if (!d.ints().empty())
+    return normSplit(b, d, f32(d.operands[2]));
+#endif
   cuda::norm(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
              f32(out), rowsOf(out), out.shape.back(),
              static_cast<float>(d.step.epsilon()), b.stream);
 }
 void rmsNorm(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+#ifdef TPC_HAVE_NCCL
+  if (!d.ints().empty())
+    return normSplit(b, d, nullptr);
+#endif
   cuda::norm(f32(d.operands[0]), f32(d.operands[1]), nullptr, f32(out),
              rowsOf(out), out.shape.back(),
              static_cast<float>(d.step.epsilon()), b.stream);
 }
 template <bool kLayer> void normGrad(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+#ifdef TPC_HAVE_NCCL
+  if (!d.ints().empty())
+    return normGradSplit<kLayer>(b, d);
+#endif
   const int64_t rows = rowsOf(out);
   auto *stats = static_cast<float *>(
       b.scratch(uint64_t(std::max<int64_t>(rows, 1)) * 2 * sizeof(float)));
@@ -921,7 +1012,8 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   for (OpKind kind :
        {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter,
         OpKind::AllToAll, OpKind::RingShiftStart, OpKind::RingShiftWait,
-        OpKind::CrossEntropy, OpKind::CrossEntropyGrad})
+        OpKind::CrossEntropy, OpKind::CrossEntropyGrad, OpKind::LayerNorm,
+        OpKind::LayerNormGrad, OpKind::RmsNorm, OpKind::RmsNormGrad})
     exchangesOverNccl[size_t(kind)] = true;
   set(OpKind::AllReduce, allReduce);
   set(OpKind::AllGather, allGather);

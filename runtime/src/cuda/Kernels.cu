@@ -304,6 +304,113 @@ __global__ void normGradColumnsKernel(const float *grad, const float *x,
   }
 }
 
+__global__ void normSplitPartialsKernel(const float *x, int64_t cols, bool rms,
+                                        float *partials) {
+  __shared__ float shared[kThreads / 32];
+  const int64_t row = blockIdx.x;
+  const float *in = x + row * cols;
+  float mean = 0.0f;
+  if (!rms) {
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      sum += in[j];
+    mean = blockSum(sum, shared) / float(cols);
+  }
+  float squares = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    squares += (in[j] - mean) * (in[j] - mean);
+  squares = blockSum(squares, shared);
+  if (threadIdx.x == 0 && rms) {
+    partials[row] = squares;
+  } else if (threadIdx.x == 0) {
+    partials[2 * row] = mean;
+    partials[2 * row + 1] = squares;
+  }
+}
+
+__global__ void normSplitCombineKernel(const float *gathered, int64_t blocks,
+                                       int64_t rows, int64_t k, int64_t cols,
+                                       bool rms, float epsilon,
+                                       float *rowStats) {
+  TPC_GRID_STRIDE(r, rows) {
+    const double fullCols = double(blocks * cols);
+    double mean = 0.0, spread = 0.0;
+    if (rms) {
+      for (int64_t b = 0; b < blocks; ++b)
+        spread += double(gathered[(b * rows + r) * k]);
+    } else {
+      // Chan et al.'s parallel variance over equal blocks.
+      for (int64_t b = 0; b < blocks; ++b)
+        mean += double(gathered[(b * rows + r) * k]);
+      mean /= double(blocks);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const double blockMean = double(gathered[(b * rows + r) * k]);
+        spread += double(gathered[(b * rows + r) * k + 1]) +
+                  double(cols) * (blockMean - mean) * (blockMean - mean);
+      }
+    }
+    rowStats[2 * r] = float(mean);
+    rowStats[2 * r + 1] =
+        float(1.0 / sqrt(spread / fullCols + double(epsilon)));
+  }
+}
+
+__global__ void normApplyKernel(const float *x, const float *gamma,
+                                const float *beta, const float *rowStats,
+                                float *y, int64_t rows, int64_t cols) {
+  TPC_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    const float normalised =
+        (x[i] - rowStats[2 * r]) * rowStats[2 * r + 1] * gamma[c];
+    y[i] = beta ? normalised + beta[c] : normalised;
+  }
+}
+
+__global__ void normSplitGradPartialsKernel(const float *grad, const float *x,
+                                            const float *gamma,
+                                            const float *rowStats, int64_t cols,
+                                            bool rms, float *partials) {
+  __shared__ float shared[kThreads / 32];
+  const int64_t row = blockIdx.x, offset = row * cols;
+  const float mean = rms ? 0.0f : rowStats[2 * row];
+  float first = 0.0f, second = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float xj = x[offset + j], g = grad[offset + j] * gamma[j];
+    first += rms ? xj * xj : g;
+    second += g * (xj - mean);
+  }
+  first = blockSum(first, shared);
+  second = blockSum(second, shared);
+  if (threadIdx.x == 0) {
+    partials[2 * row] = first;
+    partials[2 * row + 1] = second;
+  }
+}
+
+/// inputGrad = rstd (g - mean(g)) - (x - mean) rstd^3 mean(g (x - mean))
+/// over the whole rows (mean(g) only for layer norm), g = dy gamma.
+__global__ void normSplitGradRowsKernel(const float *grad, const float *x,
+                                        const float *gamma,
+                                        const float *rowStats,
+                                        const float *gathered, int64_t blocks,
+                                        int64_t rows, int64_t cols, bool rms,
+                                        float *inputGrad) {
+  TPC_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    const double fullCols = double(blocks * cols);
+    double sumG = 0.0, sumGX = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) {
+      sumG += double(gathered[(b * rows + r) * 2]);
+      sumGX += double(gathered[(b * rows + r) * 2 + 1]);
+    }
+    const double rstd = double(rowStats[2 * r + 1]);
+    const float meanG = rms ? 0.0f : float(sumG / fullCols);
+    const float k = float(rstd * rstd * rstd * sumGX / fullCols);
+    inputGrad[i] = float(rstd) * (grad[i] * gamma[c] - meanG) -
+                   (x[i] - rowStats[2 * r]) * k;
+  }
+}
+
 __global__ void rotaryKernel(const float *x, float *y, int64_t outer,
                              int64_t seq, int64_t dim, double theta,
                              bool inverse) {
@@ -971,6 +1078,47 @@ void normGrad(const float *grad, const float *input, const float *gamma,
         epsilon);
   normGradColumnsKernel<<<blocksFor(cols), kThreads, 0, stream>>>(
       grad, input, rowStats, gammaGrad, betaGrad, rows, cols);
+}
+void normSplitPartials(const float *x, int64_t rows, int64_t cols, bool rms,
+                       float *partials, cudaStream_t stream) {
+  if (rows > 0)
+    normSplitPartialsKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+        x, cols, rms, partials);
+}
+void normSplitCombine(const float *gathered, int64_t blocks, int64_t rows,
+                      int64_t k, int64_t cols, bool rms, float epsilon,
+                      float *rowStats, cudaStream_t stream) {
+  if (rows > 0)
+    normSplitCombineKernel<<<blocksFor(rows), kThreads, 0, stream>>>(
+        gathered, blocks, rows, k, cols, rms, epsilon, rowStats);
+}
+void normApply(const float *x, const float *gamma, const float *beta,
+               const float *rowStats, float *y, int64_t rows, int64_t cols,
+               cudaStream_t stream) {
+  if (rows * cols > 0)
+    normApplyKernel<<<blocksFor(rows * cols), kThreads, 0, stream>>>(
+        x, gamma, beta, rowStats, y, rows, cols);
+}
+void normSplitGradPartials(const float *grad, const float *x,
+                           const float *gamma, const float *rowStats,
+                           int64_t rows, int64_t cols, bool rms,
+                           float *partials, cudaStream_t stream) {
+  if (rows > 0)
+    normSplitGradPartialsKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+        grad, x, gamma, rowStats, cols, rms, partials);
+}
+void normSplitGrad(const float *grad, const float *x, const float *gamma,
+                   const float *rowStats, const float *gathered, int64_t blocks,
+                   int64_t rows, int64_t cols, bool rms, float *inputGrad,
+                   float *gammaGrad, float *betaGrad, cudaStream_t stream) {
+  if (cols == 0)
+    return;
+  // Gamma and beta first: inputGrad may overwrite grad or x.
+  normGradColumnsKernel<<<blocksFor(cols), kThreads, 0, stream>>>(
+      grad, x, rowStats, gammaGrad, betaGrad, rows, cols);
+  if (rows > 0)
+    normSplitGradRowsKernel<<<blocksFor(rows * cols), kThreads, 0, stream>>>(
+        grad, x, gamma, rowStats, gathered, blocks, rows, cols, rms, inputGrad);
 }
 void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
             double theta, bool inverse, cudaStream_t stream) {

@@ -95,6 +95,35 @@ void normGrad(const float *resultGrad, const float *input, const float *gamma,
               float *inputGrad, float *gammaGrad, float *betaGrad,
               float *rowStats, int64_t rows, int64_t cols, float epsilon,
               cudaStream_t stream);
+/// Norms whose features are split over a group (cpu::layerNormSplit and
+/// the others): each rank reduces its `cols` features to per-row partials,
+/// the backend all-gathers them, and every rank combines all blocks' in
+/// block order. Per row: layer norm {mean, sum of squared deviations}
+/// ([rows, 2]); RMS norm its sum of squares ([rows]).
+void normSplitPartials(const float *x, int64_t rows, int64_t cols, bool rms,
+                       float *partials, cudaStream_t stream);
+/// rowStats [rows, 2] = {mean (0 for RMS), 1 / sqrt(variance or mean square
+/// + eps)} of the whole rows from `gathered` [blocks, rows, k] (a block's
+/// first k values: its normSplitPartials, or its sum of squares first).
+void normSplitCombine(const float *gathered, int64_t blocks, int64_t rows,
+                      int64_t k, int64_t cols, bool rms, float epsilon,
+                      float *rowStats, cudaStream_t stream);
+/// y = (x - mean) rstd gamma (+ beta) from rowStats.
+void normApply(const float *x, const float *gamma, const float *beta,
+               const float *rowStats, float *y, int64_t rows, int64_t cols,
+               cudaStream_t stream);
+/// Per row, g = dy gamma: layer norm {sum g, sum g (x - mean)}; RMS norm
+/// {sum x^2, sum g x} (its one gather of the backward).
+void normSplitGradPartials(const float *grad, const float *x,
+                           const float *gamma, const float *rowStats,
+                           int64_t rows, int64_t cols, bool rms,
+                           float *partials, cudaStream_t stream);
+/// gammaGrad (and betaGrad, null for RMS) from rowStats, then inputGrad from
+/// every block's gradient partials `gathered` [blocks, rows, 2].
+void normSplitGrad(const float *grad, const float *x, const float *gamma,
+                   const float *rowStats, const float *gathered, int64_t blocks,
+                   int64_t rows, int64_t cols, bool rms, float *inputGrad,
+                   float *gammaGrad, float *betaGrad, cudaStream_t stream);
 void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
             double theta, bool inverse, cudaStream_t stream);
 
