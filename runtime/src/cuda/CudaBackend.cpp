@@ -162,6 +162,7 @@ public:
   }
   uint64_t peakDeviceBytes() const override { return usage.peak; }
   void upload(std::byte *device, const void *host, uint64_t bytes) override {
+    flushAdamW();
     if (bytes == 0)
       return;
     check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream),
@@ -170,6 +171,7 @@ public:
     check(cudaStreamSynchronize(stream), "upload");
   }
   void download(void *host, const std::byte *device, uint64_t bytes) override {
+    flushAdamW();
     if (bytes == 0)
       return;
     check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream),
@@ -198,11 +200,23 @@ public:
 #endif
   }
   void enqueue(const Dispatch &dispatch) override {
+    if (dispatch.step.kind() != OpKind::AdamW)
+      flushAdamW();
     kernels[size_t(dispatch.step.kind())](*this, dispatch);
     check(cudaGetLastError(), opKindName(dispatch.step.kind()));
   }
   void synchronize() override {
+    flushAdamW();
     check(cudaStreamSynchronize(stream), "synchronize");
+  }
+  /// AdamW steps queued since the last other work (see adamw below).
+  std::vector<cuda::AdamWTensor> pendingAdamW;
+  void flushAdamW() {
+    if (pendingAdamW.empty())
+      return;
+    cuda::adamw(pendingAdamW.data(), int64_t(pendingAdamW.size()), stream);
+    pendingAdamW.clear();
+    check(cudaGetLastError(), "AdamW");
   }
   std::unique_ptr<CommandBuffer>
   record(const std::function<void()> &enqueueSteps) override {
@@ -211,7 +225,9 @@ public:
     cudaGraph_t graph = nullptr;
     try {
       enqueueSteps();
+      flushAdamW();
     } catch (...) {
+      pendingAdamW.clear();
       cudaStreamEndCapture(stream, &graph);
       if (graph)
         cudaGraphDestroy(graph);
@@ -790,13 +806,17 @@ void clipScale(CudaBackend &b, const Dispatch &d) {
   cuda::clipScale(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
                   b.stream);
 }
+/// Queued, not launched: consecutive AdamW steps (a train step's last
+/// stretch) go out as one multi-tensor launch when the next other step,
+/// a synchronisation, a copy or the end of a recording comes.
 void adamw(CudaBackend &b, const Dispatch &d) {
   const auto &in = d.operands;
   const plan::Step &s = d.step;
-  cuda::adamw(f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]), f32(in[4]),
-              i64(in[5]), f32(in[6]), s.beta1(), s.beta2(), s.epsilon(),
-              s.weight_decay(), f32(d.results[0]), f32(d.results[1]),
-              f32(d.results[2]), d.results[0].elements, b.stream);
+  b.pendingAdamW.push_back({f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]),
+                            f32(in[4]), i64(in[5]), f32(in[6]),
+                            f32(d.results[0]), f32(d.results[1]),
+                            f32(d.results[2]), d.results[0].elements, s.beta1(),
+                            s.beta2(), s.epsilon(), s.weight_decay()});
 }
 
 //===----------------------------------------------------------------------===//

@@ -623,30 +623,32 @@ __global__ void clipScaleKernel(const float *sumSquares, const float *hyper,
   *out = isnan(coef) ? NAN : (coef < 1.0 ? float(coef) : 1.0f);
 }
 
-__global__ void adamwKernel(const float *param, const float *grad,
-                            const float *expAvg, const float *expAvgSq,
-                            const float *lrIn, const int64_t *stepIn,
-                            const float *gradScaleIn, double beta1,
-                            double beta2, double epsilon, double weightDecay,
-                            float *newParam, float *newExpAvg,
-                            float *newExpAvgSq, int64_t count) {
+struct AdamWBatch {
+  AdamWTensor tensors[kAdamWTensorsPerLaunch];
+};
+static_assert(sizeof(AdamWBatch) + sizeof(int) <= 4096,
+              "a kernel's parameters take at most 4 KiB");
+
+/// blockIdx.y picks the parameter; blocks stride over its elements.
+__global__ void adamwKernel(AdamWBatch batch) {
+  const AdamWTensor &t = batch.tensors[blockIdx.y];
   // The scalars as the CPU kernel rounds them (double, then f32 once).
-  const float lr = *lrIn, gradScale = *gradScaleIn;
-  const double step = double(*stepIn);
-  const double bc1 = 1.0 - pow(beta1, step), bc2 = 1.0 - pow(beta2, step);
-  const float b1 = float(beta1), c1 = float(1.0 - beta1);
-  const float b2 = float(beta2), c2 = float(1.0 - beta2);
-  const float decay = float(1.0 - double(lr) * weightDecay);
+  const float lr = *t.lr, gradScale = *t.gradScale;
+  const double step = double(*t.step);
+  const double bc1 = 1.0 - pow(t.beta1, step), bc2 = 1.0 - pow(t.beta2, step);
+  const float b1 = float(t.beta1), c1 = float(1.0 - t.beta1);
+  const float b2 = float(t.beta2), c2 = float(1.0 - t.beta2);
+  const float decay = float(1.0 - double(lr) * t.weightDecay);
   const float stepSize = float(double(lr) / bc1);
-  const float bc2Sqrt = float(sqrt(bc2)), eps = float(epsilon);
-  TPC_GRID_STRIDE(i, count) {
-    const float g = grad[i] * gradScale;
-    const float m = b1 * expAvg[i] + c1 * g;
-    const float v = b2 * expAvgSq[i] + c2 * (g * g);
+  const float bc2Sqrt = float(sqrt(bc2)), eps = float(t.epsilon);
+  TPC_GRID_STRIDE(i, t.count) {
+    const float g = t.grad[i] * gradScale;
+    const float m = b1 * t.expAvg[i] + c1 * g;
+    const float v = b2 * t.expAvgSq[i] + c2 * (g * g);
     const float denom = sqrtf(v) / bc2Sqrt + eps;
-    newParam[i] = param[i] * decay - stepSize * (m / denom);
-    newExpAvg[i] = m;
-    newExpAvgSq[i] = v;
+    t.newParam[i] = t.param[i] * decay - stepSize * (m / denom);
+    t.newExpAvg[i] = m;
+    t.newExpAvgSq[i] = v;
   }
 }
 
@@ -1193,14 +1195,18 @@ void clipScale(const float *sumSquares, const float *hyper, float *out,
                cudaStream_t stream) {
   clipScaleKernel<<<1, 1, 0, stream>>>(sumSquares, hyper, out);
 }
-void adamw(const float *param, const float *grad, const float *expAvg,
-           const float *expAvgSq, const float *lr, const int64_t *step,
-           const float *gradScale, double beta1, double beta2, double epsilon,
-           double weightDecay, float *newParam, float *newExpAvg,
-           float *newExpAvgSq, int64_t count, cudaStream_t stream) {
-  adamwKernel<<<blocksFor(count), kThreads, 0, stream>>>(
-      param, grad, expAvg, expAvgSq, lr, step, gradScale, beta1, beta2, epsilon,
-      weightDecay, newParam, newExpAvg, newExpAvgSq, count);
+void adamw(const AdamWTensor *tensors, int64_t n, cudaStream_t stream) {
+  for (int64_t first = 0; first < n; first += kAdamWTensorsPerLaunch) {
+    const int count = int(std::min<int64_t>(kAdamWTensorsPerLaunch, n - first));
+    AdamWBatch batch{};
+    int64_t largest = 1;
+    for (int i = 0; i < count; ++i) {
+      batch.tensors[i] = tensors[first + i];
+      largest = std::max(largest, tensors[first + i].count);
+    }
+    adamwKernel<<<dim3(blocksFor(largest), unsigned(count)), kThreads, 0,
+                  stream>>>(batch);
+  }
 }
 
 namespace {

@@ -172,10 +172,22 @@ void learningRate(const int64_t *step, const float *hyper, float *out,
                   cudaStream_t stream);
 void clipScale(const float *sumSquares, const float *hyper, float *out,
                cudaStream_t stream);
-void adamw(const float *param, const float *grad, const float *expAvg,
-           const float *expAvgSq, const float *lr, const int64_t *step,
-           const float *gradScale, double beta1, double beta2, double epsilon,
-           double weightDecay, float *newParam, float *newExpAvg,
-           float *newExpAvgSq, int64_t count, cudaStream_t stream);
+/// One parameter's AdamW update (cpu::adamw): its operands, the shared
+/// scalars on the device (learning rate, step, gradient scale), its
+/// hyperparameters and results (possibly the operands themselves).
+struct AdamWTensor {
+  const float *param, *grad, *expAvg, *expAvgSq, *lr;
+  const int64_t *step;
+  const float *gradScale;
+  float *newParam, *newExpAvg, *newExpAvgSq;
+  int64_t count;
+  double beta1, beta2, epsilon, weightDecay;
+};
+/// Parameters per multi-tensor launch: their descriptors travel as the
+/// kernel's argument (as PyTorch's multi_tensor_apply does), within the
+/// 4 KiB a kernel's parameters may take.
+inline constexpr int kAdamWTensorsPerLaunch = 24;
+/// AdamW over `n` parameters, kAdamWTensorsPerLaunch per launch.
+void adamw(const AdamWTensor *tensors, int64_t n, cudaStream_t stream);
 
 } // namespace tpc::runtime::cuda
