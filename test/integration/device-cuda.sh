@@ -31,6 +31,11 @@ compile() { # NAME PIPELINE-OPTIONS
   "$bin/tpc-opt" "$work/model.mlir" -o "$work/$1.tpplan" \
     --tp-pipeline="train $2" 2> /dev/null
 }
+same_as_cuda() { # NAME: its losses and export against the one-rank cuda run
+  $check losses "$work/cuda.json" "$work/$1.json" --rel 1e-4
+  $check weights "$work/cuda/model.safetensors" "$work/$1/model.safetensors" \
+    --rel 1e-4 $keybias
+}
 device_is() { # METRICS NAME COLLECTIVES-PREFIX
   "$python" - "$@" <<'PY'
 import json, sys
@@ -72,28 +77,20 @@ compile nccl1 "mode=1d grid=1 seq-parallel"
 train 1 "$work/nccl1.tpplan" "$work/nccl1" --device cuda --steps $steps \
   --export "$work/nccl1"
 device_is "$work/nccl1.json" cuda "NCCL"
-$check losses "$work/cuda.json" "$work/nccl1.json" --rel 1e-4
-$check weights "$work/cuda/model.safetensors" "$work/nccl1/model.safetensors" \
-  --rel 1e-4 $keybias
+same_as_cuda nccl1
 
 echo "== $model, 3D over a grid of 1x1x1: split norms, vocabulary-parallel loss on NCCL"
 compile nccl3d "mode=3d grid=1x1x1"
 train 1 "$work/nccl3d.tpplan" "$work/nccl3d" --device cuda --steps $steps \
   --export "$work/nccl3d"
 device_is "$work/nccl3d.json" cuda "NCCL"
-$check losses "$work/cuda.json" "$work/nccl3d.json" --rel 1e-4
-$check weights "$work/cuda/model.safetensors" "$work/nccl3d/model.safetensors" \
-  --rel 1e-4 $keybias
+same_as_cuda nccl3d
 
 echo "== $model, 2 and 4 ranks on one GPU (collectives staged over MPI)"
 compile 1d "mode=1d grid=2 seq-parallel collective-matmul"
 train 2 "$work/1d.tpplan" "$work/1d" --device cuda --steps $steps --export "$work/1d"
 device_is "$work/1d.json" cuda "MPI staged through the host"
-$check losses "$work/cuda.json" "$work/1d.json" --rel 1e-4
-$check weights "$work/cuda/model.safetensors" "$work/1d/model.safetensors" \
-  --rel 1e-4 $keybias
+same_as_cuda 1d
 compile 2d "mode=2d grid=2x2"
 train 4 "$work/2d.tpplan" "$work/2d" --device cuda --steps $steps --export "$work/2d"
-$check losses "$work/cuda.json" "$work/2d.json" --rel 1e-4
-$check weights "$work/cuda/model.safetensors" "$work/2d/model.safetensors" \
-  --rel 1e-4 $keybias
+same_as_cuda 2d

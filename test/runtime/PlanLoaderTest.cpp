@@ -912,17 +912,24 @@ private:
 };
 } // namespace
 
-TEST(Backend, CountsWaitingOnADeviceTransportAsWaiting) {
-  // A device that runs an all-reduce over its own transport (NCCL) and
-  // waits 50 ms in it for a slower peer: the step is waiting, not compute,
-  // as GridComm counts its own MPI collectives, or rebalancing would see a
-  // fast rank as slow as the straggler it waits for.
+namespace {
+/// The forward program with an all-reduce of its result (over axis 0).
+PlanSpec allReducedForward() {
   PlanSpec spec;
   spec.tensors.push_back(
       {fb::DType::F32, {2, 3, 5}, fb::Storage::Arena, 128, 0});
   spec.steps.push_back({fb::OpKind::AllReduce, {4}, {5}, false, {0}});
   spec.results = {5};
-  LoadedPlan plan = load(spec.build());
+  return spec;
+}
+} // namespace
+
+TEST(Backend, CountsWaitingOnADeviceTransportAsWaiting) {
+  // A device that runs an all-reduce over its own transport (NCCL) and
+  // waits 50 ms in it for a slower peer: the step is waiting, not compute,
+  // as GridComm counts its own MPI collectives, or rebalancing would see a
+  // fast rank as slow as the straggler it waits for.
+  LoadedPlan plan = load(allReducedForward().build());
   ParamStore params = ParamStore::initialise(plan);
   GridComm grid({1});
   QueueingBackend backend;
@@ -949,12 +956,7 @@ TEST(Backend, ReplaysARecordedProgramAndCountsItsTraffic) {
   // grid: without step timing, run 1 goes step by step, run 2 records and
   // submits, runs 3 and 4 submit. Every run's collective is counted once,
   // and the results are the CPU's.
-  PlanSpec spec;
-  spec.tensors.push_back(
-      {fb::DType::F32, {2, 3, 5}, fb::Storage::Arena, 128, 0});
-  spec.steps.push_back({fb::OpKind::AllReduce, {4}, {5}, false, {0}});
-  spec.results = {5};
-  LoadedPlan plan = load(spec.build());
+  LoadedPlan plan = load(allReducedForward().build());
   ParamStore params = ParamStore::initialise(plan);
   GridComm grid({1});
   std::vector<int32_t> tokens = {0, 1, 2, 3, 4, 0};

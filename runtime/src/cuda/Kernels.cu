@@ -741,6 +741,34 @@ __device__ float dot(const float *a, const float *b, int64_t n) {
   return sum;
 }
 
+/// acc[c] += sum over the tile's first `valid` rows kk of lane kk's
+/// `weight` times row kk's column lane + 32 c (below `cols`): a row of
+/// weights times a tile in shared memory, into this lane's columns.
+__device__ void accumulateTile(float (&acc)[kColumnsPerLane], float weight,
+                               const float *tile, int64_t pitch, int64_t cols,
+                               int64_t valid) {
+  const int lane = threadIdx.x % 32;
+  for (int kk = 0; kk < kAttentionTile && kk < valid; ++kk) {
+    const float w = __shfl_sync(kFullMask, weight, kk);
+#pragma unroll
+    for (int c = 0; c < kColumnsPerLane; ++c) {
+      const int64_t col = lane + 32 * c;
+      if (col < cols)
+        acc[c] = fmaf(w, tile[kk * pitch + col], acc[c]);
+    }
+  }
+}
+
+/// out[lane + 32 c] = scale * acc[c] for the columns below `cols`.
+__device__ void storeColumns(const float (&acc)[kColumnsPerLane], float scale,
+                             float *out, int64_t cols) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int c = 0; c < kColumnsPerLane; ++c)
+    if (lane + 32 * c < cols)
+      out[lane + 32 * c] = scale * acc[c];
+}
+
 /// grid (heads, query blocks). Shared: queries [rows][D], keys [tile][D+1],
 /// values [tile][Dv] (the padding keeps a lane's key row on its own bank).
 __global__ void attentionKernel(const float *query, const float *key,
@@ -796,15 +824,7 @@ __global__ void attentionKernel(const float *query, const float *key,
 #pragma unroll
       for (int c = 0; c < kColumnsPerLane; ++c)
         acc[rr][c] *= correction;
-      for (int kk = 0; kk < kAttentionTile && j0 + kk < Sk; ++kk) {
-        const float pk = __shfl_sync(kFullMask, pr, kk);
-#pragma unroll
-        for (int c = 0; c < kColumnsPerLane; ++c) {
-          const int64_t col = lane + 32 * c;
-          if (col < Dv)
-            acc[rr][c] = fmaf(pk, vs[kk * Dv + col], acc[rr][c]);
-        }
-      }
+      accumulateTile(acc[rr], pr, vs, Dv, Dv, Sk - j0);
     }
   }
 #pragma unroll
@@ -812,13 +832,8 @@ __global__ void attentionKernel(const float *query, const float *key,
     const int64_t row = row0 + warp * kRowsPerWarp + rr;
     if (row >= Sq)
       continue;
-    float *out = result + (head * Sq + row) * Dv;
-#pragma unroll
-    for (int c = 0; c < kColumnsPerLane; ++c) {
-      const int64_t col = lane + 32 * c;
-      if (col < Dv)
-        out[col] = acc[rr][c] / total[rr];
-    }
+    storeColumns(acc[rr], 1.0f / total[rr], result + (head * Sq + row) * Dv,
+                 Dv);
     if (lane == 0)
       logSumExp[head * Sq + row] = best[rr] + logf(total[rr]);
   }
@@ -886,28 +901,14 @@ __global__ void attentionQueryGradKernel(const float *resultGrad,
         const float dp = dot(dys + local * Dv, vs + lane * (Dv + 1), Dv);
         ds = roundOperand(p * (dp - delta[head * Sq + row]), a.rounding);
       }
-      for (int kk = 0; kk < kAttentionTile && j0 + kk < Sk; ++kk) {
-        const float dsk = __shfl_sync(kFullMask, ds, kk);
-#pragma unroll
-        for (int c = 0; c < kColumnsPerLane; ++c) {
-          const int64_t col = lane + 32 * c;
-          if (col < D)
-            grad[rr][c] = fmaf(dsk, ks[kk * (D + 1) + col], grad[rr][c]);
-        }
-      }
+      accumulateTile(grad[rr], ds, ks, D + 1, D, Sk - j0);
     }
   }
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int64_t row = row0 + warp * kRowsPerWarp + rr;
-    if (row >= Sq)
-      continue;
-#pragma unroll
-    for (int c = 0; c < kColumnsPerLane; ++c) {
-      const int64_t col = lane + 32 * c;
-      if (col < D)
-        queryGrad[(head * Sq + row) * D + col] = a.alpha * grad[rr][c];
-    }
+    if (row < Sq)
+      storeColumns(grad[rr], a.alpha, queryGrad + (head * Sq + row) * D, D);
   }
 }
 
@@ -963,18 +964,8 @@ __global__ void attentionKeyValueGradKernel(
           ds = roundOperand(p * (dp - rowDelta), a.rounding);
           p = roundOperand(p, a.rounding);
         }
-        for (int kk = 0; kk < kAttentionTile && i0 + kk < Sq; ++kk) {
-          const float pk = __shfl_sync(kFullMask, p, kk);
-          const float dsk = __shfl_sync(kFullMask, ds, kk);
-#pragma unroll
-          for (int c = 0; c < kColumnsPerLane; ++c) {
-            const int64_t col = lane + 32 * c;
-            if (col < Dv)
-              dv[rr][c] = fmaf(pk, dys[kk * (Dv + 1) + col], dv[rr][c]);
-            if (col < D)
-              dk[rr][c] = fmaf(dsk, qs[kk * (D + 1) + col], dk[rr][c]);
-          }
-        }
+        accumulateTile(dv[rr], p, dys, Dv + 1, Dv, Sq - i0);
+        accumulateTile(dk[rr], ds, qs, D + 1, D, Sq - i0);
       }
     }
   }
@@ -983,14 +974,8 @@ __global__ void attentionKeyValueGradKernel(
     const int64_t keyIndex = key0 + warp * kRowsPerWarp + rr;
     if (keyIndex >= Sk)
       continue;
-#pragma unroll
-    for (int c = 0; c < kColumnsPerLane; ++c) {
-      const int64_t col = lane + 32 * c;
-      if (col < Dv)
-        valueGrad[(keyHead * Sk + keyIndex) * Dv + col] = dv[rr][c];
-      if (col < D)
-        keyGrad[(keyHead * Sk + keyIndex) * D + col] = a.alpha * dk[rr][c];
-    }
+    storeColumns(dv[rr], 1.0f, valueGrad + (keyHead * Sk + keyIndex) * Dv, Dv);
+    storeColumns(dk[rr], a.alpha, keyGrad + (keyHead * Sk + keyIndex) * D, D);
   }
 }
 

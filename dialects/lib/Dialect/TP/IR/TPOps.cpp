@@ -611,10 +611,13 @@ static AttentionDims getAttentionDims(Value query, Value key, Value value) {
           v.back()};
 }
 
-/// Checks query, key and value against each other (see tp.attention).
+/// Checks query, key and value against each other and the scale (see
+/// tp.attention).
 static LogicalResult verifyAttentionOperands(Operation *op, Value query,
                                              Value key, Value value,
-                                             bool causal) {
+                                             bool causal, FloatAttr alpha) {
+  if (!std::isfinite(alpha.getValueAsDouble()))
+    return op->emitOpError() << "alpha must be finite";
   Named q{"query", query}, k{"key", key}, v{"value", value};
   for (const Named &named : {q, k, v})
     if (failed(verifyRankAtLeast(op, named, 2,
@@ -691,10 +694,8 @@ struct AttentionFactors {
 
 LogicalResult AttentionOp::verify() {
   if (failed(verifyAttentionOperands(*this, getQuery(), getKey(), getValue(),
-                                     getCausal())))
+                                     getCausal(), getAlphaAttr())))
     return failure();
-  if (!std::isfinite(getAlphaAttr().getValueAsDouble()))
-    return emitOpError() << "alpha must be finite";
   AttentionDims dims = getAttentionDims(getQuery(), getKey(), getValue());
   if (failed(verifySameElementType(
           *this, {{"query", getQuery()}, {"result", getResult()}})) ||
@@ -720,10 +721,8 @@ ShardingRule AttentionOp::getShardingRule() {
 
 LogicalResult AttentionGradOp::verify() {
   if (failed(verifyAttentionOperands(*this, getQuery(), getKey(), getValue(),
-                                     getCausal())))
+                                     getCausal(), getAlphaAttr())))
     return failure();
-  if (!std::isfinite(getAlphaAttr().getValueAsDouble()))
-    return emitOpError() << "alpha must be finite";
   AttentionDims dims = getAttentionDims(getQuery(), getKey(), getValue());
   SmallVector<int64_t> resultShape = attentionResultShape(dims);
   const char *resultDims = "(the shape of tp.attention's result)";
