@@ -31,7 +31,7 @@ struct TPMatmulPrecision
       break;
     }
     getOperation().walk(
-        [&](MixedPrecisionOpInterface op) { op.setOperandPrecision(type); });
+        [&](MatrixProductOpInterface op) { op.setOperandPrecision(type); });
   }
 };
 

@@ -254,6 +254,24 @@ def TPReportCommunication
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPSimulate : Pass<"tp-simulate", "::mlir::ModuleOp"> {
+  let summary = "Predict each function's run time per rank on a cluster";
+  let description = [{
+    Runs the step simulator (compiler/include/tpc/Simulate/StepSimulator.h)
+    on every function of a per-rank program (after tp-partition; with
+    tp-plan-memory's arena when it ran) for the cluster described in the
+    JSON file `cluster` (docs/simulator.md), and emits one remark per
+    function: the predicted time of one run, split into matrix products,
+    other kernels and exchanges (and how much of those no compute hides),
+    the products' FLOPs, and the bytes one rank holds.
+  }];
+  let options = [
+    Option<"clusterPath", "cluster", "std::string", "",
+           "The cluster description (JSON)">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
   let summary = "Lower the global view to the per-rank (SPMD) program";
   let description = [{

@@ -333,6 +333,15 @@ ShardingRule MatmulOp::getShardingRule() {
   return builder.build();
 }
 
+double MatmulOp::getProductFlops() {
+  MatmulDims dims = getMatmulDims(*this);
+  double batch = 1;
+  SmallVector<int64_t> batchShape = *matmulBatchShape(dims);
+  for (int64_t size : batchShape)
+    batch *= double(size);
+  return 2 * batch * double(dims.m) * double(dims.n) * double(dims.k);
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise binary ops with broadcasting
 //===----------------------------------------------------------------------===//
@@ -766,6 +775,35 @@ ShardingRule AttentionGradOp::getShardingRule() {
   builder.addResult(f.key());
   builder.addResult(f.value());
   return builder.build();
+}
+
+/// 2 flops per multiply-add of the score products (query-key, D) and the
+/// value products (Dv) over every (query, key) pair a head sees: about half
+/// of them under a causal mask, whose kernels skip the masked blocks.
+static double attentionProductFlops(const AttentionDims &dims, bool causal,
+                                    double keyProducts, double valueProducts) {
+  double heads = 1;
+  for (int64_t size : dims.batch)
+    heads *= double(size);
+  double pairs = double(dims.queries) * double(dims.keys);
+  if (causal)
+    pairs = double(dims.queries) * double(dims.queries + 1) / 2;
+  return 2 * heads * pairs *
+         (keyProducts * double(dims.headDim) +
+          valueProducts * double(dims.valueDim));
+}
+
+double AttentionOp::getProductFlops() {
+  // scores = q k^T; result = p v.
+  return attentionProductFlops(
+      getAttentionDims(getQuery(), getKey(), getValue()), getCausal(), 1, 1);
+}
+
+double AttentionGradOp::getProductFlops() {
+  // The scores again, dq = ds k and dk = ds^T q (three over D); dp = dy v^T
+  // and dv = p^T dy (two over Dv).
+  return attentionProductFlops(
+      getAttentionDims(getQuery(), getKey(), getValue()), getCausal(), 3, 2);
 }
 
 LogicalResult RotaryOp::verify() {

@@ -212,12 +212,14 @@ def TP_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
   ];
 }
 
-def TP_MixedPrecisionOpInterface : OpInterface<"MixedPrecisionOpInterface"> {
+def TP_MatrixProductOpInterface : OpInterface<"MatrixProductOpInterface"> {
   let cppNamespace = "::mlir::tp";
   let description = [{
-    An op whose matrix products may round their operands to a narrower type
-    (its optional `precision` attribute: bf16, or tf32) and accumulate in
-    f32 (tp-matmul-precision sets it on every such op).
+    An op made of matrix products (a matmul, a fused attention and its
+    gradient): what it costs in floating-point operations, and the
+    precision its products' operands may be rounded to (its optional
+    `precision` attribute: bf16, or tf32) while they accumulate in f32
+    (tp-matmul-precision sets it on every such op).
   }];
   let methods = [
     InterfaceMethod<
@@ -227,6 +229,22 @@ def TP_MixedPrecisionOpInterface : OpInterface<"MixedPrecisionOpInterface"> {
       /*args=*/(ins "::mlir::TypeAttr":$precision),
       /*methodBody=*/[{}],
       /*defaultImplementation=*/[{ $_op.setPrecisionAttr(precision); }]>,
+    InterfaceMethod<
+      /*desc=*/[{
+        The floating-point operations of its products for its current
+        (global or per-rank) types: 2 per multiply-add, causally masked
+        products counted for the half they compute.
+      }],
+      /*retTy=*/"double",
+      /*methodName=*/"getProductFlops",
+      /*args=*/(ins)>,
+    InterfaceMethod<
+      /*desc=*/"The precision of its products' operands (null: f32).",
+      /*retTy=*/"::mlir::TypeAttr",
+      /*methodName=*/"getOperandPrecision",
+      /*args=*/(ins),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{ return $_op.getPrecisionAttr(); }]>,
   ];
 }
 

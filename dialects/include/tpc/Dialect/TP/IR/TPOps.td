@@ -28,6 +28,10 @@ def TP_AnyTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
 // The op's vector-Jacobian product (TPVJP.cpp).
 defvar TP_HasVJP = DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>;
 
+// Made of matrix products: FLOPs and operand precision (TPOps.cpp).
+defvar TP_HasMatrixProducts =
+    DeclareOpInterfaceMethods<TP_MatrixProductOpInterface>;
+
 // With AllTypesMatch: the result type is the input's, layout included.
 defvar TP_InferSameType = DeclareOpInterfaceMethods<InferTypeOpInterface>;
 
@@ -198,7 +202,7 @@ def TP_EmbeddingGradOp
 //===----------------------------------------------------------------------===//
 
 def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferResultShapes, TP_HasVJP,
-                                          TP_MixedPrecisionOpInterface]> {
+                                          TP_HasMatrixProducts]> {
   let planOpKind = "Matmul";
   let summary = "(Batched) matrix product with optional transposes";
   let description = [{
@@ -339,7 +343,7 @@ def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad", [TP_InferResultShapes]> {
 }
 
 def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
-                                                TP_MixedPrecisionOpInterface]> {
+                                                TP_HasMatrixProducts]> {
   let planOpKind = "Attention";
   let summary = "Fused scaled dot-product attention (flash-attention style)";
   let description = [{
@@ -364,7 +368,7 @@ def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
 }
 
 def TP_AttentionGradOp : TP_ComputeOp<"attention_grad", [TP_InferResultShapes,
-                                                         TP_MixedPrecisionOpInterface]> {
+                                                         TP_HasMatrixProducts]> {
   let planOpKind = "AttentionGrad";
   let summary = "Gradients of tp.attention w.r.t. query, key and value";
   let description = [{

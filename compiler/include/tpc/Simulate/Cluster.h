@@ -1,0 +1,75 @@
+//===- Cluster.h - a described cluster, for the step simulator --*- C++ -*-===//
+//
+// A cluster description (JSON, docs/simulator.md): one kind of device (peak
+// FLOP/s per precision, memory, how close GEMMs of a size come to the peak,
+// a fixed cost per kernel) and the network as levels, innermost first
+// (ranks per node over NVLink, then nodes over InfiniBand), each with a
+// per-rank bandwidth and a latency per message.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TPC_SIMULATE_CLUSTER_H
+#define TPC_SIMULATE_CLUSTER_H
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace mlir::tp {
+
+struct DeviceModel {
+  std::string name;
+  /// Peak FLOP/s of matrix products by operand precision.
+  double peakF32 = 0, peakTF32 = 0, peakBF16 = 0;
+  double memoryBytes = 0;
+  /// Bytes/s the device's memory streams (elementwise and other kernels).
+  double memoryBandwidth = 0;
+  /// A product of F flops runs at peak * gemmMax * F / (F + gemmHalfFlops).
+  double gemmMax = 1, gemmHalfFlops = 0;
+  /// Fixed seconds per kernel (launch, dispatch).
+  double opOverhead = 0;
+
+  /// Seconds of a product of `flops` flops with operands in `precision`
+  /// (null: f32; bf16; tf32).
+  double productSeconds(double flops, TypeAttr precision) const;
+  /// Seconds of a kernel that streams `bytes` bytes.
+  double streamSeconds(double bytes) const;
+};
+
+struct NetworkLevel {
+  std::string name;
+  /// Consecutive ranks one group of this level spans (ranks per node); 0 on
+  /// the outermost level: all of them.
+  int64_t ranks = 0;
+  /// Bytes/s one rank sends over this level's links, and seconds per
+  /// message.
+  double bandwidth = 0, latency = 0;
+};
+
+struct ClusterModel {
+  std::string name;
+  DeviceModel device;
+  /// Innermost first; the last spans every rank.
+  SmallVector<NetworkLevel> levels;
+
+  /// The innermost level one of whose groups holds every rank of `ranks`
+  /// (global ranks, placed in order: rank r on node r / ranks-per-node).
+  const NetworkLevel &levelOf(ArrayRef<int64_t> ranks) const;
+  /// Seconds of an exchange of `ringSteps` messages sending `bytes` bytes
+  /// in all over the level that connects `ranks`.
+  double exchangeSeconds(ArrayRef<int64_t> ranks, int64_t ringSteps,
+                         double bytes) const;
+};
+
+/// Reads a cluster description; the error names the file and the field in
+/// one line.
+llvm::Expected<ClusterModel> parseCluster(llvm::StringRef text,
+                                          llvm::StringRef path);
+llvm::Expected<ClusterModel> loadCluster(llvm::StringRef path);
+
+} // namespace mlir::tp
+
+#endif // TPC_SIMULATE_CLUSTER_H

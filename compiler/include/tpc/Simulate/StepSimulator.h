@@ -1,0 +1,47 @@
+//===- StepSimulator.h - a program's run time on a cluster ------*- C++ -*-===//
+//
+// Predicts how long one rank takes to run a per-rank tp program (after
+// tp-partition; tp-plan-memory's arena when present) on a described
+// cluster: matrix products from their FLOPs at the device's peak for their
+// precision and a size-dependent efficiency, other kernels from the bytes
+// they stream, exchanges by the alpha-beta rule over the network level
+// their group spans, one message per ring step. Ops run in program order on
+// one compute stream; a ring shift runs on a communication channel from its
+// start to its wait, overlapping whatever is computed in between, as the
+// runtime overlaps it; every other exchange blocks.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TPC_SIMULATE_STEPSIMULATOR_H
+#define TPC_SIMULATE_STEPSIMULATOR_H
+
+#include "tpc/Simulate/Cluster.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace mlir::tp {
+
+struct StepPrediction {
+  /// Wall time of one run of the function.
+  double seconds = 0;
+  /// Time in matrix products, in the other kernels, in exchanges (their
+  /// own time) and the part of it that no compute hides.
+  double productSeconds = 0, otherSeconds = 0, exchangeSeconds = 0,
+         exposedExchangeSeconds = 0;
+  double productFlops = 0;
+  /// Bytes one rank holds: the planned arena (0 before tp-plan-memory) and
+  /// the function's arguments (parameters, moments, inputs).
+  double arenaBytes = 0, argumentBytes = 0;
+};
+
+/// The prediction for rank `rank` of a grid of `gridShape` (row-major rank
+/// order; the grid's rank 0 by default). Fails, after a diagnostic, on a
+/// layout no kernel runs.
+FailureOr<StepPrediction> simulateStep(func::FuncOp func,
+                                       ArrayRef<int64_t> gridShape,
+                                       const ClusterModel &cluster,
+                                       int64_t rank = 0);
+
+} // namespace mlir::tp
+
+#endif // TPC_SIMULATE_STEPSIMULATOR_H

@@ -1,0 +1,242 @@
+//===- Cluster.cpp - a described cluster, for the step simulator ----------===//
+
+#include "tpc/Simulate/Cluster.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::tp;
+
+double DeviceModel::productSeconds(double flops, TypeAttr precision) const {
+  double peak = peakF32;
+  if (precision && isa<BFloat16Type>(precision.getValue()))
+    peak = peakBF16;
+  else if (precision && isa<FloatTF32Type>(precision.getValue()))
+    peak = peakTF32;
+  if (flops <= 0)
+    return opOverhead;
+  const double efficiency = gemmMax * flops / (flops + gemmHalfFlops);
+  return opOverhead + flops / (peak * efficiency);
+}
+
+double DeviceModel::streamSeconds(double bytes) const {
+  return opOverhead + bytes / memoryBandwidth;
+}
+
+const NetworkLevel &ClusterModel::levelOf(ArrayRef<int64_t> ranks) const {
+  for (const NetworkLevel &level : levels) {
+    if (level.ranks == 0)
+      return level;
+    bool together = llvm::all_of(ranks, [&](int64_t rank) {
+      return rank / level.ranks == ranks.front() / level.ranks;
+    });
+    if (together)
+      return level;
+  }
+  return levels.back();
+}
+
+double ClusterModel::exchangeSeconds(ArrayRef<int64_t> ranks, int64_t ringSteps,
+                                     double bytes) const {
+  if (ringSteps == 0)
+    return 0;
+  const NetworkLevel &level = levelOf(ranks);
+  return double(ringSteps) * level.latency + bytes / level.bandwidth;
+}
+
+namespace {
+/// Reads fields of one JSON object, failing with the field's path.
+class Reader {
+public:
+  Reader(const llvm::json::Object &object, std::string where,
+         llvm::StringRef path)
+      : object(object), where(std::move(where)), path(path) {}
+
+  llvm::Error fail(const llvm::Twine &field, const llvm::Twine &why) const {
+    return llvm::createStringError(path + ": " + where + field + " " + why);
+  }
+  llvm::Expected<double> positive(llvm::StringRef field) const {
+    std::optional<double> value = object.getNumber(field);
+    if (!value)
+      return fail(field, "must be a number");
+    if (!(*value > 0) || !std::isfinite(*value))
+      return fail(field, "must be positive, got " + std::to_string(*value));
+    return *value;
+  }
+  llvm::Expected<double> optionalNonNegative(llvm::StringRef field,
+                                             double fallback) const {
+    if (!object.get(field))
+      return fallback;
+    std::optional<double> value = object.getNumber(field);
+    if (!value || !(*value >= 0) || !std::isfinite(*value))
+      return fail(field, "must be a non-negative number");
+    return *value;
+  }
+  llvm::Expected<std::string> string(llvm::StringRef field) const {
+    std::optional<llvm::StringRef> value = object.getString(field);
+    if (!value)
+      return fail(field, "must be a string");
+    return value->str();
+  }
+  llvm::Expected<Reader> child(llvm::StringRef field) const {
+    const llvm::json::Object *inner = object.getObject(field);
+    if (!inner)
+      return fail(field, "must be an object");
+    return Reader(*inner, where + field.str() + ".", path);
+  }
+  /// Fails on a field the format does not have (a misspelt one would be
+  /// ignored otherwise).
+  llvm::Error onlyFields(llvm::ArrayRef<llvm::StringRef> known) const {
+    for (const auto &entry : object)
+      if (!llvm::is_contained(known, llvm::StringRef(entry.first)))
+        return fail(entry.first.str(), "is not a field of the format");
+    return llvm::Error::success();
+  }
+
+  const llvm::json::Object &object;
+  std::string where;
+  llvm::StringRef path;
+};
+} // namespace
+
+llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
+                                                    llvm::StringRef path) {
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  if (!json)
+    return llvm::createStringError(
+        path + ": not JSON: " + llvm::toString(json.takeError()));
+  const llvm::json::Object *root = json->getAsObject();
+  if (!root)
+    return llvm::createStringError(path + ": must be a JSON object");
+  Reader top(*root, "", path);
+  if (llvm::Error error =
+          top.onlyFields({"name", "source", "device", "network"}))
+    return std::move(error);
+  ClusterModel cluster;
+  auto name = top.string("name");
+  if (!name)
+    return name.takeError();
+  cluster.name = *name;
+
+  auto device = top.child("device");
+  if (!device)
+    return device.takeError();
+  if (llvm::Error error = device->onlyFields(
+          {"name", "peak_flops", "memory_bytes", "memory_bandwidth",
+           "gemm_efficiency", "op_overhead_seconds"}))
+    return std::move(error);
+  DeviceModel &d = cluster.device;
+  auto deviceName = device->string("name");
+  if (!deviceName)
+    return deviceName.takeError();
+  auto peak = device->child("peak_flops");
+  if (!peak)
+    return peak.takeError();
+  auto memory = device->positive("memory_bytes");
+  if (!memory)
+    return memory.takeError();
+  auto bandwidth = device->positive("memory_bandwidth");
+  if (!bandwidth)
+    return bandwidth.takeError();
+  auto overhead = device->optionalNonNegative("op_overhead_seconds", 0.0);
+  if (!overhead)
+    return overhead.takeError();
+  d.name = *deviceName;
+  d.memoryBytes = *memory;
+  d.memoryBandwidth = *bandwidth;
+  d.opOverhead = *overhead;
+  if (llvm::Error error = peak->onlyFields({"f32", "tf32", "bf16"}))
+    return std::move(error);
+  auto f32 = peak->positive("f32");
+  if (!f32)
+    return f32.takeError();
+  d.peakF32 = *f32;
+  // A device without faster modes runs them at its f32 rate (a CPU rounds
+  // the operands and runs SGEMM).
+  for (auto [field, value] :
+       {std::pair{"tf32", &d.peakTF32}, std::pair{"bf16", &d.peakBF16}}) {
+    *value = d.peakF32;
+    if (peak->object.get(field)) {
+      auto given = peak->positive(field);
+      if (!given)
+        return given.takeError();
+      *value = *given;
+    }
+  }
+  if (device->object.get("gemm_efficiency")) {
+    auto efficiency = device->child("gemm_efficiency");
+    if (!efficiency)
+      return efficiency.takeError();
+    if (llvm::Error error = efficiency->onlyFields({"max", "half_flops"}))
+      return std::move(error);
+    auto max = efficiency->positive("max");
+    if (!max)
+      return max.takeError();
+    if (*max > 1)
+      return efficiency->fail("max", "must be at most 1 (of the peak)");
+    auto half = efficiency->optionalNonNegative("half_flops", 0.0);
+    if (!half)
+      return half.takeError();
+    d.gemmMax = *max;
+    d.gemmHalfFlops = *half;
+  }
+
+  const llvm::json::Array *network = root->getArray("network");
+  if (!network || network->empty())
+    return top.fail("network", "must be a non-empty array of levels");
+  int64_t previous = 1;
+  for (auto [index, value] : llvm::enumerate(*network)) {
+    const llvm::json::Object *object = value.getAsObject();
+    std::string where = "network[" + std::to_string(index) + "].";
+    if (!object)
+      return top.fail(where.substr(0, where.size() - 1), "must be an object");
+    Reader level(*object, where, path);
+    if (llvm::Error error =
+            level.onlyFields({"level", "ranks", "bandwidth", "latency"}))
+      return std::move(error);
+    NetworkLevel parsed;
+    auto levelName = level.string("level");
+    if (!levelName)
+      return levelName.takeError();
+    auto levelBandwidth = level.positive("bandwidth");
+    if (!levelBandwidth)
+      return levelBandwidth.takeError();
+    auto latency = level.optionalNonNegative("latency", 0.0);
+    if (!latency)
+      return latency.takeError();
+    parsed.name = *levelName;
+    parsed.bandwidth = *levelBandwidth;
+    parsed.latency = *latency;
+    const bool outermost = index + 1 == network->size();
+    if (object->get("ranks")) {
+      std::optional<int64_t> ranks = object->getInteger("ranks");
+      if (!ranks || *ranks < 1)
+        return level.fail("ranks", "must be a positive integer");
+      if (*ranks <= previous || *ranks % previous != 0)
+        return level.fail("ranks", "must be a multiple of the inner level's " +
+                                       llvm::Twine(previous) +
+                                       " ranks, and larger");
+      parsed.ranks = *ranks;
+      previous = *ranks;
+    } else if (!outermost) {
+      return level.fail("ranks", "is needed on every level but the last");
+    }
+    if (outermost)
+      parsed.ranks = 0; // spans every rank
+    cluster.levels.push_back(std::move(parsed));
+  }
+  return cluster;
+}
+
+llvm::Expected<ClusterModel> mlir::tp::loadCluster(llvm::StringRef path) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFile(path);
+  if (!file)
+    return llvm::createStringError(
+        path + ": cannot read: " + file.getError().message());
+  return parseCluster((*file)->getBuffer(), path);
+}

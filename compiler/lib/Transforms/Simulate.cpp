@@ -1,0 +1,52 @@
+//===- Simulate.cpp - predicted run time per rank on a cluster ------------===//
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "tpc/Simulate/StepSimulator.h"
+#include "tpc/Simulate/Traffic.h"
+#include "tpc/Transforms/Passes.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace mlir::tp {
+#define GEN_PASS_DEF_TPSIMULATE
+#include "tpc/Transforms/Passes.h.inc"
+} // namespace mlir::tp
+
+using namespace mlir;
+using namespace mlir::tp;
+
+namespace {
+struct TPSimulate : public tp::impl::TPSimulateBase<TPSimulate> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (clusterPath.empty()) {
+      module.emitError("tp-simulate: needs cluster=FILE, a cluster "
+                       "description (docs/simulator.md)");
+      return signalPassFailure();
+    }
+    llvm::Expected<ClusterModel> cluster = loadCluster(clusterPath);
+    if (!cluster) {
+      module.emitError("tp-simulate: ") << llvm::toString(cluster.takeError());
+      return signalPassFailure();
+    }
+    SmallVector<int64_t> gridShape = gridShapeOf(module);
+    for (auto func : module.getOps<func::FuncOp>()) {
+      FailureOr<StepPrediction> p = simulateStep(func, gridShape, *cluster);
+      if (failed(p))
+        return signalPassFailure();
+      auto ms = [](double seconds) { return seconds * 1e3; };
+      // Named in the text; a location would print the whole function.
+      emitRemark(UnknownLoc::get(&getContext())) << llvm::formatv(
+          "@{0} on {1}: {2:f3} ms per run (products {3:f3} ms, "
+          "{4:e3} flops; other kernels {5:f3} ms; exchanges {6:f3} "
+          "ms, {7:f3} ms exposed); {8:f0} bytes per rank (arena {9:f0}"
+          " + arguments {10:f0})",
+          func.getName(), cluster->name, ms(p->seconds), ms(p->productSeconds),
+          p->productFlops, ms(p->otherSeconds), ms(p->exchangeSeconds),
+          ms(p->exposedExchangeSeconds), p->arenaBytes + p->argumentBytes,
+          p->arenaBytes, p->argumentBytes);
+    }
+  }
+};
+} // namespace

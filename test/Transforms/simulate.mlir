@@ -1,0 +1,58 @@
+// tp-simulate against figures computed by hand (Inputs/clusters/unit.json:
+// 1 GFLOP/s in f32 and 4 in bf16, 1 GB/s of memory, nodes of 2 ranks at
+// 1 GB/s and 1 us a message, 0.1 GB/s and 10 us between nodes).
+// RUN: tpc-opt %s --split-input-file --tp-simulate=cluster=%S/Inputs/clusters/unit.json -o /dev/null 2>&1 | FileCheck %s
+// RUN: tpc-opt %s --split-input-file --tp-simulate=cluster=%S/Inputs/clusters/slow-gemm.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=SLOW
+
+// matmul 2*64*256*128 = 4194304 flops: 4.194304 ms; gelu streams 2 x 65536
+// bytes: 0.131072 ms; the all-reduce over 4 ranks spans both nodes: 6 ring
+// steps of 10 us and 2*3/4*65536 = 98304 bytes at 0.1 GB/s: 1.04304 ms.
+// Arguments 32768 + 131072 bytes.
+// CHECK: remark: @step on unit: 5.368 ms per run (products 4.194 ms, 4.194e+06 flops; other kernels 0.131 ms; exchanges 1.043 ms, 1.043 ms exposed); 163840 bytes per rank (arena 0 + arguments 163840)
+// A quarter of the peak (0.5 x F / (F + F)) and 10 us a kernel: matmul
+// 16.787216 ms, gelu 0.141072 ms, the all-reduce 0.01 + 0.098304 ms.
+// SLOW: remark: @step on slow-gemm: 17.037 ms per run (products 16.787 ms, 4.194e+06 flops; other kernels 0.141 ms; exchanges 0.098 ms, 0.098 ms exposed)
+tp.grid @tp [4]
+func.func @step(%x: tensor<64x128xf32>, %w: tensor<128x256xf32>) -> tensor<64x256xf32> {
+  %y = tp.matmul %x, %w : (tensor<64x128xf32>, tensor<128x256xf32>) -> tensor<64x256xf32>
+  %z = tp.gelu %y : tensor<64x256xf32>
+  %r = tp.all_reduce %z over @tp {grid_axes = array<i64: 0>} : tensor<64x256xf32> -> tensor<64x256xf32>
+  return %r : tensor<64x256xf32>
+}
+
+// -----
+
+// A group inside one node (axis 1 of a 2x2 grid: ranks 0 and 1): 2 ring
+// steps of 1 us and 2*1/2*4096 bytes at 1 GB/s = 6.096 us. A bf16 product
+// at 4 GFLOP/s: 2*16*64*16 / 4e9 = 8.192 us. A reshape runs nothing.
+// CHECK: remark: @inner on unit: 0.014 ms per run (products 0.008 ms, 3.277e+04 flops; other kernels 0.000 ms; exchanges 0.006 ms, 0.006 ms exposed)
+tp.grid @g [2, 2]
+func.func @inner(%x: tensor<16x16xf32>, %w: tensor<16x64xf32>) -> tensor<1024xf32> {
+  %y = tp.matmul %x, %w {precision = bf16} : (tensor<16x16xf32>, tensor<16x64xf32>) -> tensor<16x64xf32>
+  %r = tp.all_reduce %y over @g {grid_axes = array<i64: 1>} : tensor<16x64xf32> -> tensor<16x64xf32>
+  %v = tp.reshape %r : (tensor<16x64xf32>) -> tensor<1024xf32>
+  return %v : tensor<1024xf32>
+}
+
+// -----
+
+// A ring shift overlaps what is computed between its start and its wait:
+// 4000 bytes between ranks 0 and 1 of one node (1 us + 4 us) hide behind a
+// 2 ms product (axis 1 of a 4x2 grid: ranks 0 and 1), and the same shift
+// over axis 0 (ranks 0, 2, 4, 6: between nodes, 10 us + 40 us) shows 48 us
+// past a 2 us product.
+// CHECK: remark: @hidden on unit: 2.000 ms per run (products 2.000 ms, 2.000e+06 flops; other kernels 0.000 ms; exchanges 0.005 ms, 0.000 ms exposed); 44000 bytes per rank (arena 0 + arguments 44000)
+// CHECK: remark: @exposed on unit: 0.050 ms per run (products 0.002 ms, 2.000e+03 flops; other kernels 0.000 ms; exchanges 0.050 ms, 0.048 ms exposed)
+tp.grid @g [4, 2]
+func.func @hidden(%a: tensor<1000xf32>, %x: tensor<100x100xf32>) -> (tensor<1000xf32>, tensor<100x100xf32>) {
+  %s = tp.ring_shift_start %a over @g {grid_axes = array<i64: 1>} : tensor<1000xf32>
+  %y = tp.matmul %x, %x : (tensor<100x100xf32>, tensor<100x100xf32>) -> tensor<100x100xf32>
+  %b = tp.ring_shift_wait %s, %a : tensor<1000xf32>
+  return %b, %y : tensor<1000xf32>, tensor<100x100xf32>
+}
+func.func @exposed(%a: tensor<1000xf32>, %x: tensor<10x10xf32>) -> (tensor<1000xf32>, tensor<10x10xf32>) {
+  %s = tp.ring_shift_start %a over @g {grid_axes = array<i64: 0>} : tensor<1000xf32>
+  %y = tp.matmul %x, %x : (tensor<10x10xf32>, tensor<10x10xf32>) -> tensor<10x10xf32>
+  %b = tp.ring_shift_wait %s, %a : tensor<1000xf32>
+  return %b, %y : tensor<1000xf32>, tensor<10x10xf32>
+}
