@@ -204,7 +204,8 @@ Json parseHeaderJson(std::string_view text) {
   };
   try {
     return Json::parse(text.begin(), text.end(), callback);
-  } catch (const Json::parse_error &error) {
+  } catch (const Json::exception &error) {
+    // parse_error, or out_of_range for a number beyond double's range.
     invalid("invalid JSON in header: " + printable(jsonErrorText(error), 300));
   }
 }

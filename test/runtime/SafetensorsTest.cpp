@@ -619,6 +619,10 @@ TEST_F(SafetensorsTest, RejectsInvalidJson) {
   bad("lone-surrogate.st", R"("format")", R"("\ud800")",
       "surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF");
   bad("bad-number.st", "[2,2]", "[02,2]", "invalid JSON");
+  // Found by fuzz-safetensors: nlohmann-json throws out_of_range, not a
+  // parse error, for a number beyond double's range.
+  bad("huge-number.st", "[2,2]", "[15E488,2]",
+      "invalid JSON in header: number overflow parsing '15E488'");
   bad("control-char.st", R"("pt")", "\"p\tt\"", "control character");
   bad("single-quotes.st", R"("pt")", "'pt'", "invalid JSON");
   bad("trailing-comma.st", "[2,2]", "[2,2,]", "invalid JSON");
