@@ -11,6 +11,24 @@ using namespace mlir;
 LogicalResult
 mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
                         function_ref<LogicalResult(const Twine &)> emitError) {
+  if (options.mode == ParallelMode::Auto) {
+    if (options.grid.getValue().sizes.size() != 1)
+      return emitError("tp-pipeline: mode=auto needs grid=N, the number of "
+                       "ranks to choose a scheme and grid for");
+    if (options.cluster.empty())
+      return emitError("tp-pipeline: mode=auto needs cluster=FILE, the "
+                       "cluster to choose for (docs/simulator.md)");
+    if (options.seqParallel.hasValue())
+      return emitError("tp-pipeline: mode=auto chooses seq-parallel itself");
+    if (options.rebalance)
+      return emitError("tp-pipeline: mode=auto does not choose rebalance "
+                       "points yet; give a mode with rebalance=true");
+    pm.addPass(createChooseScheme(options));
+    return success();
+  }
+  if (options.memoryBudget != 0 || options.explain)
+    return emitError("tp-pipeline: memory-budget and explain are for "
+                     "mode=auto");
   // Options that would be silently ignored are errors.
   if (failed(verifyShardOptions("tp-pipeline", options.mode,
                                 options.grid.getValue(), options.seqParallel,
@@ -64,6 +82,11 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     pm.addPass(createTPMatmulPrecision(precision));
   }
   pm.addPass(createTPPlanMemory());
+  if (!options.cluster.empty()) {
+    TPSimulateOptions simulate;
+    simulate.clusterPath = options.cluster;
+    pm.addPass(createTPSimulate(simulate));
+  }
   return success();
 }
 

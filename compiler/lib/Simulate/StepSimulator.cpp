@@ -64,6 +64,8 @@ FailureOr<StepPrediction> mlir::tp::simulateStep(func::FuncOp func,
       return failure();
     double exchange = 0;
     for (const CollectiveTraffic &t : *traffic)
+      p.exchangeBytes += t.bytes;
+    for (const CollectiveTraffic &t : *traffic)
       exchange += cluster.exchangeSeconds(groupRanks(gridShape, rank, t.axes),
                                           t.ringSteps, t.bytes);
     p.exchangeSeconds += exchange;

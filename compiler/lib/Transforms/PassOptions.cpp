@@ -75,6 +75,9 @@ llvm::LogicalResult mlir::tp::verifyShardOptions(
                        ": seq-parallel=true is for mode=1d; mode=3d already "
                        "splits activations over the whole grid");
     return llvm::success();
+  case ParallelMode::Auto:
+    return emitError(passName + ": mode=auto is tp-pipeline's: it compiles "
+                                "each scheme and picks one by simulation");
   }
   llvm_unreachable("unknown ParallelMode");
 }

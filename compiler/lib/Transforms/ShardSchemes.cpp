@@ -493,7 +493,8 @@ std::unique_ptr<ShardScheme> mlir::tp::makeShardScheme(ParallelMode mode,
   case ParallelMode::ThreeD:
     return std::make_unique<ThreeDScheme>(grid);
   case ParallelMode::None:
+  case ParallelMode::Auto:
     break;
   }
-  llvm_unreachable("tp-shard has no scheme for mode=none");
+  llvm_unreachable("tp-shard has no scheme for mode=none or mode=auto");
 }

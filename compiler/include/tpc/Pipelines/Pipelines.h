@@ -57,6 +57,22 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
   Option<RematMode> remat{*this, "remat",
                           llvm::cl::desc("Activation recomputation"),
                           llvm::cl::init(RematMode::None), rematModeValues()};
+  Option<std::string> cluster{
+      *this, "cluster",
+      llvm::cl::desc("A cluster description (docs/simulator.md): mode=auto "
+                     "chooses for it; with another mode, tp-simulate "
+                     "reports the predicted step on it")};
+  Option<int64_t> memoryBudget{
+      *this, "memory-budget",
+      llvm::cl::desc("mode=auto: the most bytes a rank may hold (0: the "
+                     "cluster's device memory)"),
+      llvm::cl::init(0)};
+  Option<bool> explain{
+      *this, "explain",
+      llvm::cl::desc("mode=auto: report every candidate, ranked, with its "
+                     "predicted step, memory and traffic, or why it was "
+                     "rejected"),
+      llvm::cl::init(false)};
   Option<MatmulPrecision> precision{
       *this, "precision",
       llvm::cl::desc("Operand precision of the matrix products, recorded in "
@@ -71,6 +87,14 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
 LogicalResult
 buildPipeline(OpPassManager &pm, const PipelineOptions &options,
               function_ref<LogicalResult(const Twine &)> emitError);
+
+/// tp-pipeline's mode=auto (ChooseScheme.cpp): for the rank count in
+/// `options.grid`, compiles every scheme, grid (and recomputation, unless
+/// given) on a copy of the module, predicts each step on
+/// `options.cluster`, drops those over the memory budget, reports the
+/// choice (every candidate with `explain`), and compiles the module as the
+/// fastest.
+std::unique_ptr<Pass> createChooseScheme(const PipelineOptions &options);
 
 /// Registers `tp-pipeline`.
 void registerPipelines();

@@ -29,6 +29,8 @@ struct StepPrediction {
   double productSeconds = 0, otherSeconds = 0, exchangeSeconds = 0,
          exposedExchangeSeconds = 0;
   double productFlops = 0;
+  /// Bytes this rank sends in all its exchanges.
+  double exchangeBytes = 0;
   /// Bytes one rank holds: the planned arena (0 before tp-plan-memory) and
   /// the function's arguments (parameters, moments, inputs).
   double arenaBytes = 0, argumentBytes = 0;

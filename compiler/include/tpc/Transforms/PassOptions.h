@@ -20,7 +20,9 @@
 namespace mlir::tp {
 
 /// How the training step is distributed (docs/schemes.md).
-enum class ParallelMode { None, OneD, TwoD, TwoHalfD, ThreeD };
+/// `Auto` is tp-pipeline's: it compiles each scheme that fits the rank
+/// count and keeps the one the step simulator predicts fastest.
+enum class ParallelMode { None, OneD, TwoD, TwoHalfD, ThreeD, Auto };
 
 /// The `mode` values as written on the command line.
 inline auto parallelModeValues() {
@@ -38,7 +40,10 @@ inline auto parallelModeValues() {
       clEnumValN(ParallelMode::ThreeD, "3d",
                  "3D tensor parallelism (Bian et al.) over grid=qxqxq: "
                  "weights gathered over axis 0, inputs and outputs over "
-                 "axes 1 and 2, swapped by consecutive linears"));
+                 "axes 1 and 2, swapped by consecutive linears"),
+      clEnumValN(ParallelMode::Auto, "auto",
+                 "tp-pipeline only: grid=N ranks; compile every scheme and "
+                 "grid for them and keep the fastest on cluster=FILE"));
 }
 
 /// Activation recomputation in tp-autodiff.
