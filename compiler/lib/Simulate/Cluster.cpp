@@ -59,28 +59,35 @@ public:
   llvm::Error fail(const llvm::Twine &field, const llvm::Twine &why) const {
     return llvm::createStringError(path + ": " + where + field + " " + why);
   }
-  llvm::Expected<double> positive(llvm::StringRef field) const {
+  /// Reads a positive number into `out`.
+  llvm::Error positive(llvm::StringRef field, double &out) const {
     std::optional<double> value = object.getNumber(field);
     if (!value)
       return fail(field, "must be a number");
     if (!(*value > 0) || !std::isfinite(*value))
       return fail(field, "must be positive, got " + std::to_string(*value));
-    return *value;
+    out = *value;
+    return llvm::Error::success();
   }
-  llvm::Expected<double> optionalNonNegative(llvm::StringRef field,
-                                             double fallback) const {
+  /// The same when the field is there; `out` keeps its default otherwise.
+  llvm::Error optionalPositive(llvm::StringRef field, double &out) const {
+    return object.get(field) ? positive(field, out) : llvm::Error::success();
+  }
+  llvm::Error optionalNonNegative(llvm::StringRef field, double &out) const {
     if (!object.get(field))
-      return fallback;
+      return llvm::Error::success();
     std::optional<double> value = object.getNumber(field);
     if (!value || !(*value >= 0) || !std::isfinite(*value))
       return fail(field, "must be a non-negative number");
-    return *value;
+    out = *value;
+    return llvm::Error::success();
   }
-  llvm::Expected<std::string> string(llvm::StringRef field) const {
+  llvm::Error string(llvm::StringRef field, std::string &out) const {
     std::optional<llvm::StringRef> value = object.getString(field);
     if (!value)
       return fail(field, "must be a string");
-    return value->str();
+    out = value->str();
+    return llvm::Error::success();
   }
   llvm::Expected<Reader> child(llvm::StringRef field) const {
     const llvm::json::Object *inner = object.getObject(field);
@@ -117,10 +124,8 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
           top.onlyFields({"name", "source", "device", "network"}))
     return std::move(error);
   ClusterModel cluster;
-  auto name = top.string("name");
-  if (!name)
-    return name.takeError();
-  cluster.name = *name;
+  if (llvm::Error error = top.string("name", cluster.name))
+    return std::move(error);
 
   auto device = top.child("device");
   if (!device)
@@ -130,59 +135,43 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
            "gemm_efficiency", "op_overhead_seconds"}))
     return std::move(error);
   DeviceModel &d = cluster.device;
-  auto deviceName = device->string("name");
-  if (!deviceName)
-    return deviceName.takeError();
+  if (llvm::Error error = device->string("name", d.name))
+    return std::move(error);
   auto peak = device->child("peak_flops");
   if (!peak)
     return peak.takeError();
-  auto memory = device->positive("memory_bytes");
-  if (!memory)
-    return memory.takeError();
-  auto bandwidth = device->positive("memory_bandwidth");
-  if (!bandwidth)
-    return bandwidth.takeError();
-  auto overhead = device->optionalNonNegative("op_overhead_seconds", 0.0);
-  if (!overhead)
-    return overhead.takeError();
-  d.name = *deviceName;
-  d.memoryBytes = *memory;
-  d.memoryBandwidth = *bandwidth;
-  d.opOverhead = *overhead;
+  if (llvm::Error error = device->positive("memory_bytes", d.memoryBytes))
+    return std::move(error);
+  if (llvm::Error error =
+          device->positive("memory_bandwidth", d.memoryBandwidth))
+    return std::move(error);
+  if (llvm::Error error =
+          device->optionalNonNegative("op_overhead_seconds", d.opOverhead))
+    return std::move(error);
   if (llvm::Error error = peak->onlyFields({"f32", "tf32", "bf16"}))
     return std::move(error);
-  auto f32 = peak->positive("f32");
-  if (!f32)
-    return f32.takeError();
-  d.peakF32 = *f32;
+  if (llvm::Error error = peak->positive("f32", d.peakF32))
+    return std::move(error);
   // A device without faster modes runs them at its f32 rate (a CPU rounds
   // the operands and runs SGEMM).
-  for (auto [field, value] :
-       {std::pair{"tf32", &d.peakTF32}, std::pair{"bf16", &d.peakBF16}}) {
-    *value = d.peakF32;
-    if (peak->object.get(field)) {
-      auto given = peak->positive(field);
-      if (!given)
-        return given.takeError();
-      *value = *given;
-    }
-  }
+  d.peakTF32 = d.peakBF16 = d.peakF32;
+  if (llvm::Error error = peak->optionalPositive("tf32", d.peakTF32))
+    return std::move(error);
+  if (llvm::Error error = peak->optionalPositive("bf16", d.peakBF16))
+    return std::move(error);
   if (device->object.get("gemm_efficiency")) {
     auto efficiency = device->child("gemm_efficiency");
     if (!efficiency)
       return efficiency.takeError();
     if (llvm::Error error = efficiency->onlyFields({"max", "half_flops"}))
       return std::move(error);
-    auto max = efficiency->positive("max");
-    if (!max)
-      return max.takeError();
-    if (*max > 1)
+    if (llvm::Error error = efficiency->positive("max", d.gemmMax))
+      return std::move(error);
+    if (d.gemmMax > 1)
       return efficiency->fail("max", "must be at most 1 (of the peak)");
-    auto half = efficiency->optionalNonNegative("half_flops", 0.0);
-    if (!half)
-      return half.takeError();
-    d.gemmMax = *max;
-    d.gemmHalfFlops = *half;
+    if (llvm::Error error =
+            efficiency->optionalNonNegative("half_flops", d.gemmHalfFlops))
+      return std::move(error);
   }
 
   const llvm::json::Array *network = root->getArray("network");
@@ -199,18 +188,13 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
             level.onlyFields({"level", "ranks", "bandwidth", "latency"}))
       return std::move(error);
     NetworkLevel parsed;
-    auto levelName = level.string("level");
-    if (!levelName)
-      return levelName.takeError();
-    auto levelBandwidth = level.positive("bandwidth");
-    if (!levelBandwidth)
-      return levelBandwidth.takeError();
-    auto latency = level.optionalNonNegative("latency", 0.0);
-    if (!latency)
-      return latency.takeError();
-    parsed.name = *levelName;
-    parsed.bandwidth = *levelBandwidth;
-    parsed.latency = *latency;
+    if (llvm::Error error = level.string("level", parsed.name))
+      return std::move(error);
+    if (llvm::Error error = level.positive("bandwidth", parsed.bandwidth))
+      return std::move(error);
+    if (llvm::Error error =
+            level.optionalNonNegative("latency", parsed.latency))
+      return std::move(error);
     const bool outermost = index + 1 == network->size();
     if (object->get("ranks")) {
       std::optional<int64_t> ranks = object->getInteger("ranks");
