@@ -40,12 +40,7 @@ struct Candidate {
   std::string str() const {
     std::string text;
     llvm::raw_string_ostream os(text);
-    os << "mode="
-       << (mode == ParallelMode::None       ? "none"
-           : mode == ParallelMode::OneD     ? "1d"
-           : mode == ParallelMode::TwoD     ? "2d"
-           : mode == ParallelMode::TwoHalfD ? "2.5d"
-                                            : "3d");
+    os << "mode=" << stringifyParallelMode(mode);
     if (!grid.empty())
       os << " grid=" << grid.str();
     if (seqParallel)

@@ -25,6 +25,24 @@ llvm::raw_ostream &mlir::tp::operator<<(llvm::raw_ostream &os,
   return os;
 }
 
+llvm::StringRef mlir::tp::stringifyParallelMode(ParallelMode mode) {
+  switch (mode) {
+  case ParallelMode::None:
+    return "none";
+  case ParallelMode::OneD:
+    return "1d";
+  case ParallelMode::TwoD:
+    return "2d";
+  case ParallelMode::TwoHalfD:
+    return "2.5d";
+  case ParallelMode::ThreeD:
+    return "3d";
+  case ParallelMode::Auto:
+    return "auto";
+  }
+  llvm_unreachable("unknown ParallelMode");
+}
+
 llvm::LogicalResult mlir::tp::verifyShardOptions(
     llvm::StringRef passName, ParallelMode mode, const GridShape &grid,
     bool seqParallel,
@@ -46,7 +64,7 @@ llvm::LogicalResult mlir::tp::verifyShardOptions(
   case ParallelMode::TwoD:
   case ParallelMode::TwoHalfD: {
     bool twoD = mode == ParallelMode::TwoD;
-    llvm::StringRef name = twoD ? "2d" : "2.5d",
+    llvm::StringRef name = stringifyParallelMode(mode),
                     shape =
                         twoD ? "QxQ, e.g. grid=2x2" : "QxQxD, e.g. grid=2x2x2";
     if (grid.sizes.size() != (twoD ? 2u : 3u))

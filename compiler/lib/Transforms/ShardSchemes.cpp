@@ -487,9 +487,8 @@ std::unique_ptr<ShardScheme> mlir::tp::makeShardScheme(ParallelMode mode,
   case ParallelMode::OneD:
     return std::make_unique<OneDScheme>(grid, seqParallel);
   case ParallelMode::TwoD:
-    return std::make_unique<TwoDScheme>(grid, "2d");
   case ParallelMode::TwoHalfD:
-    return std::make_unique<TwoDScheme>(grid, "2.5d");
+    return std::make_unique<TwoDScheme>(grid, stringifyParallelMode(mode));
   case ParallelMode::ThreeD:
     return std::make_unique<ThreeDScheme>(grid);
   case ParallelMode::None:

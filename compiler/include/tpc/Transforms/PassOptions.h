@@ -24,6 +24,9 @@ namespace mlir::tp {
 /// count and keeps the one the step simulator predicts fastest.
 enum class ParallelMode { None, OneD, TwoD, TwoHalfD, ThreeD, Auto };
 
+/// `mode` as written on the command line ("1d", "2.5d", ...).
+llvm::StringRef stringifyParallelMode(ParallelMode mode);
+
 /// The `mode` values as written on the command line.
 inline auto parallelModeValues() {
   return llvm::cl::values(
