@@ -63,11 +63,11 @@ FailureOr<StepPrediction> mlir::tp::simulateStep(func::FuncOp func,
     if (failed(traffic))
       return failure();
     double exchange = 0;
-    for (const CollectiveTraffic &t : *traffic)
+    for (const CollectiveTraffic &t : *traffic) {
       p.exchangeBytes += t.bytes;
-    for (const CollectiveTraffic &t : *traffic)
       exchange += cluster.exchangeSeconds(groupRanks(gridShape, rank, t.axes),
                                           t.ringSteps, t.bytes);
+    }
     p.exchangeSeconds += exchange;
 
     if (isa<RingShiftStartOp>(op)) {

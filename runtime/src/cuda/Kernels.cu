@@ -784,16 +784,11 @@ __global__ void attentionKernel(const float *query, const float *key,
   loadTile(query + head * Sq * D, row0, Sq, kAttentionRows, D, D, qs,
            a.rounding);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float best[kRowsPerWarp], total[kRowsPerWarp];
-  float acc[kRowsPerWarp][kColumnsPerLane];
+  float best[kRowsPerWarp], total[kRowsPerWarp] = {};
+  float acc[kRowsPerWarp][kColumnsPerLane] = {};
 #pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+  for (int rr = 0; rr < kRowsPerWarp; ++rr)
     best[rr] = -INFINITY;
-    total[rr] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kColumnsPerLane; ++c)
-      acc[rr][c] = 0.0f;
-  }
   const int64_t lastRow = min(row0 + kAttentionRows, Sq) - 1;
   const int64_t keyEnd = a.causal ? lastRow + 1 : Sk;
   for (int64_t j0 = 0; j0 < keyEnd; j0 += kAttentionTile) {
