@@ -21,6 +21,18 @@ func.func @reduce_scatter(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = 
   return %0 : tensor<8x16xf32, #tp.dist<@g, [[1], []]>>
 }
 
+// A target splitting first on an axis the value is replicated over, then
+// on the partial one (ZeRO-1's layout of a vector gradient): the free slice
+// first, then a reduce-scatter of the slice, not an all-reduce of it all.
+// CHECK-LABEL: func.func @slice_then_reduce_scatter
+// CHECK-NEXT: %[[S:.*]] = tp.local_split %arg0 over @g {dim = 0 : i64, grid_axes = array<i64: 1>} {{.*}} -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1], []], partial = [0]>>
+// CHECK-NEXT: %[[R:.*]] = tp.reduce_scatter %[[S]] over @g {dim = 0 : i64, grid_axes = array<i64: 0>} {{.*}} -> tensor<8x16xf32, #tp.dist<@g, {{\[\[}}1, 0], []]>>
+// CHECK-NEXT: return %[[R]]
+func.func @slice_then_reduce_scatter(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>>) -> tensor<8x16xf32, #tp.dist<@g, [[1, 0], []]>> {
+  %0 = tp.redistribute %x : tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>> -> tensor<8x16xf32, #tp.dist<@g, [[1, 0], []]>>
+  return %0 : tensor<8x16xf32, #tp.dist<@g, [[1, 0], []]>>
+}
+
 // Over two axes at once, with another dimension already split.
 // CHECK-LABEL: func.func @reduce_scatter_two_axes
 // CHECK-NEXT: tp.reduce_scatter %arg0 over @g {dim = 1 : i64, grid_axes = array<i64: 0, 1>}

@@ -15,10 +15,10 @@
                              (ring shifts, all-gathers and reduce-scatters
                              as one when collective matmuls ran)
   layer-volume CONFIG STATIC STATIC+1 --mode M --grid G --batch B --seq S
-                             the static report's difference between the
+               [--dp N]      the static report's difference between the
                              model and the model with one more layer equals
-                             the per-layer formula of docs/schemes.md (2D,
-                             2.5D, 3D)
+                             the per-layer formula of docs/schemes.md (1D,
+                             2D, 2.5D, 3D; with N data-parallel replicas)
   same-volume METRICS STATIC the runtime's bytes per step equal the static
                              report's, per collective kind
   decisions METRICS --slow-rank R --first A [--back | --ends-moved]
@@ -216,16 +216,33 @@ def layer_shapes(config):
     return h, weights, reads, writes, biases, norms, statistics
 
 
-def expected_layer_volume(config, mode, grid, batch, seq):
+def expected_layer_volume(config, mode, grid, batch, seq, dp=1):
     """Floats per rank per transformer layer of the training step
-    (docs/schemes.md, "Traffic per layer")."""
+    (docs/schemes.md, "Traffic per layer"). With dp replicas the scheme
+    works on batch / dp; each rank's weight matrices' gradients are then
+    also all-reduced over the replicas (over replicas and depth at once in
+    2.5D), and the vectors' gradients, already summed over the ranks
+    splitting the batch, over those ranks and the replicas at once. ZeRO-1
+    replaces an all-reduce by a reduce-scatter and the parameters'
+    all-gather: the same floats."""
     h, weights, reads, writes, biases, norms, statistics = layer_shapes(config)
-    tokens = batch * seq
-    if mode in ("2d", "2.5d"):
+    tokens = batch * seq // dp
+    if mode == "1d":
+        t = grid[0]
+        ring, batch_ranks = (t - 1) / t, 1
+        activations = 8 * ring * tokens * h
+        # Column-parallel biases are split, the others and the norms whole;
+        # their gradients are equal on the ranks of a group.
+        held = weights / t
+        vectors = reads / t + 2 * h + norms if biases else norms
+        matrices = 2 * (dp - 1) / dp * held
+        gathered_statistics = 0
+    elif mode in ("2d", "2.5d"):
         q, depth = grid[0], (grid[2] if mode == "2.5d" else 1)
         ring, batch_ranks = (q - 1) / q, q * depth
         activations = 8 * ring * (tokens / depth) * h / q
-        matrices = 2 * ring * weights / q + 2 * (depth - 1) / depth * \
+        replicas = depth * dp
+        matrices = 2 * ring * weights / q + 2 * (replicas - 1) / replicas * \
             weights / (q * q)
         vectors = biases / q + norms
         gathered_statistics = 0  # norms see whole features
@@ -233,11 +250,13 @@ def expected_layer_volume(config, mode, grid, batch, seq):
         q = grid[0]
         ring, batch_ranks = (q - 1) / q, q * q
         activations = 2 * ring * tokens * (reads + writes) / (q * q)
-        matrices = 2 * ring * weights / (q * q)
+        matrices = 2 * ring * weights / (q * q) + 2 * (dp - 1) / dp * \
+            weights / (q * q * q)
         vectors = (biases + norms) / q
         # Features split over q ranks: the norms gather row statistics.
         gathered_statistics = (q - 1) * tokens / (q * q) * statistics
-    vectors *= 2 * (batch_ranks - 1) / batch_ranks
+    summed = batch_ranks * dp
+    vectors *= 2 * (summed - 1) / summed
     return activations + matrices + vectors + gathered_statistics
 
 
@@ -245,7 +264,7 @@ def layer_volume(args):
     config = json.load(open(args.config))
     grid = [int(x) for x in args.grid.split("x")]
     want = expected_layer_volume(config, args.mode, grid, args.batch,
-                                 args.seq)
+                                 args.seq, args.dp)
     got = (sum(static_volume(args.static_more).values()) -
            sum(static_volume(args.static).values())) / 4
     print(f"volume per layer per rank: formula {want:.1f} floats, "
@@ -370,10 +389,13 @@ def main():
     p.add_argument("config")
     p.add_argument("static", help="tpc-opt remarks for the model")
     p.add_argument("static_more", help="... for the model with one more layer")
-    p.add_argument("--mode", choices=["2d", "2.5d", "3d"], required=True)
+    p.add_argument("--mode", choices=["1d", "2d", "2.5d", "3d"],
+                   required=True)
     p.add_argument("--grid", required=True)
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--dp", type=int, default=1,
+                   help="data-parallel replicas around the scheme")
     p.set_defaults(run=layer_volume)
     p = sub.add_parser("given-speeds")
     p.add_argument("metrics")

@@ -35,6 +35,20 @@
 // RUN: not tpc-opt %s --tp-shard=mode=none 2>&1 | FileCheck %s --check-prefix=MODE-NONE
 // MODE-NONE: tpc-opt: error: tp-shard: mode=none distributes nothing; use mode=1d
 
+// Data parallelism: a positive count, within the rank limit with the grid,
+// with a mode; ZeRO-1 needs replicas to shard over.
+// RUN: not tpc-opt %s --tp-shard="mode=1d grid=2 dp=0" 2>&1 | FileCheck %s --check-prefix=DP-ZERO
+// RUN: not tpc-opt %s --tp-shard="mode=1d grid=2 dp=0" 2>&1 | count 1
+// DP-ZERO: tpc-opt: error: tp-shard: dp=0 is not a positive number of data-parallel replicas
+// RUN: not tpc-opt %s --tp-shard="mode=2d grid=1024x1024 dp=2" 2>&1 | FileCheck %s --check-prefix=DP-RANKS
+// DP-RANKS: tpc-opt: error: tp-shard: dp=2 times the grid's ranks is more than 1048576 ranks
+// RUN: not tpc-opt %s --tp-shard="mode=1d grid=2 shard-optimizer=true" 2>&1 | FileCheck %s --check-prefix=ZERO-NO-DP
+// ZERO-NO-DP: tpc-opt: error: tp-shard: shard-optimizer=true shards over the data-parallel axis; it needs dp=N with N > 1
+// RUN: not tpc-opt %s --tp-pipeline="dp=2" 2>&1 | FileCheck %s --check-prefix=DP-NO-MODE
+// DP-NO-MODE: tpc-opt: error: tp-pipeline: dp=2 needs a mode, e.g. mode=1d (grid=1 for data parallelism alone)
+// RUN: not tpc-opt %s --tp-shard="mode=1d dp=x" 2>&1 | FileCheck %s --check-prefix=DP-WORD
+// DP-WORD: tpc-opt: for the --dp option: 'x' value invalid for long argument!
+
 // tp-pipeline: a grid or sequence parallelism without a mode is an error,
 // not silently dropped.
 // RUN: not tpc-opt %s --tp-pipeline=grid=4 2>&1 | FileCheck %s --check-prefix=PIPE-GRID
@@ -56,7 +70,7 @@
 // RUN: tpc-opt %s --tp-shard="mode=1d grid=2" --dump-pass-pipeline 2>&1 >/dev/null | FileCheck %s --check-prefix=PRINT
 // PRINT: Pass Manager with 1 passes:
 // PRINT-NEXT: builtin.module(
-// PRINT-NEXT: tp-shard{grid=2 mode=1d seq-parallel=false}
+// PRINT-NEXT: tp-shard{dp=1 grid=2 mode=1d seq-parallel=false shard-optimizer=false}
 // PRINT-NOT: Pass Manager
 
 // Sequence parallelism needs a sequence to split.

@@ -32,10 +32,13 @@ struct Candidate {
   ParallelMode mode;
   GridShape grid;
   bool seqParallel;
+  int64_t dataParallel = 1;
+  bool shardOptimizer = false;
   RematMode remat = RematMode::None;
 
   std::optional<StepPrediction> prediction;
   std::string rejected; // why, when it was
+  bool overBudget = false;
 
   std::string str() const {
     std::string text;
@@ -45,13 +48,17 @@ struct Candidate {
       os << " grid=" << grid.str();
     if (seqParallel)
       os << " seq-parallel=true";
+    if (dataParallel > 1)
+      os << " dp=" << dataParallel;
+    if (shardOptimizer)
+      os << " shard-optimizer=true";
     os << " remat=" << (remat == RematMode::Layer ? "layer" : "none");
     return text;
   }
 };
 
-/// Every scheme and grid for `ranks` ranks.
-SmallVector<Candidate> candidatesFor(int64_t ranks) {
+/// Every scheme and grid for `ranks` ranks of tensor parallelism.
+SmallVector<Candidate> tensorCandidatesFor(int64_t ranks) {
   SmallVector<Candidate> out;
   if (ranks == 1) {
     out.emplace_back(ParallelMode::None, GridShape());
@@ -68,6 +75,25 @@ SmallVector<Candidate> candidatesFor(int64_t ranks) {
                        GridShape{{q, q, ranks / (q * q)}});
     if (q * q * q == ranks)
       out.emplace_back(ParallelMode::ThreeD, GridShape{{q, q, q}});
+  }
+  return out;
+}
+
+/// Every split of `ranks` into dp replicas of a tensor-parallel scheme.
+SmallVector<Candidate> candidatesFor(int64_t ranks) {
+  SmallVector<Candidate> out;
+  for (int64_t replicas = 1; replicas <= ranks; ++replicas) {
+    if (ranks % replicas != 0)
+      continue;
+    for (Candidate c : tensorCandidatesFor(ranks / replicas)) {
+      c.dataParallel = replicas;
+      if (replicas > 1 && c.mode == ParallelMode::None) {
+        // Data parallelism alone: 1D over one rank.
+        c.mode = ParallelMode::OneD;
+        c.grid = GridShape{{1}};
+      }
+      out.push_back(c);
+    }
   }
   return out;
 }
@@ -104,18 +130,29 @@ public:
                               : cluster->device.memoryBytes;
     const int64_t ranks = options.grid.getValue().sizes.front();
 
+    // ZeRO-1 and recomputation only save memory (recomputation costs
+    // time, ZeRO-1 moves the same bytes): each shape tries them, in that
+    // order, only while it does not fit. A given remat is kept.
     SmallVector<Candidate> candidates;
-    SmallVector<RematMode> remats = {options.remat};
-    if (options.train && !options.remat.hasValue())
-      remats = {RematMode::None, RematMode::Layer};
-    for (const Candidate &shape : candidatesFor(ranks))
-      for (RematMode remat : remats) {
+    const bool chooseRemat = options.train && !options.remat.hasValue();
+    for (const Candidate &shape : candidatesFor(ranks)) {
+      SmallVector<std::pair<bool, RematMode>> variants = {
+          {false, options.remat}};
+      if (shape.dataParallel > 1 && options.train)
+        variants.push_back({true, options.remat});
+      if (chooseRemat)
+        variants.push_back(
+            {shape.dataParallel > 1 && options.train, RematMode::Layer});
+      for (auto [shardOptimizer, remat] : variants) {
         Candidate c = shape;
+        c.shardOptimizer = shardOptimizer;
         c.remat = remat;
-        candidates.push_back(c);
+        evaluate(c, *cluster, budget);
+        candidates.push_back(std::move(c));
+        if (!candidates.back().overBudget)
+          break;
       }
-    for (Candidate &c : candidates)
-      evaluate(c, *cluster, budget);
+    }
 
     // Fastest first; rejected ones after, in the order they were tried.
     SmallVector<Candidate *> ranked;
@@ -180,6 +217,8 @@ private:
     concrete.mode = c.mode;
     concrete.grid = c.grid;
     concrete.seqParallel = c.seqParallel;
+    concrete.dataParallel = c.dataParallel;
+    concrete.shardOptimizer = c.shardOptimizer;
     concrete.remat = c.remat;
     concrete.cluster = "";
     concrete.explain = false;
@@ -221,9 +260,11 @@ private:
       } else {
         c.prediction = *p;
         const double bytes = p->arenaBytes + p->argumentBytes;
-        if (bytes > budget)
+        if (bytes > budget) {
+          c.overBudget = true;
           c.rejected = bytesText(bytes) + " per rank exceeds the budget of " +
                        bytesText(budget);
+        }
       }
     }
     copy.erase();

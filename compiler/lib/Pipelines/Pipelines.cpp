@@ -20,6 +20,9 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
                        "cluster to choose for (docs/simulator.md)");
     if (options.seqParallel.hasValue())
       return emitError("tp-pipeline: mode=auto chooses seq-parallel itself");
+    if (options.dataParallel.hasValue() || options.shardOptimizer.hasValue())
+      return emitError("tp-pipeline: mode=auto chooses dp and "
+                       "shard-optimizer itself");
     if (options.rebalance)
       return emitError("tp-pipeline: mode=auto does not choose rebalance "
                        "points yet; give a mode with rebalance=true");
@@ -32,6 +35,7 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   // Options that would be silently ignored are errors.
   if (failed(verifyShardOptions("tp-pipeline", options.mode,
                                 options.grid.getValue(), options.seqParallel,
+                                options.dataParallel, options.shardOptimizer,
                                 emitError)))
     return failure();
   if (options.rebalance && options.mode == ParallelMode::None)
@@ -59,6 +63,8 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     shard.mode = options.mode.getValue();
     shard.grid = options.grid.getValue();
     shard.seqParallel = options.seqParallel;
+    shard.dataParallel = options.dataParallel;
+    shard.shardOptimizer = options.shardOptimizer;
     pm.addPass(createTPShard(shard));
     pm.addPass(createTPLowerCollectives());
   }

@@ -72,6 +72,31 @@ struct LowerRedistribute : public OpRewritePattern<RedistributeOp> {
       if (!isPrefix(have, want) || have.size() == want.size())
         continue;
       SmallVector<int64_t> extra(want.drop_front(have.size()));
+      // Leading axes the value is replicated over are split locally first,
+      // when the rest can then be reduce-scattered: a partial sum's slice
+      // is the slice's partial sum, and the reduction moves less.
+      auto isFree = [&](int64_t a) {
+        return !llvm::is_contained(current.partial, a) &&
+               llvm::none_of(current.split, [&](const auto &axes) {
+                 return llvm::is_contained(axes, a);
+               });
+      };
+      size_t lead = 0;
+      while (lead < extra.size() && isFree(extra[lead]))
+        ++lead;
+      if (lead > 0 && lead < extra.size() &&
+          llvm::all_of(
+              ArrayRef<int64_t>(extra).drop_front(lead),
+              [&](int64_t a) { return llvm::is_contained(reduce, a); })) {
+        SmallVector<int64_t> local(ArrayRef<int64_t>(extra).take_front(lead));
+        llvm::append_range(current.split[d], local);
+        step([&](RankedTensorType type) {
+          return LocalSplitOp::create(rewriter, loc, type, value, grid,
+                                      rewriter.getI64IntegerAttr(d),
+                                      rewriter.getDenseI64ArrayAttr(local));
+        });
+        extra.erase(extra.begin(), extra.begin() + lead);
+      }
       if (!llvm::all_of(
               extra, [&](int64_t a) { return llvm::is_contained(reduce, a); }))
         continue;

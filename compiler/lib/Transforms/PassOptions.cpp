@@ -4,6 +4,8 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <algorithm>
+
 using namespace mlir::tp;
 
 int64_t GridShape::numRanks() const {
@@ -45,8 +47,19 @@ llvm::StringRef mlir::tp::stringifyParallelMode(ParallelMode mode) {
 
 llvm::LogicalResult mlir::tp::verifyShardOptions(
     llvm::StringRef passName, ParallelMode mode, const GridShape &grid,
-    bool seqParallel,
+    bool seqParallel, int64_t dataParallel, bool shardOptimizer,
     llvm::function_ref<llvm::LogicalResult(const llvm::Twine &)> emitError) {
+  if (dataParallel < 1)
+    return emitError(passName + ": dp=" + llvm::Twine(dataParallel) +
+                     " is not a positive number of data-parallel replicas");
+  if (dataParallel >
+      GridShape::kMaxRanks / std::max<int64_t>(1, grid.numRanks()))
+    return emitError(passName + ": dp=" + llvm::Twine(dataParallel) +
+                     " times the grid's ranks is more than " +
+                     llvm::Twine(GridShape::kMaxRanks) + " ranks");
+  if (shardOptimizer && dataParallel == 1)
+    return emitError(passName + ": shard-optimizer=true shards over the "
+                                "data-parallel axis; it needs dp=N with N > 1");
   switch (mode) {
   case ParallelMode::None:
     if (!grid.empty())
@@ -55,6 +68,10 @@ llvm::LogicalResult mlir::tp::verifyShardOptions(
     if (seqParallel)
       return emitError(passName +
                        ": seq-parallel=true needs a mode, e.g. mode=1d");
+    if (dataParallel > 1)
+      return emitError(passName + ": dp=" + llvm::Twine(dataParallel) +
+                       " needs a mode, e.g. mode=1d (grid=1 for data "
+                       "parallelism alone)");
     return llvm::success();
   case ParallelMode::OneD:
     if (grid.sizes.size() > 1)

@@ -42,11 +42,15 @@ double bytesOf(RankedTensorType type) {
          double(std::max<unsigned>(1, type.getElementTypeBitWidth() / 8));
 }
 
+/// The tp.param name of the parameter (or moment) `value` is or views.
+static StringAttr parameterName(Value value);
+
 class Sharder : public ShardQueries {
 public:
   Sharder(ModuleOp module, SmallVector<int64_t> gridShape,
           const ShardScheme &scheme)
-      : module(module), gridShape(std::move(gridShape)), scheme(scheme) {}
+      : module(module), gridShape(std::move(gridShape)), scheme(scheme),
+        reservedAxes(scheme.getReservedAxes()) {}
 
   LogicalResult run();
 
@@ -59,6 +63,9 @@ public:
     return shards;
   }
   bool isUndecided(Value value) const override { return isFree(value); }
+  bool isParameter(Value value) const override {
+    return parameterName(value) != nullptr;
+  }
   std::string describe(Value value) const override;
   bool isActivation(RankedTensorType type) const override {
     return type.getRank() >= 3 && batch >= 0 && type.getDimSize(0) == batch &&
@@ -121,6 +128,7 @@ private:
   ModuleOp module;
   SmallVector<int64_t> gridShape;
   const ShardScheme &scheme;
+  Axes reservedAxes;
   FlatSymbolRefAttr gridRef;
   int64_t batch = -1, seq = -1;
 
@@ -157,8 +165,8 @@ static std::optional<std::string> argumentKey(func::FuncOp func,
   return std::nullopt;
 }
 
-std::string Sharder::describe(Value value) const {
-  // Follow view ops back to a parameter to name it.
+/// The tp.param name of the parameter (or moment) `value` is or views.
+static StringAttr parameterName(Value value) {
   Value root = value;
   while (Operation *def = root.getDefiningOp()) {
     if (!def->hasTrait<OpTrait::tp::IsView>())
@@ -167,9 +175,14 @@ std::string Sharder::describe(Value value) const {
   }
   if (auto arg = dyn_cast<BlockArgument>(root))
     if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
-      if (auto name = func.getArgAttrOfType<StringAttr>(
-              arg.getArgNumber(), TPDialect::ParamAttrHelper::getNameStr()))
-        return ("parameter '" + name.getValue() + "'").str();
+      return func.getArgAttrOfType<StringAttr>(
+          arg.getArgNumber(), TPDialect::ParamAttrHelper::getNameStr());
+  return nullptr;
+}
+
+std::string Sharder::describe(Value value) const {
+  if (StringAttr name = parameterName(value))
+    return ("parameter '" + name.getValue() + "'").str();
   std::string text;
   llvm::raw_string_ostream os(text);
   os << value.getType();
@@ -415,6 +428,16 @@ LogicalResult Sharder::shardOp(Operation *op) {
         op, rule, rule.getOperandFactors()[i], *layouts[i], "operand", i);
     if (failed(claims))
       return failure();
+    // A parameter's splits over axes only the scheme assigns (ZeRO-1's data
+    // axis) are storage, gathered where it is used: they propose nothing.
+    if (!reservedAxes.empty() && isParameter(op->getOperand(i))) {
+      for (Claim &claim : *claims)
+        llvm::erase_if(claim.axes, [&](int64_t axis) {
+          return llvm::is_contained(reservedAxes, axis);
+        });
+      llvm::erase_if(*claims,
+                     [](const Claim &claim) { return claim.axes.empty(); });
+    }
     operandClaims.push_back(std::move(*claims));
   }
   FailureOr<SmallVector<Claim>> schemeClaims =
@@ -804,7 +827,7 @@ struct TPShard : public tp::impl::TPShardBase<TPShard> {
       return errorHandler("tp-shard: mode=none distributes nothing; use "
                           "mode=1d");
     return verifyShardOptions("tp-shard", mode, grid.getValue(), seqParallel,
-                              errorHandler);
+                              dataParallel, shardOptimizer, errorHandler);
   }
 
   void runOnOperation() override {
@@ -815,13 +838,18 @@ struct TPShard : public tp::impl::TPShardBase<TPShard> {
     };
     if (mode == ParallelMode::None ||
         failed(verifyShardOptions("tp-shard", mode, grid.getValue(),
-                                  seqParallel, optionError)))
+                                  seqParallel, dataParallel, shardOptimizer,
+                                  optionError)))
       return signalPassFailure();
-    SmallVector<int64_t> shape(ArrayRef<int64_t>(grid.getValue().sizes));
-    if (shape.empty())
-      shape.push_back(1);
-    std::unique_ptr<ShardScheme> scheme =
-        makeShardScheme(mode, shape, seqParallel);
+    SmallVector<int64_t> tensorShape(ArrayRef<int64_t>(grid.getValue().sizes));
+    if (tensorShape.empty())
+      tensorShape.push_back(1);
+    std::unique_ptr<ShardScheme> scheme = makeShardScheme(
+        mode, tensorShape, seqParallel, dataParallel, shardOptimizer);
+    SmallVector<int64_t> shape;
+    if (dataParallel > 1)
+      shape.push_back(dataParallel);
+    llvm::append_range(shape, tensorShape);
     if (failed(Sharder(getOperation(), shape, *scheme).run()))
       return signalPassFailure();
   }

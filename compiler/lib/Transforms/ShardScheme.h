@@ -44,6 +44,9 @@ public:
   virtual int64_t shardsOf(ArrayRef<int64_t> axes) const = 0;
   /// A parameter (or a view of one) whose layout is not decided yet.
   virtual bool isUndecided(Value value) const = 0;
+  /// Whether `value` is a parameter or its optimizer state, or a view of
+  /// one.
+  virtual bool isParameter(Value value) const = 0;
   /// A parameter, or its type, for error messages.
   virtual std::string describe(Value value) const = 0;
   /// Whether `type` is an activation: [batch, sequence, ...] of the step's
@@ -108,16 +111,25 @@ public:
     return use;
   }
 
+  /// Grid axes that split only what the scheme claims (the data-parallel
+  /// axis: the batch). A parameter stored split over one is gathered where
+  /// used; its split there proposes nothing.
+  virtual Axes getReservedAxes() const { return {}; }
+
   /// Moving a parameter costs this many times its bytes in the engine's
   /// choices: large where the scheme keeps weights in place and moves
   /// activations (1D), 1 where weights move by design.
   virtual double parameterCostFactor() const = 0;
 };
 
-/// The policy for `mode` on a grid of shape `grid` (at least one axis);
-/// `mode` is not ParallelMode::None.
+/// The policy for `mode` on a tensor-parallel grid of shape `tensorGrid` (at
+/// least one axis); `mode` is not ParallelMode::None or Auto. With
+/// `dataReplicas` > 1 the module's grid is [dataReplicas, tensorGrid...]: the
+/// batch is also split over axis 0, and with `shardOptimizer` parameters and
+/// their optimizer state are stored split over it (ZeRO-1).
 std::unique_ptr<ShardScheme>
-makeShardScheme(ParallelMode mode, ArrayRef<int64_t> grid, bool seqParallel);
+makeShardScheme(ParallelMode mode, ArrayRef<int64_t> tensorGrid,
+                bool seqParallel, int64_t dataReplicas, bool shardOptimizer);
 
 } // namespace mlir::tp
 

@@ -200,8 +200,9 @@ private:
 /// docs/schemes.md derives its traffic.
 class TwoDScheme : public ShardScheme {
 public:
-  TwoDScheme(ArrayRef<int64_t> grid, StringRef name)
-      : name(name.str()), rows(grid[0]), columns(grid[1]) {
+  TwoDScheme(ArrayRef<int64_t> grid, StringRef name, int64_t firstAxis)
+      : name(name.str()), rows(grid[0]), columns(grid[1]),
+        firstAxis(firstAxis) {
     if (grid.size() > 2) {
       depth = grid[2];
       batchAxes = {kDepthAxis, kRowAxis};
@@ -215,7 +216,8 @@ public:
              function_ref<InFlightDiagnostic()> error) const override {
     return checkHeadCounts(module, columns,
                            "the " + std::to_string(columns) +
-                               " columns of the grid (axis 1)",
+                               " columns of the grid (axis " +
+                               std::to_string(firstAxis + kColumnAxis) + ")",
                            name, error);
   }
 
@@ -229,14 +231,17 @@ public:
   checkTokens(int64_t batch, int64_t seq,
               function_ref<InFlightDiagnostic()> error) const override {
     int64_t shards = rows * depth;
-    if (batch % shards != 0)
-      return error() << "tp-shard: mode=" << name << " splits the batch (size "
-                     << batch << ") over "
-                     << (depth > 1 ? "the rows and depth of the grid (axes 0 "
-                                     "and 2, "
-                                   : "the rows of the grid (axis 0, ")
-                     << shards << " ranks), which do not divide it";
-    return success();
+    if (batch % shards == 0)
+      return success();
+    InFlightDiagnostic diag = error();
+    diag << "tp-shard: mode=" << name << " splits the batch (size " << batch
+         << ") over "
+         << (depth > 1 ? "the rows and depth of the grid (axes "
+                       : "the rows of the grid (axis ")
+         << firstAxis + kRowAxis;
+    if (depth > 1)
+      diag << " and " << firstAxis + kDepthAxis;
+    return diag << ", " << shards << " ranks), which do not divide it";
   }
 
   FailureOr<SmallVector<Claim>>
@@ -269,7 +274,8 @@ public:
     // Megatron on the columns.
     if (failed(claimMegatronWeights(
             op, rule, operandClaims, engine, {kColumnAxis}, columns,
-            "the " + std::to_string(columns) + " columns of the grid (axis 1)",
+            "the " + std::to_string(columns) + " columns of the grid (axis " +
+                std::to_string(firstAxis + kColumnAxis) + ")",
             claims)))
       return failure();
     return claims;
@@ -314,6 +320,8 @@ private:
   static constexpr int64_t kRowAxis = 0, kColumnAxis = 1, kDepthAxis = 2;
   std::string name;
   int64_t rows, columns, depth = 1;
+  /// The module grid's number of this scheme's axis 0, for messages.
+  int64_t firstAxis;
   Axes batchAxes;
 };
 
@@ -335,14 +343,17 @@ private:
 /// stream keeps them. docs/schemes.md derives the traffic.
 class ThreeDScheme : public ShardScheme {
 public:
-  explicit ThreeDScheme(ArrayRef<int64_t> grid) : q(grid[0]) {}
+  ThreeDScheme(ArrayRef<int64_t> grid, int64_t firstAxis)
+      : q(grid[0]), firstAxis(firstAxis) {}
 
   LogicalResult
   checkModel(ModuleOp module,
              function_ref<InFlightDiagnostic()> error) const override {
-    return checkHeadCounts(
-        module, q, "the " + std::to_string(q) + " ranks of grid axis 1 or 2",
-        "3d", error);
+    return checkHeadCounts(module, q,
+                           "the " + std::to_string(q) + " ranks of grid axis " +
+                               std::to_string(firstAxis + 1) + " or " +
+                               std::to_string(firstAxis + 2),
+                           "3d", error);
   }
 
   std::string whyTokensNeeded() const override {
@@ -355,8 +366,9 @@ public:
               function_ref<InFlightDiagnostic()> error) const override {
     if (batch % (q * q) != 0)
       return error() << "tp-shard: mode=3d splits the batch (size " << batch
-                     << ") over grid axis 0 and one of axes 1 and 2 (" << q * q
-                     << " ranks), which do not divide it";
+                     << ") over grid axis " << firstAxis << " and one of axes "
+                     << firstAxis + 1 << " and " << firstAxis + 2 << " ("
+                     << q * q << " ranks), which do not divide it";
     return success();
   }
 
@@ -372,7 +384,7 @@ public:
         return op->emitOpError()
                << "tp-shard: mode=3d cannot split the " << what << " (size "
                << size << ") of " << engine.describe(value) << " over the " << q
-               << " ranks of grid axis " << axis;
+               << " ranks of grid axis " << firstAxis + axis;
       claims.push_back({factor, {axis}});
       return success();
     };
@@ -476,24 +488,280 @@ public:
 private:
   static constexpr int64_t kWeightAxis = 0;
   int64_t q;
+  /// The module grid's number of this scheme's axis 0, for messages.
+  int64_t firstAxis;
 };
 
-} // namespace
+/// Data parallelism on grid axis 0 around a tensor-parallel scheme on the
+/// axes after it. The data axis splits the batch of every activation and of
+/// the token ids, before (as the major part of) whatever the scheme splits it
+/// over; nothing else. Weight gradients, contracting the batch, are then
+/// pending sums over it, which the engine reduces into the parameter's
+/// layout where AdamW consumes them: an all-reduce, or with the optimizer
+/// state sharded (ZeRO-1) a reduce-scatter onto parameters stored split over
+/// the data axis, which are all-gathered where used. Axis 0 is the slowest
+/// of the row-major rank order, so each replica's tensor-parallel group is
+/// a block of consecutive ranks (one node, where it fits).
+///
+/// The wrapped scheme sees its own grid: this policy renumbers axes both
+/// ways and hides the data axis from it.
+class DataParallelScheme : public ShardScheme {
+public:
+  DataParallelScheme(std::unique_ptr<ShardScheme> tensorScheme,
+                     ArrayRef<int64_t> tensorGrid, int64_t replicas,
+                     bool shardOptimizer)
+      : tensorScheme(std::move(tensorScheme)), tensorGrid(tensorGrid),
+        replicas(replicas), shardOptimizer(shardOptimizer) {}
 
-std::unique_ptr<ShardScheme> mlir::tp::makeShardScheme(ParallelMode mode,
-                                                       ArrayRef<int64_t> grid,
-                                                       bool seqParallel) {
+  LogicalResult
+  checkModel(ModuleOp module,
+             function_ref<InFlightDiagnostic()> error) const override {
+    return tensorScheme->checkModel(module, error);
+  }
+
+  std::string whyTokensNeeded() const override {
+    std::string why = tensorScheme->whyTokensNeeded();
+    if (!why.empty())
+      return why;
+    return "dp=" + std::to_string(replicas) +
+           " needs a function with a tp.input = \"tokens\" argument to find "
+           "the batch it splits";
+  }
+
+  LogicalResult
+  checkTokens(int64_t batch, int64_t seq,
+              function_ref<InFlightDiagnostic()> error) const override {
+    if (batch % replicas != 0)
+      return error() << "tp-shard: dp=" << replicas
+                     << " splits the batch (size " << batch
+                     << ") over grid axis 0, which does not divide it";
+    // The tensor-parallel scheme splits each replica's share.
+    return tensorScheme->checkTokens(batch / replicas, seq, error);
+  }
+
+  FailureOr<SmallVector<Claim>>
+  claims(Operation *op, const ShardingRule &rule,
+         ArrayRef<std::optional<SmallVector<Claim>>> operandClaims,
+         const ShardQueries &engine) const override {
+    SmallVector<std::optional<SmallVector<Claim>>> tensorOperandClaims;
+    for (const std::optional<SmallVector<Claim>> &claims : operandClaims) {
+      if (!claims) {
+        tensorOperandClaims.push_back(std::nullopt);
+        continue;
+      }
+      SmallVector<Claim> inner;
+      for (const Claim &claim : *claims)
+        if (Axes axes = toTensorAxes(claim.axes); !axes.empty())
+          inner.push_back({claim.factor, std::move(axes)});
+      tensorOperandClaims.push_back(std::move(inner));
+    }
+    TensorQueries queries(engine, tensorGrid);
+    FailureOr<SmallVector<Claim>> claims =
+        tensorScheme->claims(op, rule, tensorOperandClaims, queries);
+    if (failed(claims))
+      return failure();
+    // The batch the data axis splits stays split by it: a claim on a factor
+    // an operand other than a parameter splits over the data axis keeps it
+    // first (the scheme's claims overrule the operands'). Parameters stored
+    // split over it (ZeRO-1) are gathered where used instead.
+    auto operandAxes = [&](int64_t factor) -> std::optional<Axes> {
+      for (auto [i, claims] : llvm::enumerate(operandClaims))
+        if (claims && !engine.isParameter(op->getOperand(i)))
+          for (const Claim &claim : *claims)
+            if (claim.factor == factor &&
+                llvm::is_contained(claim.axes, kDataAxis))
+              return claim.axes;
+      return std::nullopt;
+    };
+    for (Claim &claim : *claims) {
+      claim.axes = toGridAxes(claim.axes);
+      if (operandAxes(claim.factor))
+        claim.axes.insert(claim.axes.begin(), kDataAxis);
+    }
+    // The batch of token ids and activations over the data axis, unless the
+    // scheme claims it (above) or an operand splits it over more axes than
+    // the data axis, as 3D does between linears: that split then stands.
+    for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+      RankedTensorType type = tensorType(operand);
+      if (!engine.isTokenIds(type) && !engine.isActivation(type))
+        continue;
+      const DimFactors &factors = rule.getOperandFactors()[i].front();
+      if (factors.empty() ||
+          !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
+              rule, factors.front()))
+        continue;
+      std::optional<Axes> split = operandAxes(factors.front());
+      if (split && split->size() > 1)
+        continue;
+      prependDataAxis(*claims, factors.front());
+    }
+    return claims;
+  }
+
+  SmallVector<Claim>
+  resolutionClaims(Operation *op, const ShardingRule &rule, unsigned index,
+                   const Layout &layout,
+                   const ShardQueries &engine) const override {
+    TensorQueries queries(engine, tensorGrid);
+    SmallVector<Claim> claims = tensorScheme->resolutionClaims(
+        op, rule, index, toTensorLayout(layout), queries);
+    for (Claim &claim : claims)
+      claim.axes = toGridAxes(claim.axes);
+    // A value whose batch the data axis splits keeps it so.
+    const DimFactors &leading = rule.getOperandFactors()[index].front();
+    if (!claims.empty() && !layout.split.empty() &&
+        llvm::is_contained(layout.split.front(), kDataAxis) && !leading.empty())
+      for (Claim &claim : claims)
+        if (claim.factor == leading.front())
+          claim.axes.insert(claim.axes.begin(), kDataAxis);
+    return claims;
+  }
+
+  Layout storageLayout(Value param, const Layout &use,
+                       const ShardQueries &engine) const override {
+    // Already a stored layout (an optimizer moment takes its parameter's).
+    if (llvm::is_contained(use.usedAxes(), kDataAxis))
+      return use;
+    TensorQueries queries(engine, tensorGrid);
+    Layout stored = toGridLayout(
+        tensorScheme->storageLayout(param, toTensorLayout(use), queries));
+    if (!shardOptimizer)
+      return stored;
+    // ZeRO-1: also split over the data axis, along a dimension the layout
+    // leaves whole if one divides, else after a dimension's axes.
+    RankedTensorType type = tensorType(param);
+    for (bool whole : {true, false})
+      for (auto [d, axes] : llvm::enumerate(stored.split)) {
+        if (axes.empty() != whole ||
+            type.getDimSize(d) % (engine.shardsOf(axes) * replicas) != 0)
+          continue;
+        axes.push_back(kDataAxis);
+        return stored;
+      }
+    return stored;
+  }
+
+  Axes getReservedAxes() const override { return {kDataAxis}; }
+
+  double parameterCostFactor() const override {
+    return tensorScheme->parameterCostFactor();
+  }
+
+private:
+  static constexpr int64_t kDataAxis = 0;
+
+  /// The engine's answers in the wrapped scheme's axis numbers.
+  class TensorQueries : public ShardQueries {
+  public:
+    TensorQueries(const ShardQueries &engine, ArrayRef<int64_t> tensorGrid)
+        : engine(engine), tensorGrid(tensorGrid) {}
+    ArrayRef<int64_t> getGridShape() const override { return tensorGrid; }
+    int64_t shardsOf(ArrayRef<int64_t> axes) const override {
+      return engine.shardsOf(toGridAxes(axes));
+    }
+    bool isUndecided(Value value) const override {
+      return engine.isUndecided(value);
+    }
+    bool isParameter(Value value) const override {
+      return engine.isParameter(value);
+    }
+    std::string describe(Value value) const override {
+      return engine.describe(value);
+    }
+    bool isActivation(RankedTensorType type) const override {
+      return engine.isActivation(type);
+    }
+    bool isTokenMajor(RankedTensorType type) const override {
+      return engine.isTokenMajor(type);
+    }
+    bool isTokenIds(RankedTensorType type) const override {
+      return engine.isTokenIds(type);
+    }
+    int64_t getModelRank(BlockArgument param) const override {
+      return engine.getModelRank(param);
+    }
+
+  private:
+    const ShardQueries &engine;
+    ArrayRef<int64_t> tensorGrid;
+  };
+
+  static Axes toGridAxes(ArrayRef<int64_t> axes) {
+    Axes grid;
+    for (int64_t axis : axes)
+      grid.push_back(axis + 1);
+    return grid;
+  }
+  static Axes toTensorAxes(ArrayRef<int64_t> axes) {
+    Axes tensor;
+    for (int64_t axis : axes)
+      if (axis != kDataAxis)
+        tensor.push_back(axis - 1);
+    return tensor;
+  }
+  static Layout toTensorLayout(const Layout &layout) {
+    Layout tensor;
+    for (const auto &axes : layout.split)
+      tensor.split.push_back(toTensorAxes(axes));
+    tensor.partial = toTensorAxes(layout.partial);
+    return tensor;
+  }
+  static Layout toGridLayout(const Layout &layout) {
+    Layout grid;
+    for (const auto &axes : layout.split)
+      grid.split.push_back(toGridAxes(axes));
+    grid.partial = toGridAxes(layout.partial);
+    return grid;
+  }
+  /// Makes the data axis the major part of `factor`'s split in `claims`.
+  static void prependDataAxis(SmallVector<Claim> &claims, int64_t factor) {
+    for (Claim &claim : claims)
+      if (claim.factor == factor) {
+        if (!llvm::is_contained(claim.axes, kDataAxis))
+          claim.axes.insert(claim.axes.begin(), kDataAxis);
+        return;
+      }
+    claims.push_back({factor, {kDataAxis}});
+  }
+
+  std::unique_ptr<ShardScheme> tensorScheme;
+  SmallVector<int64_t> tensorGrid;
+  int64_t replicas;
+  bool shardOptimizer;
+};
+
+/// The scheme for `mode` on its own axes, numbered from `firstAxis` in the
+/// module's grid (in messages).
+std::unique_ptr<ShardScheme> makeTensorScheme(ParallelMode mode,
+                                              ArrayRef<int64_t> grid,
+                                              bool seqParallel,
+                                              int64_t firstAxis) {
   switch (mode) {
   case ParallelMode::OneD:
     return std::make_unique<OneDScheme>(grid, seqParallel);
   case ParallelMode::TwoD:
   case ParallelMode::TwoHalfD:
-    return std::make_unique<TwoDScheme>(grid, stringifyParallelMode(mode));
+    return std::make_unique<TwoDScheme>(grid, stringifyParallelMode(mode),
+                                        firstAxis);
   case ParallelMode::ThreeD:
-    return std::make_unique<ThreeDScheme>(grid);
+    return std::make_unique<ThreeDScheme>(grid, firstAxis);
   case ParallelMode::None:
   case ParallelMode::Auto:
     break;
   }
   llvm_unreachable("tp-shard has no scheme for mode=none or mode=auto");
+}
+
+} // namespace
+
+std::unique_ptr<ShardScheme>
+mlir::tp::makeShardScheme(ParallelMode mode, ArrayRef<int64_t> tensorGrid,
+                          bool seqParallel, int64_t dataReplicas,
+                          bool shardOptimizer) {
+  std::unique_ptr<ShardScheme> scheme = makeTensorScheme(
+      mode, tensorGrid, seqParallel, /*firstAxis=*/dataReplicas > 1 ? 1 : 0);
+  if (dataReplicas == 1)
+    return scheme;
+  return std::make_unique<DataParallelScheme>(std::move(scheme), tensorGrid,
+                                              dataReplicas, shardOptimizer);
 }

@@ -21,6 +21,17 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Sequence parallelism: split layer-norm and residual "
                      "regions along the sequence (needs a mode)"),
       llvm::cl::init(false)};
+  Option<int64_t> dataParallel{
+      *this, "dp",
+      llvm::cl::desc("Data-parallel replicas around the scheme: the grid "
+                     "becomes [dp, grid...] and axis 0 splits the batch "
+                     "(needs a mode)"),
+      llvm::cl::init(1)};
+  Option<bool> shardOptimizer{
+      *this, "shard-optimizer",
+      llvm::cl::desc("ZeRO-1: parameters and optimizer state stored split "
+                     "over the data-parallel axis (needs dp=N, N > 1)"),
+      llvm::cl::init(false)};
   Option<bool> collectiveMatmul{
       *this, "collective-matmul",
       llvm::cl::desc("Decompose all-gathers feeding matmuls and matmuls "

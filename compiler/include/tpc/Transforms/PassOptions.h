@@ -96,7 +96,7 @@ llvm::raw_ostream &operator<<(llvm::raw_ostream &os, const GridShape &shape);
 /// reporting the first problem through `emitError`, prefixed by `passName`.
 llvm::LogicalResult verifyShardOptions(
     llvm::StringRef passName, ParallelMode mode, const GridShape &grid,
-    bool seqParallel,
+    bool seqParallel, int64_t dataParallel, bool shardOptimizer,
     llvm::function_ref<llvm::LogicalResult(const llvm::Twine &)> emitError);
 
 } // namespace mlir::tp

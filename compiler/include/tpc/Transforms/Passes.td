@@ -98,6 +98,15 @@ def TPShard : Pass<"tp-shard", "::mlir::ModuleOp"> {
     consecutive linears swap the two groups. An op that updates an argument
     in place (AdamW) works on the argument's own shard.
 
+    With `dp=N` (N > 1) the module's grid is [N, grid...]: axis 0 is data
+    parallelism around any mode. It splits the batch (as the major part of
+    the batch's split), so weight gradients are partial sums over it,
+    all-reduced before AdamW; with `shard-optimizer=true` (ZeRO-1)
+    parameters and moments are stored split over it too, gradients are
+    reduce-scattered onto them and parameters all-gathered where used (once
+    a step: the backward reuses the forward's gather). The mode's axes keep
+    their meaning, one place further on.
+
     A dimension the grid cannot split evenly (heads, features, vocabulary,
     batch) is an error naming it.
   }];
@@ -110,6 +119,13 @@ def TPShard : Pass<"tp-shard", "::mlir::ModuleOp"> {
     Option<"seqParallel", "seq-parallel", "bool", "false",
            "Split layer-norm and residual regions along the sequence "
            "(Megatron's sequence parallelism)">,
+    Option<"dataParallel", "dp", "int64_t", "1",
+           "Data-parallel replicas: the module's grid becomes [dp, grid...] "
+           "and grid axis 0 splits the batch">,
+    Option<"shardOptimizer", "shard-optimizer", "bool", "false",
+           "Store parameters and their optimizer state split over the "
+           "data-parallel axis (ZeRO-1): gradients are reduce-scattered "
+           "onto them and parameters all-gathered where used">,
   ];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
