@@ -4,8 +4,6 @@
 
 #include "llvm/ADT/StringExtras.h"
 
-#include <algorithm>
-
 using namespace mlir::tp;
 
 int64_t GridShape::numRanks() const {
@@ -52,8 +50,7 @@ llvm::LogicalResult mlir::tp::verifyShardOptions(
   if (dataParallel < 1)
     return emitError(passName + ": dp=" + llvm::Twine(dataParallel) +
                      " is not a positive number of data-parallel replicas");
-  if (dataParallel >
-      GridShape::kMaxRanks / std::max<int64_t>(1, grid.numRanks()))
+  if (dataParallel > GridShape::kMaxRanks / grid.numRanks())
     return emitError(passName + ": dp=" + llvm::Twine(dataParallel) +
                      " times the grid's ranks is more than " +
                      llvm::Twine(GridShape::kMaxRanks) + " ranks");

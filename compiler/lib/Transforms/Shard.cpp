@@ -42,9 +42,6 @@ double bytesOf(RankedTensorType type) {
          double(std::max<unsigned>(1, type.getElementTypeBitWidth() / 8));
 }
 
-/// The tp.param name of the parameter (or moment) `value` is or views.
-static StringAttr parameterName(Value value);
-
 class Sharder : public ShardQueries {
 public:
   Sharder(ModuleOp module, SmallVector<int64_t> gridShape,
@@ -63,9 +60,6 @@ public:
     return shards;
   }
   bool isUndecided(Value value) const override { return isFree(value); }
-  bool isParameter(Value value) const override {
-    return parameterName(value) != nullptr;
-  }
   std::string describe(Value value) const override;
   bool isActivation(RankedTensorType type) const override {
     return type.getRank() >= 3 && batch >= 0 && type.getDimSize(0) == batch &&
@@ -430,7 +424,7 @@ LogicalResult Sharder::shardOp(Operation *op) {
       return failure();
     // A parameter's splits over axes only the scheme assigns (ZeRO-1's data
     // axis) are storage, gathered where it is used: they propose nothing.
-    if (!reservedAxes.empty() && isParameter(op->getOperand(i))) {
+    if (!reservedAxes.empty() && parameterName(op->getOperand(i))) {
       for (Claim &claim : *claims)
         llvm::erase_if(claim.axes, [&](int64_t axis) {
           return llvm::is_contained(reservedAxes, axis);

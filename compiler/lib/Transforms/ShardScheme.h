@@ -44,9 +44,6 @@ public:
   virtual int64_t shardsOf(ArrayRef<int64_t> axes) const = 0;
   /// A parameter (or a view of one) whose layout is not decided yet.
   virtual bool isUndecided(Value value) const = 0;
-  /// Whether `value` is a parameter or its optimizer state, or a view of
-  /// one.
-  virtual bool isParameter(Value value) const = 0;
   /// A parameter, or its type, for error messages.
   virtual std::string describe(Value value) const = 0;
   /// Whether `type` is an activation: [batch, sequence, ...] of the step's

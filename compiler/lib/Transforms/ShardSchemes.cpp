@@ -113,6 +113,22 @@ scatterPartialActivation(Operation *op, const ShardingRule &rule,
   return scatterClaim(op, rule, index, dim, Axes(layout.partial), engine);
 }
 
+/// `stored`, a parameter's layout, split further over grid axis `axis`
+/// (`size` ranks): along a dimension it leaves whole if one divides, else
+/// after a dimension's own axes; unchanged when no dimension divides.
+Layout splitStorageFurther(Layout stored, RankedTensorType type, int64_t axis,
+                           int64_t size, const ShardQueries &engine) {
+  for (bool whole : {true, false})
+    for (auto [d, axes] : llvm::enumerate(stored.split)) {
+      if (axes.empty() != whole ||
+          type.getDimSize(d) % (engine.shardsOf(axes) * size) != 0)
+        continue;
+      axes.push_back(axis);
+      return stored;
+    }
+  return stored;
+}
+
 /// Megatron-LM's 1D tensor parallelism over every axis of the grid, with
 /// optional sequence parallelism.
 class OneDScheme : public ShardScheme {
@@ -471,16 +487,7 @@ public:
           return llvm::is_contained(axes, kWeightAxis);
         }))
       return use;
-    for (bool whole : {true, false})
-      for (auto [d, axes] : llvm::enumerate(use.split)) {
-        if (axes.empty() != whole ||
-            type.getDimSize(d) % (engine.shardsOf(axes) * q) != 0)
-          continue;
-        Layout stored = use;
-        stored.split[d].push_back(kWeightAxis);
-        return stored;
-      }
-    return use;
+    return splitStorageFurther(use, type, kWeightAxis, q, engine);
   }
 
   double parameterCostFactor() const override { return 1.0; }
@@ -561,12 +568,12 @@ public:
     if (failed(claims))
       return failure();
     // The batch the data axis splits stays split by it: a claim on a factor
-    // an operand other than a parameter splits over the data axis keeps it
-    // first (the scheme's claims overrule the operands'). Parameters stored
-    // split over it (ZeRO-1) are gathered where used instead.
+    // an operand splits over the data axis keeps it first (the scheme's
+    // claims overrule the operands'). Parameters stored split over it
+    // (ZeRO-1) make no such claim: the engine drops reserved axes from them.
     auto operandAxes = [&](int64_t factor) -> std::optional<Axes> {
-      for (auto [i, claims] : llvm::enumerate(operandClaims))
-        if (claims && !engine.isParameter(op->getOperand(i)))
+      for (const std::optional<SmallVector<Claim>> &claims : operandClaims)
+        if (claims)
           for (const Claim &claim : *claims)
             if (claim.factor == factor &&
                 llvm::is_contained(claim.axes, kDataAxis))
@@ -604,7 +611,7 @@ public:
                    const ShardQueries &engine) const override {
     TensorQueries queries(engine, tensorGrid);
     SmallVector<Claim> claims = tensorScheme->resolutionClaims(
-        op, rule, index, toTensorLayout(layout), queries);
+        op, rule, index, renumbered(layout, toTensorAxes), queries);
     for (Claim &claim : claims)
       claim.axes = toGridAxes(claim.axes);
     // A value whose batch the data axis splits keeps it so.
@@ -623,22 +630,15 @@ public:
     if (llvm::is_contained(use.usedAxes(), kDataAxis))
       return use;
     TensorQueries queries(engine, tensorGrid);
-    Layout stored = toGridLayout(
-        tensorScheme->storageLayout(param, toTensorLayout(use), queries));
+    Layout stored =
+        renumbered(tensorScheme->storageLayout(
+                       param, renumbered(use, toTensorAxes), queries),
+                   toGridAxes);
     if (!shardOptimizer)
       return stored;
-    // ZeRO-1: also split over the data axis, along a dimension the layout
-    // leaves whole if one divides, else after a dimension's axes.
-    RankedTensorType type = tensorType(param);
-    for (bool whole : {true, false})
-      for (auto [d, axes] : llvm::enumerate(stored.split)) {
-        if (axes.empty() != whole ||
-            type.getDimSize(d) % (engine.shardsOf(axes) * replicas) != 0)
-          continue;
-        axes.push_back(kDataAxis);
-        return stored;
-      }
-    return stored;
+    // ZeRO-1: also split over the data axis.
+    return splitStorageFurther(stored, tensorType(param), kDataAxis, replicas,
+                               engine);
   }
 
   Axes getReservedAxes() const override { return {kDataAxis}; }
@@ -661,9 +661,6 @@ private:
     }
     bool isUndecided(Value value) const override {
       return engine.isUndecided(value);
-    }
-    bool isParameter(Value value) const override {
-      return engine.isParameter(value);
     }
     std::string describe(Value value) const override {
       return engine.describe(value);
@@ -699,19 +696,14 @@ private:
         tensor.push_back(axis - 1);
     return tensor;
   }
-  static Layout toTensorLayout(const Layout &layout) {
-    Layout tensor;
+  /// `layout` with every axis list renumbered by `renumber`.
+  static Layout renumbered(const Layout &layout,
+                           Axes (*renumber)(ArrayRef<int64_t>)) {
+    Layout result;
     for (const auto &axes : layout.split)
-      tensor.split.push_back(toTensorAxes(axes));
-    tensor.partial = toTensorAxes(layout.partial);
-    return tensor;
-  }
-  static Layout toGridLayout(const Layout &layout) {
-    Layout grid;
-    for (const auto &axes : layout.split)
-      grid.split.push_back(toGridAxes(axes));
-    grid.partial = toGridAxes(layout.partial);
-    return grid;
+      result.split.push_back(renumber(axes));
+    result.partial = renumber(layout.partial);
+    return result;
   }
   /// Makes the data axis the major part of `factor`'s split in `claims`.
   static void prependDataAxis(SmallVector<Claim> &claims, int64_t factor) {
