@@ -43,13 +43,7 @@ for run in "dp2-1d2:mode=1d grid=2 dp=2:4" \
 done
 
 echo "== traffic per layer"
-"$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
-c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] += 1
-json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/deeper.json"
-layer_batch=8 layer_seq=16
-"$bin/tpc-import" "$config" --batch $layer_batch --seq $layer_seq -o "$work/layer.mlir"
-"$bin/tpc-import" "$work/deeper.json" --batch $layer_batch --seq $layer_seq \
-  -o "$work/deeper.mlir"
+import_layer_models
 for scheme in "1d 1" "1d 2" "2d 2x2" "2.5d 2x2x2" "3d 2x2x2"; do
   read -r mode grid <<< "$scheme"
   for zero in false true; do

@@ -20,16 +20,7 @@ set -euo pipefail
 build=$1 python=$2 work=$3 model=$4
 batch=4 seq=8 steps=5 lr=3e-4
 source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
-# The per-layer traffic, on more tokens per step than the training runs: with
-# few tokens a weight gradient can be cheaper from gathered activations than
-# reduce-scattered, and the engine takes that lower figure.
-"$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
-c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] += 1
-json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/deeper.json"
-layer_batch=8 layer_seq=16
-"$bin/tpc-import" "$config" --batch $layer_batch --seq $layer_seq -o "$work/layer.mlir"
-"$bin/tpc-import" "$work/deeper.json" --batch $layer_batch --seq $layer_seq \
-  -o "$work/deeper.mlir"
+import_layer_models
 compile() { # NAME PIPELINE-OPTIONS
   "$bin/tpc-opt" "$work/model.mlir" -o "$work/$1.tpplan" \
     --tp-pipeline="$2" 2> "$work/$1.remarks"

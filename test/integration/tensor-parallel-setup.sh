@@ -1,9 +1,9 @@
-# Shared set-up of tensor-parallel-training.sh and tensor-parallel-schemes.sh,
+# Shared set-up of the tensor-parallel, data-parallel, rebalancing and device tests,
 # sourced after they set build, python, work, model, batch, seq, steps and lr:
 # checks the Python, makes WORK_DIR, tokenizes the bundled text, imports the
 # model (config: test/integration/Inputs/tp-MODEL.json) for batch x seq, and
 # defines train RANKS PLAN OUT [tp-run flags...] (data: the token file, the
-# bundled text unless set).
+# bundled text unless set) and import_layer_models.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=$build/bin
 check="$python $here/tensor_parallel_check.py"
@@ -19,6 +19,20 @@ config=$here/Inputs/tp-$model.json
 keybias="--key-bias-bound $(awk -v lr=$lr -v s=$steps 'BEGIN { print 2 * lr * s }')"
 "$bin/tpc-tokenize" "$here/../tp-run/Inputs/text.txt" -o "$work/text.tokens" > /dev/null
 "$bin/tpc-import" "$config" --batch $batch --seq $seq -o "$work/model.mlir"
+# Imports the model and the model with one more layer, whose static reports
+# differ by one layer's traffic, as $work/layer.mlir and $work/deeper.mlir for
+# layer_batch x layer_seq tokens: more than the training runs, since with few
+# tokens a weight gradient can be cheaper from gathered activations than
+# reduce-scattered, and the engine takes that lower figure.
+layer_batch=8 layer_seq=16
+import_layer_models() {
+  "$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
+c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] += 1
+json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/deeper.json"
+  "$bin/tpc-import" "$config" --batch $layer_batch --seq $layer_seq -o "$work/layer.mlir"
+  "$bin/tpc-import" "$work/deeper.json" --batch $layer_batch --seq $layer_seq \
+    -o "$work/deeper.mlir"
+}
 train() { # RANKS PLAN OUT [tp-run flags...]
   local ranks=$1 plan=$2 out=$3
   shift 3
