@@ -286,6 +286,12 @@ const std::vector<KernelCase> &cases() {
          {{6, 33}, {33}, {33}},
          with([](Attributes &a) { a.epsilon = 1e-5; }),
          1e-4f},
+        {"LayerNormGradManyRows",
+         OpKind::LayerNormGrad,
+         {{{300, 70}}, {{300, 70}}, {{70}}},
+         {{300, 70}, {70}, {70}},
+         with([](Attributes &a) { a.epsilon = 1e-5; }),
+         1e-4f},
         {"RmsNorm",
          OpKind::RmsNorm,
          {{{6, 33}}, {{33}}},
@@ -414,6 +420,28 @@ const std::vector<KernelCase> &cases() {
          {{{2, 3, 4}}},
          {{2, 3}},
          with([](Attributes &a) { a.ints = {2}; })},
+        // Many terms per output, outputs not a multiple of the GPU's tile
+        // of 32: a bias gradient's shape (tiled), and a contiguous inner
+        // reduction (a warp per output) over two dims.
+        {"ReduceSumTiled",
+         OpKind::ReduceSum,
+         {{{300, 70}}},
+         {{70}},
+         with([](Attributes &a) { a.ints = {0}; })},
+        {"ReduceMeanContiguous",
+         OpKind::ReduceMean,
+         {{{5, 7, 40}}},
+         {{5}},
+         with([](Attributes &a) {
+           a.ints = {1, 2};
+         })},
+        {"ReduceSumStrided",
+         OpKind::ReduceSum,
+         {{{6, 50, 3}}},
+         {{50}},
+         with([](Attributes &a) {
+           a.ints = {0, 2};
+         })},
         {"LocalSplit",
          OpKind::LocalSplit,
          {{{4, 6}}},
