@@ -19,6 +19,9 @@
 // RUN: sed 's/"half_flops": 4194304/"half_flops": "big"/' %S/Inputs/clusters/slow-gemm.json > %t.half.json
 // RUN: not tpc-opt %s --tp-simulate=cluster=%t.half.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=HALF
 // HALF: error: tp-simulate: {{.*}}.half.json: device.gemm_efficiency.half_flops must be a non-negative number
+// RUN: sed 's/"source"/"devices": 0, "source"/' %S/Inputs/clusters/unit.json > %t.devices.json
+// RUN: not tpc-opt %s --tp-simulate=cluster=%t.devices.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=DEVICES
+// DEVICES: error: tp-simulate: {{.*}}.devices.json: devices must be a positive integer
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }

@@ -125,10 +125,10 @@ public:
           << llvm::toString(cluster.takeError());
       return signalPassFailure();
     }
+    const int64_t ranks = options.grid.getValue().sizes.front();
     const double budget = options.memoryBudget > 0
                               ? double(options.memoryBudget)
-                              : cluster->device.memoryBytes;
-    const int64_t ranks = options.grid.getValue().sizes.front();
+                              : cluster->deviceFor(ranks).memoryBytes;
 
     // ZeRO-1 and recomputation only save memory (recomputation costs
     // time, ZeRO-1 moves the same bytes): each shape tries them, in that

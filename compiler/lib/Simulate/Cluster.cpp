@@ -27,6 +27,20 @@ double DeviceModel::streamSeconds(double bytes) const {
   return opOverhead + bytes / memoryBandwidth;
 }
 
+DeviceModel ClusterModel::deviceFor(int64_t worldRanks) const {
+  if (devices == 0 || worldRanks <= devices)
+    return device;
+  // Ranks are placed in order, so the busiest device has this many.
+  const double share = double((worldRanks + devices - 1) / devices);
+  DeviceModel shared = device;
+  shared.peakF32 /= share;
+  shared.peakTF32 /= share;
+  shared.peakBF16 /= share;
+  shared.memoryBandwidth /= share;
+  shared.memoryBytes /= share;
+  return shared;
+}
+
 const NetworkLevel &ClusterModel::levelOf(ArrayRef<int64_t> ranks) const {
   for (const NetworkLevel &level : levels) {
     if (level.ranks == 0)
@@ -121,11 +135,17 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
     return llvm::createStringError(path + ": must be a JSON object");
   Reader top(*root, "", path);
   if (llvm::Error error =
-          top.onlyFields({"name", "source", "device", "network"}))
+          top.onlyFields({"name", "source", "device", "devices", "network"}))
     return std::move(error);
   ClusterModel cluster;
   if (llvm::Error error = top.string("name", cluster.name))
     return std::move(error);
+  if (root->get("devices")) {
+    std::optional<int64_t> devices = root->getInteger("devices");
+    if (!devices || *devices < 1)
+      return top.fail("devices", "must be a positive integer");
+    cluster.devices = *devices;
+  }
 
   auto device = top.child("device");
   if (!device)

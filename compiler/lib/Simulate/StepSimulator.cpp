@@ -53,7 +53,10 @@ FailureOr<StepPrediction> mlir::tp::simulateStep(func::FuncOp func,
                                                  const ClusterModel &cluster,
                                                  int64_t rank) {
   StepPrediction p;
-  const DeviceModel &device = cluster.device;
+  int64_t worldRanks = 1;
+  for (int64_t size : gridShape)
+    worldRanks *= size;
+  const DeviceModel device = cluster.deviceFor(worldRanks);
   double now = 0;                  // the compute stream
   double channelFree = 0;          // the communication channel of ring shifts
   DenseMap<Value, double> arrives; // a ring shift's result: when it is in

@@ -52,8 +52,17 @@ struct NetworkLevel {
 struct ClusterModel {
   std::string name;
   DeviceModel device;
+  /// Devices the cluster has; 0: one per rank, however many. With more ranks
+  /// than devices, consecutive ranks share one evenly (MPI processes on one
+  /// CPU).
+  int64_t devices = 0;
   /// Innermost first; the last spans every rank.
   SmallVector<NetworkLevel> levels;
+
+  /// What one of `worldRanks` ranks gets of its device: all of it, or with
+  /// several ranks to a device their share of its FLOP/s, memory bandwidth
+  /// and memory.
+  DeviceModel deviceFor(int64_t worldRanks) const;
 
   /// The innermost level one of whose groups holds every rank of `ranks`
   /// (global ranks, placed in order: rank r on node r / ranks-per-node).
