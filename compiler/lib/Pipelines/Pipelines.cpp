@@ -29,9 +29,10 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     pm.addPass(createChooseScheme(options));
     return success();
   }
-  if (options.memoryBudget != 0 || options.explain)
-    return emitError("tp-pipeline: memory-budget and explain are for "
-                     "mode=auto");
+  // estimate-layers=true is the default: only turning it off says something.
+  if (options.memoryBudget != 0 || options.explain || !options.estimateLayers)
+    return emitError("tp-pipeline: memory-budget, explain and "
+                     "estimate-layers are for mode=auto");
   // Options that would be silently ignored are errors.
   if (failed(verifyShardOptions("tp-pipeline", options.mode,
                                 options.grid.getValue(), options.seqParallel,
@@ -108,6 +109,30 @@ void mlir::tp::registerPipelines() {
         PipelineOptions options;
         if (failed(options.parseFromString(text)))
           return failure();
+        return buildPipeline(pm, options, emitError);
+      },
+      [](function_ref<void(const detail::PassOptions &)> optionHandler) {
+        optionHandler(PipelineOptions());
+      });
+  // tp-pipeline="mode=auto explain=true ..." under the name a user looks
+  // for: the ranked candidates, then the choice compiled.
+  registerPassPipeline(
+      "tp-explain",
+      "Rank every scheme, grid and dp for grid=N ranks on cluster=FILE "
+      "(tp-pipeline mode=auto explain=true) and compile the fastest",
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> emitError) {
+        PipelineOptions options;
+        if (failed(options.parseFromString(text)))
+          return failure();
+        if (options.mode.hasValue() && options.mode != ParallelMode::Auto)
+          return emitError("tp-explain: ranks the schemes itself; give no "
+                           "mode (tp-pipeline compiles a given one)");
+        if (options.explain.hasValue() && !options.explain)
+          return emitError("tp-explain: explain=false leaves nothing to "
+                           "explain; use tp-pipeline mode=auto");
+        options.mode = ParallelMode::Auto;
+        options.explain = true;
         return buildPipeline(pm, options, emitError);
       },
       [](function_ref<void(const detail::PassOptions &)> optionHandler) {

@@ -84,6 +84,13 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
                      "predicted step, memory and traffic, or why it was "
                      "rejected"),
       llvm::cl::init(false)};
+  Option<bool> estimateLayers{
+      *this, "estimate-layers",
+      llvm::cl::desc("mode=auto: predict each candidate from compiles of 2 "
+                     "and 3 of the model's layers, on a straight line to all "
+                     "of them (the layers are alike), and compile only the "
+                     "choice whole; false compiles every candidate whole"),
+      llvm::cl::init(true)};
   Option<MatmulPrecision> precision{
       *this, "precision",
       llvm::cl::desc("Operand precision of the matrix products, recorded in "
