@@ -22,6 +22,9 @@
 // RUN: sed 's/"source"/"devices": 0, "source"/' %S/Inputs/clusters/unit.json > %t.devices.json
 // RUN: not tpc-opt %s --tp-simulate=cluster=%t.devices.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=DEVICES
 // DEVICES: error: tp-simulate: {{.*}}.devices.json: devices must be a positive integer
+// RUN: sed 's/"level": "node",/"level": "node", "links": 1,/' %S/Inputs/clusters/unit.json > %t.links.json
+// RUN: not tpc-opt %s --tp-simulate=cluster=%t.links.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=LINKS
+// LINKS: error: tp-simulate: {{.*}}.links.json: network[0].links is for a level with one inside it (the innermost level's links are its ranks')
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }

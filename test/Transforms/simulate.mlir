@@ -17,6 +17,15 @@
 // A quarter of the peak (0.5 x F / (F + F)) and 10 us a kernel: matmul
 // 16.787216 ms, gelu 0.141072 ms, the all-reduce 0.01 + 0.098304 ms.
 // SLOW: remark: @step on slow-gemm: 17.037 ms per run (products 16.787 ms, 4.194e+06 flops; other kernels 0.141 ms; exchanges 0.098 ms, 0.098 ms exposed)
+// One link per node between nodes ("links": 1): a group holding both
+// ranks of each node it spans crosses alone (the first case, unchanged); the
+// shift over axis 0 of a 4x2 grid (ranks 0, 2, 4, 6) shares each node's link
+// with the group of ranks 1, 3, 5, 7: 4000 bytes at 0.05 GB/s + 10 us = 90
+// us, 88 us exposed past the 2 us product.
+// RUN: sed 's/"level": "cluster",/"level": "cluster", "links": 1,/' %S/Inputs/clusters/unit.json > %t.links.json
+// RUN: tpc-opt %s --split-input-file --tp-simulate=cluster=%t.links.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=LINKS
+// LINKS: remark: @step on unit: 5.368 ms per run
+// LINKS: remark: @exposed on unit: 0.090 ms per run (products 0.002 ms, 2.000e+03 flops; other kernels 0.000 ms; exchanges 0.090 ms, 0.088 ms exposed)
 // SHARED: remark: @step on unit: 9.694 ms per run (products 8.389 ms, 4.194e+06 flops; other kernels 0.262 ms; exchanges 1.043 ms, 1.043 ms exposed)
 tp.grid @tp [4]
 func.func @step(%x: tensor<64x128xf32>, %w: tensor<128x256xf32>) -> tensor<64x256xf32> {

@@ -59,7 +59,20 @@ double ClusterModel::exchangeSeconds(ArrayRef<int64_t> ranks, int64_t ringSteps,
   if (ringSteps == 0)
     return 0;
   const NetworkLevel &level = levelOf(ranks);
-  return double(ringSteps) * level.latency + bytes / level.bandwidth;
+  double bandwidth = level.bandwidth;
+  const size_t index = &level - levels.begin();
+  if (level.links > 0 && index > 0) {
+    // Every rank runs the same exchange over its own group at once: a node
+    // (inner group) holding k of this group's ranks is crossed by
+    // inner / k such groups, which share its links.
+    const int64_t inner = levels[index - 1].ranks;
+    const int64_t held = llvm::count_if(ranks, [&](int64_t rank) {
+      return rank / inner == ranks.front() / inner;
+    });
+    const double crossing = double(inner) / double(held);
+    bandwidth *= std::min(1.0, double(level.links) / crossing);
+  }
+  return double(ringSteps) * level.latency + bytes / bandwidth;
 }
 
 namespace {
@@ -204,8 +217,8 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
     if (!object)
       return top.fail(where.substr(0, where.size() - 1), "must be an object");
     Reader level(*object, where, path);
-    if (llvm::Error error =
-            level.onlyFields({"level", "ranks", "bandwidth", "latency"}))
+    if (llvm::Error error = level.onlyFields(
+            {"level", "ranks", "bandwidth", "latency", "links"}))
       return std::move(error);
     NetworkLevel parsed;
     if (llvm::Error error = level.string("level", parsed.name))
@@ -215,6 +228,15 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
     if (llvm::Error error =
             level.optionalNonNegative("latency", parsed.latency))
       return std::move(error);
+    if (object->get("links")) {
+      std::optional<int64_t> links = object->getInteger("links");
+      if (!links || *links < 1)
+        return level.fail("links", "must be a positive integer");
+      if (index == 0)
+        return level.fail("links", "is for a level with one inside it (the "
+                                   "innermost level's links are its ranks')");
+      parsed.links = *links;
+    }
     const bool outermost = index + 1 == network->size();
     if (object->get("ranks")) {
       std::optional<int64_t> ranks = object->getInteger("ranks");

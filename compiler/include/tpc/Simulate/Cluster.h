@@ -47,6 +47,11 @@ struct NetworkLevel {
   /// Bytes/s one rank sends over this level's links, and seconds per
   /// message.
   double bandwidth = 0, latency = 0;
+  /// Links one group of the inner level has to this level (one InfiniBand
+  /// port per node); 0: one per rank. With fewer links than the groups
+  /// crossing them at once, those share them (`bandwidth` is then one
+  /// link's).
+  int64_t links = 0;
 };
 
 struct ClusterModel {
