@@ -3,8 +3,10 @@
 # first if needed), imports the bundled GPT-2 config (byte-level vocabulary),
 # compiles it to a 1D tensor-parallel training plan and trains it on RANKS
 # MPI ranks (default 2, one per core of a 2-core machine) on English text
-# from Debian's `fortunes` package, then draws the loss curve and exports the
-# model in HuggingFace layout. STEPS=N overrides the 400 steps.
+# from Debian's `fortunes` package, the last 5 % held out (validation loss
+# and perplexity every 50 steps), then draws the training and validation
+# curves and exports the model in HuggingFace layout. STEPS=N overrides the
+# 400 steps.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -32,6 +34,7 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 mpirun -np "$ranks" --oversubscribe -x OPENBLAS_NUM_THREADS=1 \
   "$bin/tp-run" "$work/model.tpplan" --data "$work/fortunes.tokens" --threads 1 \
   --steps "$steps" --lr 1e-3 --warmup 40 \
+  --eval-every 50 --eval-fraction 0.05 --eval-tokens 8192 \
   --checkpoint-dir "$work/checkpoints" --checkpoint-every 100 \
   --metrics "$work/train.json" --plot "$work/loss.svg" --export "$work/export"
 { set +x; } 2>/dev/null

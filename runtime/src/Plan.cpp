@@ -748,6 +748,25 @@ const plan::Program *LoadedPlan::program(const std::string &name) const {
   return nullptr;
 }
 
+std::vector<int64_t> LoadedPlan::wholeInputShape(const std::string &name,
+                                                 plan::InputKind kind) const {
+  const plan::Program *p = program(name);
+  if (!p)
+    return {};
+  for (const plan::Input *input : *p->inputs()) {
+    if (input->kind() != kind)
+      continue;
+    const plan::Tensor &t = *p->tensors()->Get(input->tensor());
+    std::vector<int64_t> whole(t.shape()->begin(), t.shape()->end());
+    // The loader checked the split against the input's rank.
+    for (size_t d = 0; input->split() && d < input->split()->size(); ++d)
+      for (int64_t axis : *input->split()->Get(d)->axes())
+        whole[d] *= root->grid()->Get(axis);
+    return whole;
+  }
+  return {};
+}
+
 void LoadedPlan::printJson(std::ostream &os) const {
   using Json = nlohmann::ordered_json;
   auto array = [](const auto *vector) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <tuple>
 #include <unistd.h>
 
 namespace tpc::runtime {
@@ -109,18 +110,27 @@ int decimalsFor(double step) {
 void writeLossCurveSvg(const std::string &path,
                        const std::vector<int64_t> &steps,
                        const std::vector<double> &losses,
-                       const std::string &title) {
-  if (steps.size() != losses.size())
+                       const std::string &title,
+                       const std::vector<int64_t> &evalSteps,
+                       const std::vector<double> &evalLosses) {
+  if (steps.size() != losses.size() || evalSteps.size() != evalLosses.size())
     throw std::invalid_argument(
         "writeLossCurveSvg: " + std::to_string(steps.size()) + " steps but " +
-        std::to_string(losses.size()) + " losses");
-  std::vector<double> xs, ys;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (std::isfinite(losses[i])) {
-      xs.push_back(double(steps[i]));
-      ys.push_back(losses[i]);
-    }
-  }
+        std::to_string(losses.size()) + " losses, " +
+        std::to_string(evalSteps.size()) + " validation steps but " +
+        std::to_string(evalLosses.size()) + " validation losses");
+  auto finite = [](const std::vector<int64_t> &at,
+                   const std::vector<double> &values, std::vector<double> &xs,
+                   std::vector<double> &ys) {
+    for (size_t i = 0; i < at.size(); ++i)
+      if (std::isfinite(values[i])) {
+        xs.push_back(double(at[i]));
+        ys.push_back(values[i]);
+      }
+  };
+  std::vector<double> xs, ys, vxs, vys;
+  finite(steps, losses, xs, ys);
+  finite(evalSteps, evalLosses, vxs, vys);
   const size_t n = xs.size();
 
   // Data ranges: x as given (one step is widened by 1 on each side), y
@@ -128,8 +138,11 @@ void writeLossCurveSvg(const std::string &path,
   // or +-1 around zero).
   double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   if (n) {
-    auto [xmin, xmax] = std::minmax_element(xs.begin(), xs.end());
-    auto [ymin, ymax] = std::minmax_element(ys.begin(), ys.end());
+    std::vector<double> allX = xs, allY = ys;
+    allX.insert(allX.end(), vxs.begin(), vxs.end());
+    allY.insert(allY.end(), vys.begin(), vys.end());
+    auto [xmin, xmax] = std::minmax_element(allX.begin(), allX.end());
+    auto [ymin, ymax] = std::minmax_element(allY.begin(), allY.end());
     x0 = *xmin, x1 = *xmax, y0 = *ymin, y1 = *ymax;
     if (x0 == x1)
       x0 -= 1, x1 += 1;
@@ -200,15 +213,17 @@ void writeLossCurveSvg(const std::string &path,
            "\" text-anchor=\"middle\" fill=\"#888888\">no finite loss "
            "values</text>\n";
   } else {
-    auto polyline = [&](const char *cls, const std::vector<double> &values,
-                        const char *style) {
+    auto polyline = [&](const char *cls, const std::vector<double> &at,
+                        const std::vector<double> &values, const char *style) {
       svg += std::string("<polyline class=\"") + cls + "\" " + style +
              " fill=\"none\" stroke-linejoin=\"round\" points=\"";
-      for (size_t i = 0; i < n; ++i)
-        svg += (i ? " " : "") + coord(px(xs[i])) + "," + coord(py(values[i]));
+      for (size_t i = 0; i < at.size(); ++i)
+        svg += (i ? " " : "") + coord(px(at[i])) + "," + coord(py(values[i]));
       svg += "\"/>\n";
     };
-    polyline("loss", ys, "stroke=\"#9ecae1\" stroke-width=\"1.2\"");
+    // Legend entries: a line's colour and width, and its label.
+    std::vector<std::tuple<const char *, const char *, std::string>> legend;
+    polyline("loss", xs, ys, "stroke=\"#9ecae1\" stroke-width=\"1.2\"");
     if (n == 1)
       svg += "<circle class=\"point\" cx=\"" + coord(px(xs[0])) + "\" cy=\"" +
              coord(py(ys[0])) + "\" r=\"3.5\" fill=\"#08519c\"/>\n";
@@ -224,24 +239,40 @@ void writeLossCurveSvg(const std::string &path,
           sum += ys[k];
         smooth[i] = sum / double(2 * h + 1);
       }
-      polyline("smoothed", smooth, "stroke=\"#08519c\" stroke-width=\"2\"");
-      // Legend, top right inside the plot area.
-      double lx = kLeft + kPlotW - 190, ly = kTop + 12;
+      polyline("smoothed", xs, smooth, "stroke=\"#08519c\" stroke-width=\"2\"");
+      legend.emplace_back("#9ecae1", "1.2", "loss");
+      legend.emplace_back("#08519c", "2",
+                          "moving average (" + std::to_string(2 * half + 1) +
+                              ")");
+    }
+    if (!vxs.empty()) {
+      // Held-out loss: a line through its evaluations, each one marked.
+      polyline("validation", vxs, vys, "stroke=\"#d94801\" stroke-width=\"2\"");
+      for (size_t i = 0; i < vxs.size(); ++i)
+        svg += "<circle class=\"validation-point\" cx=\"" + coord(px(vxs[i])) +
+               "\" cy=\"" + coord(py(vys[i])) +
+               "\" r=\"3\" fill=\"#d94801\"/>\n";
+      if (legend.empty())
+        legend.emplace_back("#9ecae1", "1.2", "training loss");
+      legend.emplace_back("#d94801", "2", "validation loss");
+    }
+    if (!legend.empty()) {
+      // Top right inside the plot area, one row of 20 units per entry.
+      const double lx = kLeft + kPlotW - 190, ly = kTop + 12;
       svg += "<g class=\"legend\">\n<rect x=\"" + coord(lx - 8) + "\" y=\"" +
-             coord(ly - 8) +
-             "\" width=\"190\" height=\"44\" fill=\"white\" "
-             "fill-opacity=\"0.85\" stroke=\"#cccccc\"/>\n";
-      svg += "<line x1=\"" + coord(lx) + "\" y1=\"" + coord(ly + 4) +
-             "\" x2=\"" + coord(lx + 24) + "\" y2=\"" + coord(ly + 4) +
-             "\" stroke=\"#9ecae1\" stroke-width=\"1.2\"/>\n";
-      svg += "<text x=\"" + coord(lx + 32) + "\" y=\"" + coord(ly + 8) +
-             "\">loss</text>\n";
-      svg += "<line x1=\"" + coord(lx) + "\" y1=\"" + coord(ly + 24) +
-             "\" x2=\"" + coord(lx + 24) + "\" y2=\"" + coord(ly + 24) +
-             "\" stroke=\"#08519c\" stroke-width=\"2\"/>\n";
-      svg += "<text x=\"" + coord(lx + 32) + "\" y=\"" + coord(ly + 28) +
-             "\">moving average (" + std::to_string(2 * half + 1) +
-             ")</text>\n</g>\n";
+             coord(ly - 8) + "\" width=\"190\" height=\"" +
+             coord(4 + 20 * double(legend.size())) +
+             "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#cccccc\"/>\n";
+      for (size_t i = 0; i < legend.size(); ++i) {
+        const auto &[colour, width, label] = legend[i];
+        const double y = ly + 4 + 20 * double(i);
+        svg += "<line x1=\"" + coord(lx) + "\" y1=\"" + coord(y) + "\" x2=\"" +
+               coord(lx + 24) + "\" y2=\"" + coord(y) + "\" stroke=\"" +
+               colour + "\" stroke-width=\"" + width + "\"/>\n";
+        svg += "<text x=\"" + coord(lx + 32) + "\" y=\"" + coord(y + 4) +
+               "\">" + escapeXml(label) + "</text>\n";
+      }
+      svg += "</g>\n";
     }
   }
   svg += "</svg>\n";

@@ -4,9 +4,11 @@
 #include "tpc/runtime/Tokens.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 namespace tpc::runtime {
@@ -20,6 +22,35 @@ int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep) {
   return ((step - 1) % batches) * tokensPerStep;
 }
 
+int64_t evaluationBatches(int64_t evalTokens, int64_t tokensPerStep,
+                          int64_t streamTokens) {
+  const int64_t batches =
+      std::max<int64_t>(1, (evalTokens + tokensPerStep - 1) / tokensPerStep);
+  if (batches * tokensPerStep + 1 > streamTokens)
+    throw std::runtime_error("the evaluation tokens hold " +
+                             std::to_string(streamTokens) + " tokens; " +
+                             std::to_string(batches) + " batch(es) of " +
+                             std::to_string(tokensPerStep) + " tokens need " +
+                             std::to_string(batches * tokensPerStep + 1));
+  return batches;
+}
+
+namespace {
+/// The mean of @loss over the first `batches` windows of `stream`.
+double heldOutLoss(ProgramRunner &runner, std::span<const int32_t> stream,
+                   int64_t batches, int64_t batch, int64_t seq) {
+  double sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    Batch window = cutBatch(stream, b * batch * seq, batch, seq);
+    runner.setInput(plan::InputKind::Tokens, window.tokens);
+    runner.setInput(plan::InputKind::Targets, window.targets);
+    runner.run();
+    sum += runner.result(0)[0];
+  }
+  return sum / double(batches);
+}
+} // namespace
+
 TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   std::span<const int32_t> stream, const TrainConfig &config,
                   std::ostream &log) {
@@ -31,6 +62,17 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   std::vector<int64_t> shape = runner.tokensShape();
   TrainResult result;
   result.tokensPerStep = shape[0] * shape[1];
+  // The held-out loss runs @loss on the parameters train_step updates.
+  std::optional<ProgramRunner> evalRunner;
+  if (config.evalEvery > 0) {
+    if (!plan.program("loss"))
+      throw std::runtime_error("evaluation needs the plan's @loss program");
+    if (rebalancer.enabled())
+      throw std::runtime_error(
+          "held-out evaluation does not run with rebalancing yet: @loss "
+          "has no rebalance points to follow the moved blocks");
+    evalRunner.emplace(plan, "loss", params, config.comm, backend);
+  }
   if (!config.resume.empty()) {
     CheckpointState state = readCheckpoint(config.resume, plan, params);
     result.firstStep = state.step + 1;
@@ -98,6 +140,20 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   static_cast<long long>(config.steps), lossText, lr,
                   result.tokensPerStep / seconds, seconds * 1e3);
     log << line;
+    const bool evaluate =
+        evalRunner && std::isfinite(loss) &&
+        (step % config.evalEvery == 0 || step == config.steps);
+    if (evaluate) {
+      const double heldOut =
+          heldOutLoss(*evalRunner, config.evalStream, config.evalBatches,
+                      shape[0], shape[1]);
+      result.evals.push_back(
+          {step, heldOut, config.evalBatches * result.tokensPerStep});
+      char text[80];
+      std::snprintf(text, sizeof(text), " | val loss %.4f | val ppl %.2f",
+                    heldOut, std::exp(heldOut));
+      log << text;
+    }
     if (rebalancer.enabled() && !rebalancer.status().empty())
       log << " | " << rebalancer.status();
     if (event)

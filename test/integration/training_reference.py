@@ -12,7 +12,10 @@ Run with the project venv (tools/setup-venv.sh) on a model directory made by
       [--lr --min-lr --warmup --decay-steps --clip --weight-decay --beta1 --beta2 --eps]
       N steps of torch.optim.AdamW (weight decay on parameters of rank >= 2, global-norm clipping,
       linear warmup + cosine decay, tp-run's batch order) in float64, against the loss curve in
-      tp-run's --metrics JSON; per step rel = |actual - ref| / |ref|.
+      tp-run's --metrics JSON; per step rel = |actual - ref| / |ref|. With --eval-fraction F
+      --eval-every N --eval-batches K, the last F of the tokens are held out as tp-run holds them
+      out (training uses the rest), and the mean loss over their first K windows after every N-th
+      step and the last is checked against the metrics' eval_curve the same way.
   training_reference.py export --export DIR --tokens FILE --batch B --seq S --actual OUT.safetensors
       loads DIR (tp-run --export) with from_pretrained and checks its logits against the runtime's
       logits of the same weights (tp-run --dump), and that its weights are the exported bits.
@@ -136,6 +139,15 @@ def train(args):
         raise UsageError(f"{args.actual}: loss_curve does not hold steps 1..{args.steps}")
 
     tokens = reference.read_tokens(os.path.join(args.model, "tokens.tokens"))
+    held_out, eval_steps, evals = None, [], {}
+    if args.eval_every:
+        # tp-run's split: the last llround(F * N) tokens (half away from zero).
+        held = int(math.floor(args.eval_fraction * len(tokens) + 0.5))
+        tokens, held_out = tokens[: len(tokens) - held], tokens[len(tokens) - held :]
+        eval_steps = [s for s in range(1, args.steps + 1) if s % args.eval_every == 0 or s == args.steps]
+        evals = {int(r["step"]): float(r["loss"]) for r in metrics.get("eval_curve", [])}
+        if sorted(evals) != eval_steps:
+            raise UsageError(f"{args.actual}: eval_curve holds steps {sorted(evals)}, expected {eval_steps}")
     model = _load_model(args.model, torch.float64)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -161,7 +173,19 @@ def train(args):
             print(f"step {step:3d}: torch {ref:.8f} tpc {curve[step]:.8f} rel {rel:.2e}")
             if not rel <= args.rtol:
                 failures.append(f"step {step} rel={rel:.3e}")
-    print(f"train: {args.steps} steps, worst rel={worst:.3e} (rtol {args.rtol:.0e})")
+            if step in eval_steps:
+                with torch.no_grad():
+                    held_loss = sum(
+                        _loss(model, *_batch(held_out, b + 1, args.batch, args.seq)).item()
+                        for b in range(args.eval_batches)) / args.eval_batches
+                rel = abs(evals[step] - held_loss) / max(abs(held_loss), 1e-30)
+                worst = max(worst, rel)
+                print(f"  held-out after step {step:3d}: torch {held_loss:.8f} tpc {evals[step]:.8f} "
+                      f"rel {rel:.2e}")
+                if not rel <= args.rtol:
+                    failures.append(f"held-out loss after step {step} rel={rel:.3e}")
+    print(f"train: {args.steps} steps, {len(eval_steps)} held-out evaluations, worst rel={worst:.3e} "
+          f"(rtol {args.rtol:.0e})")
     if failures:
         print("train: FAIL: " + "; ".join(failures), file=sys.stderr)
         return 1
@@ -223,6 +247,9 @@ def main(argv=None):
     t.add_argument("--beta1", type=float, default=0.9)
     t.add_argument("--beta2", type=float, default=0.999)
     t.add_argument("--eps", type=float, default=1e-8)
+    t.add_argument("--eval-every", type=int, default=0)
+    t.add_argument("--eval-fraction", type=float, default=0.0)
+    t.add_argument("--eval-batches", type=int, default=0)
     e.add_argument("--export", required=True)
     e.add_argument("--tokens", required=True)
     args = parser.parse_args(argv)

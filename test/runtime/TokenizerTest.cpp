@@ -419,10 +419,45 @@ TEST(PlotTest, SinglePointConstantAndEmpty) {
   EXPECT_EQ(plot("empty.svg", {}, {}).find("<polyline"), std::string::npos);
 }
 
+TEST(PlotTest, ValidationCurve) {
+  // Training loss falls from 6 to 4; the held-out loss, every 10 steps, sits
+  // above it and ends above the training range: the y range takes it in.
+  std::vector<int64_t> steps, evalSteps;
+  std::vector<double> losses, evalLosses;
+  for (int i = 1; i <= 40; ++i) {
+    steps.push_back(i);
+    losses.push_back(6.0 - 2.0 * (i - 1) / 39.0);
+    if (i % 10 == 0) {
+      evalSteps.push_back(i);
+      evalLosses.push_back(i == 40 ? 7.5 : 6.5 - 0.1 * i / 10);
+    }
+  }
+  fs::path path = tempDir() / "validation.svg";
+  writeLossCurveSvg(path.string(), steps, losses, "run", evalSteps, evalLosses);
+  std::string svg = readAll(path);
+  auto train = polylinePoints(svg, "loss"),
+       held = polylinePoints(svg, "validation");
+  ASSERT_EQ(train.size(), 40u);
+  ASSERT_EQ(held.size(), 4u);
+  EXPECT_EQ(count(svg, "class=\"validation-point\""), 4u);
+  EXPECT_NE(svg.find(">validation loss</text>"), std::string::npos);
+  // Same x scale: the held-out point at step 10 sits over training step 10.
+  EXPECT_EQ(held[0].first, train[9].first);
+  // Above the training curve (SVG y grows downwards) and inside the frame.
+  EXPECT_LT(held[0].second, train[9].second);
+  EXPECT_GE(held[3].second, 48);
+  // Without held-out losses nothing of it is drawn.
+  EXPECT_EQ(plot("no-validation.svg", steps, losses).find("validation"),
+            std::string::npos);
+}
+
 TEST(PlotTest, Errors) {
   EXPECT_THROW(
       writeLossCurveSvg((tempDir() / "x.svg").string(), {1, 2}, {1.0}, "t"),
       std::invalid_argument);
+  EXPECT_THROW(writeLossCurveSvg((tempDir() / "x.svg").string(), {1}, {1.0},
+                                 "t", {1, 2}, {1.0}),
+               std::invalid_argument);
   std::string bad = (tempDir() / "no-such-dir" / "x.svg").string();
   expectError<std::runtime_error>(
       [&] { writeLossCurveSvg(bad, {1}, {1.0}, "t"); },

@@ -68,6 +68,11 @@ struct Options {
   double clip = 1.0;
   std::string checkpointDir, resume, exportDir, plot;
   int64_t checkpointEvery = 0;
+  // Held-out evaluation.
+  std::string evalData;
+  std::optional<double> evalFraction;
+  int64_t evalEvery = 0;
+  std::optional<int64_t> evalTokens;
   // Mixed hardware (docs/rebalancing.md).
   std::string rebalance = "off";
   std::vector<std::string> slow;
@@ -209,6 +214,25 @@ Options parseArgs(int argc, char **argv) {
       ->group(trainingGroup);
   app.add_option("--plot", o.plot, "Draw the loss curve (SVG)")
       ->group(trainingGroup);
+  const char *heldOutGroup = "Held-out evaluation (training)";
+  app.add_option("--eval-every", o.evalEvery,
+                 "Run @loss on held-out tokens every N steps and after the "
+                 "last; validation loss and perplexity in the progress line, "
+                 "the metrics and the plot")
+      ->check(numberCheck(true, 1))
+      ->group(heldOutGroup);
+  app.add_option("--eval-data", o.evalData,
+                 "Held-out token file (tpc-tokenize)")
+      ->group(heldOutGroup);
+  app.add_option("--eval-fraction", o.evalFraction,
+                 "Hold out this last fraction of --data instead (e.g. 0.1)")
+      ->check(numberCheck(false, 0, 0.9))
+      ->group(heldOutGroup);
+  app.add_option("--eval-tokens", o.evalTokens,
+                 "Tokens per evaluation, rounded up to whole batches "
+                 "(default: 4 batches)")
+      ->check(numberCheck(true, 1))
+      ->group(heldOutGroup);
   const char *mixedGroup = "Mixed hardware (training)";
   app.add_option("--rebalance", o.rebalance,
                  "When a rank straggles: off, resize (slow rank computes "
@@ -270,6 +294,20 @@ Options parseArgs(int argc, char **argv) {
     usageError("--checkpoint-every needs --checkpoint-dir");
   if (!o.weights.empty() && !o.resume.empty())
     usageError("--weights and --resume both set the parameters; give one");
+  const bool heldOut = !o.evalData.empty() || o.evalFraction.has_value();
+  if (o.evalEvery > 0 && !training)
+    usageError("--eval-every evaluates during training; it needs --steps");
+  if (o.evalEvery > 0 && !heldOut)
+    usageError("--eval-every needs held-out tokens: --eval-data FILE or "
+               "--eval-fraction F");
+  if (!o.evalData.empty() && o.evalFraction)
+    usageError("--eval-data and --eval-fraction both give held-out tokens; "
+               "give one");
+  if ((heldOut || o.evalTokens) && o.evalEvery == 0)
+    usageError("--eval-data, --eval-fraction and --eval-tokens need "
+               "--eval-every N");
+  if (o.evalFraction && !(*o.evalFraction > 0))
+    usageError("--eval-fraction must be above 0");
   o.rebalanceOptions.policy = parseRebalancePolicy(o.rebalance);
   for (const std::string &slow : o.slow)
     o.rebalanceOptions.slow.push_back(parseSlowdown(slow));
@@ -480,9 +518,29 @@ nlohmann::ordered_json rebalanceJson(const Options &o,
   return json;
 }
 
-int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
-             std::span<const int32_t> stream) {
+/// Everything before the first collective: a failure here happens on each
+/// rank on its own (a bad flag, plan, weights or token file), so all ranks
+/// can report it and stop together.
+struct Prepared {
+  LoadedPlan plan;
+  ParamStore params;
+  std::vector<int32_t> stream;
+  /// Held-out tokens (--eval-data, or the tail --eval-fraction cut off
+  /// `stream`) and how many batches each evaluation runs.
+  std::vector<int32_t> evalStream;
+  int64_t evalBatches = 0;
+  /// Held by the rank that writes checkpoints, for the whole run.
+  std::unique_ptr<CheckpointDirLock> checkpointLock;
+};
+
+int trainRun(const Options &o, Prepared &p) {
+  const LoadedPlan &plan = p.plan;
+  ParamStore &params = p.params;
+  std::span<const int32_t> stream = p.stream;
   TrainConfig config;
+  config.evalEvery = o.evalEvery;
+  config.evalBatches = p.evalBatches;
+  config.evalStream = p.evalStream;
   config.steps = o.steps;
   const double warmup = o.warmup
                             ? double(*o.warmup)
@@ -524,7 +582,16 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
       steps.push_back(r.step);
       losses.push_back(r.loss);
     }
-    writeLossCurveSvg(o.plot, steps, losses, "training loss");
+    std::vector<int64_t> evalSteps;
+    std::vector<double> evalLosses;
+    for (const EvalRecord &e : result.evals) {
+      evalSteps.push_back(e.step);
+      evalLosses.push_back(e.loss);
+    }
+    writeLossCurveSvg(o.plot, steps, losses,
+                      evalSteps.empty() ? "training loss"
+                                        : "training and validation loss",
+                      evalSteps, evalLosses);
     std::cout << "loss curve: " << o.plot << "\n";
   }
   if (!o.metrics.empty()) {
@@ -560,6 +627,23 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
                        {"lr", r.learningRate},
                        {"seconds", r.seconds}});
     json["loss_curve"] = std::move(curve);
+    if (o.evalEvery > 0) {
+      json["evaluation"] = {
+          {"every", o.evalEvery},
+          {"batches", p.evalBatches},
+          {"tokens", p.evalBatches * result.tokensPerStep},
+          {"source", o.evalFraction
+                         ? "last " + std::to_string(p.evalStream.size()) +
+                               " tokens of " + o.data
+                         : o.evalData}};
+      nlohmann::ordered_json evals = nlohmann::ordered_json::array();
+      for (const EvalRecord &e : result.evals)
+        evals.push_back({{"step", e.step},
+                         {"loss", e.loss},
+                         {"perplexity", std::exp(e.loss)},
+                         {"tokens", e.tokens}});
+      json["eval_curve"] = std::move(evals);
+    }
     if (rebalancingAsked(o))
       json["rebalance"] = rebalanceJson(o, result);
     json["communication"] =
@@ -572,17 +656,6 @@ int trainRun(const Options &o, const LoadedPlan &plan, ParamStore &params,
     throw std::runtime_error(result.stoppedBecause);
   return 0;
 }
-
-/// Everything before the first collective: a failure here happens on each
-/// rank on its own (a bad flag, plan, weights or token file), so all ranks
-/// can report it and stop together.
-struct Prepared {
-  LoadedPlan plan;
-  ParamStore params;
-  std::vector<int32_t> stream;
-  /// Held by the rank that writes checkpoints, for the whole run.
-  std::unique_ptr<CheckpointDirLock> checkpointLock;
-};
 
 /// Every file and directory the run will write can be written: checked
 /// before anything long starts, on the rank that writes them.
@@ -624,14 +697,56 @@ std::optional<Prepared> prepare(const Options &o) {
   std::vector<int32_t> stream = readTokenFile(o.data);
   if (int64_t vocab = plan.vocabularySize())
     checkTokenIds(stream, vocab, o.data);
+  std::vector<int32_t> evalStream;
+  int64_t evalBatches = 0;
+  if (o.evalEvery > 0) {
+    if (!plan.program("loss"))
+      throw std::runtime_error(o.plan + ": has no loss program, which "
+                                        "--eval-every runs");
+    if (rebalancingAsked(o))
+      throw std::runtime_error(
+          "--eval-every does not combine with --rebalance, --slow or "
+          "--rank-speeds yet: @loss cannot follow moved blocks");
+    if (o.evalFraction) {
+      // The last fraction, whole tokens; training keeps the rest.
+      const auto held =
+          size_t(std::llround(*o.evalFraction * double(stream.size())));
+      evalStream.assign(stream.end() - held, stream.end());
+      stream.resize(stream.size() - held);
+    } else {
+      evalStream = readTokenFile(o.evalData);
+      if (int64_t vocab = plan.vocabularySize())
+        checkTokenIds(evalStream, vocab, o.evalData);
+    }
+    std::vector<int64_t> tokens =
+        plan.wholeInputShape("train_step", tpc::plan::InputKind::Tokens);
+    const int64_t tokensPerStep =
+        tokens.size() == 2 ? tokens[0] * tokens[1] : 0;
+    if (tokensPerStep <= 0)
+      throw std::runtime_error(o.plan + ": train_step has no [batch, seq] "
+                                        "tokens input");
+    std::ostringstream source;
+    if (o.evalFraction)
+      source << "--eval-fraction " << *o.evalFraction;
+    else
+      source << o.evalData;
+    try {
+      evalBatches =
+          evaluationBatches(o.evalTokens.value_or(4 * tokensPerStep),
+                            tokensPerStep, int64_t(evalStream.size()));
+      batchOffset(1, int64_t(stream.size()), tokensPerStep);
+    } catch (const std::runtime_error &error) {
+      throw std::runtime_error(source.str() + ": " + error.what());
+    }
+  }
   std::unique_ptr<CheckpointDirLock> lock;
   if (!o.checkpointDir.empty() && isFirstRank()) {
     lock = std::make_unique<CheckpointDirLock>(o.checkpointDir);
     for (const std::string &leftover : lock->removedLeftovers())
       std::cout << "removed a leftover of a killed run: " << leftover << "\n";
   }
-  return Prepared{std::move(plan), std::move(params), std::move(stream),
-                  std::move(lock)};
+  return Prepared{std::move(plan),       std::move(params), std::move(stream),
+                  std::move(evalStream), evalBatches,       std::move(lock)};
 }
 
 /// What every rank must agree on before the first collective: a rank given
@@ -648,6 +763,7 @@ std::string disagreement(const Comm &world, const Options &o,
            << o.rebalance << ' ' << o.rebalanceOptions.window << ' '
            << o.rebalanceOptions.patience << ' ' << o.rebalanceOptions.threshold
            << ' ' << o.rebalanceOptions.minGain << ' ' << backend->name();
+  schedule << " eval " << o.evalEvery << ' ' << p.evalBatches;
   for (const std::string &slow : o.slow)
     schedule << ' ' << slow;
   for (double speed : o.rebalanceOptions.rankSpeeds)
@@ -656,9 +772,11 @@ std::string disagreement(const Comm &world, const Options &o,
   const std::pair<uint64_t, const char *> checks[] = {
       {p.plan.contentChecksum(), "plan files"},
       {contentChecksum(std::as_bytes(std::span(p.stream))), "token data"},
+      {contentChecksum(std::as_bytes(std::span(p.evalStream))),
+       "held-out token data"},
       {contentChecksum(std::as_bytes(std::span(options))),
        "options (steps, schedule, program, offset, weights, resume, "
-       "rebalancing or device)"}};
+       "rebalancing, evaluation or device)"}};
   for (const auto &[checksum, what] : checks)
     if (!world.allEqual(checksum))
       return what;
@@ -669,7 +787,7 @@ int execute(const Options &o, Prepared &p) {
   // Collective: every rank got here (main agreed on the set-up).
   backend->connect(*gridComm);
   if (o.steps > 0)
-    return trainRun(o, p.plan, p.params, p.stream);
+    return trainRun(o, p);
   return evaluate(o, p.plan, p.params, p.stream);
 }
 

@@ -60,6 +60,11 @@ public:
   const plan::Plan &plan() const { return *root; }
   /// The program called `name`, or null.
   const plan::Program *program(const std::string &name) const;
+  /// The whole shape of program `name`'s input of `kind` (its declared
+  /// block times the ranks of each dimension's split), or empty when the
+  /// program or the input does not exist.
+  std::vector<int64_t> wholeInputShape(const std::string &name,
+                                       plan::InputKind kind) const;
 
   /// XXH3-64 of the plan file's bytes (ranks compare it at start-up).
   uint64_t contentChecksum() const;

@@ -14,11 +14,16 @@ namespace tpc::runtime {
 /// centred moving average (class="smoothed"). NaN and infinite losses are
 /// skipped; a single point is also drawn as a dot; a constant loss gets a
 /// small range around it; with no finite loss the axes carry a note.
-/// Throws std::invalid_argument if the vectors differ in length and
-/// std::runtime_error("<path>: ...") if the file cannot be written.
+/// A held-out loss (`evalSteps`, `evalLosses`; may be empty) is a second
+/// polyline (class="validation") with a dot per evaluation, in the ranges
+/// and the legend. Throws std::invalid_argument if paired vectors differ in
+/// length and std::runtime_error("<path>: ...") if the file cannot be
+/// written.
 void writeLossCurveSvg(const std::string &path,
                        const std::vector<int64_t> &steps,
                        const std::vector<double> &losses,
-                       const std::string &title);
+                       const std::string &title,
+                       const std::vector<int64_t> &evalSteps = {},
+                       const std::vector<double> &evalLosses = {});
 
 } // namespace tpc::runtime

@@ -26,6 +26,21 @@ struct TrainConfig {
   Backend *backend = nullptr; // where the step runs; null: the CPU
   /// Straggler emulation, detection and the policy (Rebalancer.h).
   RebalanceOptions rebalance;
+  /// Held-out evaluation: every `evalEvery` steps (and after the last) the
+  /// plan's @loss runs on the first `evalBatches` windows of `evalStream`,
+  /// the same windows each time; 0 turns it off.
+  int64_t evalEvery = 0;
+  int64_t evalBatches = 0;
+  std::span<const int32_t> evalStream;
+};
+
+/// One held-out evaluation: the mean loss over its batches (each batch's
+/// loss is the mean over its tokens, and the batches are alike, so this is
+/// the mean over all of them).
+struct EvalRecord {
+  int64_t step;
+  double loss;
+  int64_t tokens;
 };
 
 struct StepRecord {
@@ -38,6 +53,7 @@ struct StepRecord {
 struct TrainResult {
   int64_t firstStep = 1; // 1 + the step resumed from
   std::vector<StepRecord> records;
+  std::vector<EvalRecord> evals;
   std::map<std::string, OpStats> opStats; // summed over all steps
   uint64_t arenaBytes = 0, paramBytes = 0, inputBytes = 0;
   int64_t tokensPerStep = 0;
@@ -57,6 +73,12 @@ struct TrainResult {
 /// The batch offset of a 1-based step: consecutive windows of batch*seq
 /// tokens, wrapping around the stream.
 int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep);
+
+/// How many evaluation batches of `tokensPerStep` tokens give `evalTokens`
+/// tokens (at least one; the rest of a batch is rounded up), checked
+/// against the stream: throws naming both when it is too short.
+int64_t evaluationBatches(int64_t evalTokens, int64_t tokensPerStep,
+                          int64_t streamTokens);
 
 /// Runs @train_step from step 1 (or after the resumed checkpoint) through
 /// config.steps, printing one progress line per step to `log`, writing
