@@ -617,6 +617,10 @@ struct BpeTokenizer::Impl {
   std::unordered_map<uint64_t, Merge> merges; // (left, right) -> merge
   std::vector<std::string> idBytes;           // id -> the bytes it spells
   std::vector<uint8_t> hasId;                 // id -> present in vocab.json
+  /// Added tokens matched in the text before pre-tokenisation (tokenizer
+  /// .json's added_tokens), longest first so that the longest wins at a
+  /// position.
+  std::vector<std::pair<std::string, int32_t>> addedTokens;
 
   // Per-piece cache, shared by all encode() calls.
   static constexpr size_t kMaxCachedPiece = 64, kMaxCacheEntries = 1 << 18;
@@ -687,13 +691,62 @@ BpeTokenizer::BpeTokenizer(BpeTokenizer &&) noexcept = default;
 BpeTokenizer &BpeTokenizer::operator=(BpeTokenizer &&) noexcept = default;
 BpeTokenizer::~BpeTokenizer() = default;
 
+namespace {
+/// One merge as a file gives it, and where (for errors).
+struct MergeRule {
+  std::string left, right, where;
+};
+} // namespace
+
+/// Builds the tokenizer from what either file format holds.
+struct BpeBuilder {
+  /// The tokenizer of `entries` (token in the byte-to-unicode alphabet, id)
+  /// and `rules` in priority order; `vocabSource` names the vocabulary in
+  /// errors.
+  static std::unique_ptr<BpeTokenizer::Impl>
+  build(std::vector<std::pair<std::string, int32_t>> entries,
+        const std::vector<MergeRule> &rules, const std::string &vocabSource);
+  static BpeTokenizer make(std::unique_ptr<BpeTokenizer::Impl> impl) {
+    return BpeTokenizer(std::move(impl));
+  }
+};
+
 BpeTokenizer BpeTokenizer::load(const std::string &vocabJson,
                                 const std::string &mergesTxt) {
-  auto impl = std::make_unique<Impl>();
-
-  // vocab.json
   std::string vocabText = readFile(vocabJson);
   auto entries = VocabReader(vocabJson).read(vocabText);
+  std::string mergesText = readFile(mergesTxt);
+  std::string_view rest = mergesText;
+  std::vector<MergeRule> rules;
+  for (size_t lineNo = 1; !rest.empty(); ++lineNo) {
+    size_t eol = rest.find('\n');
+    std::string_view line = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? std::string_view()
+                                         : rest.substr(eol + 1);
+    if (!line.empty() && line.back() == '\r')
+      line.remove_suffix(1);
+    if (line.empty() || (lineNo == 1 && line.starts_with("#version")))
+      continue;
+    std::string where = mergesTxt + ": line " + std::to_string(lineNo) + ": ";
+    size_t space = line.find(' ');
+    if (space == std::string_view::npos || space == 0 ||
+        space + 1 == line.size() ||
+        line.find(' ', space + 1) != std::string_view::npos)
+      throw std::runtime_error(where +
+                               "expected two tokens separated by one space, "
+                               "got " +
+                               quote(line));
+    rules.push_back({std::string(line.substr(0, space)),
+                     std::string(line.substr(space + 1)), std::move(where)});
+  }
+  return BpeTokenizer(BpeBuilder::build(std::move(entries), rules, vocabJson));
+}
+
+std::unique_ptr<BpeTokenizer::Impl>
+BpeBuilder::build(std::vector<std::pair<std::string, int32_t>> entries,
+                  const std::vector<MergeRule> &rules,
+                  const std::string &vocabJson) {
+  auto impl = std::make_unique<BpeTokenizer::Impl>();
   if (entries.empty())
     throw std::runtime_error(vocabJson + ": the vocabulary is empty");
   // Ids index a table: they may have holes, but not be mostly holes.
@@ -752,56 +805,196 @@ BpeTokenizer BpeTokenizer::load(const std::string &vocabJson,
     }
   }
 
-  // merges.txt
-  std::string mergesText = readFile(mergesTxt);
-  std::string_view rest = mergesText;
   int32_t rank = 0;
-  for (size_t lineNo = 1; !rest.empty(); ++lineNo) {
-    size_t eol = rest.find('\n');
-    std::string_view line = rest.substr(0, eol);
-    rest = eol == std::string_view::npos ? std::string_view()
-                                         : rest.substr(eol + 1);
-    if (!line.empty() && line.back() == '\r')
-      line.remove_suffix(1);
-    if (line.empty() || (lineNo == 1 && line.starts_with("#version")))
-      continue;
-    auto where = [&] {
-      return mergesTxt + ": line " + std::to_string(lineNo) + ": ";
-    };
-    size_t space = line.find(' ');
-    if (space == std::string_view::npos || space == 0 ||
-        space + 1 == line.size() ||
-        line.find(' ', space + 1) != std::string_view::npos)
-      throw std::runtime_error(where() +
-                               "expected two tokens separated by one space, "
-                               "got " +
-                               quote(line));
-    std::string left(line.substr(0, space)), right(line.substr(space + 1));
-    auto leftIt = vocab.find(left), rightIt = vocab.find(right);
-    auto resultIt = vocab.find(left + right);
+  for (const MergeRule &rule : rules) {
+    auto leftIt = vocab.find(rule.left), rightIt = vocab.find(rule.right);
+    auto resultIt = vocab.find(rule.left + rule.right);
     if (leftIt == vocab.end() || rightIt == vocab.end())
-      throw std::runtime_error(where() +
-                               quote(leftIt == vocab.end() ? left : right) +
-                               " is not in the vocabulary");
+      throw std::runtime_error(
+          rule.where + quote(leftIt == vocab.end() ? rule.left : rule.right) +
+          " is not in the vocabulary");
     if (resultIt == vocab.end())
-      throw std::runtime_error(where() + "the merge result " +
-                               quote(left + right) +
+      throw std::runtime_error(rule.where + "the merge result " +
+                               quote(rule.left + rule.right) +
                                " is not in the vocabulary");
     // A repeated merge keeps its last rank, as GPT2Tokenizer's dict does.
     impl->merges[pairKey(leftIt->second, rightIt->second)] = {rank++,
                                                               resultIt->second};
   }
+  return impl;
+}
+
+namespace {
+/// Reads a tokenizer.json field, naming the file and the field's path in
+/// its errors.
+[[noreturn]] void unsupported(const std::string &path, const std::string &field,
+                              const std::string &why) {
+  throw std::runtime_error(path + ": " + field + " " + why);
+}
+
+/// A null, absent, false or empty value: a feature the file leaves off.
+bool off(const nlohmann::json &object, const char *field) {
+  auto it = object.find(field);
+  return it == object.end() || it->is_null() ||
+         (it->is_boolean() && !it->get<bool>()) ||
+         (it->is_string() && it->get<std::string>().empty());
+}
+} // namespace
+
+BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
+  std::string text = readFile(path);
+  nlohmann::json root = nlohmann::json::parse(text, nullptr, false);
+  if (root.is_discarded() || !root.is_object())
+    throw std::runtime_error(path + ": not a JSON object (tokenizer.json)");
+  const nlohmann::json &model =
+      root.contains("model") ? root["model"] : nlohmann::json();
+  if (!model.is_object() || model.value("type", "") != "BPE")
+    unsupported(path, "model.type", "must be \"BPE\" (byte-level BPE)");
+  for (const char *field :
+       {"dropout", "unk_token", "continuing_subword_prefix",
+        "end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges"})
+    if (!off(model, field))
+      unsupported(path, std::string("model.") + field,
+                  "is set; only GPT-2's byte-level BPE is read so far");
+  if (!off(root, "normalizer"))
+    unsupported(path, "normalizer",
+                "is set; only GPT-2's byte-level BPE "
+                "(no normalizer) is read so far");
+  const nlohmann::json &pre =
+      root.contains("pre_tokenizer") ? root["pre_tokenizer"] : nlohmann::json();
+  if (!pre.is_object() || pre.value("type", "") != "ByteLevel" ||
+      pre.value("add_prefix_space", true) || !pre.value("use_regex", false))
+    unsupported(path, "pre_tokenizer",
+                "must be ByteLevel with use_regex and without "
+                "add_prefix_space (GPT-2's)");
+  for (const char *field : {"post_processor", "decoder"})
+    if (!off(root, field) && !(root[field].is_object() &&
+                               root[field].value("type", "") == "ByteLevel"))
+      unsupported(path, field, "must be ByteLevel or null");
+
+  const nlohmann::json &vocab =
+      model.contains("vocab") ? model["vocab"] : nlohmann::json();
+  if (!vocab.is_object())
+    unsupported(path, "model.vocab", "must be an object of token -> id");
+  std::vector<std::pair<std::string, int32_t>> entries;
+  for (const auto &[token, id] : vocab.items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      unsupported(path, "model.vocab[" + quote(token) + "]",
+                  "must be an id in 0..2^31-1");
+    entries.emplace_back(token, int32_t(id.get<int64_t>()));
+  }
+  const nlohmann::json &merges =
+      model.contains("merges") ? model["merges"] : nlohmann::json();
+  if (!merges.is_array())
+    unsupported(path, "model.merges", "must be an array");
+  std::vector<MergeRule> rules;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    // "left right" (tokenizers before 0.20) or ["left", "right"].
+    std::string where = path + ": model.merges[" + std::to_string(i) + "]: ";
+    const nlohmann::json &merge = merges[i];
+    if (merge.is_string()) {
+      std::string line = merge.get<std::string>();
+      size_t space = line.find(' ');
+      if (space == std::string::npos || space == 0 ||
+          space + 1 == line.size() || line.find(' ', space + 1) != line.npos)
+        throw std::runtime_error(where +
+                                 "expected two tokens separated by "
+                                 "one space, got " +
+                                 quote(line));
+      rules.push_back({line.substr(0, space), line.substr(space + 1), where});
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+               merge[1].is_string()) {
+      rules.push_back(
+          {merge[0].get<std::string>(), merge[1].get<std::string>(), where});
+    } else {
+      throw std::runtime_error(where + "must be \"left right\" or "
+                                       "[\"left\", \"right\"]");
+    }
+  }
+
+  // Added tokens: matched whole in the text, before BPE. Their ids may
+  // extend the vocabulary.
+  std::vector<std::pair<std::string, int32_t>> added;
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    const nlohmann::json &tokens = root["added_tokens"];
+    if (!tokens.is_array())
+      unsupported(path, "added_tokens", "must be an array");
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const nlohmann::json &token = tokens[i];
+      const std::string field = "added_tokens[" + std::to_string(i) + "]";
+      if (!token.is_object() || !token.contains("content") ||
+          !token["content"].is_string() ||
+          token["content"].get<std::string>().empty() ||
+          !token.contains("id") || !token["id"].is_number_integer() ||
+          token["id"].get<int64_t>() < 0 ||
+          token["id"].get<int64_t>() > std::numeric_limits<int32_t>::max())
+        unsupported(path, field, "needs a non-empty content and an id");
+      for (const char *option : {"single_word", "lstrip", "rstrip"})
+        if (!off(token, option))
+          unsupported(path, field + "." + option,
+                      "is set; only plain added tokens are read so far");
+      added.emplace_back(token["content"].get<std::string>(),
+                         int32_t(token["id"].get<int64_t>()));
+    }
+  }
+  for (const auto &[content, id] : added) {
+    auto same = std::find_if(entries.begin(), entries.end(),
+                             [&](const auto &e) { return e.second == id; });
+    if (same == entries.end())
+      entries.emplace_back(content, id); // an id beyond the model's
+    else if (same->first != content)
+      unsupported(path, "added token " + quote(content),
+                  "has id " + std::to_string(id) +
+                      ", which model.vocab "
+                      "gives to " +
+                      quote(same->first));
+  }
+  std::unique_ptr<Impl> impl =
+      BpeBuilder::build(std::move(entries), rules, path);
+  impl->addedTokens = std::move(added);
+  // Two tokens of one length cannot both match at one position: the order
+  // among them does not matter.
+  std::sort(impl->addedTokens.begin(), impl->addedTokens.end(),
+            [](const auto &a, const auto &b) {
+              return a.first.size() > b.first.size();
+            });
+  // An added token spells its own text.
+  for (const auto &[content, id] : impl->addedTokens)
+    impl->idBytes[id] = content;
   return BpeTokenizer(std::move(impl));
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> tokens;
   tokens.reserve(text.size() / 3);
-  for (size_t i = 0; i < text.size();) {
-    size_t end = pieceEnd(text, i);
-    impl_->encodePiece(text.substr(i, end - i), tokens);
-    i = end;
+  auto encodeText = [&](std::string_view part) {
+    for (size_t i = 0; i < part.size();) {
+      size_t end = pieceEnd(part, i);
+      impl_->encodePiece(part.substr(i, end - i), tokens);
+      i = end;
+    }
+  };
+  // Added tokens split the text first: the leftmost occurrence of any, the
+  // longest at that position (HuggingFace's added vocabulary).
+  size_t done = 0;
+  while (!impl_->addedTokens.empty()) {
+    size_t at = std::string_view::npos;
+    const std::pair<std::string, int32_t> *found = nullptr;
+    for (const auto &token : impl_->addedTokens) {
+      size_t where = text.find(token.first, done);
+      if (where < at) { // longest first: a tie keeps the longer
+        at = where;
+        found = &token;
+      }
+    }
+    if (!found)
+      break;
+    encodeText(text.substr(done, at - done));
+    tokens.push_back(found->second);
+    done = at + found->first.size();
   }
+  encodeText(text.substr(done));
   return tokens;
 }
 

@@ -230,6 +230,69 @@ TEST(BpeTokenizerTest, ReadsEscapesAndMerges) {
   EXPECT_THROW(tokenizer.decode(ids), std::out_of_range);
 }
 
+/// A tokenizer.json of GPT-2's kind around byteVocab's 256 tokens plus
+/// "ab" (the merge "a b"); `model`, `top` and `added` add fields.
+std::string tokenizerJson(const std::string &model = "",
+                          const std::string &top = "",
+                          const std::string &added =
+                              R"([{"id": 257, "content": "<|eot|>",
+                                   "special": true}])") {
+  std::string vocab = byteVocab(", \"ab\": 256");
+  return R"({"model": {"type": "BPE", "vocab": )" + vocab +
+         R"(, "merges": ["a b"])" + model +
+         R"(}, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false,
+           "use_regex": true}, "decoder": {"type": "ByteLevel"},
+           "added_tokens": )" +
+         added + top + "}";
+}
+
+TEST(BpeTokenizerTest, ReadsTokenizerJson) {
+  std::string path = tempFile("tokenizer.json", tokenizerJson());
+  BpeTokenizer bpe = BpeTokenizer::loadTokenizerJson(path);
+  EXPECT_EQ(bpe.vocabSize(), 258);
+  // "ab" merges; the added token splits the text wherever it is, even
+  // inside a word; a cut-short one is plain text.
+  EXPECT_EQ(bpe.encode("ab"), (std::vector<int32_t>{256}));
+  std::vector<int32_t> ids = bpe.encode("xab<|eot|>ab<|eot|><|eot|>a<|eo");
+  // Byte b is id b (byteVocab); "<|" is one punctuation piece, "eo" one of
+  // letters.
+  EXPECT_EQ(ids, (std::vector<int32_t>{'x', 256, 257, 256, 257, 257, 'a', '<',
+                                       '|', 'e', 'o'}));
+  EXPECT_EQ(bpe.decode(ids), "xab<|eot|>ab<|eot|><|eot|>a<|eo");
+  // The longest added token wins where two start.
+  std::string longer =
+      tempFile("longer.json", tokenizerJson("", "",
+                                            R"([{"id": 257, "content": "<|e"},
+                        {"id": 258, "content": "<|eot|>"}])"));
+  EXPECT_EQ(BpeTokenizer::loadTokenizerJson(longer).encode("<|eot|><|e"),
+            (std::vector<int32_t>{258, 257}));
+}
+
+TEST(BpeTokenizerTest, RejectsTokenizerJsonItDoesNotRead) {
+  auto error = [&](const std::string &json, const std::string &needle) {
+    SCOPED_TRACE(needle);
+    std::string path = tempFile("bad-tokenizer.json", json);
+    expectError<std::runtime_error>(
+        [&] { BpeTokenizer::loadTokenizerJson(path); }, needle, path + ": ");
+  };
+  error("[1, 2", "not a JSON object (tokenizer.json)");
+  error(R"({"model": {"type": "WordPiece"}})", "model.type must be \"BPE\"");
+  error(tokenizerJson(R"(, "byte_fallback": true)"),
+        "model.byte_fallback is set");
+  error(tokenizerJson("", R"(, "normalizer": {"type": "NFC"})"),
+        "normalizer is set");
+  error(tokenizerJson("",
+                      R"(, "post_processor": {"type": "TemplateProcessing"})"),
+        "post_processor must be ByteLevel or null");
+  error(tokenizerJson("", "",
+                      R"([{"id": 257, "content": "<|eot|>", "lstrip": true}])"),
+        "added_tokens[0].lstrip is set");
+  error(tokenizerJson("", "", R"([{"id": 256, "content": "<|eot|>"}])"),
+        "has id 256, which model.vocab gives to 'ab'");
+  error(tokenizerJson("", "", R"([{"content": "<|eot|>"}])"),
+        "added_tokens[0] needs a non-empty content and an id");
+}
+
 TEST(BpeTokenizerTest, RejectsBadFiles) {
   std::string goodVocab = tempFile("good.json", byteVocab(", \"ab\": 256"));
   std::string goodMerges = tempFile("good.txt", "a b\n");

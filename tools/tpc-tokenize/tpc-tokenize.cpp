@@ -43,10 +43,11 @@ std::string readInput(const std::string &path) {
 
 int main(int argc, char **argv) {
   std::vector<std::string> inputs;
-  std::string output, vocab, merges;
+  std::string output, vocab, merges, tokenizerJson;
   CLI::App app("Tokenises text files into a token file: byte-level (one "
                "token per byte), or GPT-2's byte-level BPE with --vocab and "
-               "--merges. The inputs are concatenated in the order given.",
+               "--merges or a HuggingFace --tokenizer tokenizer.json. The "
+               "inputs are concatenated in the order given.",
                "tpc-tokenize");
   app.add_option("input", inputs, "Text files")->required();
   app.add_option("-o", output, "Output token file")->required();
@@ -56,6 +57,11 @@ int main(int argc, char **argv) {
       app.add_option("--merges", merges, "GPT-2 merges.txt (BPE)");
   vocabOption->needs(mergesOption);
   mergesOption->needs(vocabOption);
+  CLI::Option *tokenizerOption = app.add_option(
+      "--tokenizer", tokenizerJson,
+      "HuggingFace tokenizer.json (byte-level BPE as GPT-2's, with its "
+      "added tokens)");
+  tokenizerOption->excludes(vocabOption)->excludes(mergesOption);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &) {
@@ -69,6 +75,8 @@ int main(int argc, char **argv) {
     std::optional<tpc::runtime::BpeTokenizer> bpe;
     if (!vocab.empty())
       bpe.emplace(tpc::runtime::BpeTokenizer::load(vocab, merges));
+    if (!tokenizerJson.empty())
+      bpe.emplace(tpc::runtime::BpeTokenizer::loadTokenizerJson(tokenizerJson));
     std::string text;
     for (const std::string &input : inputs)
       text += readInput(input);
@@ -80,7 +88,7 @@ int main(int argc, char **argv) {
               << (bpe ? " BPE tokens -> " : " byte tokens -> ") << output
               << " (" << text.size() << " input bytes from " << inputs.size()
               << (inputs.size() == 1 ? " file" : " files") << "; "
-              << (bpe ? "GPT-2 byte-level BPE, vocab " +
+              << (bpe ? "byte-level BPE, vocab " +
                             std::to_string(bpe->vocabSize())
                       : std::string("byte-level, vocab 256"))
               << ")\n";

@@ -41,6 +41,15 @@ public:
   /// the vocabulary.
   static BpeTokenizer load(const std::string &vocabJson,
                            const std::string &mergesTxt);
+  /// Reads a HuggingFace tokenizer.json of GPT-2's kind: a BPE model
+  /// (vocab, merges as "a b" or ["a", "b"]) with a ByteLevel pre-tokenizer
+  /// (GPT-2's pattern, no prefix space), no normalizer, and added tokens,
+  /// which split the text before BPE (the leftmost occurrence, the longest
+  /// there) and encode to their ids. Anything else the file turns on
+  /// (another pre-tokenizer, byte fallback, a normalizer, a template
+  /// post-processor, lstrip/rstrip) is an error naming the field, as are the
+  /// load() errors above.
+  static BpeTokenizer loadTokenizerJson(const std::string &path);
 
   BpeTokenizer(BpeTokenizer &&) noexcept;
   BpeTokenizer &operator=(BpeTokenizer &&) noexcept;
@@ -56,6 +65,7 @@ public:
 
 private:
   struct Impl;
+  friend struct BpeBuilder; // builds an Impl from either file format
   explicit BpeTokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
