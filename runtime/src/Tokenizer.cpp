@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -453,6 +454,79 @@ size_t pieceEnd(std::string_view text, size_t i) {
   return last;
 }
 
+/// The end of the piece of LLaMA-3's pattern (tiktoken's cl100k)
+///   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+///    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+/// that starts at i (i < text.size()), the alternatives in order.
+size_t llama3PieceEnd(std::string_view text, size_t i) {
+  const size_t n = text.size();
+  auto isNewline = [&](size_t at) {
+    return text[at] == '\r' || text[at] == '\n';
+  };
+  // Contractions in any case; case folding also matches U+017F (long s) to
+  // 's'.
+  if (text[i] == '\'' && i + 1 < n) {
+    auto lower = [&](size_t at) {
+      return at < n ? char(std::tolower(static_cast<unsigned char>(text[at])))
+                    : '\0';
+    };
+    const char c = lower(i + 1), d = lower(i + 2);
+    if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') ||
+        (c == 'l' && d == 'l'))
+      return i + 3;
+    if (c == 's' || c == 't' || c == 'm' || c == 'd')
+      return i + 2;
+    if (text.substr(i + 1, 2) == "\xC5\xBF") // U+017F
+      return i + 3;
+  }
+  uint32_t size;
+  const CharClass first = classAt(text, i, &size);
+  if (first == CharClass::Letter)
+    return runEnd(text, i, CharClass::Letter);
+  // [^\r\n\p{L}\p{N}]?\p{L}+: one leading non-letter, non-number code point
+  // (a space, punctuation, not a line break) joins the letters after it.
+  if (first != CharClass::Number && !isNewline(i) && i + size < n) {
+    uint32_t nextSize;
+    if (classAt(text, i + size, &nextSize) == CharClass::Letter)
+      return runEnd(text, i + size, CharClass::Letter);
+  }
+  if (first == CharClass::Number) { // \p{N}{1,3}
+    size_t end = i;
+    for (int k = 0;
+         k < 3 && end < n && classAt(text, end, &size) == CharClass::Number;
+         ++k)
+      end += size;
+    return end;
+  }
+  // " ?[^\s\p{L}\p{N}]+[\r\n]*"
+  size_t start = i;
+  if (text[i] == ' ' && i + 1 < n) {
+    uint32_t nextSize;
+    if (classAt(text, i + 1, &nextSize) == CharClass::Other)
+      start = i + 1;
+  }
+  if (classAt(text, start, &size) == CharClass::Other) {
+    size_t end = runEnd(text, start, CharClass::Other);
+    while (end < n && isNewline(end))
+      ++end;
+    return end;
+  }
+  // Whitespace from here on. \s*[\r\n]+: up to the run's last line break.
+  size_t end = i, afterBreak = i, last = i;
+  while (end < n && classAt(text, end, &size) == CharClass::Space) {
+    last = end;
+    if (isNewline(end))
+      afterBreak = end + 1;
+    end += size;
+  }
+  if (afterBreak > i)
+    return afterBreak;
+  // \s+(?!\S), then \s+, as in GPT-2's pattern.
+  if (end == n || last == i)
+    return end;
+  return last;
+}
+
 // ---------------------------------------------------------------------------
 // GPT-2's byte-to-unicode alphabet: printable Latin-1 bytes stand for
 // themselves, the others (controls, space, 0x7F-0xA0, 0xAD) for U+0100.. in
@@ -621,6 +695,13 @@ struct BpeTokenizer::Impl {
   /// .json's added_tokens), longest first so that the longest wins at a
   /// position.
   std::vector<std::pair<std::string, int32_t>> addedTokens;
+  /// The pre-tokenisation pattern: GPT-2's or LLaMA-3's.
+  size_t (*pieceEndAt)(std::string_view, size_t) = pieceEnd;
+  /// With ignore_merges (LLaMA-3): a piece that is a token as a whole is
+  /// that token, merges or not. Keyed by the bytes it spells.
+  std::unordered_map<std::string, int32_t> wholePieces;
+  /// A template post-processor's special tokens around the whole text.
+  std::vector<int32_t> prefixIds, suffixIds;
 
   // Per-piece cache, shared by all encode() calls.
   static constexpr size_t kMaxCachedPiece = 64, kMaxCacheEntries = 1 << 18;
@@ -663,6 +744,12 @@ struct BpeTokenizer::Impl {
   }
 
   void encodePiece(std::string_view piece, std::vector<int32_t> &out) const {
+    if (!wholePieces.empty())
+      if (auto it = wholePieces.find(std::string(piece));
+          it != wholePieces.end()) {
+        out.push_back(it->second);
+        return;
+      }
     if (piece.size() > kMaxCachedPiece) {
       mergePiece(piece, out);
       return;
@@ -706,9 +793,12 @@ struct BpeBuilder {
   static std::unique_ptr<BpeTokenizer::Impl>
   build(std::vector<std::pair<std::string, int32_t>> entries,
         const std::vector<MergeRule> &rules, const std::string &vocabSource);
-  static BpeTokenizer make(std::unique_ptr<BpeTokenizer::Impl> impl) {
-    return BpeTokenizer(std::move(impl));
-  }
+  /// The post-processor: none, ByteLevel (offsets only), or a
+  /// TemplateProcessing whose single-sequence template is special tokens
+  /// around the sequence (LLaMA's BOS), alone or after a ByteLevel in a
+  /// Sequence. Its special tokens go around the whole text.
+  static void readTemplate(const std::string &path, const nlohmann::json &root,
+                           BpeTokenizer::Impl &impl);
 };
 
 BpeTokenizer BpeTokenizer::load(const std::string &vocabJson,
@@ -841,6 +931,90 @@ bool off(const nlohmann::json &object, const char *field) {
 }
 } // namespace
 
+void BpeBuilder::readTemplate(const std::string &path,
+                              const nlohmann::json &root,
+                              BpeTokenizer::Impl &impl) {
+  if (!root.contains("post_processor") || root["post_processor"].is_null())
+    return;
+  const nlohmann::json *processor = &root["post_processor"];
+  auto type = [](const nlohmann::json &json) {
+    return json.is_object() ? json.value("type", "") : std::string();
+  };
+  if (type(*processor) == "Sequence") {
+    // ByteLevel steps (offsets only) and at most one template.
+    if (!processor->contains("processors") ||
+        !processor->at("processors").is_array())
+      throw std::runtime_error(path + ": post_processor.processors must be "
+                                      "an array");
+    const nlohmann::json *found = nullptr;
+    for (const nlohmann::json &step : processor->at("processors"))
+      if (type(step) == "TemplateProcessing" && !found)
+        found = &step;
+      else if (type(step) != "ByteLevel")
+        throw std::runtime_error(path + ": post_processor.processors may "
+                                        "hold ByteLevel steps and one "
+                                        "TemplateProcessing");
+    if (!found)
+      return;
+    processor = found;
+  }
+  if (type(*processor) == "ByteLevel")
+    return;
+  if (type(*processor) != "TemplateProcessing")
+    throw std::runtime_error(path +
+                             ": post_processor must be ByteLevel or "
+                             "TemplateProcessing (optionally after a "
+                             "ByteLevel in a Sequence), got " +
+                             quote(type(*processor)));
+  const nlohmann::json &single = processor->value("single", nlohmann::json());
+  const nlohmann::json &specials =
+      processor->value("special_tokens", nlohmann::json());
+  if (!single.is_array())
+    throw std::runtime_error(path + ": post_processor.single must be an array");
+  bool sawSequence = false;
+  for (size_t i = 0; i < single.size(); ++i) {
+    const nlohmann::json &piece = single[i];
+    const std::string where =
+        path + ": post_processor.single[" + std::to_string(i) + "]";
+    if (piece.is_object() && piece.contains("Sequence")) {
+      if (sawSequence)
+        throw std::runtime_error(where + ": a second sequence");
+      sawSequence = true;
+      continue;
+    }
+    if (!piece.is_object() || !piece.contains("SpecialToken") ||
+        !piece["SpecialToken"].is_object() ||
+        !piece["SpecialToken"].contains("id") ||
+        !piece["SpecialToken"]["id"].is_string())
+      throw std::runtime_error(where +
+                               ": must be a Sequence or a SpecialToken");
+    const std::string name = piece["SpecialToken"]["id"].get<std::string>();
+    if (!specials.is_object() || !specials.contains(name) ||
+        !specials[name].is_object() || !specials[name].contains("ids") ||
+        !specials[name]["ids"].is_array())
+      throw std::runtime_error(where + ": special token " + quote(name) +
+                               " is not in post_processor.special_tokens");
+    for (const nlohmann::json &id : specials[name]["ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          size_t(id.get<int64_t>()) >= impl.hasId.size() ||
+          !impl.hasId[size_t(id.get<int64_t>())])
+        throw std::runtime_error(where + ": special token " + quote(name) +
+                                 " has an id outside the vocabulary");
+      (sawSequence ? impl.suffixIds : impl.prefixIds)
+          .push_back(int32_t(id.get<int64_t>()));
+    }
+  }
+  if (!sawSequence)
+    throw std::runtime_error(path + ": post_processor.single has no Sequence");
+}
+
+namespace {
+/// LLaMA-3's pre-tokenisation pattern as its tokenizer.json spells it.
+const char *const kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+} // namespace
+
 BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
   std::string text = readFile(path);
   nlohmann::json root = nlohmann::json::parse(text, nullptr, false);
@@ -850,27 +1024,49 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
       root.contains("model") ? root["model"] : nlohmann::json();
   if (!model.is_object() || model.value("type", "") != "BPE")
     unsupported(path, "model.type", "must be \"BPE\" (byte-level BPE)");
-  for (const char *field :
-       {"dropout", "unk_token", "continuing_subword_prefix",
-        "end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges"})
+  for (const char *field : {"dropout", "unk_token", "continuing_subword_prefix",
+                            "end_of_word_suffix", "fuse_unk", "byte_fallback"})
     if (!off(model, field))
       unsupported(path, std::string("model.") + field,
-                  "is set; only GPT-2's byte-level BPE is read so far");
+                  "is set; only byte-level BPE (GPT-2's, LLaMA-3's) is read "
+                  "so far");
+  const bool ignoreMerges = !off(model, "ignore_merges");
   if (!off(root, "normalizer"))
     unsupported(path, "normalizer",
-                "is set; only GPT-2's byte-level BPE "
-                "(no normalizer) is read so far");
+                "is set; only byte-level BPE (GPT-2's, LLaMA-3's; no "
+                "normalizer) is read so far");
+  // GPT-2: ByteLevel with its own pattern. LLaMA-3: its pattern as a Split,
+  // then ByteLevel without one.
+  size_t (*pattern)(std::string_view, size_t) = nullptr;
   const nlohmann::json &pre =
       root.contains("pre_tokenizer") ? root["pre_tokenizer"] : nlohmann::json();
-  if (!pre.is_object() || pre.value("type", "") != "ByteLevel" ||
-      pre.value("add_prefix_space", true) || !pre.value("use_regex", false))
+  auto byteLevel = [](const nlohmann::json &step, bool regex) {
+    return step.is_object() && step.value("type", "") == "ByteLevel" &&
+           !step.value("add_prefix_space", true) &&
+           step.value("use_regex", !regex) == regex;
+  };
+  if (byteLevel(pre, true)) {
+    pattern = pieceEnd;
+  } else if (pre.is_object() && pre.value("type", "") == "Sequence" &&
+             pre.contains("pretokenizers") && pre["pretokenizers"].is_array() &&
+             pre["pretokenizers"].size() == 2) {
+    const nlohmann::json &split = pre["pretokenizers"][0];
+    if (split.is_object() && split.value("type", "") == "Split" &&
+        split.value("behavior", "") == "Isolated" &&
+        !split.value("invert", true) && split.contains("pattern") &&
+        split["pattern"].is_object() &&
+        split["pattern"].value("Regex", "") == kLlama3Pattern &&
+        byteLevel(pre["pretokenizers"][1], false))
+      pattern = llama3PieceEnd;
+  }
+  if (!pattern)
     unsupported(path, "pre_tokenizer",
-                "must be ByteLevel with use_regex and without "
-                "add_prefix_space (GPT-2's)");
-  for (const char *field : {"post_processor", "decoder"})
-    if (!off(root, field) && !(root[field].is_object() &&
-                               root[field].value("type", "") == "ByteLevel"))
-      unsupported(path, field, "must be ByteLevel or null");
+                "must be GPT-2's (ByteLevel with use_regex, no prefix space) "
+                "or LLaMA-3's (its Split pattern, then ByteLevel)");
+  if (!off(root, "decoder") &&
+      !(root["decoder"].is_object() &&
+        root["decoder"].value("type", "") == "ByteLevel"))
+    unsupported(path, "decoder", "must be ByteLevel or null");
 
   const nlohmann::json &vocab =
       model.contains("vocab") ? model["vocab"] : nlohmann::json();
@@ -952,6 +1148,14 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
   }
   std::unique_ptr<Impl> impl =
       BpeBuilder::build(std::move(entries), rules, path);
+  impl->pieceEndAt = pattern;
+  if (ignoreMerges)
+    for (const auto &[token, id] : vocab.items()) {
+      (void)token;
+      const int32_t tokenId = int32_t(id.get<int64_t>());
+      impl->wholePieces.emplace(impl->idBytes[tokenId], tokenId);
+    }
+  BpeBuilder::readTemplate(path, root, *impl);
   impl->addedTokens = std::move(added);
   // Two tokens of one length cannot both match at one position: the order
   // among them does not matter.
@@ -968,9 +1172,10 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> tokens;
   tokens.reserve(text.size() / 3);
+  tokens.insert(tokens.end(), impl_->prefixIds.begin(), impl_->prefixIds.end());
   auto encodeText = [&](std::string_view part) {
     for (size_t i = 0; i < part.size();) {
-      size_t end = pieceEnd(part, i);
+      size_t end = impl_->pieceEndAt(part, i);
       impl_->encodePiece(part.substr(i, end - i), tokens);
       i = end;
     }
@@ -995,6 +1200,7 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     done = at + found->first.size();
   }
   encodeText(text.substr(done));
+  tokens.insert(tokens.end(), impl_->suffixIds.begin(), impl_->suffixIds.end());
   return tokens;
 }
 

@@ -3,9 +3,10 @@
 
   tokenizer-json-crosscheck.py --tokenize BIN/tpc-tokenize --work WORK_DIR TEXT_FILE_OR_DIR...
 
-Trains a byte-level BPE tokenizer of GPT-2's kind with HuggingFace's
+Trains byte-level BPE tokenizers of GPT-2's kind and of LLaMA-3's (its
+split pattern, ignore_merges, a template adding BOS) with HuggingFace's
 `tokenizers` (3000 tokens; special tokens "<|endoftext|>" and "<|pad|>", a
-plain added token "<tpc>") on part of the text, saves its tokenizer.json,
+plain added token "<tpc>") on part of the text, saves each tokenizer.json,
 and tokenises a corpus of several MB (the text files, a directory standing
 for its *.md files and its files without an extension (the fortunes),
 sorted; the tricky mixed-Unicode text of
@@ -38,20 +39,44 @@ def corpus(paths):
     # their prefixes, which are plain text.
     text = "<|endoftext|>".join(documents)
     text += "a<|endoftext|><|endoftext|>b<|pad|><tpc>x<|endof <tpc <|endoftext|"
+    # What LLaMA-3's pattern tells apart: contractions in any case (long s
+    # folds to s), runs of digits cut in threes, line breaks after
+    # punctuation, a leading symbol or space joined to letters.
+    text += " ".join(["x'RE", "'ſa", "'Ll", "I'M", "1234567", "12\r\r\n", " !!\n\nx", "(hello",
+                      "\u00a0hi", "\t\tx", "  \n  \n  y", "\u0663\u0664\u0665\u0666", "'", "''s"] * 50)
     return text
 
 
-def train(text, path):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+def train(text, path, kind):
+    """A byte-level BPE as GPT-2's tokenizer.json has it, or as LLaMA-3's
+    (its split pattern, ignore_merges, BOS added by a template)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    llama3 = kind == "llama3"
+    tokenizer = Tokenizer(models.BPE(ignore_merges=llama3))
+    if llama3:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|pad|>"] + (["<|begin_of_text|>"] if llama3 else [])
     trainer = trainers.BpeTrainer(
-        vocab_size=3000, special_tokens=["<|endoftext|>", "<|pad|>"],
+        vocab_size=3000, special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tokenizer.train_from_iterator([text[i:i + 4096] for i in range(0, len(text), 4096)], trainer)
     tokenizer.add_tokens(["<tpc>"])
+    if llama3:
+        bos = tokenizer.token_to_id("<|begin_of_text|>")
+        tokenizer.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                          special_tokens=[("<|begin_of_text|>", bos)])])
     tokenizer.save(str(path))
     return tokenizer
 
@@ -88,38 +113,41 @@ def main():
     size = text_path.stat().st_size
     if size < 3_000_000:
         sys.exit(f"tokenizer-json-crosscheck: the corpus has only {size} bytes")
-    tokenizer_json = work / "tokenizer.json"
-    hf = train(text[: len(text) // 4], tokenizer_json)
-    expected = hf.encode(text).ids
-    print(f"corpus: {size} bytes; HF tokenizers: {len(expected)} tokens, vocab {hf.get_vocab_size()}")
-    for token in ("<|endoftext|>", "<|pad|>", "<tpc>"):
-        if hf.token_to_id(token) not in expected:
-            sys.exit(f"tokenizer-json-crosscheck: the corpus never yields {token}")
+    for kind in ("gpt2", "llama3"):
+        tokenizer_json = work / f"tokenizer-{kind}.json"
+        hf = train(text[: len(text) // 4], tokenizer_json, kind)
+        expected = hf.encode(text).ids
+        print(f"{kind}: corpus {size} bytes; HF tokenizers: {len(expected)} tokens, vocab {hf.get_vocab_size()}")
+        for token in ("<|endoftext|>", "<|pad|>", "<tpc>"):
+            if hf.token_to_id(token) not in expected:
+                sys.exit(f"tokenizer-json-crosscheck: the corpus never yields {token}")
 
-    actual = tpc_ids(args.tokenize, tokenizer_json, text_path, work / "corpus.tokens")
-    compare("tokenizer.json", expected, actual)
-    if hf.decode(actual, skip_special_tokens=False) != text:
-        sys.exit("tokenizer-json-crosscheck: HF's decode of tpc's ids is not the text")
+        actual = tpc_ids(args.tokenize, tokenizer_json, text_path, work / f"{kind}.tokens")
+        compare(f"{kind} tokenizer.json", expected, actual)
+        bos = "<|begin_of_text|>" if kind == "llama3" else ""
+        if hf.decode(actual, skip_special_tokens=False) != bos + text:
+            sys.exit(f"tokenizer-json-crosscheck: {kind}: HF's decode of tpc's ids is not the text")
 
-    # The other spelling of the merges.
-    data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
-    merges = data["model"]["merges"]
-    other = copy.deepcopy(data)
-    other["model"]["merges"] = [m.split(" ") if isinstance(m, str) else " ".join(m) for m in merges]
-    other_path = work / "tokenizer-other-merges.json"
-    other_path.write_text(json.dumps(other), encoding="utf-8")
-    compare("merges spelt " + ("as pairs" if isinstance(merges[0], str) else "as strings"),
-            expected, tpc_ids(args.tokenize, other_path, text_path, work / "other.tokens"))
+        # The other spelling of the merges.
+        data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        merges = data["model"]["merges"]
+        other = copy.deepcopy(data)
+        other["model"]["merges"] = [m.split(" ") if isinstance(m, str) else " ".join(m) for m in merges]
+        other_path = work / f"tokenizer-{kind}-other-merges.json"
+        other_path.write_text(json.dumps(other), encoding="utf-8")
+        compare(f"{kind} merges spelt " + ("as pairs" if isinstance(merges[0], str) else "as strings"),
+                expected, tpc_ids(args.tokenize, other_path, text_path, work / f"{kind}-other.tokens"))
 
     # One-line errors.
     broken = work / "broken.json"
     broken.write_text(tokenizer_json.read_text(encoding="utf-8")[:1000], encoding="utf-8")
+    data = json.loads((work / "tokenizer-gpt2.json").read_text(encoding="utf-8"))
     normalized = copy.deepcopy(data)
     normalized["normalizer"] = {"type": "NFC"}
     normalized_path = work / "normalizer.json"
     normalized_path.write_text(json.dumps(normalized), encoding="utf-8")
     for path, message in ((broken, "not a JSON object (tokenizer.json)"),
-                          (normalized_path, "normalizer is set; only GPT-2's byte-level BPE")):
+                          (normalized_path, "normalizer is set; only byte-level BPE")):
         result = subprocess.run([args.tokenize, str(text_path), "-o", str(work / "x.tokens"),
                                  "--tokenizer", str(path)], capture_output=True, text=True)
         lines = result.stderr.strip().splitlines()

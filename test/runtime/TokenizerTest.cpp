@@ -268,6 +268,20 @@ TEST(BpeTokenizerTest, ReadsTokenizerJson) {
             (std::vector<int32_t>{258, 257}));
 }
 
+TEST(BpeTokenizerTest, TemplateProcessingAddsItsSpecialTokens) {
+  // LLaMA-3's layout: a ByteLevel step, then BOS before the sequence.
+  std::string path =
+      tempFile("template.json",
+               tokenizerJson("", R"(, "post_processor": {"type": "Sequence",
+        "processors": [{"type": "ByteLevel"}, {"type": "TemplateProcessing",
+          "single": [{"SpecialToken": {"id": "<|eot|>", "type_id": 0}},
+                     {"Sequence": {"id": "A", "type_id": 0}}],
+          "special_tokens": {"<|eot|>": {"id": "<|eot|>", "ids": [257],
+                                         "tokens": ["<|eot|>"]}}}]})"));
+  EXPECT_EQ(BpeTokenizer::loadTokenizerJson(path).encode("ab"),
+            (std::vector<int32_t>{257, 256}));
+}
+
 TEST(BpeTokenizerTest, RejectsTokenizerJsonItDoesNotRead) {
   auto error = [&](const std::string &json, const std::string &needle) {
     SCOPED_TRACE(needle);
@@ -281,9 +295,13 @@ TEST(BpeTokenizerTest, RejectsTokenizerJsonItDoesNotRead) {
         "model.byte_fallback is set");
   error(tokenizerJson("", R"(, "normalizer": {"type": "NFC"})"),
         "normalizer is set");
-  error(tokenizerJson("",
-                      R"(, "post_processor": {"type": "TemplateProcessing"})"),
-        "post_processor must be ByteLevel or null");
+  error(
+      tokenizerJson("", R"(, "post_processor": {"type": "RobertaProcessing"})"),
+      "post_processor must be ByteLevel or TemplateProcessing");
+  error(tokenizerJson("", R"(, "post_processor": {"type": "TemplateProcessing",
+          "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+          "special_tokens": {}})"),
+        "special token '<s>' is not in post_processor.special_tokens");
   error(tokenizerJson("", "",
                       R"([{"id": 257, "content": "<|eot|>", "lstrip": true}])"),
         "added_tokens[0].lstrip is set");

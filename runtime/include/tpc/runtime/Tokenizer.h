@@ -1,4 +1,6 @@
-// Tokenizers: byte-level (one token per byte) and GPT-2's byte-level BPE.
+// Tokenizers: byte-level (one token per byte) and byte-level BPE (GPT-2's
+// vocab.json + merges.txt, or a HuggingFace tokenizer.json of GPT-2's or
+// LLaMA-3's kind).
 //
 // BpeTokenizer reads the vocab.json + merges.txt pair that OpenAI's GPT-2
 // release and HuggingFace's GPT2Tokenizer use, and encodes exactly as GPT-2
@@ -41,14 +43,16 @@ public:
   /// the vocabulary.
   static BpeTokenizer load(const std::string &vocabJson,
                            const std::string &mergesTxt);
-  /// Reads a HuggingFace tokenizer.json of GPT-2's kind: a BPE model
-  /// (vocab, merges as "a b" or ["a", "b"]) with a ByteLevel pre-tokenizer
-  /// (GPT-2's pattern, no prefix space), no normalizer, and added tokens,
-  /// which split the text before BPE (the leftmost occurrence, the longest
-  /// there) and encode to their ids. Anything else the file turns on
-  /// (another pre-tokenizer, byte fallback, a normalizer, a template
-  /// post-processor, lstrip/rstrip) is an error naming the field, as are the
-  /// load() errors above.
+  /// Reads a HuggingFace tokenizer.json of byte-level BPE: a BPE model
+  /// (vocab; merges as "a b" or ["a", "b"]; ignore_merges, which takes a
+  /// piece that is a token whole) with GPT-2's pre-tokenizer (ByteLevel with
+  /// its pattern) or LLaMA-3's (its Split pattern, then ByteLevel); added
+  /// tokens, which split the text before BPE (the leftmost occurrence, the
+  /// longest there) and encode to their ids; and a TemplateProcessing
+  /// post-processor's special tokens (LLaMA-3's BOS) around the whole text.
+  /// Anything else the file turns on (a normalizer, byte fallback, another
+  /// pattern, lstrip/rstrip) is an error naming the field, as are the load()
+  /// errors above.
   static BpeTokenizer loadTokenizerJson(const std::string &path);
 
   BpeTokenizer(BpeTokenizer &&) noexcept;
