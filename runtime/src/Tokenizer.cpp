@@ -14,6 +14,7 @@
 #include <iterator>
 #include <limits>
 #include <mutex>
+#include <queue>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -702,6 +703,98 @@ struct BpeTokenizer::Impl {
   std::unordered_map<std::string, int32_t> wholePieces;
   /// A template post-processor's special tokens around the whole text.
   std::vector<int32_t> prefixIds, suffixIds;
+  /// SentencePiece's BPE (LLaMA-2, Mistral): no pre-tokenisation and no
+  /// byte-level alphabet. Each piece between added tokens has its spaces
+  /// replaced by U+2581 and one put in front (the normalizer); its code
+  /// points are the symbols, a code point outside the vocabulary its bytes'
+  /// <0xXX> tokens (byte fallback).
+  bool sentencePiece = false;
+  std::unordered_map<std::string, int32_t> symbolIds; // token -> id
+  std::array<int32_t, 256> fallbackIds{};             // byte -> <0xXX>
+
+  /// BPE as HuggingFace runs it on a word: the lowest-ranked adjacent pair,
+  /// the leftmost of equal rank, until no pair has a rank; a heap over the
+  /// pairs, O(n log n), since a SentencePiece piece is a whole text.
+  void mergeByHeap(std::vector<int32_t> &word) const {
+    const size_t n = word.size();
+    if (n < 2)
+      return;
+    constexpr size_t kNone = SIZE_MAX;
+    std::vector<size_t> prev(n), next(n);
+    for (size_t i = 0; i < n; ++i) {
+      prev[i] = i == 0 ? kNone : i - 1;
+      next[i] = i + 1 == n ? kNone : i + 1;
+    }
+    struct Candidate {
+      int32_t rank;
+      size_t pos;
+      int32_t left, right;
+    };
+    auto later = [](const Candidate &a, const Candidate &b) {
+      return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)>
+        heap(later);
+    auto consider = [&](size_t pos) {
+      if (pos == kNone || next[pos] == kNone)
+        return;
+      auto it = merges.find(pairKey(word[pos], word[next[pos]]));
+      if (it != merges.end())
+        heap.push({it->second.rank, pos, word[pos], word[next[pos]]});
+    };
+    for (size_t i = 0; i + 1 < n; ++i)
+      consider(i);
+    std::vector<uint8_t> alive(n, 1);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      // Stale: a neighbour merged since this pair was queued.
+      if (!alive[c.pos] || word[c.pos] != c.left || next[c.pos] == kNone ||
+          word[next[c.pos]] != c.right)
+        continue;
+      const size_t right = next[c.pos];
+      word[c.pos] = merges.find(pairKey(c.left, c.right))->second.id;
+      alive[right] = 0;
+      next[c.pos] = next[right];
+      if (next[right] != kNone)
+        prev[next[right]] = c.pos;
+      consider(prev[c.pos]);
+      consider(c.pos);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (alive[i])
+        word[kept++] = word[i];
+    word.resize(kept);
+  }
+
+  void encodeSentencePiece(std::string_view piece,
+                           std::vector<int32_t> &out) const {
+    if (piece.empty())
+      return;
+    static constexpr std::string_view kMetaspace = "\xE2\x96\x81"; // U+2581
+    std::string text(kMetaspace);
+    for (char c : piece)
+      if (c == ' ')
+        text += kMetaspace;
+      else
+        text += c;
+    std::vector<int32_t> word;
+    word.reserve(text.size());
+    for (size_t i = 0; i < text.size();) {
+      const CodePoint point = decodeAt(text, i);
+      auto it = symbolIds.find(text.substr(i, point.size));
+      if (point.cp != kInvalid && it != symbolIds.end()) {
+        word.push_back(it->second);
+      } else {
+        for (size_t k = 0; k < point.size; ++k)
+          word.push_back(fallbackIds[static_cast<unsigned char>(text[i + k])]);
+      }
+      i += point.size;
+    }
+    mergeByHeap(word);
+    out.insert(out.end(), word.begin(), word.end());
+  }
 
   // Per-piece cache, shared by all encode() calls.
   static constexpr size_t kMaxCachedPiece = 64, kMaxCacheEntries = 1 << 18;
@@ -790,9 +883,12 @@ struct BpeBuilder {
   /// The tokenizer of `entries` (token in the byte-to-unicode alphabet, id)
   /// and `rules` in priority order; `vocabSource` names the vocabulary in
   /// errors.
+  /// With `sentencePiece`, the tokens are SentencePiece's (U+2581 for a
+  /// space, <0xXX> for a byte, which all 256 need) instead.
   static std::unique_ptr<BpeTokenizer::Impl>
   build(std::vector<std::pair<std::string, int32_t>> entries,
-        const std::vector<MergeRule> &rules, const std::string &vocabSource);
+        const std::vector<MergeRule> &rules, const std::string &vocabSource,
+        bool sentencePiece = false);
   /// The post-processor: none, ByteLevel (offsets only), or a
   /// TemplateProcessing whose single-sequence template is special tokens
   /// around the sequence (LLaMA's BOS), alone or after a ByteLevel in a
@@ -835,7 +931,7 @@ BpeTokenizer BpeTokenizer::load(const std::string &vocabJson,
 std::unique_ptr<BpeTokenizer::Impl>
 BpeBuilder::build(std::vector<std::pair<std::string, int32_t>> entries,
                   const std::vector<MergeRule> &rules,
-                  const std::string &vocabJson) {
+                  const std::string &vocabJson, bool sentencePiece) {
   auto impl = std::make_unique<BpeTokenizer::Impl>();
   if (entries.empty())
     throw std::runtime_error(vocabJson + ": the vocabulary is empty");
@@ -859,39 +955,73 @@ BpeBuilder::build(std::vector<std::pair<std::string, int32_t>> entries,
                                " and " + quote(token));
     idTokens[id] = &token;
   }
-  std::unordered_map<char32_t, unsigned char> unicodeToByte;
-  for (int b = 0; b < 256; ++b) {
-    unicodeToByte[kByteToUnicode[b]] = static_cast<unsigned char>(b);
-    std::string symbol;
-    appendUtf8(symbol, kByteToUnicode[b]);
-    auto it = vocab.find(symbol);
-    if (it == vocab.end()) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", b);
-      throw std::runtime_error(vocabJson + ": the vocabulary lacks the token " +
-                               quote(symbol) + " for byte " + hex);
+  if (sentencePiece) {
+    impl->sentencePiece = true;
+    impl->symbolIds = vocab;
+    impl->idBytes.resize(idTokens.size());
+    impl->hasId.resize(idTokens.size(), 0);
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      auto it = vocab.find(name);
+      if (it == vocab.end())
+        throw std::runtime_error(
+            vocabJson + ": byte fallback needs the token " + quote(name));
+      impl->fallbackIds[b] = it->second;
     }
-    impl->byteIds[b] = it->second;
-  }
-  // Each id's bytes: its characters mapped back through the alphabet; a
-  // character outside it (only in tokens that BPE never produces, e.g. added
-  // special tokens) stands for its own UTF-8 bytes.
-  impl->idBytes.resize(idTokens.size());
-  impl->hasId.resize(idTokens.size(), 0);
-  for (size_t id = 0; id < idTokens.size(); ++id) {
-    if (!idTokens[id])
-      continue;
-    impl->hasId[id] = 1;
-    std::string_view token = *idTokens[id];
-    std::string &bytes = impl->idBytes[id];
-    for (size_t i = 0; i < token.size();) {
-      CodePoint point = decodeAt(token, i);
-      auto it = unicodeToByte.find(point.cp);
-      if (it != unicodeToByte.end())
-        bytes += static_cast<char>(it->second);
-      else
-        bytes.append(token.substr(i, point.size));
-      i += point.size;
+    // Each id's bytes: U+2581 stands for a space, <0xXX> for its byte.
+    for (size_t id = 0; id < idTokens.size(); ++id) {
+      if (!idTokens[id])
+        continue;
+      impl->hasId[id] = 1;
+      const std::string &token = *idTokens[id];
+      std::string &bytes = impl->idBytes[id];
+      for (size_t at = 0; at < token.size();)
+        if (token.compare(at, 3, "\xE2\x96\x81") == 0) {
+          bytes += ' ';
+          at += 3;
+        } else {
+          bytes += token[at++];
+        }
+    }
+    for (int b = 0; b < 256; ++b)
+      impl->idBytes[impl->fallbackIds[b]] = std::string(1, char(b));
+  } else {
+    std::unordered_map<char32_t, unsigned char> unicodeToByte;
+    for (int b = 0; b < 256; ++b) {
+      unicodeToByte[kByteToUnicode[b]] = static_cast<unsigned char>(b);
+      std::string symbol;
+      appendUtf8(symbol, kByteToUnicode[b]);
+      auto it = vocab.find(symbol);
+      if (it == vocab.end()) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", b);
+        throw std::runtime_error(vocabJson +
+                                 ": the vocabulary lacks the token " +
+                                 quote(symbol) + " for byte " + hex);
+      }
+      impl->byteIds[b] = it->second;
+    }
+    // Each id's bytes: its characters mapped back through the alphabet; a
+    // character outside it (only in tokens that BPE never produces, e.g. added
+    // special tokens) stands for its own UTF-8 bytes.
+    impl->idBytes.resize(idTokens.size());
+    impl->hasId.resize(idTokens.size(), 0);
+    for (size_t id = 0; id < idTokens.size(); ++id) {
+      if (!idTokens[id])
+        continue;
+      impl->hasId[id] = 1;
+      std::string_view token = *idTokens[id];
+      std::string &bytes = impl->idBytes[id];
+      for (size_t i = 0; i < token.size();) {
+        CodePoint point = decodeAt(token, i);
+        auto it = unicodeToByte.find(point.cp);
+        if (it != unicodeToByte.end())
+          bytes += static_cast<char>(it->second);
+        else
+          bytes.append(token.substr(i, point.size));
+        i += point.size;
+      }
     }
   }
 
@@ -1024,22 +1154,58 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
       root.contains("model") ? root["model"] : nlohmann::json();
   if (!model.is_object() || model.value("type", "") != "BPE")
     unsupported(path, "model.type", "must be \"BPE\" (byte-level BPE)");
-  for (const char *field : {"dropout", "unk_token", "continuing_subword_prefix",
-                            "end_of_word_suffix", "fuse_unk", "byte_fallback"})
+  // Byte fallback marks SentencePiece's BPE (LLaMA-2, Mistral): its
+  // normalizer puts U+2581 for spaces and in front, and nothing splits the
+  // text. Otherwise byte-level BPE, which has neither.
+  const bool sentencePiece = !off(model, "byte_fallback");
+  for (const char *field :
+       {"dropout", "continuing_subword_prefix", "end_of_word_suffix"})
     if (!off(model, field))
       unsupported(path, std::string("model.") + field,
-                  "is set; only byte-level BPE (GPT-2's, LLaMA-3's) is read "
-                  "so far");
+                  "is set; tpc reads plain BPE");
+  if (!sentencePiece)
+    for (const char *field : {"unk_token", "fuse_unk"})
+      if (!off(model, field))
+        unsupported(path, std::string("model.") + field,
+                    "is set without byte_fallback; only byte-level BPE "
+                    "(GPT-2's, LLaMA-3's) and SentencePiece's are read");
   const bool ignoreMerges = !off(model, "ignore_merges");
-  if (!off(root, "normalizer"))
-    unsupported(path, "normalizer",
-                "is set; only byte-level BPE (GPT-2's, LLaMA-3's; no "
-                "normalizer) is read so far");
-  // GPT-2: ByteLevel with its own pattern. LLaMA-3: its pattern as a Split,
-  // then ByteLevel without one.
+  if (sentencePiece && ignoreMerges)
+    unsupported(path, "model.ignore_merges",
+                "is set with byte_fallback; SentencePiece's BPE merges");
   size_t (*pattern)(std::string_view, size_t) = nullptr;
   const nlohmann::json &pre =
       root.contains("pre_tokenizer") ? root["pre_tokenizer"] : nlohmann::json();
+  if (sentencePiece) {
+    const nlohmann::json &normalizer =
+        root.contains("normalizer") ? root["normalizer"] : nlohmann::json();
+    const nlohmann::json &steps =
+        normalizer.is_object() && normalizer.contains("normalizers")
+            ? normalizer["normalizers"]
+            : nlohmann::json();
+    const std::string metaspace = "\xE2\x96\x81";
+    const bool llama2 =
+        normalizer.is_object() && normalizer.value("type", "") == "Sequence" &&
+        steps.is_array() && steps.size() == 2 && steps[0].is_object() &&
+        steps[0].value("type", "") == "Prepend" &&
+        steps[0].value("prepend", "") == metaspace && steps[1].is_object() &&
+        steps[1].value("type", "") == "Replace" &&
+        steps[1].value("content", "") == metaspace &&
+        steps[1].contains("pattern") && steps[1]["pattern"].is_object() &&
+        steps[1]["pattern"].value("String", "") == " ";
+    if (!llama2)
+      unsupported(path, "normalizer",
+                  "must be SentencePiece's (Prepend U+2581, then Replace "
+                  "' ' by U+2581) with byte_fallback");
+    if (!off(root, "pre_tokenizer"))
+      unsupported(path, "pre_tokenizer",
+                  "must be null with byte_fallback (SentencePiece's BPE)");
+  } else if (!off(root, "normalizer")) {
+    unsupported(path, "normalizer",
+                "is set; byte-level BPE (GPT-2's, LLaMA-3's) has none");
+  }
+  // GPT-2: ByteLevel with its own pattern. LLaMA-3: its pattern as a Split,
+  // then ByteLevel without one.
   auto byteLevel = [](const nlohmann::json &step, bool regex) {
     return step.is_object() && step.value("type", "") == "ByteLevel" &&
            !step.value("add_prefix_space", true) &&
@@ -1059,14 +1225,19 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
         byteLevel(pre["pretokenizers"][1], false))
       pattern = llama3PieceEnd;
   }
-  if (!pattern)
+  if (!pattern && !sentencePiece)
     unsupported(path, "pre_tokenizer",
                 "must be GPT-2's (ByteLevel with use_regex, no prefix space) "
                 "or LLaMA-3's (its Split pattern, then ByteLevel)");
+  // Only decode() reads it: SentencePiece's is a Sequence (U+2581 to
+  // spaces, bytes fused), which decode() does but for the leading space.
   if (!off(root, "decoder") &&
       !(root["decoder"].is_object() &&
-        root["decoder"].value("type", "") == "ByteLevel"))
-    unsupported(path, "decoder", "must be ByteLevel or null");
+        root["decoder"].value("type", "") ==
+            (sentencePiece ? "Sequence" : "ByteLevel")))
+    unsupported(path, "decoder",
+                sentencePiece ? "must be a Sequence or null"
+                              : "must be ByteLevel or null");
 
   const nlohmann::json &vocab =
       model.contains("vocab") ? model["vocab"] : nlohmann::json();
@@ -1147,8 +1318,9 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
                       quote(same->first));
   }
   std::unique_ptr<Impl> impl =
-      BpeBuilder::build(std::move(entries), rules, path);
-  impl->pieceEndAt = pattern;
+      BpeBuilder::build(std::move(entries), rules, path, sentencePiece);
+  if (pattern)
+    impl->pieceEndAt = pattern;
   if (ignoreMerges)
     for (const auto &[token, id] : vocab.items()) {
       (void)token;
@@ -1174,6 +1346,8 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   tokens.reserve(text.size() / 3);
   tokens.insert(tokens.end(), impl_->prefixIds.begin(), impl_->prefixIds.end());
   auto encodeText = [&](std::string_view part) {
+    if (impl_->sentencePiece)
+      return impl_->encodeSentencePiece(part, tokens);
     for (size_t i = 0; i < part.size();) {
       size_t end = impl_->pieceEndAt(part, i);
       impl_->encodePiece(part.substr(i, end - i), tokens);

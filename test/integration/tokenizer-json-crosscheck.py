@@ -4,7 +4,8 @@
   tokenizer-json-crosscheck.py --tokenize BIN/tpc-tokenize --work WORK_DIR TEXT_FILE_OR_DIR...
 
 Trains byte-level BPE tokenizers of GPT-2's kind and of LLaMA-3's (its
-split pattern, ignore_merges, a template adding BOS) with HuggingFace's
+split pattern, ignore_merges, a template adding BOS), and a SentencePiece
+BPE as LLaMA-2's (U+2581 normalizer, byte fallback, BOS), with HuggingFace's
 `tokenizers` (3000 tokens; special tokens "<|endoftext|>" and "<|pad|>", a
 plain added token "<tpc>") on part of the text, saves each tokenizer.json,
 and tokenises a corpus of several MB (the text files, a directory standing
@@ -37,7 +38,7 @@ def corpus(paths):
     documents += [bpe_crosscheck.tricky_text(seed, 20000) for seed in range(8)]
     # Added tokens between documents, back to back, inside a word, and
     # their prefixes, which are plain text.
-    text = "<|endoftext|>".join(documents)
+    text = "<|endoftext|>".join(documents) + "</s>" + "</s>x</s></s>y".join(documents[:2])
     text += "a<|endoftext|><|endoftext|>b<|pad|><tpc>x<|endof <tpc <|endoftext|"
     # What LLaMA-3's pattern tells apart: contractions in any case (long s
     # folds to s), runs of digits cut in threes, line breaks after
@@ -56,6 +57,8 @@ def train(text, path, kind):
     (its split pattern, ignore_merges, BOS added by a template)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+    if kind == "sentencepiece":
+        return train_sentencepiece(text, path)
     llama3 = kind == "llama3"
     tokenizer = Tokenizer(models.BPE(ignore_merges=llama3))
     if llama3:
@@ -79,6 +82,35 @@ def train(text, path, kind):
                                           special_tokens=[("<|begin_of_text|>", bos)])])
     tokenizer.save(str(path))
     return tokenizer
+
+
+def train_sentencepiece(text, path):
+    """SentencePiece's BPE as LLaMA-2's tokenizer.json has it: U+2581 for
+    spaces and in front (the normalizer), no pre-tokenizer, byte fallback to
+    <0x00>..<0xFF> (vocabulary entries, not added tokens), BOS by a template.
+    A small alphabet leaves rare characters to the byte fallback."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                                 normalizers.Replace(" ", "\u2581")])
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                           decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>"],
+                                  limit_alphabet=150, show_progress=False)
+    tokenizer.train_from_iterator([text[i:i + 1024] for i in range(0, len(text), 1024)], trainer)
+    data = json.loads(tokenizer.to_str())
+    vocab = data["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    data["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [vocab["<s>"]], "tokens": ["<s>"]}}}
+    Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return Tokenizer.from_file(str(path))
 
 
 def tpc_ids(tokenize, tokenizer_json, text_path, out):
@@ -113,20 +145,26 @@ def main():
     size = text_path.stat().st_size
     if size < 3_000_000:
         sys.exit(f"tokenizer-json-crosscheck: the corpus has only {size} bytes")
-    for kind in ("gpt2", "llama3"):
+    for kind in ("gpt2", "llama3", "sentencepiece"):
         tokenizer_json = work / f"tokenizer-{kind}.json"
         hf = train(text[: len(text) // 4], tokenizer_json, kind)
         expected = hf.encode(text).ids
         print(f"{kind}: corpus {size} bytes; HF tokenizers: {len(expected)} tokens, vocab {hf.get_vocab_size()}")
-        for token in ("<|endoftext|>", "<|pad|>", "<tpc>"):
+        for token in (("</s>",) if kind == "sentencepiece" else ("<|endoftext|>", "<|pad|>", "<tpc>")):
             if hf.token_to_id(token) not in expected:
                 sys.exit(f"tokenizer-json-crosscheck: the corpus never yields {token}")
 
         actual = tpc_ids(args.tokenize, tokenizer_json, text_path, work / f"{kind}.tokens")
         compare(f"{kind} tokenizer.json", expected, actual)
-        bos = "<|begin_of_text|>" if kind == "llama3" else ""
-        if hf.decode(actual, skip_special_tokens=False) != bos + text:
-            sys.exit(f"tokenizer-json-crosscheck: {kind}: HF's decode of tpc's ids is not the text")
+        if kind == "sentencepiece":
+            fallback = sum(1 for i in actual if hf.id_to_token(i).startswith("<0x"))
+            print(f"  {fallback} byte-fallback tokens")
+            if not fallback:
+                sys.exit("tokenizer-json-crosscheck: the corpus never falls back to bytes")
+        else:
+            bos = "<|begin_of_text|>" if kind == "llama3" else ""
+            if hf.decode(actual, skip_special_tokens=False) != bos + text:
+                sys.exit(f"tokenizer-json-crosscheck: {kind}: HF's decode of tpc's ids is not the text")
 
         # The other spelling of the merges.
         data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
@@ -147,7 +185,7 @@ def main():
     normalized_path = work / "normalizer.json"
     normalized_path.write_text(json.dumps(normalized), encoding="utf-8")
     for path, message in ((broken, "not a JSON object (tokenizer.json)"),
-                          (normalized_path, "normalizer is set; only byte-level BPE")):
+                          (normalized_path, "normalizer is set; byte-level BPE (GPT-2's, LLaMA-3's) has none")):
         result = subprocess.run([args.tokenize, str(text_path), "-o", str(work / "x.tokens"),
                                  "--tokenizer", str(path)], capture_output=True, text=True)
         lines = result.stderr.strip().splitlines()

@@ -282,6 +282,40 @@ TEST(BpeTokenizerTest, TemplateProcessingAddsItsSpecialTokens) {
             (std::vector<int32_t>{257, 256}));
 }
 
+TEST(BpeTokenizerTest, ReadsSentencePieceBpe) {
+  // LLaMA-2's layout: "<unk>" 0, "<s>" 1, "<0x00>".."<0xFF>" 2..257, then
+  // U+2581 258, "a" 259, "b" 260, U+2581 "a" 261, "ab" 262.
+  std::string vocab = R"("<unk>": 0, "<s>": 1)";
+  for (int b = 0; b < 256; ++b) {
+    char entry[32];
+    std::snprintf(entry, sizeof entry, ", \"<0x%02X>\": %d", b, b + 2);
+    vocab += entry;
+  }
+  vocab += R"(, "\u2581": 258, "a": 259, "b": 260, "\u2581a": 261, "ab": 262)";
+  std::string json = R"({"model": {"type": "BPE", "byte_fallback": true,
+      "fuse_unk": true, "unk_token": "<unk>", "vocab": {)" +
+                     vocab + R"(}, "merges": ["\u2581 a", "a b"]},
+    "normalizer": {"type": "Sequence", "normalizers": [
+      {"type": "Prepend", "prepend": "\u2581"},
+      {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "pre_tokenizer": null,
+    "post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [1]}}},
+    "added_tokens": [{"id": 1, "content": "<s>", "special": true}]})";
+  BpeTokenizer bpe =
+      BpeTokenizer::loadTokenizerJson(tempFile("spm.json", json));
+  // "ab a" is "\u2581ab\u2581a": "\u2581 a" (rank 0) merges at 0 and 3
+  // before "a b" (rank 1), which the first merge used up. "e" with an acute
+  // accent is not in the vocabulary: its two bytes. The added "<s>" splits
+  // the text, and each piece gets its own leading U+2581; BOS goes first.
+  EXPECT_EQ(bpe.encode("ab a"), (std::vector<int32_t>{1, 261, 260, 261}));
+  EXPECT_EQ(bpe.encode("b\xC3\xA9<s>a"),
+            (std::vector<int32_t>{1, 258, 260, 0xC3 + 2, 0xA9 + 2, 1, 261}));
+  EXPECT_EQ(bpe.decode(std::vector<int32_t>{261, 260, 0xC3 + 2, 0xA9 + 2}),
+            " ab\xC3\xA9");
+}
+
 TEST(BpeTokenizerTest, RejectsTokenizerJsonItDoesNotRead) {
   auto error = [&](const std::string &json, const std::string &needle) {
     SCOPED_TRACE(needle);
@@ -292,7 +326,10 @@ TEST(BpeTokenizerTest, RejectsTokenizerJsonItDoesNotRead) {
   error("[1, 2", "not a JSON object (tokenizer.json)");
   error(R"({"model": {"type": "WordPiece"}})", "model.type must be \"BPE\"");
   error(tokenizerJson(R"(, "byte_fallback": true)"),
-        "model.byte_fallback is set");
+        "normalizer must be SentencePiece's (Prepend U+2581, then Replace ' ' "
+        "by U+2581) with byte_fallback");
+  error(tokenizerJson(R"(, "unk_token": "<unk>")"),
+        "model.unk_token is set without byte_fallback");
   error(tokenizerJson("", R"(, "normalizer": {"type": "NFC"})"),
         "normalizer is set");
   error(

@@ -59,8 +59,8 @@ int main(int argc, char **argv) {
   mergesOption->needs(vocabOption);
   CLI::Option *tokenizerOption = app.add_option(
       "--tokenizer", tokenizerJson,
-      "HuggingFace tokenizer.json (byte-level BPE as GPT-2's or LLaMA-3's, "
-      "with its added and template tokens)");
+      "HuggingFace tokenizer.json (BPE as GPT-2's, LLaMA-3's or "
+      "SentencePiece's with byte fallback; its added and template tokens)");
   tokenizerOption->excludes(vocabOption)->excludes(mergesOption);
   try {
     app.parse(argc, argv);

@@ -1,6 +1,6 @@
-// Tokenizers: byte-level (one token per byte) and byte-level BPE (GPT-2's
-// vocab.json + merges.txt, or a HuggingFace tokenizer.json of GPT-2's or
-// LLaMA-3's kind).
+// Tokenizers: byte-level (one token per byte) and BPE (GPT-2's vocab.json +
+// merges.txt, or a HuggingFace tokenizer.json of GPT-2's, LLaMA-3's or
+// SentencePiece's kind).
 //
 // BpeTokenizer reads the vocab.json + merges.txt pair that OpenAI's GPT-2
 // release and HuggingFace's GPT2Tokenizer use, and encodes exactly as GPT-2
@@ -43,16 +43,19 @@ public:
   /// the vocabulary.
   static BpeTokenizer load(const std::string &vocabJson,
                            const std::string &mergesTxt);
-  /// Reads a HuggingFace tokenizer.json of byte-level BPE: a BPE model
-  /// (vocab; merges as "a b" or ["a", "b"]; ignore_merges, which takes a
-  /// piece that is a token whole) with GPT-2's pre-tokenizer (ByteLevel with
-  /// its pattern) or LLaMA-3's (its Split pattern, then ByteLevel); added
-  /// tokens, which split the text before BPE (the leftmost occurrence, the
-  /// longest there) and encode to their ids; and a TemplateProcessing
-  /// post-processor's special tokens (LLaMA-3's BOS) around the whole text.
-  /// Anything else the file turns on (a normalizer, byte fallback, another
-  /// pattern, lstrip/rstrip) is an error naming the field, as are the load()
-  /// errors above.
+  /// Reads a HuggingFace tokenizer.json of BPE: byte-level, with GPT-2's
+  /// pre-tokenizer (ByteLevel with its pattern) or LLaMA-3's (its Split
+  /// pattern, then ByteLevel; ignore_merges takes a piece that is a token
+  /// whole), or SentencePiece's (LLaMA-2, Mistral: byte_fallback, the
+  /// normalizer putting U+2581 for spaces and in front of each piece, no
+  /// pre-tokenizer; the whole piece is merged, lowest rank and leftmost
+  /// first, as HuggingFace's heap does). Merges are "a b" or ["a", "b"].
+  /// Added tokens split the text before anything else (the leftmost
+  /// occurrence, the longest there) and encode to their ids; a
+  /// TemplateProcessing post-processor's special tokens (BOS) go around the
+  /// whole text. Anything else the file turns on is an error naming the
+  /// field, as are the load() errors above. decode() keeps the space a
+  /// SentencePiece text starts with.
   static BpeTokenizer loadTokenizerJson(const std::string &path);
 
   BpeTokenizer(BpeTokenizer &&) noexcept;
