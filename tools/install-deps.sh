@@ -16,6 +16,9 @@ packages=(
   libopenmpi-dev openmpi-bin flatbuffers-compiler libflatbuffers-dev libopenblas-dev
   # JSON reading and writing, XXH3 checksums, command lines.
   nlohmann-json3-dev libxxhash-dev libcli11-dev
+  # SentencePiece .model files (tpc-tokenize --sentencepiece); spm_train
+  # makes the one its test reads.
+  libsentencepiece-dev sentencepiece
   # English text the main example trains on.
   fortunes
   # Numerical references for tests.

@@ -28,6 +28,7 @@ pins=(
   packaging==24.2
   regex==2024.11.6
   tqdm==4.67.1
+  sentencepiece==0.2.0
 )
 
 # Fast path: the venv exists, sees system packages, and every pin is installed at its version.

@@ -10,6 +10,7 @@
 // Errors are one line on stderr and exit code 1; the output is written
 // atomically.
 
+#include "tpc/runtime/SentencePiece.h"
 #include "tpc/runtime/Tokenizer.h"
 #include "tpc/runtime/Tokens.h"
 
@@ -43,11 +44,12 @@ std::string readInput(const std::string &path) {
 
 int main(int argc, char **argv) {
   std::vector<std::string> inputs;
-  std::string output, vocab, merges, tokenizerJson;
+  std::string output, vocab, merges, tokenizerJson, sentencePieceModel;
   CLI::App app("Tokenises text files into a token file: byte-level (one "
                "token per byte), or GPT-2's byte-level BPE with --vocab and "
-               "--merges or a HuggingFace --tokenizer tokenizer.json. The "
-               "inputs are concatenated in the order given.",
+               "--merges, a HuggingFace --tokenizer tokenizer.json or a "
+               "--sentencepiece model. The inputs are concatenated in the "
+               "order given.",
                "tpc-tokenize");
   app.add_option("input", inputs, "Text files")->required();
   app.add_option("-o", output, "Output token file")->required();
@@ -62,6 +64,12 @@ int main(int argc, char **argv) {
       "HuggingFace tokenizer.json (BPE as GPT-2's, LLaMA-3's or "
       "SentencePiece's with byte fallback; its added and template tokens)");
   tokenizerOption->excludes(vocabOption)->excludes(mergesOption);
+  app.add_option("--sentencepiece", sentencePieceModel,
+                 "SentencePiece .model (LLaMA-2's tokenizer.model); its BOS "
+                 "goes in front")
+      ->excludes(vocabOption)
+      ->excludes(mergesOption)
+      ->excludes(tokenizerOption);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &) {
@@ -73,24 +81,29 @@ int main(int argc, char **argv) {
   }
   try {
     std::optional<tpc::runtime::BpeTokenizer> bpe;
+    std::optional<tpc::runtime::SentencePieceTokenizer> spm;
     if (!vocab.empty())
       bpe.emplace(tpc::runtime::BpeTokenizer::load(vocab, merges));
     if (!tokenizerJson.empty())
       bpe.emplace(tpc::runtime::BpeTokenizer::loadTokenizerJson(tokenizerJson));
+    if (!sentencePieceModel.empty())
+      spm.emplace(
+          tpc::runtime::SentencePieceTokenizer::load(sentencePieceModel));
     std::string text;
     for (const std::string &input : inputs)
       text += readInput(input);
-    std::vector<int32_t> tokens =
-        bpe ? bpe->encode(text) : tpc::runtime::encodeBytes(text);
+    std::vector<int32_t> tokens = bpe   ? bpe->encode(text)
+                                  : spm ? spm->encode(text)
+                                        : tpc::runtime::encodeBytes(text);
     tpc::runtime::writeTokenFile(output, tokens);
 
-    std::cout << "tpc-tokenize: " << tokens.size()
-              << (bpe ? " BPE tokens -> " : " byte tokens -> ") << output
+    const std::string kind =
+        bpe   ? "BPE, vocab " + std::to_string(bpe->vocabSize())
+        : spm ? "SentencePiece, vocab " + std::to_string(spm->vocabSize())
+              : std::string("byte-level, vocab 256");
+    std::cout << "tpc-tokenize: " << tokens.size() << " tokens -> " << output
               << " (" << text.size() << " input bytes from " << inputs.size()
-              << (inputs.size() == 1 ? " file" : " files") << "; "
-              << (bpe ? "byte-level BPE, vocab " +
-                            std::to_string(bpe->vocabSize())
-                      : std::string("byte-level, vocab 256"))
+              << (inputs.size() == 1 ? " file" : " files") << "; " << kind
               << ")\n";
     return 0;
   } catch (const std::exception &error) {

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
-"""tpc-tokenize --tokenizer tokenizer.json against HuggingFace `tokenizers`, live.
+"""tpc-tokenize --tokenizer (tokenizer.json) and --sentencepiece (.model) against HuggingFace, live.
 
-  tokenizer-json-crosscheck.py --tokenize BIN/tpc-tokenize --work WORK_DIR TEXT_FILE_OR_DIR...
+  tokenizer-crosscheck.py --tokenize BIN/tpc-tokenize --work WORK_DIR TEXT_FILE_OR_DIR...
+
+Also a SentencePiece .model (BPE with byte fallback, made by spm_train)
+through tpc-tokenize --sentencepiece, against the Python sentencepiece wheel
+and transformers' LlamaTokenizer.
 
 Trains byte-level BPE tokenizers of GPT-2's kind and of LLaMA-3's (its
 split pattern, ignore_merges, a template adding BOS), and a SentencePiece
@@ -117,7 +121,7 @@ def tpc_ids(tokenize, tokenizer_json, text_path, out):
     result = subprocess.run([tokenize, str(text_path), "-o", str(out), "--tokenizer", str(tokenizer_json)],
                             capture_output=True, text=True)
     if result.returncode != 0:
-        sys.exit(f"tokenizer-json-crosscheck: tpc-tokenize failed: {result.stderr.strip()}")
+        sys.exit(f"tokenizer-crosscheck: tpc-tokenize failed: {result.stderr.strip()}")
     return bpe_crosscheck.read_tokens(out)
 
 
@@ -126,7 +130,7 @@ def compare(name, expected, actual):
         print(f"{name}: {len(actual)} tokens identical")
         return
     at = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
-    sys.exit(f"tokenizer-json-crosscheck: {name}: token {at} differs: HF {expected[at:at + 5]}, "
+    sys.exit(f"tokenizer-crosscheck: {name}: token {at} differs: HF {expected[at:at + 5]}, "
              f"tpc {actual[at:at + 5]} ({len(expected)} against {len(actual)} tokens)")
 
 
@@ -144,7 +148,7 @@ def main():
     text_path.write_bytes(text.encode("utf-8"))
     size = text_path.stat().st_size
     if size < 3_000_000:
-        sys.exit(f"tokenizer-json-crosscheck: the corpus has only {size} bytes")
+        sys.exit(f"tokenizer-crosscheck: the corpus has only {size} bytes")
     for kind in ("gpt2", "llama3", "sentencepiece"):
         tokenizer_json = work / f"tokenizer-{kind}.json"
         hf = train(text[: len(text) // 4], tokenizer_json, kind)
@@ -152,7 +156,7 @@ def main():
         print(f"{kind}: corpus {size} bytes; HF tokenizers: {len(expected)} tokens, vocab {hf.get_vocab_size()}")
         for token in (("</s>",) if kind == "sentencepiece" else ("<|endoftext|>", "<|pad|>", "<tpc>")):
             if hf.token_to_id(token) not in expected:
-                sys.exit(f"tokenizer-json-crosscheck: the corpus never yields {token}")
+                sys.exit(f"tokenizer-crosscheck: the corpus never yields {token}")
 
         actual = tpc_ids(args.tokenize, tokenizer_json, text_path, work / f"{kind}.tokens")
         compare(f"{kind} tokenizer.json", expected, actual)
@@ -160,11 +164,11 @@ def main():
             fallback = sum(1 for i in actual if hf.id_to_token(i).startswith("<0x"))
             print(f"  {fallback} byte-fallback tokens")
             if not fallback:
-                sys.exit("tokenizer-json-crosscheck: the corpus never falls back to bytes")
+                sys.exit("tokenizer-crosscheck: the corpus never falls back to bytes")
         else:
             bos = "<|begin_of_text|>" if kind == "llama3" else ""
             if hf.decode(actual, skip_special_tokens=False) != bos + text:
-                sys.exit(f"tokenizer-json-crosscheck: {kind}: HF's decode of tpc's ids is not the text")
+                sys.exit(f"tokenizer-crosscheck: {kind}: HF's decode of tpc's ids is not the text")
 
         # The other spelling of the merges.
         data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
@@ -176,6 +180,39 @@ def main():
         compare(f"{kind} merges spelt " + ("as pairs" if isinstance(merges[0], str) else "as strings"),
                 expected, tpc_ids(args.tokenize, other_path, text_path, work / f"{kind}-other.tokens"))
 
+    # A SentencePiece .model (spm_train, Debian's sentencepiece) read through
+    # libsentencepiece, against the Python sentencepiece wheel (its own
+    # build) and transformers' LlamaTokenizer; the text without the
+    # special-token spellings, which LlamaTokenizer alone would split on.
+    plain = text.replace("</s>", " ")
+    plain_path = work / "plain.txt"
+    plain_path.write_bytes(plain.encode("utf-8"))
+    train_text = work / "spm-train.txt"
+    train_text.write_text("\n".join(line for line in plain[: len(plain) // 4].splitlines() if line.strip()),
+                          encoding="utf-8")
+    result = subprocess.run(["spm_train", f"--input={train_text}", f"--model_prefix={work / 'spm'}",
+                             "--vocab_size=2000", "--model_type=bpe", "--byte_fallback=true",
+                             "--character_coverage=0.995", "--num_threads=2"], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"tokenizer-crosscheck: spm_train failed: {result.stderr[-500:]}")
+    model = work / "spm.model"
+    import sentencepiece
+    from transformers import LlamaTokenizer
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(model))
+    expected = [processor.bos_id()] + processor.encode(plain)
+    result = subprocess.run([args.tokenize, str(plain_path), "-o", str(work / "spm.tokens"),
+                             "--sentencepiece", str(model)], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"tokenizer-crosscheck: tpc-tokenize --sentencepiece failed: {result.stderr.strip()}")
+    actual = bpe_crosscheck.read_tokens(work / "spm.tokens")
+    compare(f"sentencepiece .model (python sentencepiece {sentencepiece.__version__})", expected, actual)
+    fallback = sum(1 for i in actual if processor.is_byte(i))
+    if not fallback:
+        sys.exit("tokenizer-crosscheck: the .model never falls back to bytes")
+    print(f"  {fallback} byte-fallback tokens")
+    llama = LlamaTokenizer(vocab_file=str(model), legacy=True)
+    compare("sentencepiece .model (transformers LlamaTokenizer)", llama(plain).input_ids, actual)
+
     # One-line errors.
     broken = work / "broken.json"
     broken.write_text(tokenizer_json.read_text(encoding="utf-8")[:1000], encoding="utf-8")
@@ -184,16 +221,20 @@ def main():
     normalized["normalizer"] = {"type": "NFC"}
     normalized_path = work / "normalizer.json"
     normalized_path.write_text(json.dumps(normalized), encoding="utf-8")
+    result = subprocess.run([args.tokenize, str(text_path), "-o", str(work / "x.tokens"),
+                             "--sentencepiece", str(broken)], capture_output=True, text=True)
+    if result.returncode == 0 or "broken.json: not a SentencePiece model" not in result.stderr:
+        sys.exit(f"tokenizer-crosscheck: --sentencepiece on a JSON file: {result.stderr!r}")
     for path, message in ((broken, "not a JSON object (tokenizer.json)"),
                           (normalized_path, "normalizer is set; byte-level BPE (GPT-2's, LLaMA-3's) has none")):
         result = subprocess.run([args.tokenize, str(text_path), "-o", str(work / "x.tokens"),
                                  "--tokenizer", str(path)], capture_output=True, text=True)
         lines = result.stderr.strip().splitlines()
         if result.returncode == 0 or len(lines) != 1 or message not in lines[0]:
-            sys.exit(f"tokenizer-json-crosscheck: {path.name}: expected one error line with "
+            sys.exit(f"tokenizer-crosscheck: {path.name}: expected one error line with "
                      f"{message!r}, got rc {result.returncode}: {result.stderr!r}")
     if (work / "x.tokens").exists():
-        sys.exit("tokenizer-json-crosscheck: a failed run left an output file")
+        sys.exit("tokenizer-crosscheck: a failed run left an output file")
     print("errors: corrupt file and unsupported normalizer, one line each")
 
 
