@@ -5,8 +5,9 @@
 # MPI ranks (default 2, one per core of a 2-core machine) on English text
 # from Debian's `fortunes` package, the last 5 % held out (validation loss
 # and perplexity every 50 steps), then draws the training and validation
-# curves and exports the model in HuggingFace layout. STEPS=N overrides the
-# 400 steps.
+# curves, exports the model in HuggingFace layout and prints the last training
+# and validation losses and a short sample from the model. STEPS=N overrides
+# the 400 steps.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -37,6 +38,22 @@ mpirun -np "$ranks" --oversubscribe -x OPENBLAS_NUM_THREADS=1 \
   --eval-every 50 --eval-fraction 0.05 --eval-tokens 8192 \
   --checkpoint-dir "$work/checkpoints" --checkpoint-every 100 \
   --metrics "$work/train.json" --plot "$work/loss.svg" --export "$work/export"
+# A sample from the trained model: 120 bytes after "The ", top-k sampling.
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+mpirun -np "$ranks" --oversubscribe -x OPENBLAS_NUM_THREADS=1 \
+  "$bin/tp-run" "$work/model.tpplan" --weights "$work/export/model.safetensors" \
+  --threads 1 --generate 120 --prompt "The " --temperature 0.8 --top-k 40 \
+  --seed 1 > "$work/sample.txt"
 { set +x; } 2>/dev/null
+python3 - "$work/train.json" <<'PY'
+import json, math, sys
+m = json.load(open(sys.argv[1]))
+train = m["loss_curve"][-1]
+held = m["eval_curve"][-1]
+print(f"step {train['step']}: training loss {train['loss']:.4f}, validation loss {held['loss']:.4f} "
+      f"(perplexity {held['perplexity']:.2f}, {held['tokens']} held-out tokens)")
+PY
+echo "sample:"
+sed 's/^/  /' "$work/sample.txt"
 echo "loss curve: $work/loss.svg; metrics: $work/train.json;" \
   "checkpoints: $work/checkpoints; HF export: $work/export"

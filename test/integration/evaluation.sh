@@ -19,24 +19,14 @@ build=$1 python=$2 work=$3 model=$4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=$build/bin
 ref="$python $here/reference.py"
+source "$here/small-model.sh"
 train_ref="$python $here/training_reference.py"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1)
 
 rm -rf "$work" && mkdir -p "$work"
 batch=4 seq=16
-case "$model" in
-  gpt2)
-    $ref make-model --model-type gpt2 --out "$work" --seed 31 --batch $batch \
-      --seq $seq --layers 2 --hidden 64 --heads 4 --vocab 96 --tokens 800 \
-      --norm-eps 2e-3 ;;
-  llama)
-    $ref make-model --model-type llama --out "$work" --seed 32 --batch $batch \
-      --seq $seq --layers 2 --hidden 64 --heads 4 --kv-heads 2 \
-      --intermediate 160 --vocab 96 --no-tie --tokens 800 --rope-theta 500000 \
-      --norm-eps 1e-4 ;;
-  *) echo "evaluation: unknown model '$model'" >&2; exit 2 ;;
-esac
+small_model "$work" "$model" 31 $batch $seq 800
 "$bin/tpc-import" "$work/config.json" --batch $batch --seq $seq -o "$work/model.mlir"
 "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/one.tpplan"
 

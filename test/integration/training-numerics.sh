@@ -20,6 +20,7 @@ bin=$build/bin
 source "$here/device-probe.sh"
 tp_run() { "$bin/tp-run" "$@" ${device:+--device "$device"}; }
 ref="$python $here/reference.py"
+source "$here/small-model.sh"
 train_ref="$python $here/training_reference.py"
 
 if [ ! -x "$python" ]; then
@@ -29,18 +30,7 @@ fi
 rm -rf "$work" && mkdir -p "$work"
 batch=2 seq=16
 # Non-default norm epsilons and rope_theta, as in forward-numerics.sh.
-case "$model" in
-  gpt2)
-    $ref make-model --model-type gpt2 --out "$work" --seed 21 --batch $batch \
-      --seq $seq --layers 2 --hidden 64 --heads 4 --vocab 96 --tokens 200 \
-      --norm-eps 2e-3 ;;
-  llama)
-    $ref make-model --model-type llama --out "$work" --seed 22 --batch $batch \
-      --seq $seq --layers 2 --hidden 64 --heads 4 --kv-heads 2 \
-      --intermediate 160 --vocab 96 --no-tie --tokens 200 --rope-theta 500000 \
-      --norm-eps 1e-4 ;;
-  *) echo "training-numerics: unknown model '$model'" >&2; exit 2 ;;
-esac
+small_model "$work" "$model" 21 $batch $seq 200
 "$bin/tpc-import" "$work/config.json" --batch $batch --seq $seq -o "$work/model.mlir"
 
 echo "== gradients"

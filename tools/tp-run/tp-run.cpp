@@ -27,7 +27,10 @@
 #include "tpc/runtime/Plan.h"
 #include "tpc/runtime/Plot.h"
 #include "tpc/runtime/Safetensors.h"
+#include "tpc/runtime/Sampling.h"
 #include "tpc/runtime/SanitizerDefaults.h"
+#include "tpc/runtime/SentencePiece.h"
+#include "tpc/runtime/Tokenizer.h"
 #include "tpc/runtime/Tokens.h"
 #include "tpc/runtime/Training.h"
 #include "tpc/runtime/cpu/Kernels.h"
@@ -42,7 +45,9 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <streambuf>
 #include <sys/resource.h>
@@ -68,6 +73,11 @@ struct Options {
   double clip = 1.0;
   std::string checkpointDir, resume, exportDir, plot;
   int64_t checkpointEvery = 0;
+  // Generation.
+  int64_t generate = 0;
+  std::string prompt, promptIds, tokenizerJson, sentencePiece;
+  SamplingOptions sampling;
+  uint64_t seed = 0;
   // Held-out evaluation.
   std::string evalData;
   std::optional<double> evalFraction;
@@ -214,6 +224,41 @@ Options parseArgs(int argc, char **argv) {
       ->group(trainingGroup);
   app.add_option("--plot", o.plot, "Draw the loss curve (SVG)")
       ->group(trainingGroup);
+  const char *generationGroup = "Generation";
+  app.add_option("--generate", o.generate,
+                 "Generate N tokens after --prompt with the plan's @forward "
+                 "(the whole prefix each step; past the plan's sequence, its "
+                 "last seq tokens)")
+      ->check(numberCheck(true, 1))
+      ->group(generationGroup);
+  app.add_option("--prompt", o.prompt,
+                 "Text to continue, tokenised by --tokenizer, --sentencepiece "
+                 "or byte by byte")
+      ->group(generationGroup);
+  app.add_option("--prompt-ids", o.promptIds, "Token ids to continue: 1,2,3")
+      ->group(generationGroup);
+  app.add_option("--tokenizer", o.tokenizerJson,
+                 "HuggingFace tokenizer.json for the prompt and the output")
+      ->group(generationGroup);
+  app.add_option("--sentencepiece", o.sentencePiece,
+                 "SentencePiece .model for the prompt and the output")
+      ->group(generationGroup);
+  app.add_option("--temperature", o.sampling.temperature,
+                 "Sampling temperature (default 0: greedy)")
+      ->check(numberCheck(false, 0))
+      ->group(generationGroup);
+  app.add_option("--top-k", o.sampling.topK,
+                 "Sample from the k most likely tokens (default 0: all)")
+      ->check(numberCheck(true, 0))
+      ->group(generationGroup);
+  app.add_option("--top-p", o.sampling.topP,
+                 "Sample from the most likely tokens holding this much "
+                 "probability (default 1)")
+      ->check(numberCheck(false, 1e-9, 1.0))
+      ->group(generationGroup);
+  app.add_option("--seed", o.seed, "Sampling seed (default 0)")
+      ->check(numberCheck(true, 0))
+      ->group(generationGroup);
   const char *heldOutGroup = "Held-out evaluation (training)";
   app.add_option("--eval-every", o.evalEvery,
                  "Run @loss on held-out tokens every N steps and after the "
@@ -280,12 +325,28 @@ Options parseArgs(int argc, char **argv) {
   if (o.plan.empty())
     usageError("missing the plan file (usage: tp-run PLAN --data TOKENS ...; "
                "see --help)");
-  if (!o.printPlan && o.data.empty())
+  const bool generating = o.generate > 0;
+  if (!o.printPlan && o.data.empty() && !generating)
     usageError("--data is required to run a program");
   bool training = o.steps > 0;
-  if (!training &&
+  if (generating && (training || !o.data.empty() || !o.dump.empty() ||
+                     !o.dumpGrads.empty() || !o.program.empty()))
+    usageError("--generate runs @forward on its prompt; it does not combine "
+               "with --steps, --data, --dump, --dump-grads or --program");
+  if (generating && o.prompt.empty() == o.promptIds.empty())
+    usageError("--generate needs one of --prompt TEXT and --prompt-ids IDS");
+  if (!generating && (!o.prompt.empty() || !o.promptIds.empty() ||
+                      !o.tokenizerJson.empty() || !o.sentencePiece.empty()))
+    usageError("--prompt, --prompt-ids, --tokenizer and --sentencepiece "
+               "need --generate N");
+  if (!o.tokenizerJson.empty() && !o.sentencePiece.empty())
+    usageError("--tokenizer and --sentencepiece both give the tokenizer; "
+               "give one");
+  if (!training && !generating &&
       (!o.checkpointDir.empty() || !o.resume.empty() || !o.plot.empty()))
     usageError("--checkpoint-dir, --resume and --plot need --steps");
+  if (generating && (!o.checkpointDir.empty() || !o.plot.empty()))
+    usageError("--checkpoint-dir and --plot need --steps");
   if (training && (!o.dump.empty() || !o.dumpGrads.empty() ||
                    !o.program.empty() || o.repeat != 1))
     usageError("--dump, --dump-grads, --program and --repeat evaluate one "
@@ -694,9 +755,13 @@ std::optional<Prepared> prepare(const Options &o) {
   ParamStore params =
       o.weights.empty() ? ParamStore::initialise(plan, coords)
                         : ParamStore::fromSafetensors(plan, o.weights, coords);
-  std::vector<int32_t> stream = readTokenFile(o.data);
+  std::vector<int32_t> stream =
+      o.data.empty() ? std::vector<int32_t>() : readTokenFile(o.data);
   if (int64_t vocab = plan.vocabularySize())
     checkTokenIds(stream, vocab, o.data);
+  if (o.generate > 0 && !plan.program("forward"))
+    throw std::runtime_error(o.plan + ": has no forward program, which "
+                                      "--generate runs");
   std::vector<int32_t> evalStream;
   int64_t evalBatches = 0;
   if (o.evalEvery > 0) {
@@ -763,7 +828,10 @@ std::string disagreement(const Comm &world, const Options &o,
            << o.rebalance << ' ' << o.rebalanceOptions.window << ' '
            << o.rebalanceOptions.patience << ' ' << o.rebalanceOptions.threshold
            << ' ' << o.rebalanceOptions.minGain << ' ' << backend->name();
-  schedule << " eval " << o.evalEvery << ' ' << p.evalBatches;
+  schedule << " eval " << o.evalEvery << ' ' << p.evalBatches << " generate "
+           << o.generate << ' ' << o.prompt << ' ' << o.promptIds << ' '
+           << o.sampling.temperature << ' ' << o.sampling.topK << ' '
+           << o.sampling.topP << ' ' << o.seed;
   for (const std::string &slow : o.slow)
     schedule << ' ' << slow;
   for (double speed : o.rebalanceOptions.rankSpeeds)
@@ -783,11 +851,120 @@ std::string disagreement(const Comm &world, const Options &o,
   return {};
 }
 
+/// Continues the prompt by --generate tokens with @forward over the whole
+/// context (no KV cache yet): every rank runs the same steps and draws the
+/// same tokens from the same seed; rank 0 prints and writes.
+int generateRun(const Options &o, Prepared &p) {
+  if (!o.resume.empty())
+    readCheckpoint(o.resume, p.plan, p.params);
+  // The prompt's and the output's tokenizer.
+  std::optional<BpeTokenizer> bpe;
+  std::optional<SentencePieceTokenizer> spm;
+  if (!o.tokenizerJson.empty())
+    bpe.emplace(BpeTokenizer::loadTokenizerJson(o.tokenizerJson));
+  if (!o.sentencePiece.empty())
+    spm.emplace(SentencePieceTokenizer::load(o.sentencePiece));
+  std::vector<int32_t> context;
+  if (!o.promptIds.empty()) {
+    std::stringstream ids(o.promptIds);
+    for (std::string id; std::getline(ids, id, ',');) {
+      int64_t value = -1;
+      auto [end, error] =
+          std::from_chars(id.data(), id.data() + id.size(), value);
+      if (error != std::errc() || end != id.data() + id.size() || value < 0 ||
+          value > std::numeric_limits<int32_t>::max())
+        throw std::invalid_argument("--prompt-ids: '" + id +
+                                    "' is not a token id");
+      context.push_back(int32_t(value));
+    }
+  } else {
+    context = bpe   ? bpe->encode(o.prompt)
+              : spm ? spm->encode(o.prompt)
+                    : encodeBytes(o.prompt);
+  }
+  if (int64_t vocab = p.plan.vocabularySize())
+    checkTokenIds(context, vocab, "the prompt");
+  if (context.empty())
+    throw std::invalid_argument("the prompt has no tokens");
+  auto decode = [&](std::span<const int32_t> ids) {
+    if (bpe)
+      return bpe->decode(ids);
+    if (spm)
+      return spm->decode(ids);
+    std::string text;
+    for (int32_t id : ids)
+      text += id < 256 ? char(id) : '?';
+    return text;
+  };
+
+  ProgramRunner runner(p.plan, "forward", p.params, gridComm.get(), *backend);
+  const std::vector<int64_t> shape = runner.tokensShape();
+  const int64_t batch = shape[0], seq = shape[1];
+  const auto *names = p.plan.program("forward")->result_names();
+  size_t logitsIndex = runner.numResults();
+  for (size_t i = 0; names && i < names->size(); ++i)
+    if (names->Get(i)->str() == "logits")
+      logitsIndex = i;
+  if (logitsIndex == runner.numResults() ||
+      runner.resultShape(logitsIndex).size() != 3)
+    throw std::runtime_error(o.plan + ": @forward has no [batch, seq, vocab] "
+                                      "logits result");
+  const int64_t vocab = runner.resultShape(logitsIndex)[2];
+  std::mt19937_64 random(o.seed);
+  const size_t promptTokens = context.size();
+  std::vector<int32_t> window(size_t(batch * seq));
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t n = 0; n < o.generate; ++n) {
+    // The last seq tokens of the context in every row, zeros after them:
+    // causal attention leaves the padding unseen.
+    const size_t used = std::min<size_t>(context.size(), size_t(seq));
+    std::fill(window.begin(), window.end(), 0);
+    for (int64_t row = 0; row < batch; ++row)
+      std::copy(context.end() - used, context.end(),
+                window.begin() + row * seq);
+    runner.setInput(tpc::plan::InputKind::Tokens, window);
+    runner.run();
+    std::span<const float> logits = runner.result(logitsIndex);
+    context.push_back(
+        nextToken(logits.subspan(size_t((used - 1) * vocab), size_t(vocab)),
+                  o.sampling, random));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::span<const int32_t> generated(context.data() + promptTokens,
+                                     context.size() - promptTokens);
+  std::cout << decode(context) << "\n";
+  std::cerr << "generated " << generated.size() << " tokens in " << seconds
+            << " s (" << double(generated.size()) / seconds
+            << " tokens/s, the whole context each step)\n";
+  if (!o.metrics.empty() && isFirstRank()) {
+    nlohmann::ordered_json json;
+    json["program"] = "forward";
+    json["prompt_ids"] =
+        std::vector<int32_t>(context.begin(), context.begin() + promptTokens);
+    json["generated_ids"] =
+        std::vector<int32_t>(generated.begin(), generated.end());
+    json["text"] = decode(generated);
+    json["sampling"] = {{"temperature", o.sampling.temperature},
+                        {"top_k", o.sampling.topK},
+                        {"top_p", o.sampling.topP},
+                        {"seed", o.seed}};
+    json["seconds"] = seconds;
+    json["tokens_per_second"] = double(generated.size()) / seconds;
+    json["device"] = deviceJson();
+    writeFileAtomically(o.metrics, json.dump(2) + "\n");
+  }
+  return 0;
+}
+
 int execute(const Options &o, Prepared &p) {
   // Collective: every rank got here (main agreed on the set-up).
   backend->connect(*gridComm);
   if (o.steps > 0)
     return trainRun(o, p);
+  if (o.generate > 0)
+    return generateRun(o, p);
   return evaluate(o, p.plan, p.params, p.stream);
 }
 
