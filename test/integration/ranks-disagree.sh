@@ -50,31 +50,42 @@ expect() {
   echo "ranks-disagree: $name: exit status $status, both ranks named the $what"
 }
 
+options="options (steps, schedule, program, offset, weights, resume, rebalancing, evaluation, generation or device)"
 expect data "token data" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s8.tpplan" --data "$work/b.tokens" --steps 2
 expect plans "plan files" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s16.tpplan" --data "$work/a.tokens" --steps 2
-expect steps "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
+expect steps "$options" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 3
-expect lr "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
+expect lr "$options" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 1e-3 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 2e-3
-expect slow "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
+expect slow "$options" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:2 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:3
-expect speeds "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
+expect speeds "$options" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rank-speeds 1,0.5 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rank-speeds 1,0.6
-expect gain "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
+expect gain "$options" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rebalance-min-gain 0.1 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rebalance-min-gain 0.2
 
+expect eval "$options" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --eval-every 1 --eval-data "$work/a.tokens" --eval-tokens 16 -- \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --eval-every 2 --eval-data "$work/a.tokens" --eval-tokens 16
+expect heldout "held-out token data" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --eval-every 1 --eval-data "$work/a.tokens" --eval-tokens 16 -- \
+  "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --eval-every 1 --eval-data "$work/b.tokens" --eval-tokens 16
+expect seed "$options" \
+  "$work/s8.tpplan" --generate 2 --prompt ab --temperature 1 --seed 1 -- \
+  "$work/s8.tpplan" --generate 2 --prompt ab --temperature 1 --seed 2
+
 # One rank on the CPU, the other on a device the host cannot address: they
 # would reach different collectives (a GPU's connect) and must not start.
-expect device "options (steps, schedule, program, offset, weights, resume, rebalancing or device)" \
+expect device "$options" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --device cpu -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --device staged-cpu
 

@@ -844,7 +844,7 @@ std::string disagreement(const Comm &world, const Options &o,
        "held-out token data"},
       {contentChecksum(std::as_bytes(std::span(options))),
        "options (steps, schedule, program, offset, weights, resume, "
-       "rebalancing, evaluation or device)"}};
+       "rebalancing, evaluation, generation or device)"}};
   for (const auto &[checksum, what] : checks)
     if (!world.allEqual(checksum))
       return what;
@@ -913,8 +913,10 @@ int generateRun(const Options &o, Prepared &p) {
   std::mt19937_64 random(o.seed);
   const size_t promptTokens = context.size();
   std::vector<int32_t> window(size_t(batch * seq));
+  std::vector<double> stepSeconds;
   auto start = std::chrono::steady_clock::now();
   for (int64_t n = 0; n < o.generate; ++n) {
+    const auto stepStart = std::chrono::steady_clock::now();
     // The last seq tokens of the context in every row, zeros after them:
     // causal attention leaves the padding unseen.
     const size_t used = std::min<size_t>(context.size(), size_t(seq));
@@ -928,6 +930,9 @@ int generateRun(const Options &o, Prepared &p) {
     context.push_back(
         nextToken(logits.subspan(size_t((used - 1) * vocab), size_t(vocab)),
                   o.sampling, random));
+    stepSeconds.push_back(std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - stepStart)
+                              .count());
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -951,6 +956,8 @@ int generateRun(const Options &o, Prepared &p) {
                         {"top_p", o.sampling.topP},
                         {"seed", o.seed}};
     json["seconds"] = seconds;
+    // The first step reads the prompt (prefill); each later one a token.
+    json["step_seconds"] = stepSeconds;
     json["tokens_per_second"] = double(generated.size()) / seconds;
     json["device"] = deviceJson();
     writeFileAtomically(o.metrics, json.dump(2) + "\n");

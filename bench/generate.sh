@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Generation speed, GPT-2-small shape (vocabulary 50304 so that 2 ranks
+# split it), random weights: a PROMPT-token prompt continued by NEW greedy
+# tokens. tp-run --generate (plan batch 1 x seq SEQ) on 1 rank with 2
+# threads and on 2 ranks (1D) with 1 thread each, against HuggingFace's
+# GPT2LMHeadModel in PyTorch on the same machine (2 threads), decoding with
+# its KV cache (past_key_values, what generate() does) and without it (the
+# whole prefix each token, what tp-run does until it has prefill and decode
+# programs). Prints the prefill time (the first token) and the decode rate
+# (median of the later tokens).
+#
+#   bench/generate.sh [PROMPT] [NEW] [SEQ]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+prompt=${1:-64} new=${2:-32} seq=${3:-128}
+work=$build/bench/generate
+python=${PYTHON:-$root/.venv/bin/python}
+mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=SkylakeX
+fi
+echo "machine: $(nproc) cores, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}; prompt $prompt, $new new tokens"
+
+config=$work/config.json
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["vocab_size"] = 50304; json.dump(c, open(sys.argv[2], "w"))' \
+  "$root/bench/gpt2-small/config.json" "$config"
+"$build/bin/tpc-import" "$config" --batch 1 --seq "$seq" -o "$work/model.mlir"
+"$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline="train=false" -o "$work/one.tpplan"
+"$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline="train=false mode=1d grid=2" \
+  -o "$work/two.tpplan" 2> /dev/null
+ids=$(python3 -c "print(','.join(str((7 * i + 11) % 50000) for i in range($prompt)))")
+
+summary() { # METRICS LABEL
+  python3 - "$1" "$2" <<'PY'
+import json, statistics, sys
+m = json.load(open(sys.argv[1]))
+steps = m["step_seconds"]
+print(f"{sys.argv[2]:34} prefill {steps[0] * 1e3:8.1f} ms   decode {1 / statistics.median(steps[1:]):7.2f} tokens/s")
+PY
+}
+mpirun -np 1 --bind-to none -x OPENBLAS_CORETYPE "$build/bin/tp-run" "$work/one.tpplan" \
+  --threads 2 --generate "$new" --prompt-ids "$ids" --metrics "$work/one.json" > /dev/null 2>&1
+summary "$work/one.json" "tpc, 1 rank x 2 threads"
+mpirun -np 2 --bind-to core --map-by core -x OPENBLAS_CORETYPE -x OPENBLAS_NUM_THREADS=1 \
+  "$build/bin/tp-run" "$work/two.tpplan" --threads 1 --generate "$new" \
+  --prompt-ids "$ids" --metrics "$work/two.json" > /dev/null 2>&1
+summary "$work/two.json" "tpc, 1D over 2 ranks x 1 thread"
+
+"$python" - "$config" "$ids" "$new" <<'PY'
+import json, statistics, sys, time
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.set_num_threads(2)
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config.from_json_file(sys.argv[1])).eval()
+prompt = torch.tensor([[int(t) for t in sys.argv[2].split(",")]])
+new = int(sys.argv[3])
+with torch.no_grad():
+    for cache in (True, False):
+        ids, past, steps = prompt, None, []
+        for _ in range(new):
+            start = time.perf_counter()
+            out = model(input_ids=ids if past is None or not cache else ids[:, -1:],
+                        past_key_values=past if cache else None, use_cache=cache)
+            past = out.past_key_values if cache else None
+            ids = torch.cat([ids, out.logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            steps.append(time.perf_counter() - start)
+        label = "PyTorch, KV cache" if cache else "PyTorch, whole prefix"
+        print(f"{label:34} prefill {steps[0] * 1e3:8.1f} ms   decode {1 / statistics.median(steps[1:]):7.2f} tokens/s")
+PY
