@@ -940,9 +940,11 @@ int generateRun(const Options &o, Prepared &p) {
   std::span<const int32_t> generated(context.data() + promptTokens,
                                      context.size() - promptTokens);
   std::cout << decode(context) << "\n";
-  std::cerr << "generated " << generated.size() << " tokens in " << seconds
-            << " s (" << double(generated.size()) / seconds
-            << " tokens/s, the whole context each step)\n";
+  // On stderr, so that stdout is the text alone; once, by the first rank.
+  if (isFirstRank())
+    std::cerr << "generated " << generated.size() << " tokens in " << seconds
+              << " s (" << double(generated.size()) / seconds
+              << " tokens/s, the whole context each step)\n";
   if (!o.metrics.empty() && isFirstRank()) {
     nlohmann::ordered_json json;
     json["program"] = "forward";
