@@ -876,6 +876,21 @@ namespace {
 struct MergeRule {
   std::string left, right, where;
 };
+
+/// A merge spelt "left right" (merges.txt, tokenizer.json before
+/// tokenizers 0.20); `where` prefixes its error.
+MergeRule parseMergeLine(std::string_view line, std::string where) {
+  size_t space = line.find(' ');
+  if (space == std::string_view::npos || space == 0 ||
+      space + 1 == line.size() ||
+      line.find(' ', space + 1) != std::string_view::npos)
+    throw std::runtime_error(where +
+                             "expected two tokens separated by one space, "
+                             "got " +
+                             quote(line));
+  return {std::string(line.substr(0, space)),
+          std::string(line.substr(space + 1)), std::move(where)};
+}
 } // namespace
 
 /// Builds the tokenizer from what either file format holds.
@@ -913,17 +928,8 @@ BpeTokenizer BpeTokenizer::load(const std::string &vocabJson,
       line.remove_suffix(1);
     if (line.empty() || (lineNo == 1 && line.starts_with("#version")))
       continue;
-    std::string where = mergesTxt + ": line " + std::to_string(lineNo) + ": ";
-    size_t space = line.find(' ');
-    if (space == std::string_view::npos || space == 0 ||
-        space + 1 == line.size() ||
-        line.find(' ', space + 1) != std::string_view::npos)
-      throw std::runtime_error(where +
-                               "expected two tokens separated by one space, "
-                               "got " +
-                               quote(line));
-    rules.push_back({std::string(line.substr(0, space)),
-                     std::string(line.substr(space + 1)), std::move(where)});
+    rules.push_back(parseMergeLine(line, mergesTxt + ": line " +
+                                             std::to_string(lineNo) + ": "));
   }
   return BpeTokenizer(BpeBuilder::build(std::move(entries), rules, vocabJson));
 }
@@ -1261,15 +1267,7 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
     std::string where = path + ": model.merges[" + std::to_string(i) + "]: ";
     const nlohmann::json &merge = merges[i];
     if (merge.is_string()) {
-      std::string line = merge.get<std::string>();
-      size_t space = line.find(' ');
-      if (space == std::string::npos || space == 0 ||
-          space + 1 == line.size() || line.find(' ', space + 1) != line.npos)
-        throw std::runtime_error(where +
-                                 "expected two tokens separated by "
-                                 "one space, got " +
-                                 quote(line));
-      rules.push_back({line.substr(0, space), line.substr(space + 1), where});
+      rules.push_back(parseMergeLine(merge.get<std::string>(), where));
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
                merge[1].is_string()) {
       rules.push_back(
