@@ -113,6 +113,23 @@ scatterPartialActivation(Operation *op, const ShardingRule &rule,
   return scatterClaim(op, rule, index, dim, Axes(layout.partial), engine);
 }
 
+/// The leading factor of operand `index` of `op` when the operand is token
+/// ids or an activation and the rule lets that factor split: the batch,
+/// which schemes split over their batch axes.
+std::optional<int64_t> splittableBatchFactor(Operation *op,
+                                             const ShardingRule &rule,
+                                             unsigned index,
+                                             const ShardQueries &engine) {
+  RankedTensorType type = tensorType(op->getOperand(index));
+  if (!engine.isTokenIds(type) && !engine.isActivation(type))
+    return std::nullopt;
+  const DimFactors &factors = rule.getOperandFactors()[index].front();
+  if (factors.empty() || !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
+                             rule, factors.front()))
+    return std::nullopt;
+  return factors.front();
+}
+
 /// `stored`, a parameter's layout, split further over grid axis `axis`
 /// (`size` ranks): along a dimension it leaves whole if one divides, else
 /// after a dimension's own axes; unchanged when no dimension divides.
@@ -268,19 +285,13 @@ public:
     // The batch stays split over the rows (and depth) through every op:
     // token ids and targets where they enter, activations everywhere
     // (including where a weight gradient contracts it).
-    for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-      RankedTensorType type = tensorType(operand);
-      if (!engine.isTokenIds(type) && !engine.isActivation(type))
-        continue;
-      const DimFactors &factors = rule.getOperandFactors()[i].front();
-      if (factors.empty() ||
-          !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
-              rule, factors.front()) ||
-          llvm::any_of(claims, [&](const Claim &claim) {
-            return claim.factor == factors.front();
+    for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+      std::optional<int64_t> batch = splittableBatchFactor(op, rule, i, engine);
+      if (!batch || llvm::any_of(claims, [&](const Claim &claim) {
+            return claim.factor == *batch;
           }))
         continue;
-      claims.push_back({factors.front(), batchAxes});
+      claims.push_back({*batch, batchAxes});
     }
     // Norms see whole features: the column-parallel linear after one needs
     // its input gathered over the columns anyway, and gathering before the
@@ -588,19 +599,14 @@ public:
     // The batch of token ids and activations over the data axis, unless the
     // scheme claims it (above) or an operand splits it over more axes than
     // the data axis, as 3D does between linears: that split then stands.
-    for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-      RankedTensorType type = tensorType(operand);
-      if (!engine.isTokenIds(type) && !engine.isActivation(type))
+    for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+      std::optional<int64_t> batch = splittableBatchFactor(op, rule, i, engine);
+      if (!batch)
         continue;
-      const DimFactors &factors = rule.getOperandFactors()[i].front();
-      if (factors.empty() ||
-          !cast<ShardingRuleOpInterface>(op).isSplittableFactor(
-              rule, factors.front()))
-        continue;
-      std::optional<Axes> split = operandAxes(factors.front());
+      std::optional<Axes> split = operandAxes(*batch);
       if (split && split->size() > 1)
         continue;
-      prependDataAxis(*claims, factors.front());
+      prependDataAxis(*claims, *batch);
     }
     return claims;
   }
