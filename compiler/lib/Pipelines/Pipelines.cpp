@@ -7,6 +7,7 @@
 #include "tpc/Transforms/Passes.h"
 
 using namespace mlir;
+using namespace mlir::tp;
 
 LogicalResult
 mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
@@ -97,34 +98,46 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   return success();
 }
 
-void mlir::tp::registerPipelines() {
-  // PassPipelineRegistration's builder cannot fail; this one validates the
-  // options it is given.
+namespace {
+/// Registers a pipeline that reads PipelineOptions: `prepare` may check and
+/// complete them before buildPipeline. (PassPipelineRegistration's builder
+/// cannot fail; these validate the options they are given.)
+void registerWithPipelineOptions(
+    StringRef argument, StringRef description,
+    LogicalResult (*prepare)(PipelineOptions &,
+                             function_ref<LogicalResult(const Twine &)>)) {
   registerPassPipeline(
-      "tp-pipeline",
-      "Compile a global tp module into a per-rank program with planned "
-      "memory; tpc-opt writes a plan when -o names a .tpplan file",
-      [](OpPassManager &pm, StringRef text,
-         function_ref<LogicalResult(const Twine &)> emitError) {
+      argument, description,
+      [prepare](OpPassManager &pm, StringRef text,
+                function_ref<LogicalResult(const Twine &)> emitError) {
         PipelineOptions options;
-        if (failed(options.parseFromString(text)))
+        if (failed(options.parseFromString(text)) ||
+            failed(prepare(options, emitError)))
           return failure();
         return buildPipeline(pm, options, emitError);
       },
       [](function_ref<void(const detail::PassOptions &)> optionHandler) {
         optionHandler(PipelineOptions());
       });
+}
+} // namespace
+
+void mlir::tp::registerPipelines() {
+  registerWithPipelineOptions(
+      "tp-pipeline",
+      "Compile a global tp module into a per-rank program with planned "
+      "memory; tpc-opt writes a plan when -o names a .tpplan file",
+      [](PipelineOptions &, function_ref<LogicalResult(const Twine &)>) {
+        return success();
+      });
   // tp-pipeline="mode=auto explain=true ..." under the name a user looks
   // for: the ranked candidates, then the choice compiled.
-  registerPassPipeline(
+  registerWithPipelineOptions(
       "tp-explain",
       "Rank every scheme, grid and dp for grid=N ranks on cluster=FILE "
       "(tp-pipeline mode=auto explain=true) and compile the fastest",
-      [](OpPassManager &pm, StringRef text,
+      [](PipelineOptions &options,
          function_ref<LogicalResult(const Twine &)> emitError) {
-        PipelineOptions options;
-        if (failed(options.parseFromString(text)))
-          return failure();
         if (options.mode.hasValue() && options.mode != ParallelMode::Auto)
           return emitError("tp-explain: ranks the schemes itself; give no "
                            "mode (tp-pipeline compiles a given one)");
@@ -133,9 +146,6 @@ void mlir::tp::registerPipelines() {
                            "explain; use tp-pipeline mode=auto");
         options.mode = ParallelMode::Auto;
         options.explain = true;
-        return buildPipeline(pm, options, emitError);
-      },
-      [](function_ref<void(const detail::PassOptions &)> optionHandler) {
-        optionHandler(PipelineOptions());
+        return success();
       });
 }
