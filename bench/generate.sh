@@ -16,16 +16,13 @@ build=${BUILD_DIR:-$root/build}
 prompt=${1:-64} new=${2:-32} seq=${3:-128}
 work=$build/bench/generate
 python=${PYTHON:-$root/.venv/bin/python}
-mkdir -p "$work"
+batch=1
+source "$root/bench/gpt2-small-setup.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
-echo "machine: $(nproc) cores, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}; prompt $prompt, $new new tokens"
+echo "prompt $prompt, $new new tokens"
 
 config=$work/config.json
-python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["vocab_size"] = 50304; json.dump(c, open(sys.argv[2], "w"))' \
-  "$root/bench/gpt2-small/config.json" "$config"
+padded_gpt2_small_config "$config"
 "$build/bin/tpc-import" "$config" --batch 1 --seq "$seq" -o "$work/model.mlir"
 "$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline="train=false" -o "$work/one.tpplan"
 "$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline="train=false mode=1d grid=2" \

@@ -19,8 +19,7 @@ cluster=$(realpath "${3:-$root/clusters/this-machine.json}")
 work=$build/bench/simulator-calibration
 source "$root/bench/gpt2-small-setup.sh"
 config=$work/config.json
-python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["vocab_size"] = 50304; json.dump(c, open(sys.argv[2], "w"))' \
-  "$root/bench/gpt2-small/config.json" "$config"
+padded_gpt2_small_config "$config"
 "$build/bin/tpc-import" "$config" --batch "$batch" --seq 256 -o "$work/model.mlir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$build/bin/tpc-tokenize" /usr/share/games/fortunes/fortunes -o "$work/text.tokens" > /dev/null

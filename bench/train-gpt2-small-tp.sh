@@ -14,12 +14,10 @@ batch=${1:-4}
 steps=${2:-6}
 work=$build/bench/gpt2-small-tp
 source "$root/bench/gpt2-small-setup.sh"
-# The vocabulary padded to 50304 (a multiple of 128, as Megatron-LM's
-# --make-vocab-size-divisible-by and nanoGPT do): 50257 rows do not split
-# evenly over 2 ranks. The one-rank runs use the same padded model.
+# The vocabulary padded to 50304; the one-rank runs use the same padded
+# model.
 config=$work/config.json
-python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["vocab_size"] = 50304; json.dump(c, open(sys.argv[2], "w"))' \
-  "$root/bench/gpt2-small/config.json" "$config"
+padded_gpt2_small_config "$config"
 "$build/bin/tpc-import" "$config" --batch "$batch" --seq 256 -o "$work/model.mlir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 text=/usr/share/games/fortunes/fortunes
