@@ -276,18 +276,30 @@ struct ParamSpec {
   SmallVector<int64_t> hfShape;
 };
 
-/// Emits one function (forward or loss) of a transformer. Parameters are
-/// requested by name as the body is built; each becomes a block argument.
+/// What a function of the model computes.
+enum class FunctionRole {
+  /// The logits of whole sequences.
+  Forward,
+  /// The mean cross-entropy against targets.
+  Loss,
+  /// The logits of a generation step's tokens at given positions, whose keys
+  /// and values it writes into KV caches (arguments it returns updated) and
+  /// whose attention reads them.
+  Generate,
+};
+
+/// Emits one function of a transformer. Parameters are requested by name as
+/// the body is built; each becomes a block argument.
 class ModelEmitter {
 public:
   ModelEmitter(MLIRContext &context, const TransformerConfig &config,
-               int64_t batch, int64_t seq)
-      : b(&context), config(config), batch(batch), seq(seq),
-        f32(b.getF32Type()) {}
+               int64_t batch)
+      : b(&context), config(config), batch(batch), f32(b.getF32Type()) {}
 
-  /// Builds func.func `name`; with `withLoss` it takes targets and returns
-  /// the mean cross-entropy, otherwise it returns the logits.
-  func::FuncOp build(ModuleOp module, StringRef name, bool withLoss);
+  /// Builds func.func `name` over `tokens` tokens per sequence; a Generate
+  /// function keeps caches of `cacheLength` positions.
+  func::FuncOp build(ModuleOp module, StringRef name, FunctionRole role,
+                     int64_t tokens, int64_t cacheLength = 0);
 
 private:
   // Types and parameters.
@@ -328,7 +340,10 @@ private:
     return tp::SliceOp::create(b, loc, tensor(sizes), v,
                                b.getDenseI64ArrayAttr(offsets));
   }
-  Value attention(Value q, Value k, Value v);
+  Value attention(Value q, Value k, Value v, const std::string &layer);
+  /// In a Generate function: `x` (keys or values) written into a new cache
+  /// argument `name`, whose updated value the function returns.
+  Value cached(Value x, const std::string &name);
   /// Tags every op emitted after `start` (null: from the beginning) with
   /// `tp.layer`, the unit that activation recomputation works on.
   void markLayer(int64_t layer, Operation *start);
@@ -340,9 +355,14 @@ private:
 
   OpBuilder b;
   const TransformerConfig &config;
-  int64_t batch, seq;
+  int64_t batch, seq = 0, cacheLength = 0;
   Type f32;
   Block *body = nullptr;
+  /// A Generate function's positions argument (null otherwise), its caches
+  /// (argument, name) and their updated values.
+  Value positions;
+  SmallVector<std::pair<BlockArgument, std::string>> caches;
+  SmallVector<Value> cacheUpdates;
   Location loc = UnknownLoc::get(b.getContext());
   SmallVector<ParamSpec> params;
   llvm::StringMap<unsigned> paramIndex;
@@ -380,14 +400,36 @@ Value ModelEmitter::linear(Value x, const std::string &prefix, int64_t in,
   return y;
 }
 
+Value ModelEmitter::cached(Value x, const std::string &name) {
+  SmallVector<int64_t> cacheShape(shape(x));
+  cacheShape[cacheShape.size() - 2] = cacheLength;
+  BlockArgument cache = body->addArgument(
+      tensor(cacheShape), NameLoc::get(b.getStringAttr(name + ".cache")));
+  caches.push_back({cache, name});
+  Value updated = tp::CacheWriteOp::create(b, loc, cache, x, positions);
+  cacheUpdates.push_back(updated);
+  return updated;
+}
+
 /// Causal attention on q [..., Sq, d] against k, v [..., S, d] whose batch
-/// dims broadcast against q's (grouped-query heads).
-Value ModelEmitter::attention(Value q, Value k, Value v) {
+/// dims broadcast against q's (grouped-query heads). In a Generate function
+/// k and v join the layer's caches and q attends to every cached position
+/// up to its own.
+Value ModelEmitter::attention(Value q, Value k, Value v,
+                              const std::string &layer) {
+  const double alpha =
+      config.scaleAttnWeights ? 1.0 / std::sqrt(double(config.headDim)) : 1.0;
+  if (positions) {
+    Value keys = cached(k, layer + ".key"),
+          values = cached(v, layer + ".value");
+    return tp::AttentionOp::create(
+               b, loc, q, keys, values, b.getF64FloatAttr(alpha),
+               /*causal=*/nullptr, /*precision=*/nullptr, positions)
+        .getResult();
+  }
   Value scores = matmul(q, k, /*transposeRhs=*/true);
   if (config.scaleAttnWeights)
-    scores = tp::ScaleOp::create(
-        b, loc, scores,
-        b.getF64FloatAttr(1.0 / std::sqrt(double(config.headDim))));
+    scores = tp::ScaleOp::create(b, loc, scores, b.getF64FloatAttr(alpha));
   auto probs = tp::SoftmaxOp::create(b, loc, scores);
   probs.setCausal(true);
   return matmul(probs, v, /*transposeRhs=*/false);
@@ -410,7 +452,9 @@ Value ModelEmitter::gpt2(Value tokens) {
   Value wte = weight("transformer.wte.weight", {config.vocabSize, h}, std);
   Value wpe = weight("transformer.wpe.weight", {config.maxPositions, h}, std);
   Value x = tp::EmbeddingOp::create(b, loc, wte, tokens);
-  x = add(x, slice(wpe, {0, 0}, {seq, h}));
+  // A generation step's tokens sit at their positions; a sequence's at 0..S.
+  x = add(x, positions ? Value(tp::EmbeddingOp::create(b, loc, wpe, positions))
+                       : slice(wpe, {0, 0}, {seq, h}));
   for (int64_t layer = 0; layer < config.numLayers; ++layer) {
     Operation *layerStart = lastOp();
     std::string p = "transformer.h." + std::to_string(layer);
@@ -437,7 +481,7 @@ Value ModelEmitter::gpt2(Value tokens) {
                            {batch, seq, nh, d});
       return transpose(part, {0, 2, 1, 3});
     };
-    Value ctx = attention(head(0), head(1), head(2));
+    Value ctx = attention(head(0), head(1), head(2), p);
     ctx = reshape(transpose(ctx, {0, 2, 1, 3}), {batch, seq, h});
     x = add(x, linear(ctx, p + ".attn.c_proj", h, h, true, projStd));
     setLoc(p + ".mlp");
@@ -485,14 +529,14 @@ Value ModelEmitter::llama(Value tokens) {
       y = transpose(reshape(y, {batch, seq, nkv, perKv, d}), {0, 2, 3, 1, 4});
       if (!rotate)
         return y;
-      auto rotary = tp::RotaryOp::create(b, loc, y);
-      rotary.setThetaAttr(b.getF64FloatAttr(config.ropeTheta));
-      return rotary;
+      return tp::RotaryOp::create(b, loc, y,
+                                  b.getF64FloatAttr(config.ropeTheta),
+                                  /*inverse=*/nullptr, positions);
     };
     Value q = heads("q_proj", nh, group, true);
     Value k = heads("k_proj", nkv, 1, true);
     Value v = heads("v_proj", nkv, 1, false);
-    Value ctx = attention(q, k, v);
+    Value ctx = attention(q, k, v, p);
     ctx = reshape(transpose(ctx, {0, 3, 1, 2, 4}), {batch, seq, nh * d});
     x = add(x, linear(ctx, p + ".self_attn.o_proj", nh * d, h,
                       config.attentionBias, std));
@@ -517,9 +561,16 @@ Value ModelEmitter::llama(Value tokens) {
 }
 
 func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
-                                 bool withLoss) {
+                                 FunctionRole role, int64_t tokenCount,
+                                 int64_t cacheLength) {
   params.clear();
   paramIndex.clear();
+  caches.clear();
+  cacheUpdates.clear();
+  positions = nullptr;
+  seq = tokenCount;
+  this->cacheLength = cacheLength;
+  const bool withLoss = role == FunctionRole::Loss;
   b.setInsertionPointToEnd(module.getBody());
   auto func = func::FuncOp::create(b, loc, name, b.getFunctionType({}, {}));
   body = func.addEntryBlock();
@@ -530,17 +581,29 @@ func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
   if (withLoss)
     targets = body->addArgument(tensor({batch, seq}, i32),
                                 NameLoc::get(b.getStringAttr("targets")));
+  if (role == FunctionRole::Generate)
+    positions = body->addArgument(tensor({batch, seq}, i32),
+                                  NameLoc::get(b.getStringAttr("positions")));
   Value result = config.kind == ModelKind::GPT2 ? gpt2(tokens) : llama(tokens);
   if (withLoss) {
     setLoc("loss");
     result = tp::CrossEntropyOp::create(b, loc, result, targets);
   }
   b.setInsertionPointToEnd(body);
-  func::ReturnOp::create(b, loc, result);
-  func.setFunctionType(
-      b.getFunctionType(body->getArgumentTypes(), {result.getType()}));
+  SmallVector<Value> results = {result};
+  llvm::append_range(results, cacheUpdates);
+  func::ReturnOp::create(b, loc, results);
+  func.setFunctionType(b.getFunctionType(body->getArgumentTypes(),
+                                         ValueRange(results).getTypes()));
   func.setResultAttr(0, tp::TPDialect::OutputAttrHelper::getNameStr(),
                      b.getStringAttr(withLoss ? "loss" : "logits"));
+  for (auto [idx, cache] : llvm::enumerate(caches)) {
+    func.setArgAttr(cache.first.getArgNumber(),
+                    tp::TPDialect::CacheAttrHelper::getNameStr(),
+                    b.getStringAttr(cache.second));
+    func.setResultAttr(idx + 1, tp::TPDialect::UpdatesAttrHelper::getNameStr(),
+                       b.getI64IntegerAttr(cache.first.getArgNumber()));
+  }
 
   // Argument attributes: HF name and initialisation for parameters, the
   // role for data inputs.
@@ -565,17 +628,31 @@ func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
     func.setArgAttr(params.size() + 1,
                     tp::TPDialect::InputAttrHelper::getNameStr(),
                     b.getStringAttr("targets"));
+  if (positions)
+    func.setArgAttr(params.size() + 1,
+                    tp::TPDialect::InputAttrHelper::getNameStr(),
+                    b.getStringAttr("positions"));
   return func;
 }
 
 llvm::Expected<OwningOpRef<ModuleOp>>
 tpc::frontend::importTransformer(MLIRContext &context,
                                  const TransformerConfig &config, int64_t batch,
-                                 int64_t seq) {
+                                 int64_t seq, int64_t kvCache) {
   if (batch <= 0)
     return configError(formatv("--batch must be positive, got {0}", batch));
   if (seq <= 0)
     return configError(formatv("--seq must be positive, got {0}", seq));
+  if (kvCache < 0)
+    return configError(
+        formatv("--kv-cache must be 0 or positive, got {0}", kvCache));
+  if (kvCache > config.maxPositions)
+    return configError(formatv("--kv-cache {0} exceeds the model's {1} "
+                               "positions ('{2}')",
+                               kvCache, config.maxPositions,
+                               config.kind == ModelKind::GPT2
+                                   ? "n_positions"
+                                   : "max_position_embeddings"));
   if (seq > config.maxPositions)
     return configError(formatv("--seq {0} exceeds the model's {1} positions "
                                "('{2}')",
@@ -621,9 +698,16 @@ tpc::frontend::importTransformer(MLIRContext &context,
   }
   (*module)->setAttr(tp::TPDialect::HeadCountsAttrHelper::getNameStr(),
                      attrs.getDictionaryAttr(headCounts));
-  ModelEmitter emitter(context, config, batch, seq);
-  emitter.build(*module, "forward", /*withLoss=*/false);
-  emitter.build(*module, "loss", /*withLoss=*/true);
+  ModelEmitter emitter(context, config, batch);
+  emitter.build(*module, "forward", FunctionRole::Forward, seq);
+  emitter.build(*module, "loss", FunctionRole::Loss, seq);
+  if (kvCache > 0) {
+    // Generation: the prompt in chunks of --seq tokens, then one token at a
+    // time, both against caches of kvCache positions.
+    emitter.build(*module, "prefill", FunctionRole::Generate,
+                  std::min(seq, kvCache), kvCache);
+    emitter.build(*module, "decode", FunctionRole::Generate, 1, kvCache);
+  }
   if (failed(verify(*module)))
     return configError("internal error: the emitted module does not verify");
   return module;

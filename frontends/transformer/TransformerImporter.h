@@ -50,10 +50,13 @@ struct TransformerConfig {
 /// Parses and validates config.json. Errors are one line and name the field.
 llvm::Expected<TransformerConfig> parseTransformerConfig(llvm::StringRef json);
 
-/// Emits the model's tp module for `batch` sequences of `seq` tokens.
+/// Emits the model's tp module for `batch` sequences of `seq` tokens:
+/// @forward and @loss; with `kvCache` > 0 also the generation programs
+/// @prefill (min(seq, kvCache) tokens) and @decode (one token) over KV caches
+/// of `kvCache` positions.
 llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
 importTransformer(mlir::MLIRContext &context, const TransformerConfig &config,
-                  int64_t batch, int64_t seq);
+                  int64_t batch, int64_t seq, int64_t kvCache = 0);
 
 } // namespace tpc::frontend
 

@@ -22,6 +22,11 @@ static cl::opt<int64_t> batch("batch", cl::Required,
                               cl::desc("Sequences per step"));
 static cl::opt<int64_t> seq("seq", cl::Required,
                             cl::desc("Tokens per sequence"));
+static cl::opt<int64_t> kvCache(
+    "kv-cache", cl::init(0),
+    cl::desc("Also emit the generation programs @prefill (--seq tokens) and "
+             "@decode (one token) with KV caches of this many positions "
+             "(0: none)"));
 static cl::opt<std::string> outputPath("o", cl::init("-"),
                                        cl::desc("Output .mlir file"),
                                        cl::value_desc("filename"));
@@ -44,7 +49,8 @@ int main(int argc, char **argv) {
     return fail(configPath + ": " + llvm::toString(config.takeError()));
 
   mlir::MLIRContext context;
-  auto module = tpc::frontend::importTransformer(context, *config, batch, seq);
+  auto module =
+      tpc::frontend::importTransformer(context, *config, batch, seq, kvCache);
   if (!module)
     return fail(llvm::toString(module.takeError()));
 

@@ -55,7 +55,7 @@ struct FuseCausalAttention : public OpRewritePattern<MatmulOp> {
         rewriter.getFusedLoc(
             {scores.getLoc(), softmax.getLoc(), context.getLoc()}),
         query, key, value, scores.getAlphaAttr(), rewriter.getUnitAttr(),
-        /*precision=*/nullptr);
+        /*precision=*/nullptr, /*positions=*/Value());
     // Keep marks such as the layer (for recomputation).
     for (NamedAttribute attr : context->getDiscardableAttrs())
       attention->setDiscardableAttr(attr.getName(), attr.getValue());

@@ -95,10 +95,11 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
         idx, TPDialect::UpdatesAttrHelper::getNameStr());
     if (!updates)
       continue;
-    // The runtime keeps no copy of an update: it must be written in place.
+    // The runtime keeps no copy of an update: it must be written in place
+    // (AdamW's, where the planner allows it; a KV cache write's, always).
     auto adamw = result.getDefiningOp<StorageAliasOpInterface>();
     std::optional<unsigned> operand;
-    if (adamw && !adamw.alwaysSharesStorage())
+    if (adamw)
       operand =
           adamw.getStorageOperand(cast<OpResult>(result).getResultNumber());
     if (!operand)
@@ -121,8 +122,10 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
         return user->emitOpError()
                << "tp-plan-memory: reads argument #" << arg.getArgNumber()
                << " after its in-place update";
-    buffers[bufferOf[result]].bytes = 0;
-    bufferOf.erase(result);
+    if (auto it = bufferOf.find(result); it != bufferOf.end()) {
+      buffers[it->second].bytes = 0;
+      bufferOf.erase(it);
+    }
   }
 
   // Greedy by size: largest first, each at the lowest aligned offset that

@@ -140,8 +140,9 @@ private:
 
 /// The name under which argument `index` of `func` has one layout in every
 /// function: "name" or "name#state" for a parameter or its moment,
-/// "input#tokens" or "input#targets" for the token inputs; none for other
-/// arguments (the step, hyperparameters), which stay whole.
+/// "input#tokens", "input#targets" or "input#positions" for the token
+/// inputs, "cache#name" for a KV cache (laid out as its first use needs);
+/// none for other arguments (the step, hyperparameters), which stay whole.
 static std::optional<std::string> argumentKey(func::FuncOp func,
                                               unsigned index) {
   if (auto name = func.getArgAttrOfType<StringAttr>(
@@ -154,8 +155,12 @@ static std::optional<std::string> argumentKey(func::FuncOp func,
   }
   if (auto input = func.getArgAttrOfType<StringAttr>(
           index, TPDialect::InputAttrHelper::getNameStr());
-      input && (input.getValue() == "tokens" || input.getValue() == "targets"))
+      input && (input.getValue() == "tokens" || input.getValue() == "targets" ||
+                input.getValue() == "positions"))
     return ("input#" + input.getValue()).str();
+  if (auto cache = func.getArgAttrOfType<StringAttr>(
+          index, TPDialect::CacheAttrHelper::getNameStr()))
+    return ("cache#" + cache.getValue()).str();
   return std::nullopt;
 }
 
@@ -550,11 +555,12 @@ LogicalResult Sharder::shardOp(Operation *op) {
             redistributionCost(op->getResult(r), *layout, *resultHints[r]);
       candidate.results.push_back(std::move(*layout));
     }
-    // An op that may update an argument in place (AdamW) works on the
-    // argument's own shard: the runtime keeps updates in the argument's
-    // storage, and the optimizer state stays split as the weights are.
+    // An op that updates an argument in place (AdamW, a KV cache write)
+    // works on the argument's own shard: the runtime keeps updates in the
+    // argument's storage, the optimizer state stays split as the weights
+    // are, and a cache as every program reading it laid it out.
     if (auto alias = dyn_cast<StorageAliasOpInterface>(op);
-        valid && alias && !alias.alwaysSharesStorage())
+        valid && alias && !op->hasTrait<OpTrait::tp::IsView>())
       for (unsigned r = 0; r < op->getNumResults() && valid; ++r)
         if (std::optional<unsigned> i = alias.getStorageOperand(r);
             i && layouts[*i] && isArgument(op->getOperand(*i)))
@@ -630,7 +636,13 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
         input && input.getValue() == "tokens") {
       batch = tensorType(arg).getDimSize(0);
       seq = tensorType(arg).getDimSize(1);
-      if (failed(scheme.checkTokens(batch, seq, [&] { return moduleError(); })))
+      const bool generation =
+          llvm::any_of(llvm::seq(func.getNumArguments()), [&](unsigned j) {
+            return bool(
+                func.getArgAttr(j, TPDialect::CacheAttrHelper::getNameStr()));
+          });
+      if (failed(scheme.checkTokens(batch, seq, generation,
+                                    [&] { return moduleError(); })))
         return failure();
     }
     std::optional<std::string> key = argumentKey(func, i);

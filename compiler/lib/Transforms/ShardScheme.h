@@ -77,9 +77,12 @@ public:
   /// no function has them; empty when it does not need them.
   virtual std::string whyTokensNeeded() const = 0;
 
-  /// Checks the step's token batch and sequence length against the grid.
+  /// Checks a function's token batch and sequence length against the grid.
+  /// A generation function (one that reads KV caches) may keep a sequence
+  /// the grid cannot split whole: a decode step's one token runs without
+  /// sequence parallelism, as Megatron-LM's inference does.
   virtual LogicalResult
-  checkTokens(int64_t batch, int64_t seq,
+  checkTokens(int64_t batch, int64_t seq, bool generation,
               function_ref<InFlightDiagnostic()> error) const = 0;
 
   /// The scheme's claims for `op`'s factors, given the claims its decided

@@ -174,10 +174,10 @@ public:
   }
 
   LogicalResult
-  checkTokens(int64_t batch, int64_t seq,
+  checkTokens(int64_t batch, int64_t seq, bool generation,
               function_ref<InFlightDiagnostic()> error) const override {
     // Sequence parallelism that cannot apply is an error, not a no-op.
-    if (seqParallel && seq % ranks != 0)
+    if (seqParallel && seq % ranks != 0 && !generation)
       return error() << "tp-shard: seq-parallel=true cannot split the "
                         "sequence (length "
                      << seq << ") over " << ranks << " ranks";
@@ -261,7 +261,7 @@ public:
   }
 
   LogicalResult
-  checkTokens(int64_t batch, int64_t seq,
+  checkTokens(int64_t batch, int64_t seq, bool generation,
               function_ref<InFlightDiagnostic()> error) const override {
     int64_t shards = rows * depth;
     if (batch % shards == 0)
@@ -389,7 +389,7 @@ public:
   }
 
   LogicalResult
-  checkTokens(int64_t batch, int64_t seq,
+  checkTokens(int64_t batch, int64_t seq, bool generation,
               function_ref<InFlightDiagnostic()> error) const override {
     if (batch % (q * q) != 0)
       return error() << "tp-shard: mode=3d splits the batch (size " << batch
@@ -547,14 +547,14 @@ public:
   }
 
   LogicalResult
-  checkTokens(int64_t batch, int64_t seq,
+  checkTokens(int64_t batch, int64_t seq, bool generation,
               function_ref<InFlightDiagnostic()> error) const override {
     if (batch % replicas != 0)
       return error() << "tp-shard: dp=" << replicas
                      << " splits the batch (size " << batch
                      << ") over grid axis 0, which does not divide it";
     // The tensor-parallel scheme splits each replica's share.
-    return tensorScheme->checkTokens(batch / replicas, seq, error);
+    return tensorScheme->checkTokens(batch / replicas, seq, generation, error);
   }
 
   FailureOr<SmallVector<Claim>>

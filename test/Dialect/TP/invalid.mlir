@@ -454,6 +454,38 @@ func.func @rotary_theta(%x: tensor<2x8x16xf32>) {
   return
 }
 
+// -----
+
+func.func @rotary_positions(%x: tensor<2x4x8x16xf32>, %p: tensor<2x4xi32>) {
+  // expected-error @+1 {{positions 'tensor<2x4xi32>' should have shape [2, 8] (first dim, sequence)}}
+  %0 = tp.rotary %x at %p : tensor<2x4xi32> : tensor<2x4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @cache_write_update(%c: tensor<2x4x16x8xf32>, %k: tensor<2x4x1x4xf32>, %p: tensor<2x1xi32>) {
+  // expected-error @+1 {{update 'tensor<2x4x1x4xf32>' should have shape [2, 4, 1, 8] (the cache's but for the sequence dim)}}
+  %0 = tp.cache_write %c, %k, %p : (tensor<2x4x16x8xf32>, tensor<2x4x1x4xf32>, tensor<2x1xi32>) -> tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @cache_write_positions(%c: tensor<2x4x16x8xf32>, %k: tensor<2x4x3x8xf32>, %p: tensor<2x1xi32>) {
+  // expected-error @+1 {{positions 'tensor<2x1xi32>' should have shape [2, 3] (first dim, sequence)}}
+  %0 = tp.cache_write %c, %k, %p : (tensor<2x4x16x8xf32>, tensor<2x4x3x8xf32>, tensor<2x1xi32>) -> tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_causal_positions(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %p: tensor<2x16xi32>) {
+  // expected-error @+1 {{takes either causal or positions, not both}}
+  %0:2 = tp.attention %q, %k, %k, %p {causal} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x16xi32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16xf32>)
+  return
+}
+
 //===----------------------------------------------------------------------===//
 // Shapes and reductions
 //===----------------------------------------------------------------------===//

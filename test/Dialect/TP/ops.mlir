@@ -136,6 +136,21 @@ func.func @attention(%s: tensor<2x4x8x8xf32>, %l: tensor<2x8x50xf32>, %q: tensor
 
 // -----
 
+// A generation step: keys written into a KV cache at their positions, the
+// queries rotated to and attending up to them.
+// CHECK-LABEL: func.func @generation
+// CHECK: %[[K:.*]] = tp.cache_write %{{.*}}, %{{.*}}, %[[P:.*]] : (tensor<2x4x16x8xf32>, tensor<2x4x1x8xf32>, tensor<2x1xi32>) -> tensor<2x4x16x8xf32>
+// CHECK: %[[Q:.*]] = tp.rotary %{{.*}} at %[[P]] : tensor<2x1xi32> : tensor<2x4x1x8xf32>
+// CHECK: tp.attention %[[Q]], %[[K]], %[[K]], %[[P]] {alpha = 5.000000e-01 : f64}
+func.func @generation(%cache: tensor<2x4x16x8xf32>, %q: tensor<2x4x1x8xf32>, %k: tensor<2x4x1x8xf32>, %positions: tensor<2x1xi32>) -> tensor<2x4x1x8xf32> {
+  %0 = tp.cache_write %cache, %k, %positions : (tensor<2x4x16x8xf32>, tensor<2x4x1x8xf32>, tensor<2x1xi32>) -> tensor<2x4x16x8xf32>
+  %1 = tp.rotary %q at %positions : tensor<2x1xi32> : tensor<2x4x1x8xf32>
+  %2:2 = tp.attention %1, %0, %0, %positions {alpha = 0.5 : f64} : (tensor<2x4x1x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x1xi32>) -> (tensor<2x4x1x8xf32>, tensor<2x4x1xf32>)
+  return %2#0 : tensor<2x4x1x8xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @shapes
 // CHECK: tp.reshape %{{.*}} : (tensor<2x8x16xf32>) -> tensor<2x8x4x4xf32>
 // CHECK: tp.transpose %{{.*}} {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x4xf32>) -> tensor<2x4x8x4xf32>

@@ -7,3 +7,11 @@ func.func @rotary(%q: tensor<2x4x8x16xf32>) {
   %0 = tp.rotary %q : tensor<2x4x8x16xf32>
   return
 }
+
+// At a generation step's positions ([batch, seq]) the sequence splits too:
+// each row carries its own position.
+func.func @rotary_at(%q: tensor<2x4x8x16xf32>, %positions: tensor<2x8xi32>) {
+  // CHECK: :[[@LINE+1]]:{{.*}} remark: sharding rule: ([i, j, k, l], [i, k]) -> ([i, j, k, l]) {i=2, j=4, k=8, l=16} replicated={l}
+  %0 = tp.rotary %q at %positions : tensor<2x8xi32> : tensor<2x4x8x16xf32>
+  return
+}

@@ -69,6 +69,8 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
        "a string"},
       {D::InputAttrHelper::getNameStr(), Placement::Argument, isA<StringAttr>,
        "a string"},
+      {D::CacheAttrHelper::getNameStr(), Placement::Argument, isA<StringAttr>,
+       "a string"},
       {D::LayoutAttrHelper::getNameStr(), Placement::Argument, isA<DistAttr>,
        "a #tp.dist layout"},
       {D::OutputAttrHelper::getNameStr(), Placement::Result, isA<StringAttr>,

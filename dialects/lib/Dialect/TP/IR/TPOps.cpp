@@ -695,16 +695,39 @@ struct AttentionFactors {
     return concat(batch, {queries, valueDim});
   }
   SmallVector<int64_t> logSumExp() const { return concat(batch, {queries}); }
+  /// A generation step's positions, [b0, Sq]: they travel with the queries,
+  /// so a split of either keeps each query's global position.
+  SmallVector<int64_t> positions() const { return {batch.front(), queries}; }
 
   SmallVector<int64_t> batch, keyBatch;
   int64_t queries, keys, headDim, valueDim;
 };
 } // namespace
 
+/// Checks a generation step's `positions` against `input` ([b0, ..., S,
+/// D]): it must be [b0, S].
+static LogicalResult verifyPositions(Operation *op, Value positions,
+                                     const Named &input) {
+  if (failed(verifyRankAtLeast(op, input, 3,
+                               "([batch, ..., sequence, features]) to take "
+                               "positions")))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(input.value);
+  return verifyShape(op, {"positions", positions},
+                     {shape.front(), shape[shape.size() - 2]},
+                     "(first dim, sequence)");
+}
+
 LogicalResult AttentionOp::verify() {
   if (failed(verifyAttentionOperands(*this, getQuery(), getKey(), getValue(),
                                      getCausal(), getAlphaAttr())))
     return failure();
+  if (Value positions = getPositions()) {
+    if (getCausal())
+      return emitOpError() << "takes either causal or positions, not both";
+    if (failed(verifyPositions(*this, positions, {"query", getQuery()})))
+      return failure();
+  }
   AttentionDims dims = getAttentionDims(getQuery(), getKey(), getValue());
   if (failed(verifySameElementType(
           *this, {{"query", getQuery()}, {"result", getResult()}})) ||
@@ -723,6 +746,8 @@ ShardingRule AttentionOp::getShardingRule() {
   builder.addOperand(f.query());
   builder.addOperand(f.key());
   builder.addOperand(f.value());
+  if (getPositions())
+    builder.addOperand(f.positions());
   builder.addResult(f.result());
   builder.addResult(f.logSumExp());
   return builder.build();
@@ -813,10 +838,63 @@ LogicalResult RotaryOp::verify() {
   if (shapeOf(getInput()).back() % 2 != 0)
     return emitOpError() << "input " << getInput().getType()
                          << " needs an even head dimension to rotate pairs";
+  if (Value positions = getPositions())
+    if (failed(verifyPositions(*this, positions, {"input", getInput()})))
+      return failure();
   return verifyPositive(*this, "theta", getThetaAttr());
 }
 ShardingRule RotaryOp::getShardingRule() {
-  return sameShapeRule(*this, shapeOf(getInput()), FactorKind::Replicated);
+  if (!getPositions())
+    return sameShapeRule(*this, shapeOf(getInput()), FactorKind::Replicated);
+  // Positions [b0, S] travel with the input's first and sequence dims.
+  ShardingRuleBuilder builder;
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  SmallVector<int64_t> factors = builder.addFactors(shape.drop_back());
+  factors.push_back(builder.addFactor(shape.back(), FactorKind::Replicated));
+  builder.addOperand(factors);
+  builder.addOperand({factors.front(), factors[factors.size() - 2]});
+  builder.addResult(factors);
+  return builder.build();
+}
+
+//===----------------------------------------------------------------------===//
+// KV cache
+//===----------------------------------------------------------------------===//
+
+LogicalResult CacheWriteOp::verify() {
+  Named cache{"cache", getCache()}, update{"update", getUpdate()};
+  if (failed(verifyRankAtLeast(*this, cache, 3,
+                               "([batch, ..., cache length, features])")) ||
+      failed(verifySameElementType(*this, {cache, update})))
+    return failure();
+  SmallVector<int64_t> expected(shapeOf(getCache()));
+  expected[expected.size() - 2] =
+      shapeOf(getUpdate()).size() >= 2 ? shapeOf(getUpdate()).end()[-2] : -1;
+  if (failed(verifyShape(*this, update, expected,
+                         "(the cache's but for the sequence dim)")))
+    return failure();
+  return verifyPositions(*this, getPositions(), update);
+}
+
+/// Every dim but the cache's sequence is shared with the update; the
+/// positions index the cache globally, so neither sequence dim may split.
+ShardingRule CacheWriteOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  ArrayRef<int64_t> cacheShape = shapeOf(getCache());
+  const size_t seqDim = cacheShape.size() - 2;
+  SmallVector<int64_t> cache =
+      builder.addFactors(cacheShape.take_front(seqDim));
+  cache.push_back(
+      builder.addFactor(cacheShape[seqDim], FactorKind::Replicated));
+  cache.push_back(builder.addFactor(cacheShape.back()));
+  SmallVector<int64_t> update = cache;
+  update[seqDim] =
+      builder.addFactor(shapeOf(getUpdate())[seqDim], FactorKind::Replicated);
+  builder.addOperand(cache);
+  builder.addOperand(update);
+  builder.addOperand({cache.front(), update[seqDim]});
+  builder.addResult(cache);
+  return builder.build();
 }
 
 //===----------------------------------------------------------------------===//
@@ -1503,6 +1581,9 @@ std::optional<unsigned> AdamWOp::getStorageOperand(unsigned result) {
   return kUpdated[result];
 }
 bool AdamWOp::alwaysSharesStorage() { return false; }
+// The cache is state the runtime keeps between runs: written in place.
+std::optional<unsigned> CacheWriteOp::getStorageOperand(unsigned) { return 0; }
+bool CacheWriteOp::alwaysSharesStorage() { return true; }
 
 // A ring wait's result is the block its start received; a ring insert
 // updates its destination in place.
@@ -1910,10 +1991,11 @@ bool SoftmaxOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
                           !rule.indexesOperandDim(0, -2, factor));
 }
 
-/// The rotation angle depends on the global position along dim -2.
+/// The rotation angle depends on the global position along dim -2, unless
+/// positions say it.
 bool RotaryOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
   return rule.hasSplittableKind(factor) &&
-         !rule.indexesOperandDim(0, -2, factor);
+         (getPositions() || !rule.indexesOperandDim(0, -2, factor));
 }
 
 /// The kernel divides by its local count, not the global one.

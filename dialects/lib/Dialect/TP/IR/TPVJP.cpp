@@ -237,6 +237,9 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange operands,
   if (resultCotangents[1])
     return emitOpError() << "tp-autodiff: the loss must not depend on "
                             "tp.attention's logsumexp";
+  if (getPositions())
+    return emitOpError() << "tp-autodiff: attention over a KV cache "
+                            "(positions) is for generation, not training";
   auto grad = AttentionGradOp::create(
       builder, getLoc(), resultCotangents[0], operands[0], operands[1],
       operands[2], results[0], results[1], getAlphaAttr(), getCausalAttr(),
@@ -252,9 +255,9 @@ LogicalResult RotaryOp::buildVJP(OpBuilder &builder, ValueRange, ValueRange,
                                  MutableArrayRef<Value> operandCotangents) {
   // A rotation's transpose is the opposite rotation.
   Value ct = resultCotangents[0];
-  auto back = RotaryOp::create(builder, getLoc(), ct);
-  back.setThetaAttr(getThetaAttr());
-  back.setInverse(!getInverse());
+  auto back = RotaryOp::create(builder, getLoc(), ct, getThetaAttr(),
+                               getInverse() ? nullptr : builder.getUnitAttr(),
+                               getPositions());
   operandCotangents[0] = back;
   return success();
 }

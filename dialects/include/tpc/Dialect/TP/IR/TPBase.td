@@ -37,6 +37,9 @@ def TP_Dialect : Dialect {
     "::mlir::DenseI64ArrayAttr":$hf_shape,// its shape in safetensors files
     "::mlir::StringAttr":$state,          // AdamW moment: "exp_avg" | ...
     "::mlir::StringAttr":$input,          // "tokens" | "targets" | ...
+    "::mlir::StringAttr":$cache,          // a KV cache the runtime keeps
+                                          // between generation steps, by
+                                          // name ("<layer>.key" | ...)
     "::mlir::Attribute":$layout,          // a #tp.dist parameter layout,
                                           // kept after tp-partition
     // Function results.

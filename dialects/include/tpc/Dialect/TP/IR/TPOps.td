@@ -354,7 +354,11 @@ def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
     and value agree). `result` is `[b..., Sq, Dv]` and `logsumexp`
     `[b..., Sq]`, the log of each softmax row's denominator (of the scaled
     scores), which tp.attention_grad reads instead of the probabilities.
-    With `causal`, Sq == Sk and query i sees keys 0..i. `precision` rounds
+    With `causal`, Sq == Sk and query i sees keys 0..i. With `positions`
+    (`[b0, Sq]`, b0 query's first dim; instead of `causal`), the keys are a
+    KV cache and query i of batch row n sees keys 0..positions[n, i]: one
+    generation step's tokens against everything before them (a position
+    beyond Sk is a run-time error). `precision` rounds
     the operands of both products (query, key; probabilities, value), as on
     tp.matmul. tp-fuse-attention forms it from tp.matmul, tp.softmax and
     tp.matmul.
@@ -363,7 +367,8 @@ def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
                        TP_FloatTensor:$value,
                        DefaultValuedAttr<F64Attr, "1.0">:$alpha,
                        UnitAttr:$causal,
-                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision);
+                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision,
+                       Optional<TP_IndexTensor>:$positions);
   let results = (outs TP_FloatTensor:$result, TP_FloatTensor:$logsumexp);
 }
 
@@ -393,13 +398,44 @@ def TP_RotaryOp : TP_ComputeOp<"rotary", [AllTypesMatch<["input", "result"]>,
   let description = [{
     `input` is `[..., S, D]` with D even; position p = index along S rotates
     the pair (x[i], x[i + D/2]) by p * theta^(-2i/D). `inverse` rotates by the
-    opposite angle, which is the gradient of the forward rotation.
+    opposite angle, which is the gradient of the forward rotation. With
+    `positions` (`[b0, S]`, b0 input's first dim), row s of batch row n is at
+    position positions[n, s] instead: a generation step's tokens continue a
+    KV cache.
   }];
   let arguments = (ins TP_FloatTensor:$input,
                        DefaultValuedAttr<F64Attr, "10000.0">:$theta,
-                       UnitAttr:$inverse);
+                       UnitAttr:$inverse,
+                       Optional<TP_IndexTensor>:$positions);
   let results = (outs TP_FloatTensor:$result);
-  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input (`at` $positions^ `:` type($positions))? attr-dict `:` type($input)
+  }];
+}
+
+def TP_CacheWriteOp
+    : TP_ComputeOp<"cache_write", [AllTypesMatch<["cache", "result"]>,
+                                   TP_InferSameType,
+                                   DeclareOpInterfaceMethods<
+                                       TP_StorageAliasOpInterface>]> {
+  let planOpKind = "CacheWrite";
+  let summary = "Writes a generation step's keys or values into a KV cache";
+  let description = [{
+    `cache` is `[b0, h..., S, D]`, `update` `[b0, h..., T, D]` and `positions`
+    `[b0, T]`: the result is `cache` with row `positions[n, t]` of every
+    `[n, h...]` replaced by the update's row `t`. The result is the cache's
+    own storage, which the runtime keeps between runs of the generation
+    programs; a position outside [0, S) is a run-time error.
+
+    ```mlir
+    %k1 = tp.cache_write %cache, %k, %positions
+        : (tensor<2x4x64x16xf32>, tensor<2x4x1x16xf32>, tensor<2x1xi32>)
+          -> tensor<2x4x64x16xf32>
+    ```
+  }];
+  let arguments = (ins TP_FloatTensor:$cache, TP_FloatTensor:$update,
+                       TP_IndexTensor:$positions);
+  let results = (outs TP_FloatTensor:$result);
 }
 
 //===----------------------------------------------------------------------===//
