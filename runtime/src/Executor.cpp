@@ -617,10 +617,50 @@ std::byte *ProgramRunner::storage(uint32_t tensor) {
     return backend.hostVisible()
                ? reinterpret_cast<std::byte *>(inputs[t.index()].data())
                : deviceInputs[t.index()]->data();
+  case Storage::Cache:
+    if (!caches)
+      throw std::logic_error("program '" + program->name()->str() +
+                             "' reads KV caches, but the runner has none");
+    return caches->data(t.index());
   case Storage::Arena:
     break;
   }
   return arena->data() + t.offset();
+}
+
+void ProgramRunner::setCaches(KvCaches *kvCaches) { caches = kvCaches; }
+
+KvCaches::KvCaches(const LoadedPlan &loaded, Backend &backend)
+    : backend(backend) {
+  if (const auto *table = loaded.plan().caches())
+    for (const plan::Cache *cache : *table) {
+      uint64_t count = 1;
+      for (int64_t d : *cache->shape())
+        count *= uint64_t(d);
+      sizes.push_back(count * dtypeSize(cache->dtype()));
+      buffers.push_back(backend.allocate(sizes.back()));
+    }
+  clear();
+}
+
+std::byte *KvCaches::data(size_t index) { return buffers.at(index)->data(); }
+
+uint64_t KvCaches::bytes() const {
+  uint64_t total = 0;
+  for (uint64_t size : sizes)
+    total += size;
+  return total;
+}
+
+void KvCaches::clear() {
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (backend.hostVisible()) {
+      std::memset(buffers[i]->data(), 0, sizes[i]);
+    } else {
+      std::vector<std::byte> zeros(sizes[i]);
+      backend.upload(buffers[i]->data(), zeros.data(), sizes[i]);
+    }
+  }
 }
 
 bool ProgramRunner::hasInput(plan::InputKind kind) const {

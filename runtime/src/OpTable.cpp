@@ -148,9 +148,25 @@ std::vector<int64_t> checkAttentionOperands(const StepCheck &c, size_t first) {
   return result;
 }
 
-/// Attention: (query, key, value) -> (result, logsumexp).
+/// A generation step's positions (operand `index`): [b0, S] for an input
+/// [b0, ..., S, D].
+void checkPositions(const StepCheck &c, size_t index,
+                    const std::vector<int64_t> &input, const char *name) {
+  if (input.size() < 3)
+    c.fail(std::string(name) + " " + shapeString(input) +
+           " needs rank 3 or more to take positions");
+  c.requireShape(c.operands[index], {input.front(), input[input.size() - 2]},
+                 "positions");
+}
+
+/// Attention: (query, key, value[, positions]) -> (result, logsumexp).
 void checkAttention(const StepCheck &c) {
   std::vector<int64_t> result = checkAttentionOperands(c, 0);
+  if (c.operands.size() == 4) {
+    if (c.step.causal())
+      c.fail("attention takes either causal or positions, not both");
+    checkPositions(c, 3, c.operands[0].shape, "query");
+  }
   c.requireShape(c.results[0], result, "result");
   result.pop_back();
   c.requireShape(c.results[1], result, "logsumexp");
@@ -170,10 +186,27 @@ void checkAttentionGrad(const StepCheck &c) {
                           : (i == 1 ? "key_grad" : "value_grad"));
 }
 
+/// CacheWrite: (cache [b0, h..., S, D], update [b0, h..., T, D], positions
+/// [b0, T]) -> the cache.
+void checkCacheWrite(const StepCheck &c) {
+  const std::vector<int64_t> &cache = c.operands[0].shape;
+  if (cache.size() < 3)
+    c.fail("cache " + shapeString(cache) + " needs rank 3 or more");
+  std::vector<int64_t> update = cache;
+  update[update.size() - 2] = c.operands[1].shape.size() == cache.size()
+                                  ? c.operands[1].shape[cache.size() - 2]
+                                  : -1;
+  c.requireShape(c.operands[1], update, "update");
+  checkPositions(c, 2, update, "update");
+  c.requireShape(c.results[0], cache, "result");
+}
+
 void checkRotary(const StepCheck &c) {
   c.requireRank(c.operands[0], 2, "input");
   if (c.operands[0].shape.back() % 2 != 0)
     c.fail("rotary needs an even head dimension");
+  if (c.operands.size() == 2)
+    checkPositions(c, 1, c.operands[0].shape, "input");
   c.requirePositive(c.step.theta(), "theta");
   c.requireShape(c.results[0], c.operands[0].shape, "result");
 }
@@ -426,6 +459,12 @@ constexpr OpInfo op(OpKind kind, uint8_t numOperands, uint8_t numResults,
                 placement, updated,     check};
 }
 
+/// `info` whose last `count` operands may be absent.
+constexpr OpInfo withOptionalOperands(OpInfo info, uint8_t count) {
+  info.optionalOperands = count;
+  return info;
+}
+
 /// `info` for a kind whose products may round their operands
 /// (Step.precision).
 constexpr OpInfo withPrecision(OpInfo info) {
@@ -466,7 +505,7 @@ constexpr std::array kOps = {
     onGrid(op(OpKind::RmsNormGrad, 3, 2, checkNormGrad), kWithAxes),
     op(OpKind::Softmax, 1, 1, checkSoftmax),
     op(OpKind::SoftmaxGrad, 2, 1, checkElementwiseGrad),
-    op(OpKind::Rotary, 1, 1, checkRotary),
+    withOptionalOperands(op(OpKind::Rotary, 2, 1, checkRotary, {F, I32}), 1),
     op(OpKind::Reshape, 1, 1, checkReshape, {F}, ResultPlacement::AliasOperand),
     op(OpKind::Transpose, 1, 1, checkTranspose),
     op(OpKind::Slice, 1, 1, checkSlice),
@@ -500,8 +539,12 @@ constexpr std::array kOps = {
     onGrid(op(OpKind::RingInsert, 2, 1, checkRingInsert, {F, F},
               ResultPlacement::AliasOperand),
            kPlacement),
-    withPrecision(op(OpKind::Attention, 3, 2, checkAttention)),
+    withOptionalOperands(withPrecision(op(OpKind::Attention, 4, 2,
+                                          checkAttention, {F, F, F, I32})),
+                         1),
     withPrecision(op(OpKind::AttentionGrad, 6, 3, checkAttentionGrad)),
+    op(OpKind::CacheWrite, 3, 1, checkCacheWrite, {F, F, I32},
+       ResultPlacement::UpdateInPlace, {0}),
 };
 
 constexpr bool inEnumOrder() {

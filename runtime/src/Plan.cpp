@@ -234,6 +234,20 @@ void ProgramChecker::checkTensors() {
         fail(what + " claims input " + std::to_string(t.index()) +
              ", which belongs to another tensor");
       isWritten = true;
+    } else if (t.storage() == Storage::Cache) {
+      const size_t caches = plan.caches() ? plan.caches()->size() : 0;
+      if (t.index() >= caches)
+        fail(what + " refers to KV cache " + std::to_string(t.index()) +
+             ", but the plan has " + std::to_string(caches));
+      const plan::Cache &cache = *plan.caches()->Get(t.index());
+      if (rebalancePointOf(t) >= 0 ||
+          !std::equal(t.shape()->begin(), t.shape()->end(),
+                      cache.shape()->begin(), cache.shape()->end()) ||
+          t.dtype() != cache.dtype())
+        fail(what + " views KV cache '" + cache.name()->str() +
+             "' with another shape or dtype");
+      // Zeros until a step writes it, then what the last run left.
+      isWritten = true;
     } else {
       fail(what + " has an unknown storage kind");
     }
@@ -250,7 +264,8 @@ void ProgramChecker::checkInputs() {
     if (input.kind() != plan::InputKind::Tokens &&
         input.kind() != plan::InputKind::Targets &&
         input.kind() != plan::InputKind::Step &&
-        input.kind() != plan::InputKind::Hyperparameters)
+        input.kind() != plan::InputKind::Hyperparameters &&
+        input.kind() != plan::InputKind::Positions)
       fail(what + " has an unknown kind");
     if (!seen.insert(input.kind()).second)
       fail(what + " repeats input kind " +
@@ -265,9 +280,10 @@ void ProgramChecker::checkInputs() {
     const std::vector<int64_t> &shape = tensors[input.tensor()].shape;
     if (input.split() && input.split()->size() != 0) {
       if (input.kind() != plan::InputKind::Tokens &&
-          input.kind() != plan::InputKind::Targets)
-        fail(what + " is split over the grid, which only tokens and targets "
-                    "may be");
+          input.kind() != plan::InputKind::Targets &&
+          input.kind() != plan::InputKind::Positions)
+        fail(what + " is split over the grid, which only tokens, targets "
+                    "and positions may be");
       if (input.split()->size() != shape.size())
         fail(what + " has a split for " +
              std::to_string(input.split()->size()) + " of its " +
@@ -277,6 +293,7 @@ void ProgramChecker::checkInputs() {
     switch (input.kind()) {
     case plan::InputKind::Tokens:
     case plan::InputKind::Targets:
+    case plan::InputKind::Positions:
       if (t.dtype() != PlanDType::I32 || shape.size() != 2)
         fail(what + " must be an i32 [batch, seq] tensor");
       break;
@@ -303,9 +320,15 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
   if (!info)
     fail(at + ": this runtime cannot execute op kind " +
          std::to_string(unsigned(step.kind())));
-  if (step.operands()->size() != info->numOperands ||
+  const size_t fewestOperands = info->numOperands - info->optionalOperands;
+  if (step.operands()->size() < fewestOperands ||
+      step.operands()->size() > info->numOperands ||
       step.results()->size() != info->numResults)
-    fail(at + ": expected " + std::to_string(info->numOperands) +
+    fail(at + ": expected " +
+         (fewestOperands == info->numOperands
+              ? std::to_string(info->numOperands)
+              : std::to_string(fewestOperands) + " to " +
+                    std::to_string(info->numOperands)) +
          " operands and " + std::to_string(info->numResults) +
          " results, got " + std::to_string(step.operands()->size()) + " and " +
          std::to_string(step.results()->size()));
@@ -527,6 +550,20 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
     if (param.init() == plan::Init::Normal &&
         !(param.init_std() >= 0.0 && param.init_std() < 1e6))
       fail(what + ": parameter '" + name + "' has an invalid init_std");
+  }
+  std::set<std::string> cacheNames;
+  for (size_t i = 0; p.caches() && i < p.caches()->size(); ++i) {
+    const plan::Cache &cache = *p.caches()->Get(i);
+    const std::string name = cache.name()->str();
+    if (!cacheNames.insert(name).second)
+      fail(what + ": KV cache '" + name + "' appears twice");
+    if (cache.dtype() != PlanDType::F32)
+      fail(what + ": KV cache '" + name + "' is " + dtypeName(cache.dtype()) +
+           "; this runtime computes in f32 only");
+    if (cache.shape()->size() > kMaxRank)
+      fail(what + ": KV cache '" + name + "' has rank " +
+           std::to_string(cache.shape()->size()));
+    checkedElementCount(cache.shape(), what + ": KV cache '" + name + "'");
   }
   std::set<std::string> programNames;
   for (const plan::Program *program : *p.programs()) {
@@ -810,6 +847,13 @@ void LoadedPlan::printJson(std::ostream &os) const {
                                           {"axis", point->axis()},
                                           {"blocks", point->blocks()},
                                           {"capacity", point->capacity()}});
+  }
+  if (p.caches()) {
+    json["caches"] = Json::array();
+    for (const plan::Cache *cache : *p.caches())
+      json["caches"].push_back({{"name", cache->name()->str()},
+                                {"dtype", dtypeName(cache->dtype())},
+                                {"shape", array(cache->shape())}});
   }
   json["programs"] = Json::array();
   for (const plan::Program *program : *p.programs()) {

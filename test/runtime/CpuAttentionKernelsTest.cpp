@@ -233,6 +233,69 @@ TEST(CpuAttention, MixedPrecisionRoundsEveryProductsOperands) {
   }
 }
 
+TEST(CpuAttention, AtPositionsMatchesTheCausalRowsOfTheWholeSequence) {
+  // A generation step: each batch row's queries at its own positions
+  // against a KV cache whose rows past them hold NaN (never to be read) give
+  // the rows of causal attention over the whole sequence.
+  std::mt19937 rng(23);
+  const int64_t batch = 2, heads = 3, seq = 9, d = 8, cache = 12, step = 3;
+  const int64_t firstOf[batch] = {4, 2};
+  AttentionCase whole{
+      {batch, heads}, {batch, heads}, seq, seq, d, d, true, 0.3f};
+  std::vector<float> q = randomVector(batch * heads * seq * d, rng),
+                     k = randomVector(batch * heads * seq * d, rng),
+                     v = randomVector(batch * heads * seq * d, rng);
+  std::vector<float> wholeOut(q.size()), wholeLse(size_t(batch * heads * seq));
+  attention(q.data(), k.data(), v.data(), whole.shape(), wholeOut.data(),
+            wholeLse.data());
+
+  std::vector<float> stepQ, kc(size_t(batch * heads * cache * d),
+                               std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> vc = kc;
+  std::vector<double> want, wantLse;
+  std::vector<int32_t> positions;
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t t = 0; t < step; ++t)
+      positions.push_back(int32_t(firstOf[n] + t));
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t head = n * heads + h;
+      // Keys and values up to the last position this row's queries see.
+      for (int64_t j = 0; j < firstOf[n] + step; ++j)
+        for (int64_t i = 0; i < d; ++i) {
+          kc[size_t((head * cache + j) * d + i)] =
+              k[size_t((head * seq + j) * d + i)];
+          vc[size_t((head * cache + j) * d + i)] =
+              v[size_t((head * seq + j) * d + i)];
+        }
+      for (int64_t t = 0; t < step; ++t) {
+        const int64_t row = firstOf[n] + t;
+        for (int64_t i = 0; i < d; ++i) {
+          stepQ.push_back(q[size_t((head * seq + row) * d + i)]);
+          want.push_back(wholeOut[size_t((head * seq + row) * d + i)]);
+        }
+        wantLse.push_back(wholeLse[size_t(head * seq + row)]);
+      }
+    }
+  AttentionCase generation{
+      {batch, heads}, {batch, heads}, step, cache, d, d, false, 0.3f};
+  AttentionShape shape = generation.shape();
+  shape.positions = positions.data();
+  shape.positionRows = batch;
+  std::vector<float> out(stepQ.size()), lse(size_t(batch * heads * step));
+  attention(stepQ.data(), kc.data(), vc.data(), shape, out.data(), lse.data());
+  EXPECT_TRUE(closeToMax(out, want, 1e-5));
+  EXPECT_TRUE(closeToMax(lse, wantLse, 1e-5));
+
+  positions[1] = int32_t(cache);
+  expectRuntimeError(
+      [&] {
+        attention(stepQ.data(), kc.data(), vc.data(), shape, out.data(),
+                  lse.data());
+      },
+      "position 12 is outside the KV cache of 12 positions");
+}
+
 TEST(CpuAttention, RejectsAKeyThatDoesNotBroadcast) {
   AttentionCase c{{2, 3}, {2, 2}, 4, 4, 4, 4, true, 1.0f};
   std::vector<float> q(2 * 3 * 16), k(2 * 2 * 16), v(2 * 2 * 16),

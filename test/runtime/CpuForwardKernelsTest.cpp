@@ -522,6 +522,59 @@ TEST(CpuKernels, RotaryPositionOffsetMatchesLaterPositions) {
       tailOut, refRotary(tail, outer, seq, dim, 10000.0, false, offset)));
 }
 
+TEST(CpuKernels, RotaryAtPositionsMatchesRotaryAtTheirOffsets) {
+  // Rows of [batch, heads, seq, dim] at positions offset_n + s rotate
+  // exactly as `rotary` with positionOffset offset_n rotates them.
+  std::mt19937 rng(19);
+  const int64_t batch = 2, heads = 3, seq = 5, dim = 8;
+  const int64_t offsets[batch] = {7, 30};
+  std::vector<float> x = randomVector(batch * heads * seq * dim, rng);
+  std::vector<int32_t> positions;
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t s = 0; s < seq; ++s)
+      positions.push_back(int32_t(offsets[n] + s));
+  for (bool inverse : {false, true}) {
+    std::vector<float> got(x.size()), want(x.size());
+    rotaryAt(x.data(), got.data(), batch * heads, seq, dim, 500000.0, inverse,
+             positions.data(), batch);
+    const int64_t perRow = heads * seq * dim;
+    for (int64_t n = 0; n < batch; ++n)
+      rotary(x.data() + n * perRow, want.data() + n * perRow, heads, seq, dim,
+             500000.0, inverse, offsets[n]);
+    EXPECT_EQ(got, want) << (inverse ? "inverse" : "forward");
+  }
+}
+
+TEST(CpuKernels, CacheWriteWritesRowsAtTheirPositions) {
+  // cache [batch 2, heads 2, 6, 3]; two rows per batch row, at positions
+  // {4, 1} and {0, 5}: those rows replaced, every other kept.
+  const int64_t batch = 2, heads = 2, cacheRows = 6, rows = 2, dim = 3;
+  std::vector<float> cache(size_t(batch * heads * cacheRows * dim));
+  for (size_t i = 0; i < cache.size(); ++i)
+    cache[i] = -float(i);
+  std::vector<float> update(size_t(batch * heads * rows * dim));
+  for (size_t i = 0; i < update.size(); ++i)
+    update[i] = 100.0f + float(i);
+  const std::vector<int32_t> positions = {4, 1, 0, 5};
+  std::vector<float> want = cache;
+  for (int64_t o = 0; o < batch * heads; ++o)
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t c = 0; c < dim; ++c)
+        want[size_t(
+            (o * cacheRows + positions[size_t((o / heads) * rows + t)]) * dim +
+            c)] = update[size_t((o * rows + t) * dim + c)];
+  cacheWrite(cache.data(), update.data(), batch * heads, cacheRows, rows, dim,
+             positions.data(), batch);
+  EXPECT_EQ(cache, want);
+  const std::vector<int32_t> outside = {4, 6, 0, 5};
+  expectRuntimeError(
+      [&] {
+        cacheWrite(cache.data(), update.data(), batch * heads, cacheRows, rows,
+                   dim, outside.data(), batch);
+      },
+      "position 6 is outside the KV cache of 6 positions");
+}
+
 TEST(CpuKernels, RotaryRejectsOddDim) {
   std::vector<float> x(3), y(3);
   EXPECT_THROW(rotary(x.data(), y.data(), 1, 1, 3, 10000.0, false),

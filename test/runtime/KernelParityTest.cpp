@@ -24,12 +24,12 @@ namespace fb = tpc::plan;
 namespace {
 
 /// How an operand is filled.
-enum class Fill { Normal, Positive, Ids, Step, Hyper };
+enum class Fill { Normal, Positive, Ids, Step, Hyper, Positions };
 
 struct Operand {
   std::vector<int64_t> shape;
   Fill fill = Fill::Normal;
-  int64_t idBound = 0; // Ids: values in [0, idBound)
+  int64_t idBound = 0; // Ids, Positions: values in [0, idBound)
 };
 
 struct Attributes {
@@ -124,6 +124,15 @@ std::vector<std::vector<uint8_t>> operandValues(const KernelCase &c) {
       std::vector<int32_t> v(static_cast<size_t>(n));
       for (int32_t &x : v)
         x = int32_t(random() % uint32_t(operand.idBound));
+      put(v);
+      break;
+    }
+    case Fill::Positions: { // [rows, T]: distinct within a row
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      const int64_t width = operand.shape.back();
+      for (int64_t i = 0; i < n; ++i)
+        v[size_t(i)] =
+            int32_t((7 * (i / width) + 3 * (i % width) + 1) % operand.idBound);
       put(v);
       break;
     }
@@ -374,9 +383,30 @@ const std::vector<KernelCase> &cases() {
            a.precision = fb::Precision::TF32;
          }),
          2e-3f},
+        // A generation step: five queries of each row at their positions in
+        // a cache of 37 keys, grouped heads.
+        {"AttentionAtPositions",
+         OpKind::Attention,
+         {{{2, 2, 3, 5, 24}},
+          {{2, 2, 1, 37, 24}},
+          {{2, 2, 1, 37, 20}},
+          {{2, 5}, Fill::Positions, 37}},
+         {{2, 2, 3, 5, 20}, {2, 2, 3, 5}},
+         with([](Attributes &a) { a.alpha = 0.2; }),
+         1e-4f},
+        {"CacheWrite",
+         OpKind::CacheWrite,
+         {{{2, 3, 11, 8}}, {{2, 3, 4, 8}}, {{2, 4}, Fill::Positions, 11}},
+         {{2, 3, 11, 8}},
+         none},
         {"Rotary",
          OpKind::Rotary,
          {{{2, 3, 6, 8}}},
+         {{2, 3, 6, 8}},
+         with([](Attributes &a) { a.theta = 10000.0; })},
+        {"RotaryAtPositions",
+         OpKind::Rotary,
+         {{{2, 3, 6, 8}}, {{2, 6}, Fill::Positions, 300}},
          {{2, 3, 6, 8}},
          with([](Attributes &a) { a.theta = 10000.0; })},
         {"RotaryInverse",

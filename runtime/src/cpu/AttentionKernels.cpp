@@ -74,13 +74,38 @@ const float *rounded(Rounding rounding, const float *data, int64_t count,
   return storage.data();
 }
 
-/// The keys query row `row` sees, and the keys a block ending before
-/// `rowEnd` needs.
-int64_t visibleKeys(const AttentionShape &s, int64_t row) {
+/// The keys query row `row` of head `head` sees, and the keys a block of
+/// rows [rowBegin, rowEnd) needs.
+int64_t visibleKeys(const AttentionShape &s, int64_t head, int64_t row) {
+  if (s.positions) {
+    const int64_t perRow = product(s.batch) / s.positionRows;
+    return int64_t(s.positions[(head / perRow) * s.queries + row]) + 1;
+  }
   return s.causal ? row + 1 : s.keys;
 }
-int64_t blockKeys(const AttentionShape &s, int64_t rowEnd) {
+int64_t blockKeys(const AttentionShape &s, int64_t head, int64_t rowBegin,
+                  int64_t rowEnd) {
+  if (s.positions) {
+    int64_t most = 0;
+    for (int64_t row = rowBegin; row < rowEnd; ++row)
+      most = std::max(most, visibleKeys(s, head, row));
+    return most;
+  }
   return s.causal ? rowEnd : s.keys;
+}
+
+/// Positions, when given, must name keys that exist.
+void checkPositions(const AttentionShape &s) {
+  if (!s.positions)
+    return;
+  if (s.batch.empty() || s.positionRows != s.batch[0])
+    throw std::runtime_error("attention: positions must have one row per "
+                             "query batch row");
+  for (int64_t i = 0; i < s.positionRows * s.queries; ++i)
+    if (s.positions[i] < 0 || s.positions[i] >= s.keys)
+      throw std::runtime_error("position " + std::to_string(s.positions[i]) +
+                               " is outside the KV cache of " +
+                               std::to_string(s.keys) + " positions");
 }
 
 } // namespace
@@ -88,6 +113,7 @@ int64_t blockKeys(const AttentionShape &s, int64_t rowEnd) {
 void attention(const float *query, const float *key, const float *value,
                const AttentionShape &s, float *result, float *logSumExp) {
   const std::vector<int64_t> keyOf = keyBatchIndices(s);
+  checkPositions(s);
   const int64_t sq = s.queries, d = s.headDim, dv = s.valueDim;
   std::vector<float> qStore, kStore, vStore;
   const float *q =
@@ -103,14 +129,14 @@ void attention(const float *query, const float *key, const float *value,
     const float *vh = v + keyOf[head] * s.keys * dv;
     for (int64_t r0 = 0; r0 < sq; r0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, sq - r0);
-      const int64_t cols = blockKeys(s, r0 + rows);
+      const int64_t cols = blockKeys(s, int64_t(head), r0, r0 + rows);
       float *p = probs.data();
       gemm(false, true, rows, cols, d, s.alpha, qh + r0 * d, kh, 0.0f, p);
       float *lse = logSumExp + int64_t(head) * sq + r0;
       parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           float *row = p + i * cols;
-          const int64_t visible = visibleKeys(s, r0 + i);
+          const int64_t visible = visibleKeys(s, int64_t(head), r0 + i);
           const float max = maxFloat(row, visible);
           expShifted(row, max, row, visible);
           const double sum = sumDouble(row, visible);
@@ -132,6 +158,7 @@ void attentionGrad(const float *resultGrad, const float *query,
                    const float *logSumExp, const AttentionShape &s,
                    float *queryGrad, float *keyGrad, float *valueGrad) {
   const std::vector<int64_t> keyOf = keyBatchIndices(s);
+  checkPositions(s);
   const int64_t heads = product(s.batch), keyHeads = product(s.keyBatch);
   const int64_t sq = s.queries, sk = s.keys, d = s.headDim, dv = s.valueDim;
   std::fill(keyGrad, keyGrad + keyHeads * sk * d, 0.0f);
@@ -152,7 +179,7 @@ void attentionGrad(const float *resultGrad, const float *query,
     float *dkh = keyGrad + kv * sk * d, *dvh = valueGrad + kv * sk * dv;
     for (int64_t r0 = 0; r0 < sq; r0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, sq - r0);
-      const int64_t cols = blockKeys(s, r0 + rows);
+      const int64_t cols = blockKeys(s, head, r0, r0 + rows);
       float *p = probs.data(), *ds = scoresGrad.data();
       // p = exp(alpha q k^T - lse); dp = dy v^T.
       gemm(false, true, rows, cols, d, s.alpha, qh + r0 * d, kh, 0.0f, p);
@@ -162,7 +189,7 @@ void attentionGrad(const float *resultGrad, const float *query,
       parallelFor(rows, rowGrain(cols), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           float *pr = p + i * cols, *dsr = ds + i * cols;
-          const int64_t visible = visibleKeys(s, r0 + i);
+          const int64_t visible = visibleKeys(s, head, r0 + i);
           expShifted(pr, lse[i], pr, visible);
           std::fill(pr + visible, pr + cols, 0.0f);
           // The softmax's backward: ds = p (dp - sum(dp p)), where

@@ -194,6 +194,11 @@ cpu::AttentionShape attentionShape(const Dispatch &d, size_t first) {
   s.causal = d.step.causal();
   s.alpha = static_cast<float>(d.step.alpha());
   s.rounding = roundingOf(d.step);
+  // Attention's optional positions (its gradient takes none).
+  if (first == 0 && d.operands.size() == 4) {
+    s.positions = d.operands[3].i32();
+    s.positionRows = d.operands[3].shape[0];
+  }
   return s;
 }
 
@@ -214,8 +219,13 @@ void rotary(const Dispatch &d) {
   const TensorBinding &out = d.results[0];
   int64_t dim = out.shape.back(), seq = out.shape[out.shape.size() - 2];
   int64_t outer = seq * dim ? out.elements / (seq * dim) : 0;
-  cpu::rotary(d.operands[0].f32(), out.f32(), outer, seq, dim, d.step.theta(),
-              d.step.inverse());
+  if (d.operands.size() == 2)
+    cpu::rotaryAt(d.operands[0].f32(), out.f32(), outer, seq, dim,
+                  d.step.theta(), d.step.inverse(), d.operands[1].i32(),
+                  d.operands[1].shape[0]);
+  else
+    cpu::rotary(d.operands[0].f32(), out.f32(), outer, seq, dim, d.step.theta(),
+                d.step.inverse());
 }
 
 /// An AliasOperand result the plan placed elsewhere starts as a copy.
@@ -223,6 +233,18 @@ void copyIfMoved(const TensorBinding &operand, const TensorBinding &result) {
   if (result.data != operand.data)
     std::memmove(result.data, operand.data,
                  size_t(result.elements) * sizeof(float));
+}
+
+void cacheWrite(const Dispatch &d) {
+  const TensorBinding &cache = d.results[0], &update = d.operands[1],
+                      &positions = d.operands[2];
+  copyIfMoved(d.operands[0], cache);
+  const int64_t dim = cache.shape.back(),
+                cacheRows = cache.shape[cache.shape.size() - 2],
+                rows = update.shape[update.shape.size() - 2];
+  cpu::cacheWrite(cache.f32(), update.f32(),
+                  cacheRows * dim ? cache.elements / (cacheRows * dim) : 0,
+                  cacheRows, rows, dim, positions.i32(), positions.shape[0]);
 }
 
 void reshape(const Dispatch &d) {
@@ -491,6 +513,7 @@ KernelTable makeKernels() {
   set(OpKind::Attention, attention);
   set(OpKind::AttentionGrad, attentionGrad);
   set(OpKind::Rotary, rotary);
+  set(OpKind::CacheWrite, cacheWrite);
   set(OpKind::Reshape, reshape);
   set(OpKind::Transpose, transpose);
   set(OpKind::Slice, slice);

@@ -488,4 +488,66 @@ void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
   });
 }
 
+void rotaryAt(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
+              double theta, bool inverse, const int32_t *positions,
+              int64_t positionRows) {
+  if (dim % 2 != 0)
+    throw std::runtime_error("rotary: dim " + std::to_string(dim) +
+                             " must be even");
+  const int64_t half = dim / 2;
+  if (outer <= 0 || seq <= 0 || half == 0)
+    return;
+  if (positionRows <= 0 || outer % positionRows != 0)
+    throw std::runtime_error(
+        "rotary: positions of " + std::to_string(positionRows) +
+        " rows do not divide the input's " + std::to_string(outer));
+  std::vector<double> invFreq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    invFreq[size_t(i)] = std::pow(theta, -2.0 * double(i) / double(dim));
+  const double sign = inverse ? -1.0 : 1.0;
+  const int64_t perRow = outer / positionRows;
+  // The angles as `rotary` computes them, so both agree bit for bit.
+  parallelFor(outer * seq, rowGrain(dim * 8), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t s = row % seq, n = row / seq / perRow;
+      const double position = double(positions[n * seq + s]);
+      const float *lo = x + row * dim, *hi = lo + half;
+      float *ylo = y + row * dim, *yhi = ylo + half;
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = sign * position * invFreq[size_t(i)];
+        const float c = static_cast<float>(std::cos(angle)),
+                    sn = static_cast<float>(std::sin(angle));
+        const float a = lo[i], b = hi[i];
+        ylo[i] = a * c - b * sn;
+        yhi[i] = b * c + a * sn;
+      }
+    }
+  });
+}
+
+void cacheWrite(float *cache, const float *update, int64_t outer,
+                int64_t cacheRows, int64_t rows, int64_t dim,
+                const int32_t *positions, int64_t positionRows) {
+  if (outer <= 0 || rows <= 0)
+    return;
+  if (positionRows <= 0 || outer % positionRows != 0)
+    throw std::runtime_error(
+        "cache write: positions of " + std::to_string(positionRows) +
+        " rows do not divide the cache's " + std::to_string(outer));
+  for (int64_t i = 0; i < positionRows * rows; ++i)
+    if (positions[i] < 0 || positions[i] >= cacheRows)
+      throw std::runtime_error("position " + std::to_string(positions[i]) +
+                               " is outside the KV cache of " +
+                               std::to_string(cacheRows) + " positions");
+  const int64_t perRow = outer / positionRows;
+  parallelFor(outer * rows, rowGrain(dim), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t o = r / rows, t = r % rows;
+      const int64_t at = positions[(o / perRow) * rows + t];
+      std::memcpy(cache + (o * cacheRows + at) * dim, update + r * dim,
+                  size_t(dim) * sizeof(float));
+    }
+  });
+}
+
 } // namespace tpc::runtime::cpu

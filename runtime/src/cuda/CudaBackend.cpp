@@ -571,6 +571,15 @@ cuda::AttentionDims attentionDims(const Dispatch &d, size_t first) {
   a.rounding = d.step.precision() == plan::Precision::TF32   ? 1
                : d.step.precision() == plan::Precision::BF16 ? 2
                                                              : 0;
+  // Attention's optional positions (its gradient takes none).
+  if (first == 0 && d.operands.size() == 4) {
+    a.positions = i32(d.operands[3]);
+    a.positionRows = d.operands[3].shape[0];
+    int64_t heads = 1;
+    for (int i = 0; i < a.rank; ++i)
+      heads *= a.batch[i];
+    a.headsPerPositionRow = a.positionRows > 0 ? heads / a.positionRows : 1;
+  }
   return a;
 }
 
@@ -708,8 +717,23 @@ void rotary(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
   int64_t dim = out.shape.back(), seq = out.shape[out.shape.size() - 2];
   int64_t outer = seq * dim ? out.elements / (seq * dim) : 0;
+  const bool atPositions = d.operands.size() == 2;
   cuda::rotary(f32(d.operands[0]), f32(out), outer, seq, dim, d.step.theta(),
-               d.step.inverse(), b.stream);
+               d.step.inverse(), atPositions ? i32(d.operands[1]) : nullptr,
+               atPositions ? d.operands[1].shape[0] : 0, b.stream);
+}
+
+void cacheWrite(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &cache = d.results[0], &update = d.operands[1],
+                      &positions = d.operands[2];
+  copyIfMoved(b, d.operands[0], cache);
+  const int64_t dim = cache.shape.back(),
+                cacheRows = cache.shape[cache.shape.size() - 2],
+                rows = update.shape[update.shape.size() - 2];
+  cuda::cacheWrite(f32(cache), f32(update),
+                   cacheRows * dim ? cache.elements / (cacheRows * dim) : 0,
+                   cacheRows, rows, dim, i32(positions), positions.shape[0],
+                   b.stream);
 }
 
 // Vocabulary-parallel: this rank's rows of the table (CollectiveLayout).
@@ -1015,6 +1039,7 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::Attention, attention);
   set(OpKind::AttentionGrad, attentionGrad);
   set(OpKind::Rotary, rotary);
+  set(OpKind::CacheWrite, cacheWrite);
   set(OpKind::Reshape, reshape);
   set(OpKind::Transpose, transpose);
   set(OpKind::Slice, slice);

@@ -488,10 +488,14 @@ __global__ void normSplitGradRowsKernel(const float *grad, const float *x,
 
 __global__ void rotaryKernel(const float *x, float *y, int64_t outer,
                              int64_t seq, int64_t dim, double theta,
-                             bool inverse) {
+                             bool inverse, const int32_t *positions,
+                             int64_t perPositionRow) {
   const int64_t half = dim / 2, count = outer * seq * half;
   TPC_GRID_STRIDE(i, count) {
-    const int64_t k = i % half, row = i / half, position = row % seq;
+    const int64_t k = i % half, row = i / half;
+    const int64_t position =
+        positions ? positions[(row / seq / perPositionRow) * seq + row % seq]
+                  : row % seq;
     double angle =
         double(position) * pow(theta, -2.0 * double(k) / double(dim));
     if (inverse)
@@ -502,6 +506,18 @@ __global__ void rotaryKernel(const float *x, float *y, int64_t outer,
     const float a = in[k], b = in[k + half];
     out[k] = a * c - b * s;
     out[k + half] = b * c + a * s;
+  }
+}
+
+__global__ void cacheWriteKernel(float *cache, const float *update,
+                                 int64_t outer, int64_t cacheRows, int64_t rows,
+                                 int64_t dim, const int32_t *positions,
+                                 int64_t perPositionRow) {
+  TPC_GRID_STRIDE(i, outer * rows * dim) {
+    const int64_t c = i % dim, r = i / dim, o = r / rows, t = r % rows;
+    const int64_t at = positions[(o / perPositionRow) * rows + t];
+    if (at >= 0 && at < cacheRows)
+      cache[(o * cacheRows + at) * dim + c] = update[i];
   }
 }
 
@@ -865,7 +881,15 @@ __global__ void attentionKernel(const float *query, const float *key,
   for (int rr = 0; rr < kRowsPerWarp; ++rr)
     best[rr] = -INFINITY;
   const int64_t lastRow = min(row0 + kAttentionRows, Sq) - 1;
-  const int64_t keyEnd = a.causal ? lastRow + 1 : Sk;
+  // A generation step's rows see keys up to their positions.
+  const int32_t *rowPositions =
+      a.positions ? a.positions + (head / a.headsPerPositionRow) * Sq : nullptr;
+  int64_t keyEnd = a.causal ? lastRow + 1 : Sk;
+  if (rowPositions) {
+    keyEnd = 0;
+    for (int64_t row = row0; row <= lastRow; ++row)
+      keyEnd = max(keyEnd, min(int64_t(rowPositions[row]) + 1, Sk));
+  }
   for (int64_t j0 = 0; j0 < keyEnd; j0 += kAttentionTile) {
     __syncthreads(); // the previous tile is consumed (and qs loaded)
     loadTile(k, j0, Sk, kAttentionTile, D, D + 1, ks, a.rounding);
@@ -878,7 +902,9 @@ __global__ void attentionKernel(const float *query, const float *key,
       if (row >= Sq)
         continue; // the whole warp
       const int64_t keyIndex = j0 + lane;
-      const bool visible = keyIndex < Sk && (!a.causal || keyIndex <= row);
+      const bool visible =
+          keyIndex < Sk && (!a.causal || keyIndex <= row) &&
+          (!rowPositions || keyIndex <= int64_t(rowPositions[row]));
       const float score =
           visible ? a.alpha * dot(qs + local * D, ks + lane * (D + 1), D)
                   : -INFINITY;
@@ -1187,9 +1213,24 @@ void normSplitGrad(const float *grad, const float *x, const float *gamma,
         grad, x, gamma, rowStats, gathered, blocks, rows, cols, rms, inputGrad);
 }
 void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
-            double theta, bool inverse, cudaStream_t stream) {
+            double theta, bool inverse, const int32_t *positions,
+            int64_t positionRows, cudaStream_t stream) {
+  if (outer * seq * (dim / 2) == 0)
+    return;
+  const int64_t perPositionRow =
+      positions && positionRows > 0 ? outer / positionRows : 1;
   rotaryKernel<<<blocksFor(outer * seq * (dim / 2)), kThreads, 0, stream>>>(
-      x, y, outer, seq, dim, theta, inverse);
+      x, y, outer, seq, dim, theta, inverse, positions, perPositionRow);
+}
+void cacheWrite(float *cache, const float *update, int64_t outer,
+                int64_t cacheRows, int64_t rows, int64_t dim,
+                const int32_t *positions, int64_t positionRows,
+                cudaStream_t stream) {
+  if (outer * rows * dim == 0 || positionRows <= 0)
+    return;
+  cacheWriteKernel<<<blocksFor(outer * rows * dim), kThreads, 0, stream>>>(
+      cache, update, outer, cacheRows, rows, dim, positions,
+      outer / positionRows);
 }
 void embedding(const float *table, int64_t firstRow, int64_t rows,
                int64_t hidden, const int32_t *ids, int64_t tokens, float *out,

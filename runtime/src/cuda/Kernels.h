@@ -67,6 +67,13 @@ struct AttentionDims {
   float alpha = 1.0f;
   /// The operands of every product rounded: 0 none, 1 tf32, 2 bf16.
   int rounding = 0;
+  /// A generation step's positions in device memory, [positionRows,
+  /// queries], or null (cpu::AttentionShape::positions). A position past
+  /// the keys sees them all; the host checks positions before a run.
+  const int32_t *positions = nullptr;
+  int64_t positionRows = 0;
+  /// Heads per row of positions: product(batch) / positionRows.
+  int64_t headsPerPositionRow = 1;
 };
 /// The largest D and Dv the attention kernels take (a lane holds
 /// kMaxAttentionDim / 32 columns of a row).
@@ -124,8 +131,17 @@ void normSplitGrad(const float *grad, const float *x, const float *gamma,
                    const float *rowStats, const float *gathered, int64_t blocks,
                    int64_t rows, int64_t cols, bool rms, float *inputGrad,
                    float *gammaGrad, float *betaGrad, cudaStream_t stream);
+/// `positions` null: row s of every outer index at position s; else at
+/// positions[n, s] ([positionRows, seq], cpu::rotaryAt).
 void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
-            double theta, bool inverse, cudaStream_t stream);
+            double theta, bool inverse, const int32_t *positions,
+            int64_t positionRows, cudaStream_t stream);
+/// cpu::cacheWrite; a position outside the cache writes nothing (the host
+/// checks positions before a run).
+void cacheWrite(float *cache, const float *update, int64_t outer,
+                int64_t cacheRows, int64_t rows, int64_t dim,
+                const int32_t *positions, int64_t positionRows,
+                cudaStream_t stream);
 
 /// `table` holds vocabulary rows [firstRow, firstRow + rows) (all of them
 /// unless vocabulary-parallel); a token whose row another rank holds gets

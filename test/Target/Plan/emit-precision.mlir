@@ -10,7 +10,7 @@
 // RUN: tp-run %t.f32.tpplan --print-plan > %t.f32.json
 // RUN: %json %t.f32.json programs.0.steps.2 | FileCheck %s --check-prefix=F32
 
-// CHECK: version = "1.8"
+// CHECK: version = "1.9"
 // CHECK-NEXT: programs.0.steps.0 = {"op": "Embedding"
 // CHECK-NOT: "precision":
 // CHECK-SAME: }

@@ -50,6 +50,14 @@ private:
   flatbuffers::FlatBufferBuilder builder{1 << 16};
   std::vector<ParamInfo> params;
   llvm::StringMap<uint32_t> paramByName;
+  /// KV caches by name, in first-use order: their dtype and local shape.
+  struct CacheInfo {
+    std::string name;
+    fb::DType dtype;
+    SmallVector<int64_t> shape;
+  };
+  std::vector<CacheInfo> caches;
+  llvm::StringMap<uint32_t> cacheByName;
   SmallVector<RebalancePointOp> points;
   llvm::StringMap<int32_t> pointByName;
   std::vector<flatbuffers::Offset<fb::Program>> programs;
@@ -462,6 +470,27 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
         return failure();
       continue;
     }
+    if (auto cache = func.getArgAttrOfType<StringAttr>(
+            idx, TPDialect::CacheAttrHelper::getNameStr())) {
+      // One cache per name, shared by every program that names it.
+      auto type = cast<RankedTensorType>(arg.getType());
+      FailureOr<fb::DType> dtype = dtypeOf(func, type);
+      if (failed(dtype))
+        return failure();
+      auto [it, inserted] =
+          cacheByName.try_emplace(cache.getValue(), caches.size());
+      if (inserted)
+        caches.push_back(
+            {cache.str(), *dtype, SmallVector<int64_t>(type.getShape())});
+      else if (caches[it->second].shape != type.getShape() ||
+               caches[it->second].dtype != *dtype)
+        return func.emitOpError()
+               << "plan: KV cache '" << cache.getValue() << "' is " << type
+               << " here but another type elsewhere";
+      if (failed(add(arg, func, fb::Storage::Cache, 0, it->second)))
+        return failure();
+      continue;
+    }
     auto role = func.getArgAttrOfType<StringAttr>(
         idx, TPDialect::InputAttrHelper::getNameStr());
     fb::InputKind kind;
@@ -473,11 +502,14 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       kind = fb::InputKind::Step;
     else if (role && role.getValue() == "hyperparameters")
       kind = fb::InputKind::Hyperparameters;
+    else if (role && role.getValue() == "positions")
+      kind = fb::InputKind::Positions;
     else
       return func.emitOpError()
              << "plan: argument #" << idx
-             << " needs tp.param or tp.input = \"tokens\" | \"targets\" | "
-                "\"step\" | \"hyperparameters\"";
+             << " needs tp.param, tp.cache or tp.input = \"tokens\" | "
+                "\"targets\" | \"positions\" | \"step\" | "
+                "\"hyperparameters\"";
     uint32_t inputIdx = inputs.size();
     if (failed(add(arg, func, fb::Storage::Input, 0, inputIdx)))
       return failure();
@@ -640,12 +672,18 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
     pointTable.push_back(fb::CreateRebalancePoint(
         builder, builder.CreateString(point.getSymName().str()),
         point.getAxis(), point.getBlocks(), point.getCapacity()));
+  std::vector<flatbuffers::Offset<fb::Cache>> cacheTable;
+  for (const CacheInfo &cache : caches)
+    cacheTable.push_back(fb::CreateCache(
+        builder, builder.CreateString(cache.name), cache.dtype,
+        builder.CreateVector(cache.shape.data(), cache.shape.size())));
   auto plan = fb::CreatePlan(
       builder, kPlanVersionMajor, kPlanVersionMinor,
       builder.CreateString("tpc-opt"), builder.CreateVector(grid), modelType,
       hfConfig, builder.CreateVector(paramTable),
       builder.CreateVector(programs), &kUnsealed,
-      pointTable.empty() ? 0 : builder.CreateVector(pointTable));
+      pointTable.empty() ? 0 : builder.CreateVector(pointTable),
+      cacheTable.empty() ? 0 : builder.CreateVector(cacheTable));
   fb::FinishPlanBuffer(builder, plan);
   sealChecksum(builder.GetBufferPointer(), builder.GetSize());
   os.write(reinterpret_cast<const char *>(builder.GetBufferPointer()),

@@ -174,6 +174,27 @@ void writeWholeParams(const LoadedPlan &plan, const ParamStore &params,
                       GridComm *comm,
                       const std::function<void(const ParamStore &)> &write);
 
+/// The KV caches of a plan's generation programs (Plan.caches): this rank's
+/// blocks in one backend's memory, zeros at first. Every runner given them
+/// (ProgramRunner::setCaches) reads and writes them in place, so @prefill
+/// and @decode continue one another.
+class KvCaches {
+public:
+  KvCaches(const LoadedPlan &plan, Backend &backend);
+  /// Cache `index` of the plan.
+  std::byte *data(size_t index);
+  size_t size() const { return buffers.size(); }
+  uint64_t bytes() const;
+  /// Back to zeros (a new prompt; not needed for correctness, since a
+  /// step reads only positions written for its own sequence).
+  void clear();
+
+private:
+  Backend &backend;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<uint64_t> sizes;
+};
+
 /// Time spent per op kind.
 struct OpStats {
   int64_t count = 0;
@@ -190,6 +211,9 @@ public:
   ~ProgramRunner();
 
   bool hasInput(plan::InputKind kind) const;
+  /// The KV caches a generation program reads and writes (required before
+  /// run() when it has any; on this runner's backend).
+  void setCaches(KvCaches *caches);
   /// Sets tokens or targets from the whole [batch, seq] values (every rank
   /// passes the same); a rank whose input is split over the grid keeps its
   /// block. Throws if the size differs from tokensShape().
@@ -272,6 +296,7 @@ private:
   std::vector<int32_t> stepPoints; // per step: its point, or -1
   GridComm *comm;
   Backend &backend;
+  KvCaches *caches = nullptr;
   std::unique_ptr<Buffer> arena;
   std::vector<std::vector<uint64_t>> inputs; // 8-byte aligned bytes
   /// The inputs' device copies, uploaded by every run, and the results'

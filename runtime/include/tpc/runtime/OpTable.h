@@ -92,6 +92,8 @@ enum class AsyncRole : uint8_t { None, Starts, Waits };
 
 struct OpInfo {
   plan::OpKind kind;
+  /// The most operands; the last `optionalOperands` of them may be absent
+  /// (attention's and rotary's positions).
   uint8_t numOperands;
   uint8_t numResults;
   /// The dtype of each operand; the non-f32 ones (token ids, step
@@ -106,6 +108,7 @@ struct OpInfo {
   AsyncRole async = AsyncRole::None;
   /// Whether Step.precision may round the operands of its products.
   bool mixedPrecision = false;
+  uint8_t optionalOperands = 0;
 };
 
 /// The description of `kind`, or null if this runtime does not know it (a

@@ -92,6 +92,11 @@ struct AttentionShape {
   bool causal = false;
   float alpha = 1.0f;
   Rounding rounding = Rounding::None;
+  /// A generation step's positions, [positionRows, queries] (positionRows
+  /// is batch[0]), or null: query i of batch row n then sees keys
+  /// 0..positions[n, i] (a KV cache) instead of all or, causal, 0..i.
+  const int32_t *positions = nullptr;
+  int64_t positionRows = 0;
 };
 
 /// result [batch..., Sq, Dv] = softmax(alpha q k^T) v, and logSumExp
@@ -118,6 +123,19 @@ void attentionGrad(const float *resultGrad, const float *query,
 ///   y[i + dim/2] = x[i + dim/2] cos(angle) + x[i] sin(angle)
 void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
             double theta, bool inverse, int64_t positionOffset = 0);
+/// `rotary` with row s of outer index o at position positions[n, s]
+/// ([positionRows, seq]; n = o / (outer / positionRows)): a generation
+/// step's tokens continuing a KV cache.
+void rotaryAt(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
+              double theta, bool inverse, const int32_t *positions,
+              int64_t positionRows);
+
+/// Writes `update` [outer, T, dim] into `cache` [outer, S, dim] at rows
+/// positions[n, t] ([positionRows, T]; n = o / (outer / positionRows)).
+/// Throws on a position outside [0, S).
+void cacheWrite(float *cache, const float *update, int64_t outer,
+                int64_t cacheRows, int64_t rows, int64_t dim,
+                const int32_t *positions, int64_t positionRows);
 
 /// out = in permuted: out dim i is in dim perm[i].
 void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
