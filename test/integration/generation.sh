@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Text generation (tp-run --generate) for a small GPT-2 or LLaMA model:
-#  1. greedy: 12 tokens after a 5-token prompt equal HuggingFace's model
-#     decoding greedily (float64) on the same weights, token for token, on
-#     one rank, 1D over 2 ranks and 2D 2x2;
-#  2. sampling (temperature, top-k, top-p): a seed gives one sequence on any
+#  1. greedy with the KV-cache programs (tpc-import --kv-cache): 10 tokens
+#     after a 30-token prompt (two @prefill chunks of 24 and 6, then @decode)
+#     equal HuggingFace's model decoding greedily (float64, the whole prefix
+#     each step) on the same weights, token for token, on one rank, 1D over 2
+#     ranks (with and without sequence parallelism) and 2D 2x2;
+#  2. the KV-cache decode equals recomputing the whole prefix with @forward
+#     (--no-kv-cache): 12 tokens after a 5-token prompt, both equal to
+#     HuggingFace;
+#  3. sampling (temperature, top-k, top-p): a seed gives one sequence on any
 #     grid, another seed another one, every id in the vocabulary;
-#  3. the progress of a run past the plan's sequence (its last seq tokens,
-#     as nanoGPT crops) and the one-line errors.
+#  4. the progress of a run past the plan's sequence without a KV cache (its
+#     last seq tokens, as nanoGPT crops), a prompt the caches cannot hold,
+#     and the one-line errors.
 #
 #   generation.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
@@ -21,21 +27,27 @@ mpi=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1)
 rm -rf "$work" && mkdir -p "$work"
 batch=4 seq=24
 small_model "$work" "$model" 41 $batch $seq 200
-"$bin/tpc-import" "$work/config.json" --batch $batch --seq $seq -o "$work/model.mlir"
-prompt=$("$python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import reference
-print(",".join(str(t) for t in reference.read_tokens(sys.argv[2])[:5]))' "$here" "$work/tokens.tokens")
+cache=40
+"$bin/tpc-import" "$work/config.json" --batch $batch --seq $seq --kv-cache $cache \
+  -o "$work/model.mlir"
+first_tokens() { # COUNT: the data's first COUNT ids, comma-separated
+  "$python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import reference
+print(",".join(str(t) for t in reference.read_tokens(sys.argv[2])[:int(sys.argv[3])]))' \
+    "$here" "$work/tokens.tokens" "$1"
+}
+prompt=$(first_tokens 5) long_prompt=$(first_tokens 30)
 
-generate() { # NAME RANKS PLAN FLAGS...: writes NAME.json
+generate() { # NAME RANKS PLAN FLAGS...: writes NAME.json (prompt: $prompt)
   local name=$1 ranks=$2 plan=$3
   shift 3
   "${mpi[@]}" -np "$ranks" "$bin/tp-run" "$plan" --weights "$work/model.safetensors" \
-    --prompt-ids "$prompt" --metrics "$work/$name.json" "$@" > "$work/$name.log" 2>&1
+    --prompt-ids "${PROMPT:-$prompt}" --metrics "$work/$name.json" "$@" > "$work/$name.log" 2>&1
 }
 ids() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["generated_ids"])' "$1"; }
 
-echo "== greedy against HuggingFace"
-"$python" - "$work" "$prompt" > "$work/hf.txt" <<'PY'
-import sys
+hf_greedy() { # PROMPT COUNT: HF's greedy continuation, as JSON ids and logprobs
+  "$python" - "$work" "$1" "$2" <<'PY'
+import json, sys
 import torch
 from transformers import AutoModelForCausalLM
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float64,
@@ -45,22 +57,51 @@ model = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.floa
 # under Python 3.11.
 ids = [int(t) for t in sys.argv[2].split(",")]
 prompt = len(ids)
+logprobs = []
 with torch.no_grad():
-    for _ in range(12):
+    for _ in range(int(sys.argv[3])):
         logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits
         ids.append(int(torch.argmax(logits[0, -1])))
-print(ids[prompt:])
+        logprobs.append(float(torch.log_softmax(logits[0, -1], -1)[ids[-1]]))
+print(json.dumps({"ids": ids[prompt:], "logprobs": logprobs}))
 PY
-for scheme in "one:1:" "1d2:2:mode=1d grid=2" "2d:4:mode=2d grid=2x2"; do
+}
+# The same tokens, each with the same log-probability (f32 against f64):
+# a cache read at a wrong position changes the second even where a small
+# random model keeps repeating one token.
+expect_greedy() { # NAME WANT_JSON WHAT
+  "$python" - "$work/$1.json" "$2" "$3" <<'PY' || exit 1
+import json, sys
+got, want = json.load(open(sys.argv[1])), json.loads(sys.argv[2])
+if got["generated_ids"] != want["ids"]:
+    sys.exit(f"generation: {sys.argv[1]} {got['generated_ids']} != {sys.argv[3]} {want['ids']}")
+worst = max(abs(a - b) for a, b in zip(got["generated_logprobs"], want["logprobs"]))
+if worst > 2e-4:
+    sys.exit(f"generation: {sys.argv[1]} log-probabilities differ from {sys.argv[3]}'s by {worst:.2e}")
+PY
+}
+
+echo "== greedy with KV caches against HuggingFace"
+hf_long=$(hf_greedy "$long_prompt" 10)
+for scheme in "one:1:" "1d2:2:mode=1d grid=2" "sp2:2:mode=1d grid=2 seq-parallel=true" \
+              "2d:4:mode=2d grid=2x2"; do
   IFS=: read -r name ranks options <<< "$scheme"
   "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline="$options" -o "$work/$name.tpplan" 2> /dev/null
-  generate "greedy-$name" "$ranks" "$work/$name.tpplan" --generate 12
-  if [ "$(ids "$work/greedy-$name.json")" != "$(cat "$work/hf.txt")" ]; then
-    echo "generation: $name greedy $(ids "$work/greedy-$name.json") != HF $(cat "$work/hf.txt")" >&2
-    exit 1
-  fi
-  echo "$name: greedy equals HuggingFace: $(cat "$work/hf.txt")"
+  PROMPT=$long_prompt generate "greedy-$name" "$ranks" "$work/$name.tpplan" --generate 10
+  expect_greedy "greedy-$name" "$hf_long" HuggingFace
+  grep -q "KV caches" "$work/greedy-$name.log" ||
+    { echo "generation: $name did not use the KV caches" >&2; exit 1; }
+  echo "$name: KV-cache greedy equals HuggingFace (ids and log-probabilities)"
 done
+
+echo "== the KV-cache decode equals recomputing the prefix"
+hf_short=$(hf_greedy "$prompt" 12)
+generate cached 1 "$work/one.tpplan" --generate 12
+generate recomputed 1 "$work/one.tpplan" --generate 12 --no-kv-cache
+expect_greedy cached "$hf_short" HuggingFace
+expect_greedy recomputed "$hf_short" HuggingFace
+grep -q "the whole context each step" "$work/recomputed.log"
+echo "5-token prompt: KV caches, the whole prefix and HuggingFace agree"
 
 echo "== sampling"
 sample=(--generate 16 --temperature 0.9 --top-k 40 --top-p 0.95)
@@ -80,7 +121,7 @@ PY
 echo "sampling: one seed, one sequence on 1 and 2 ranks; another seed, another"
 
 echo "== past the plan's sequence, errors"
-generate long 1 "$work/one.tpplan" --generate 40
+generate long 1 "$work/one.tpplan" --generate 40 --no-kv-cache
 [ "$("$python" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["generated_ids"]))' "$work/long.json")" = 40 ]
 check_error() { # EXPECTED FLAGS...
   local expected=$1
@@ -96,5 +137,6 @@ check_error "--generate needs one of --prompt TEXT and --prompt-ids IDS" --gener
 check_error "--prompt-ids: 'x' is not a token id" --generate 3 --prompt-ids 1,x
 check_error "the prompt: token 1 has id 500, outside the vocabulary of 96" --generate 3 --prompt-ids 1,500
 check_error "--generate runs @forward on its prompt; it does not combine with --steps" --generate 3 --prompt a --steps 2
-check_error "--prompt, --prompt-ids, --tokenizer and --sentencepiece need --generate N" --prompt a --data "$work/tokens.tokens"
+check_error "--prompt, --prompt-ids, --tokenizer, --sentencepiece and --no-kv-cache need --generate N" --prompt a --data "$work/tokens.tokens"
+check_error "the prompt (5 tokens) and --generate 37 need 41 positions, but the plan's KV caches hold 40 (tpc-import --kv-cache)" --generate 37 --prompt-ids "$prompt"
 echo "past the sequence: 40 tokens; errors: one line each"

@@ -75,6 +75,7 @@ struct Options {
   int64_t checkpointEvery = 0;
   // Generation.
   int64_t generate = 0;
+  bool noKvCache = false;
   std::string prompt, promptIds, tokenizerJson, sentencePiece;
   SamplingOptions sampling;
   uint64_t seed = 0;
@@ -226,10 +227,16 @@ Options parseArgs(int argc, char **argv) {
       ->group(trainingGroup);
   const char *generationGroup = "Generation";
   app.add_option("--generate", o.generate,
-                 "Generate N tokens after --prompt with the plan's @forward "
-                 "(the whole prefix each step; past the plan's sequence, its "
-                 "last seq tokens)")
+                 "Generate N tokens after --prompt: with the plan's @prefill "
+                 "and @decode and their KV caches (tpc-import --kv-cache), "
+                 "else with @forward over the whole prefix each step (past "
+                 "the plan's sequence, its last seq tokens)")
       ->check(numberCheck(true, 1))
+      ->group(generationGroup);
+  app.add_flag("--no-kv-cache", o.noKvCache,
+               "Generate with @forward over the whole prefix each step even "
+               "when the plan has KV-cache programs (the reference they must "
+               "equal)")
       ->group(generationGroup);
   app.add_option("--prompt", o.prompt,
                  "Text to continue, tokenised by --tokenizer, --sentencepiece "
@@ -335,10 +342,11 @@ Options parseArgs(int argc, char **argv) {
                "with --steps, --data, --dump, --dump-grads or --program");
   if (generating && o.prompt.empty() == o.promptIds.empty())
     usageError("--generate needs one of --prompt TEXT and --prompt-ids IDS");
-  if (!generating && (!o.prompt.empty() || !o.promptIds.empty() ||
-                      !o.tokenizerJson.empty() || !o.sentencePiece.empty()))
-    usageError("--prompt, --prompt-ids, --tokenizer and --sentencepiece "
-               "need --generate N");
+  if (!generating &&
+      (!o.prompt.empty() || !o.promptIds.empty() || !o.tokenizerJson.empty() ||
+       !o.sentencePiece.empty() || o.noKvCache))
+    usageError("--prompt, --prompt-ids, --tokenizer, --sentencepiece and "
+               "--no-kv-cache need --generate N");
   if (!o.tokenizerJson.empty() && !o.sentencePiece.empty())
     usageError("--tokenizer and --sentencepiece both give the tokenizer; "
                "give one");
@@ -759,9 +767,10 @@ std::optional<Prepared> prepare(const Options &o) {
       o.data.empty() ? std::vector<int32_t>() : readTokenFile(o.data);
   if (int64_t vocab = plan.vocabularySize())
     checkTokenIds(stream, vocab, o.data);
-  if (o.generate > 0 && !plan.program("forward"))
+  if (o.generate > 0 && !plan.program("forward") &&
+      (o.noKvCache || !plan.program("decode")))
     throw std::runtime_error(o.plan + ": has no forward program, which "
-                                      "--generate runs");
+                                      "--generate runs without KV caches");
   std::vector<int32_t> evalStream;
   int64_t evalBatches = 0;
   if (o.evalEvery > 0) {
@@ -829,9 +838,9 @@ std::string disagreement(const Comm &world, const Options &o,
            << o.rebalanceOptions.patience << ' ' << o.rebalanceOptions.threshold
            << ' ' << o.rebalanceOptions.minGain << ' ' << backend->name();
   schedule << " eval " << o.evalEvery << ' ' << p.evalBatches << " generate "
-           << o.generate << ' ' << o.prompt << ' ' << o.promptIds << ' '
-           << o.sampling.temperature << ' ' << o.sampling.topK << ' '
-           << o.sampling.topP << ' ' << o.seed;
+           << o.generate << ' ' << o.noKvCache << ' ' << o.prompt << ' '
+           << o.promptIds << ' ' << o.sampling.temperature << ' '
+           << o.sampling.topK << ' ' << o.sampling.topP << ' ' << o.seed;
   for (const std::string &slow : o.slow)
     schedule << ' ' << slow;
   for (double speed : o.rebalanceOptions.rankSpeeds)
@@ -851,9 +860,143 @@ std::string disagreement(const Comm &world, const Options &o,
   return {};
 }
 
-/// Continues the prompt by --generate tokens with @forward over the whole
-/// context (no KV cache yet): every rank runs the same steps and draws the
-/// same tokens from the same seed; rank 0 prints and writes.
+/// The index of `program`'s [batch, seq, vocab] "logits" result.
+size_t logitsResult(const Options &o, const LoadedPlan &plan,
+                    const ProgramRunner &runner, const char *program) {
+  const auto *names = plan.program(program)->result_names();
+  for (size_t i = 0; names && i < names->size(); ++i)
+    if (names->Get(i)->str() == "logits" && runner.resultShape(i).size() == 3)
+      return i;
+  throw std::runtime_error(o.plan + ": @" + program +
+                           " has no [batch, seq, vocab] logits result");
+}
+
+/// What generation produced and how long each step took.
+struct Generated {
+  std::vector<int32_t> &context;
+  std::mt19937_64 &random;
+  /// Per new token: its log-probability under the model (the raw logits'
+  /// log-softmax, before temperature or filtering).
+  std::vector<double> logProbs;
+  std::vector<double> stepSeconds;
+
+  /// Draws the next token from one position's logits and appends it.
+  void append(std::span<const float> logits, const SamplingOptions &options) {
+    const int32_t id = nextToken(logits, options, random);
+    double max = -std::numeric_limits<double>::infinity(), sum = 0.0;
+    for (float x : logits)
+      max = std::max(max, double(x));
+    for (float x : logits)
+      sum += std::exp(double(x) - max);
+    logProbs.push_back(double(logits[size_t(id)]) - max - std::log(sum));
+    context.push_back(id);
+  }
+};
+
+/// Every generation step's wall time, into `stepSeconds`.
+template <typename Step>
+void timedStep(std::vector<double> &stepSeconds, Step &&step) {
+  const auto start = std::chrono::steady_clock::now();
+  step();
+  stepSeconds.push_back(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
+}
+
+/// The reference: @forward over the last seq tokens of the context for
+/// every new token.
+void generateWithForward(const Options &o, Prepared &p, Generated &out) {
+  std::vector<int32_t> &context = out.context;
+  ProgramRunner runner(p.plan, "forward", p.params, gridComm.get(), *backend);
+  const std::vector<int64_t> shape = runner.tokensShape();
+  const int64_t batch = shape[0], seq = shape[1];
+  const size_t logitsIndex = logitsResult(o, p.plan, runner, "forward");
+  const int64_t vocab = runner.resultShape(logitsIndex)[2];
+  std::vector<int32_t> window(size_t(batch * seq));
+  for (int64_t n = 0; n < o.generate; ++n)
+    timedStep(out.stepSeconds, [&] {
+      // The last seq tokens of the context in every row, zeros after them:
+      // causal attention leaves the padding unseen.
+      const size_t used = std::min<size_t>(context.size(), size_t(seq));
+      std::fill(window.begin(), window.end(), 0);
+      for (int64_t row = 0; row < batch; ++row)
+        std::copy(context.end() - used, context.end(),
+                  window.begin() + row * seq);
+      runner.setInput(tpc::plan::InputKind::Tokens, window);
+      runner.run();
+      std::span<const float> logits = runner.result(logitsIndex);
+      out.append(logits.subspan(size_t((used - 1) * vocab), size_t(vocab)),
+                 o.sampling);
+    });
+}
+
+/// @prefill over the prompt in chunks of its seq tokens, then @decode once
+/// per new token, both reading and extending the KV caches. The first step
+/// time is the prefill's (with the first token), each later one a decode.
+void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
+  std::vector<int32_t> &context = out.context;
+  KvCaches caches(p.plan, *backend);
+  ProgramRunner prefill(p.plan, "prefill", p.params, gridComm.get(), *backend);
+  ProgramRunner decode(p.plan, "decode", p.params, gridComm.get(), *backend);
+  prefill.setCaches(&caches);
+  decode.setCaches(&caches);
+  const int64_t batch = prefill.tokensShape()[0],
+                chunk = prefill.tokensShape()[1];
+  if (decode.tokensShape() != std::vector<int64_t>{batch, 1})
+    throw std::runtime_error(o.plan + ": @decode must take one token per "
+                                      "sequence of @prefill's batch");
+  const auto &cacheShape = *p.plan.plan().caches()->Get(0)->shape();
+  const int64_t capacity = cacheShape.Get(cacheShape.size() - 2);
+  // The last token generated is never fed back.
+  const int64_t needed = int64_t(context.size()) + o.generate - 1;
+  if (needed > capacity)
+    throw std::invalid_argument(
+        "the prompt (" + std::to_string(context.size()) + " tokens) and " +
+        "--generate " + std::to_string(o.generate) + " need " +
+        std::to_string(needed) + " positions, but the plan's KV caches hold " +
+        std::to_string(capacity) + " (tpc-import --kv-cache)");
+  const size_t prefillLogits = logitsResult(o, p.plan, prefill, "prefill");
+  const size_t decodeLogits = logitsResult(o, p.plan, decode, "decode");
+  const int64_t vocab = prefill.resultShape(prefillLogits)[2];
+  // Each row holds the same tokens at the same positions.
+  auto feed = [&](ProgramRunner &runner, int64_t first, int64_t count,
+                  int64_t width) {
+    std::vector<int32_t> tokens(size_t(batch * width)),
+        positions(size_t(batch * width));
+    for (int64_t t = 0; t < width; ++t) {
+      // Padding repeats the last real token at its position: it writes the
+      // same keys and values there and is never seen by a real query.
+      const int64_t at = first + std::min(t, count - 1);
+      for (int64_t row = 0; row < batch; ++row) {
+        tokens[size_t(row * width + t)] = context[size_t(at)];
+        positions[size_t(row * width + t)] = int32_t(at);
+      }
+    }
+    runner.setInput(tpc::plan::InputKind::Tokens, tokens);
+    runner.setInput(tpc::plan::InputKind::Positions, positions);
+    runner.run();
+  };
+  timedStep(out.stepSeconds, [&] {
+    const int64_t prompt = int64_t(context.size());
+    int64_t last = 0;
+    for (int64_t first = 0; first < prompt; first += chunk) {
+      last = std::min(chunk, prompt - first);
+      feed(prefill, first, last, chunk);
+    }
+    std::span<const float> logits = prefill.result(prefillLogits);
+    out.append(logits.subspan(size_t((last - 1) * vocab), size_t(vocab)),
+               o.sampling);
+  });
+  for (int64_t n = 1; n < o.generate; ++n)
+    timedStep(out.stepSeconds, [&] {
+      feed(decode, int64_t(context.size()) - 1, 1, 1);
+      out.append(decode.result(decodeLogits).first(size_t(vocab)), o.sampling);
+    });
+}
+
+/// Continues the prompt by --generate tokens: every rank runs the same
+/// steps and draws the same tokens from the same seed; rank 0 prints and
+/// writes.
 int generateRun(const Options &o, Prepared &p) {
   if (!o.resume.empty())
     readCheckpoint(o.resume, p.plan, p.params);
@@ -897,43 +1040,16 @@ int generateRun(const Options &o, Prepared &p) {
     return text;
   };
 
-  ProgramRunner runner(p.plan, "forward", p.params, gridComm.get(), *backend);
-  const std::vector<int64_t> shape = runner.tokensShape();
-  const int64_t batch = shape[0], seq = shape[1];
-  const auto *names = p.plan.program("forward")->result_names();
-  size_t logitsIndex = runner.numResults();
-  for (size_t i = 0; names && i < names->size(); ++i)
-    if (names->Get(i)->str() == "logits")
-      logitsIndex = i;
-  if (logitsIndex == runner.numResults() ||
-      runner.resultShape(logitsIndex).size() != 3)
-    throw std::runtime_error(o.plan + ": @forward has no [batch, seq, vocab] "
-                                      "logits result");
-  const int64_t vocab = runner.resultShape(logitsIndex)[2];
   std::mt19937_64 random(o.seed);
   const size_t promptTokens = context.size();
-  std::vector<int32_t> window(size_t(batch * seq));
-  std::vector<double> stepSeconds;
+  Generated out{context, random, {}, {}};
+  const bool kvCache =
+      !o.noKvCache && p.plan.program("prefill") && p.plan.program("decode");
   auto start = std::chrono::steady_clock::now();
-  for (int64_t n = 0; n < o.generate; ++n) {
-    const auto stepStart = std::chrono::steady_clock::now();
-    // The last seq tokens of the context in every row, zeros after them:
-    // causal attention leaves the padding unseen.
-    const size_t used = std::min<size_t>(context.size(), size_t(seq));
-    std::fill(window.begin(), window.end(), 0);
-    for (int64_t row = 0; row < batch; ++row)
-      std::copy(context.end() - used, context.end(),
-                window.begin() + row * seq);
-    runner.setInput(tpc::plan::InputKind::Tokens, window);
-    runner.run();
-    std::span<const float> logits = runner.result(logitsIndex);
-    context.push_back(
-        nextToken(logits.subspan(size_t((used - 1) * vocab), size_t(vocab)),
-                  o.sampling, random));
-    stepSeconds.push_back(std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - stepStart)
-                              .count());
-  }
+  if (kvCache)
+    generateWithCaches(o, p, out);
+  else
+    generateWithForward(o, p, out);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -943,23 +1059,25 @@ int generateRun(const Options &o, Prepared &p) {
   // On stderr, so that stdout is the text alone; once, by the first rank.
   if (isFirstRank())
     std::cerr << "generated " << generated.size() << " tokens in " << seconds
-              << " s (" << double(generated.size()) / seconds
-              << " tokens/s, the whole context each step)\n";
+              << " s (" << double(generated.size()) / seconds << " tokens/s, "
+              << (kvCache ? "KV caches" : "the whole context each step")
+              << ")\n";
   if (!o.metrics.empty() && isFirstRank()) {
     nlohmann::ordered_json json;
-    json["program"] = "forward";
+    json["program"] = kvCache ? "prefill+decode" : "forward";
     json["prompt_ids"] =
         std::vector<int32_t>(context.begin(), context.begin() + promptTokens);
     json["generated_ids"] =
         std::vector<int32_t>(generated.begin(), generated.end());
     json["text"] = decode(generated);
+    json["generated_logprobs"] = out.logProbs;
     json["sampling"] = {{"temperature", o.sampling.temperature},
                         {"top_k", o.sampling.topK},
                         {"top_p", o.sampling.topP},
                         {"seed", o.seed}};
     json["seconds"] = seconds;
     // The first step reads the prompt (prefill); each later one a token.
-    json["step_seconds"] = stepSeconds;
+    json["step_seconds"] = out.stepSeconds;
     json["tokens_per_second"] = double(generated.size()) / seconds;
     json["device"] = deviceJson();
     writeFileAtomically(o.metrics, json.dump(2) + "\n");
