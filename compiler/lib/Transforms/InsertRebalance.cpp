@@ -347,7 +347,11 @@ struct TPInsertRebalance
     };
 
     for (auto func : module.getOps<func::FuncOp>()) {
-      if (func.isExternal())
+      // Generation keeps KV caches laid out at the even split, and runs in
+      // a process of its own (no training steps): its programs use the
+      // parameters at the even split, like any program that cannot move
+      // blocks.
+      if (func.isExternal() || isGenerationFunction(func))
         continue;
       // (value, dim) already in a point of this function.
       DenseSet<DimRef> reached;

@@ -636,12 +636,7 @@ LogicalResult Sharder::shardFunction(func::FuncOp func) {
         input && input.getValue() == "tokens") {
       batch = tensorType(arg).getDimSize(0);
       seq = tensorType(arg).getDimSize(1);
-      const bool generation =
-          llvm::any_of(llvm::seq(func.getNumArguments()), [&](unsigned j) {
-            return bool(
-                func.getArgAttr(j, TPDialect::CacheAttrHelper::getNameStr()));
-          });
-      if (failed(scheme.checkTokens(batch, seq, generation,
+      if (failed(scheme.checkTokens(batch, seq, isGenerationFunction(func),
                                     [&] { return moduleError(); })))
         return failure();
     }

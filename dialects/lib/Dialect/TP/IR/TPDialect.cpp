@@ -177,6 +177,13 @@ struct FuncDistLayoutChecker
 };
 } // namespace
 
+bool mlir::tp::isGenerationFunction(func::FuncOp func) {
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+    if (func.getArgAttr(i, TPDialect::CacheAttrHelper::getNameStr()))
+      return true;
+  return false;
+}
+
 void mlir::tp::registerTPDialect(DialectRegistry &registry) {
   registry.insert<TPDialect, func::FuncDialect>();
   registry.addExtension(+[](MLIRContext *ctx, func::FuncDialect *) {
