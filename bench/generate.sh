@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Generation speed, GPT-2-small shape (vocabulary 50304 so that 2 ranks
 # split it), random weights: a PROMPT-token prompt continued by NEW greedy
-# tokens. tp-run --generate (plan batch 1 x seq SEQ) on 1 rank with 2
-# threads and on 2 ranks (1D) with 1 thread each, against HuggingFace's
-# GPT2LMHeadModel in PyTorch on the same machine (2 threads), decoding with
-# its KV cache (past_key_values, what generate() does) and without it (the
-# whole prefix each token, what tp-run does until it has prefill and decode
-# programs). Prints the prefill time (the first token) and the decode rate
+# tokens. tp-run --generate with the plan's @prefill (PROMPT tokens, one
+# chunk) and @decode over KV caches of PROMPT + NEW positions (tpc-import
+# --kv-cache), batch 1, on 1 rank with 2 threads and on 2 ranks (1D) with 1
+# thread each; then @forward over the whole prefix each token (--no-kv-cache,
+# a plan of seq PROMPT + NEW) on 1 rank. Against HuggingFace's GPT2LMHeadModel
+# in PyTorch on the same machine (2 threads), decoding with its KV cache
+# (past_key_values, what generate() does) and without it (the whole prefix
+# each token). Prints the prefill time (the first token) and the decode rate
 # (median of the later tokens).
 #
-#   bench/generate.sh [PROMPT] [NEW] [SEQ]
+#   bench/generate.sh [PROMPT] [NEW]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-prompt=${1:-64} new=${2:-32} seq=${3:-128}
+prompt=${1:-64} new=${2:-32}
 work=$build/bench/generate
 python=${PYTHON:-$root/.venv/bin/python}
 batch=1
@@ -23,10 +25,13 @@ echo "prompt $prompt, $new new tokens"
 
 config=$work/config.json
 padded_gpt2_small_config "$config"
-"$build/bin/tpc-import" "$config" --batch 1 --seq "$seq" -o "$work/model.mlir"
+"$build/bin/tpc-import" "$config" --batch 1 --seq "$prompt" \
+  --kv-cache $((prompt + new)) -o "$work/model.mlir"
 "$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline="train=false" -o "$work/one.tpplan"
 "$build/bin/tpc-opt" "$work/model.mlir" --tp-pipeline="train=false mode=1d grid=2" \
   -o "$work/two.tpplan" 2> /dev/null
+"$build/bin/tpc-import" "$config" --batch 1 --seq $((prompt + new)) -o "$work/whole.mlir"
+"$build/bin/tpc-opt" "$work/whole.mlir" --tp-pipeline="train=false" -o "$work/whole.tpplan"
 ids=$(python3 -c "print(','.join(str((7 * i + 11) % 50000) for i in range($prompt)))")
 
 summary() { # METRICS LABEL
@@ -39,11 +44,15 @@ PY
 }
 mpirun -np 1 --bind-to none -x OPENBLAS_CORETYPE "$build/bin/tp-run" "$work/one.tpplan" \
   --threads 2 --generate "$new" --prompt-ids "$ids" --metrics "$work/one.json" > /dev/null 2>&1
-summary "$work/one.json" "tpc, 1 rank x 2 threads"
+summary "$work/one.json" "tpc KV cache, 1 rank x 2 threads"
 mpirun -np 2 --bind-to core --map-by core -x OPENBLAS_CORETYPE -x OPENBLAS_NUM_THREADS=1 \
   "$build/bin/tp-run" "$work/two.tpplan" --threads 1 --generate "$new" \
   --prompt-ids "$ids" --metrics "$work/two.json" > /dev/null 2>&1
-summary "$work/two.json" "tpc, 1D over 2 ranks x 1 thread"
+summary "$work/two.json" "tpc KV cache, 1D 2 ranks x 1 thr"
+mpirun -np 1 --bind-to none -x OPENBLAS_CORETYPE "$build/bin/tp-run" "$work/whole.tpplan" \
+  --threads 2 --generate "$new" --prompt-ids "$ids" --no-kv-cache \
+  --metrics "$work/whole.json" > /dev/null 2>&1
+summary "$work/whole.json" "tpc whole prefix, 1 rank x 2 thr"
 
 "$python" - "$config" "$ids" "$new" <<'PY'
 import json, statistics, sys, time

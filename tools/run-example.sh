@@ -27,7 +27,7 @@ bin=$build/bin
 
 set -x
 "$bin/tpc-tokenize" "$work/fortunes.txt" -o "$work/fortunes.tokens"
-"$bin/tpc-import" "$config" --batch 8 --seq 128 -o "$work/model.mlir"
+"$bin/tpc-import" "$config" --batch 8 --seq 128 --kv-cache 128 -o "$work/model.mlir"
 "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline="mode=1d grid=$ranks" \
   -o "$work/model.tpplan"
 # OpenMPI refuses root unless told; each rank computes on one thread.
@@ -38,7 +38,8 @@ mpirun -np "$ranks" --oversubscribe -x OPENBLAS_NUM_THREADS=1 \
   --eval-every 50 --eval-fraction 0.05 --eval-tokens 8192 \
   --checkpoint-dir "$work/checkpoints" --checkpoint-every 100 \
   --metrics "$work/train.json" --plot "$work/loss.svg" --export "$work/export"
-# A sample from the trained model: 120 bytes after "The ", top-k sampling.
+# A sample from the trained model: 120 bytes after "The ", top-k sampling,
+# with @prefill and @decode over KV caches (tpc-import --kv-cache).
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 mpirun -np "$ranks" --oversubscribe -x OPENBLAS_NUM_THREADS=1 \
   "$bin/tp-run" "$work/model.tpplan" --weights "$work/export/model.safetensors" \

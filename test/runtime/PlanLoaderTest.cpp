@@ -73,6 +73,11 @@ struct PlanSpec {
   };
   std::vector<Point> points = {};               // (1.6) rebalance points
   std::vector<int32_t> paramRebalanceDims = {}; // empty: absent
+  struct Cache {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  std::vector<Cache> caches = {}; // (1.9) KV caches
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
@@ -126,11 +131,17 @@ struct PlanSpec {
     std::vector<flatbuffers::Offset<fb::Param>> params = {param};
     std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
     const fb::Checksum unsealed(0);
+    std::vector<flatbuffers::Offset<fb::Cache>> cacheTable;
+    for (const Cache &cache : caches)
+      cacheTable.push_back(fb::CreateCache(b, b.CreateString(cache.name),
+                                           fb::DType::F32,
+                                           b.CreateVector(cache.shape)));
     auto plan =
         fb::CreatePlan(b, major, minor, b.CreateString("test"),
                        b.CreateVector(grid), 0, 0, b.CreateVector(params),
                        b.CreateVector(programs), checksum ? &unsealed : nullptr,
-                       points.empty() ? 0 : b.CreateVector(pointTable));
+                       points.empty() ? 0 : b.CreateVector(pointTable),
+                       caches.empty() ? 0 : b.CreateVector(cacheTable));
     fb::FinishPlanBuffer(b, plan);
     std::vector<uint8_t> bytes(b.GetBufferPointer(),
                                b.GetBufferPointer() + b.GetSize());
@@ -178,6 +189,35 @@ TEST(PlanLoader, AcceptsAndRunsAValidPlan) {
   }
   for (int v = 0; v < 5; ++v)
     EXPECT_EQ(out[0 * 5 + v], out[5 * 5 + v]);
+}
+
+TEST(PlanLoader, ChecksKvCachesAndOptionalOperands) {
+  // A KV cache [2, 3, 4] written at the tokens' positions: valid.
+  PlanSpec spec;
+  spec.caches = {{"h.0.key", {2, 3, 4}}};
+  spec.tensors.push_back({fb::DType::F32, {2, 3, 4}, fb::Storage::Cache, 0, 0});
+  spec.steps.push_back({fb::OpKind::CacheWrite, {5, 2, 1}, {5}});
+  EXPECT_NO_THROW(load(spec.build()));
+
+  PlanSpec missing = spec;
+  missing.caches.clear();
+  expectRejected(missing, "tensor 5 refers to KV cache 0, but the plan has 0");
+  PlanSpec reshaped = spec;
+  reshaped.caches[0].shape = {2, 4, 4};
+  expectRejected(reshaped, "tensor 5 views KV cache 'h.0.key' with another "
+                           "shape or dtype");
+  PlanSpec twice = spec;
+  twice.caches.push_back(spec.caches[0]);
+  expectRejected(twice, "KV cache 'h.0.key' appears twice");
+  // The write may not land in a parameter's storage.
+  PlanSpec elsewhere = spec;
+  elsewhere.steps.back().results = {0};
+  expectRejected(elsewhere, "writes tensor 0, which is not in the arena and "
+                            "not its operand's storage");
+  // Rotary takes its input and, optionally, positions: not three operands.
+  PlanSpec rotary = spec;
+  rotary.steps.push_back({fb::OpKind::Rotary, {2, 1, 1}, {3}});
+  expectRejected(rotary, "expected 1 to 2 operands and 1 results, got 3");
 }
 
 TEST(PlanLoader, RejectsAForeignFile) {
