@@ -4,13 +4,16 @@
 #     after a 30-token prompt (two @prefill chunks of 24 and 6, then @decode)
 #     equal HuggingFace's model decoding greedily (float64, the whole prefix
 #     each step) on the same weights, token for token, on one rank, 1D over 2
-#     ranks (with and without sequence parallelism) and 2D 2x2;
+#     ranks (with and without sequence parallelism), 2D 2x2, 2 data-parallel
+#     replicas of 1D and 3D 2x2x2;
 #  2. the KV-cache decode equals recomputing the whole prefix with @forward
 #     (--no-kv-cache): 12 tokens after a 5-token prompt, both equal to
 #     HuggingFace;
-#  3. sampling (temperature, top-k, top-p): a seed gives one sequence on any
+#  3. the KV caches behind device-style memory (staged-cpu) give the CPU's
+#     tokens and log-probabilities bit for bit;
+#  4. sampling (temperature, top-k, top-p): a seed gives one sequence on any
 #     grid, another seed another one, every id in the vocabulary;
-#  4. the progress of a run past the plan's sequence without a KV cache (its
+#  5. the progress of a run past the plan's sequence without a KV cache (its
 #     last seq tokens, as nanoGPT crops), a prompt the caches cannot hold,
 #     and the one-line errors.
 #
@@ -84,7 +87,7 @@ PY
 echo "== greedy with KV caches against HuggingFace"
 hf_long=$(hf_greedy "$long_prompt" 10)
 for scheme in "one:1:" "1d2:2:mode=1d grid=2" "sp2:2:mode=1d grid=2 seq-parallel=true" \
-              "2d:4:mode=2d grid=2x2"; do
+              "2d:4:mode=2d grid=2x2" "dp:4:mode=1d grid=2 dp=2" "3d:8:mode=3d grid=2x2x2"; do
   IFS=: read -r name ranks options <<< "$scheme"
   "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline="$options" -o "$work/$name.tpplan" 2> /dev/null
   PROMPT=$long_prompt generate "greedy-$name" "$ranks" "$work/$name.tpplan" --generate 10
@@ -102,6 +105,18 @@ expect_greedy cached "$hf_short" HuggingFace
 expect_greedy recomputed "$hf_short" HuggingFace
 grep -q "the whole context each step" "$work/recomputed.log"
 echo "5-token prompt: KV caches, the whole prefix and HuggingFace agree"
+
+echo "== KV caches in device-style memory"
+# staged-cpu: the caches and inputs behind memory the host cannot address
+# (the CUDA backend's discipline), bit for bit the CPU's.
+PROMPT=$long_prompt generate staged 2 "$work/1d2.tpplan" --generate 10 --device staged-cpu
+"$python" - "$work/staged.json" "$work/greedy-1d2.json" <<'PY'
+import json, sys
+staged, cpu = (json.load(open(f)) for f in sys.argv[1:3])
+for key in ("generated_ids", "generated_logprobs"):
+    assert staged[key] == cpu[key], (key, staged[key], cpu[key])
+PY
+echo "staged-cpu: the same tokens and log-probabilities, bit for bit"
 
 echo "== sampling"
 sample=(--generate 16 --temperature 0.9 --top-k 40 --top-p 0.95)
