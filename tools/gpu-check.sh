@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, run on a device machine from the bundle tools/gpu-bundle.sh
-# made (docs/gpu.md): the kernel parity tests, then device-cuda.sh and
-# training-numerics.sh on cuda for GPT-2 and LLaMA, with the bundle as their
+# made (docs/gpu.md): the kernel parity tests, then device-cuda.sh,
+# training-numerics.sh and generation.sh on cuda for GPT-2 and LLaMA (the
+# last needs transformers: tools/gpu-site.sh), with the bundle as their
 # build directory. Logs go to OUT; the last lines are a table, one row per
 # check. Exit status: the number of checks that failed.
 #
@@ -40,6 +41,8 @@ for model in gpt2 llama; do
     "$bundle" "$python" "$out/device-cuda-$model" $model
   check training-cuda-$model "$root/test/integration/training-numerics.sh" \
     "$bundle" "$python" "$out/training-cuda-$model" $model cuda
+  check generation-cuda-$model "$root/test/integration/generation.sh" \
+    "$bundle" "$python" "$out/generation-cuda-$model" $model cuda
 done
 printf '%s\n' "${results[@]}"
 exit $failed

@@ -646,23 +646,21 @@ tpc::frontend::importTransformer(MLIRContext &context,
   if (kvCache < 0)
     return configError(
         formatv("--kv-cache must be 0 or positive, got {0}", kvCache));
-  if (kvCache > config.maxPositions)
-    return configError(formatv("--kv-cache {0} exceeds the model's {1} "
-                               "positions ('{2}')",
-                               kvCache, config.maxPositions,
-                               config.kind == ModelKind::GPT2
-                                   ? "n_positions"
-                                   : "max_position_embeddings"));
-  if (seq > config.maxPositions)
-    return configError(formatv("--seq {0} exceeds the model's {1} positions "
-                               "('{2}')",
-                               seq, config.maxPositions,
-                               config.kind == ModelKind::GPT2
-                                   ? "n_positions"
-                                   : "max_position_embeddings"));
+  for (auto [flag, length] : {std::pair<const char *, int64_t>{"--seq", seq},
+                              {"--kv-cache", kvCache}})
+    if (length > config.maxPositions)
+      return configError(formatv("{0} {1} exceeds the model's {2} positions "
+                                 "('{3}')",
+                                 flag, length, config.maxPositions,
+                                 config.kind == ModelKind::GPT2
+                                     ? "n_positions"
+                                     : "max_position_embeddings"));
   const int64_t h = config.hiddenSize;
   if (llvm::Error error = checkSizes({
           {"the activations", "--batch x --seq x hidden", {batch, seq, h}},
+          {"a KV cache",
+           "--batch x --kv-cache x hidden",
+           {batch, std::max<int64_t>(kvCache, 1), h}},
           {"the MLP activations",
            "--batch x --seq x intermediate",
            {batch, seq, config.intermediateSize}},

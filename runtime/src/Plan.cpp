@@ -560,9 +560,10 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
     if (cache.dtype() != PlanDType::F32)
       fail(what + ": KV cache '" + name + "' is " + dtypeName(cache.dtype()) +
            "; this runtime computes in f32 only");
-    if (cache.shape()->size() > kMaxRank)
+    if (cache.shape()->size() < 3 || cache.shape()->size() > kMaxRank)
       fail(what + ": KV cache '" + name + "' has rank " +
-           std::to_string(cache.shape()->size()));
+           std::to_string(cache.shape()->size()) + " (3 to " +
+           std::to_string(kMaxRank) + ": [batch, ..., positions, features])");
     checkedElementCount(cache.shape(), what + ": KV cache '" + name + "'");
   }
   std::set<std::string> programNames;

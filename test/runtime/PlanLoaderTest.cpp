@@ -206,6 +206,9 @@ TEST(PlanLoader, ChecksKvCachesAndOptionalOperands) {
   reshaped.caches[0].shape = {2, 4, 4};
   expectRejected(reshaped, "tensor 5 views KV cache 'h.0.key' with another "
                            "shape or dtype");
+  PlanSpec flat = spec;
+  flat.caches.push_back({"h.0.value", {6}});
+  expectRejected(flat, "KV cache 'h.0.value' has rank 1 (3 to");
   PlanSpec twice = spec;
   twice.caches.push_back(spec.caches[0]);
   expectRejected(twice, "KV cache 'h.0.key' appears twice");

@@ -465,6 +465,10 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   if (name.empty())
     name = plan.program("loss") ? "loss" : "forward";
   ProgramRunner runner(plan, name, params, gridComm.get(), *backend);
+  if (runner.hasInput(tpc::plan::InputKind::Positions))
+    throw std::invalid_argument("--program " + name +
+                                ": a generation program (it reads positions "
+                                "and KV caches); run it with --generate");
   std::vector<int64_t> tokensShape = runner.tokensShape();
   const int64_t batch = tokensShape[0], seq = tokensShape[1];
   Batch window = cutBatch(stream, o.offset, batch, seq);
@@ -945,8 +949,15 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
   if (decode.tokensShape() != std::vector<int64_t>{batch, 1})
     throw std::runtime_error(o.plan + ": @decode must take one token per "
                                       "sequence of @prefill's batch");
-  const auto &cacheShape = *p.plan.plan().caches()->Get(0)->shape();
-  const int64_t capacity = cacheShape.Get(cacheShape.size() - 2);
+  // The positions every cache holds (the loader checked their ranks).
+  const auto *cacheTable = p.plan.plan().caches();
+  if (!cacheTable || cacheTable->size() == 0)
+    throw std::runtime_error(o.plan + ": @prefill and @decode keep no KV "
+                                      "caches");
+  int64_t capacity = std::numeric_limits<int64_t>::max();
+  for (const tpc::plan::Cache *cache : *cacheTable)
+    capacity =
+        std::min(capacity, cache->shape()->Get(cache->shape()->size() - 2));
   // The last token generated is never fed back.
   const int64_t needed = int64_t(context.size()) + o.generate - 1;
   if (needed > capacity)
