@@ -139,11 +139,16 @@ generate sample-c 1 "$work/one.tpplan" "${sample[@]}" --seed 6
   { echo "generation: one seed gave two sequences" >&2; exit 1; }
 [ "$(ids "$work/sample-a.json")" != "$(ids "$work/sample-c.json")" ] ||
   { echo "generation: two seeds gave one sequence" >&2; exit 1; }
-"$python" - "$work/sample-a.json" <<'PY'
+"$python" - "$work/sample-a.json" "$model" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
 assert len(m["generated_ids"]) == 16 and all(0 <= t < 96 for t in m["generated_ids"]), m
 assert m["sampling"] == {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 5}, m["sampling"]
+# 2 layers x key and value x [batch 4, 4 (GPT-2) or 2 (LLaMA) key/value
+# heads, 40 positions, 16 features] f32
+assert m["program"] == "prefill+decode", m["program"]
+heads = 4 if sys.argv[2] == "gpt2" else 2
+assert m["kv_cache_bytes_per_rank"] == 2 * 2 * 4 * heads * 40 * 16 * 4, m["kv_cache_bytes_per_rank"]
 PY
 echo "sampling: one seed, one sequence on 1 and 2 ranks; another seed, another"
 

@@ -883,6 +883,8 @@ struct Generated {
   /// log-softmax, before temperature or filtering).
   std::vector<double> logProbs;
   std::vector<double> stepSeconds;
+  /// This rank's KV caches, when generation used them.
+  uint64_t cacheBytes = 0;
 
   /// Draws the next token from one position's logits and appends it.
   void append(std::span<const float> logits, const SamplingOptions &options) {
@@ -940,6 +942,7 @@ void generateWithForward(const Options &o, Prepared &p, Generated &out) {
 void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
   std::vector<int32_t> &context = out.context;
   KvCaches caches(p.plan, *backend);
+  out.cacheBytes = caches.bytes();
   ProgramRunner prefill(p.plan, "prefill", p.params, gridComm.get(), *backend);
   ProgramRunner decode(p.plan, "decode", p.params, gridComm.get(), *backend);
   prefill.setCaches(&caches);
@@ -1089,6 +1092,8 @@ int generateRun(const Options &o, Prepared &p) {
     json["seconds"] = seconds;
     // The first step reads the prompt (prefill); each later one a token.
     json["step_seconds"] = out.stepSeconds;
+    if (kvCache)
+      json["kv_cache_bytes_per_rank"] = out.cacheBytes;
     json["tokens_per_second"] = double(generated.size()) / seconds;
     json["device"] = deviceJson();
     writeFileAtomically(o.metrics, json.dump(2) + "\n");
