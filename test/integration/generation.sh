@@ -12,7 +12,8 @@
 #  3. the KV caches behind device-style memory (staged-cpu) give the CPU's
 #     tokens and log-probabilities bit for bit;
 #  4. sampling (temperature, top-k, top-p): a seed gives one sequence on any
-#     grid, another seed another one, every id in the vocabulary;
+#     grid, another seed another one, every id in the vocabulary; --samples
+#     draws several at once, sample i as seed + i alone;
 #  5. the progress of a run past the plan's sequence without a KV cache (its
 #     last seq tokens, as nanoGPT crops), a prompt the caches cannot hold,
 #     and the one-line errors.
@@ -151,6 +152,24 @@ heads = 4 if sys.argv[2] == "gpt2" else 2
 assert m["kv_cache_bytes_per_rank"] == 2 * 2 * 4 * heads * 40 * 16 * 4, m["kv_cache_bytes_per_rank"]
 PY
 echo "sampling: one seed, one sequence on 1 and 2 ranks; another seed, another"
+# Several samples at once, one per row of the batch: sample i is what seed
+# + i alone draws, on one rank and on two.
+generate samples 1 "$work/one.tpplan" "${sample[@]}" --seed 5 --samples 3
+generate samples-1d2 2 "$work/1d2.tpplan" "${sample[@]}" --seed 5 --samples 3
+"$python" - "$work" <<'PY'
+import json, sys
+load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
+for name in ("samples", "samples-1d2"):
+    m = load(name)
+    got = [s["generated_ids"] for s in m["samples"]]
+    assert [s["seed"] for s in m["samples"]] == [5, 6, 7], m["samples"]
+    assert got[0] == load("sample-a")["generated_ids"] == m["generated_ids"], (name, got[0])
+    assert got[1] == load("sample-c")["generated_ids"], (name, got[1])
+    assert len({tuple(g) for g in got}) == 3, (name, got)
+PY
+[ "$(grep -c -- '^---------------$' "$work/samples.log")" = 2 ] ||
+  { echo "generation: 3 samples are not printed apart" >&2; exit 1; }
+echo "samples: sample i equals seed + i alone, on 1 and 2 ranks"
 
 echo "== past the plan's sequence, errors"
 generate long 1 "$work/one.tpplan" --generate 40 --no-kv-cache
@@ -169,7 +188,8 @@ check_error "--generate needs one of --prompt TEXT and --prompt-ids IDS" --gener
 check_error "--prompt-ids: 'x' is not a token id" --generate 3 --prompt-ids 1,x
 check_error "the prompt: token 1 has id 500, outside the vocabulary of 96" --generate 3 --prompt-ids 1,500
 check_error "--generate runs @forward on its prompt; it does not combine with --steps" --generate 3 --prompt a --steps 2
-check_error "--prompt, --prompt-ids, --tokenizer, --sentencepiece and --no-kv-cache need --generate N" --prompt a --data "$work/tokens.tokens"
+check_error "--prompt, --prompt-ids, --tokenizer, --sentencepiece, --samples and --no-kv-cache need --generate N" --prompt a --data "$work/tokens.tokens"
+check_error "--samples 5: the plan generates 4 sequences at once (tpc-import --batch)" --generate 3 --prompt-ids "$prompt" --samples 5
 check_error "the prompt (5 tokens) and --generate 37 need 41 positions, but the plan's KV caches hold 40 (tpc-import --kv-cache)" --generate 37 --prompt-ids "$prompt"
 check_error "--program decode: a generation program (it reads positions and KV caches); run it with --generate" --program decode --data "$work/tokens.tokens"
 echo "past the sequence: 40 tokens; errors: one line each"

@@ -75,6 +75,7 @@ struct Options {
   int64_t checkpointEvery = 0;
   // Generation.
   int64_t generate = 0;
+  int64_t samples = 1;
   bool noKvCache = false;
   std::string prompt, promptIds, tokenizerJson, sentencePiece;
   SamplingOptions sampling;
@@ -266,6 +267,11 @@ Options parseArgs(int argc, char **argv) {
   app.add_option("--seed", o.seed, "Sampling seed (default 0)")
       ->check(numberCheck(true, 0))
       ->group(generationGroup);
+  app.add_option("--samples", o.samples,
+                 "Continue the prompt N times at once, one sequence of the "
+                 "plan's batch each (sample i draws from seed + i; default 1)")
+      ->check(numberCheck(true, 1))
+      ->group(generationGroup);
   const char *heldOutGroup = "Held-out evaluation (training)";
   app.add_option("--eval-every", o.evalEvery,
                  "Run @loss on held-out tokens every N steps and after the "
@@ -344,9 +350,9 @@ Options parseArgs(int argc, char **argv) {
     usageError("--generate needs one of --prompt TEXT and --prompt-ids IDS");
   if (!generating &&
       (!o.prompt.empty() || !o.promptIds.empty() || !o.tokenizerJson.empty() ||
-       !o.sentencePiece.empty() || o.noKvCache))
-    usageError("--prompt, --prompt-ids, --tokenizer, --sentencepiece and "
-               "--no-kv-cache need --generate N");
+       !o.sentencePiece.empty() || o.noKvCache || o.samples != 1))
+    usageError("--prompt, --prompt-ids, --tokenizer, --sentencepiece, "
+               "--samples and --no-kv-cache need --generate N");
   if (!o.tokenizerJson.empty() && !o.sentencePiece.empty())
     usageError("--tokenizer and --sentencepiece both give the tokenizer; "
                "give one");
@@ -842,9 +848,9 @@ std::string disagreement(const Comm &world, const Options &o,
            << o.rebalanceOptions.patience << ' ' << o.rebalanceOptions.threshold
            << ' ' << o.rebalanceOptions.minGain << ' ' << backend->name();
   schedule << " eval " << o.evalEvery << ' ' << p.evalBatches << " generate "
-           << o.generate << ' ' << o.noKvCache << ' ' << o.prompt << ' '
-           << o.promptIds << ' ' << o.sampling.temperature << ' '
-           << o.sampling.topK << ' ' << o.sampling.topP << ' ' << o.seed;
+           << o.generate << ' ' << o.samples << ' ' << o.noKvCache << ' '
+           << o.prompt << ' ' << o.promptIds << ' ' << o.sampling.temperature
+           << ' ' << o.sampling.topK << ' ' << o.sampling.topP << ' ' << o.seed;
   for (const std::string &slow : o.slow)
     schedule << ' ' << slow;
   for (double speed : o.rebalanceOptions.rankSpeeds)
@@ -875,27 +881,44 @@ size_t logitsResult(const Options &o, const LoadedPlan &plan,
                            " has no [batch, seq, vocab] logits result");
 }
 
-/// What generation produced and how long each step took.
+/// What generation produced, sample by sample, and how long each step took.
 struct Generated {
-  std::vector<int32_t> &context;
-  std::mt19937_64 &random;
-  /// Per new token: its log-probability under the model (the raw logits'
-  /// log-softmax, before temperature or filtering).
-  std::vector<double> logProbs;
+  /// Per sample: the prompt and the tokens drawn so far, its random stream
+  /// (seeded seed + sample), and per new token its log-probability under
+  /// the model (the raw logits' log-softmax, before temperature or
+  /// filtering). Every sample has the same length at every step.
+  std::vector<std::vector<int32_t>> contexts;
+  std::vector<std::mt19937_64> randoms;
+  std::vector<std::vector<double>> logProbs;
   std::vector<double> stepSeconds;
   /// This rank's KV caches, when generation used them.
   uint64_t cacheBytes = 0;
 
-  /// Draws the next token from one position's logits and appends it.
-  void append(std::span<const float> logits, const SamplingOptions &options) {
-    const int32_t id = nextToken(logits, options, random);
+  Generated(const std::vector<int32_t> &prompt, int64_t samples, uint64_t seed)
+      : contexts(size_t(samples), prompt), logProbs(size_t(samples)) {
+    for (int64_t i = 0; i < samples; ++i)
+      randoms.emplace_back(seed + uint64_t(i));
+  }
+  size_t samples() const { return contexts.size(); }
+  size_t length() const { return contexts.front().size(); }
+  /// The token at `position` of the sequence in batch row `row`: rows past
+  /// the samples repeat the first (their results are not read).
+  int32_t token(int64_t row, int64_t position) const {
+    const size_t sample = size_t(row) < samples() ? size_t(row) : 0;
+    return contexts[sample][size_t(position)];
+  }
+
+  /// Draws sample `i`'s next token from one position's logits.
+  void append(size_t i, std::span<const float> logits,
+              const SamplingOptions &options) {
+    const int32_t id = nextToken(logits, options, randoms[i]);
     double max = -std::numeric_limits<double>::infinity(), sum = 0.0;
     for (float x : logits)
       max = std::max(max, double(x));
     for (float x : logits)
       sum += std::exp(double(x) - max);
-    logProbs.push_back(double(logits[size_t(id)]) - max - std::log(sum));
-    context.push_back(id);
+    logProbs[i].push_back(double(logits[size_t(id)]) - max - std::log(sum));
+    contexts[i].push_back(id);
   }
 };
 
@@ -909,30 +932,42 @@ void timedStep(std::vector<double> &stepSeconds, Step &&step) {
           .count());
 }
 
+/// --samples must fit the generation programs' batch.
+void checkSamples(const Options &o, int64_t batch) {
+  if (o.samples > batch)
+    throw std::invalid_argument(
+        "--samples " + std::to_string(o.samples) + ": the plan generates " +
+        std::to_string(batch) + " sequences at once (tpc-import --batch)");
+}
+
 /// The reference: @forward over the last seq tokens of the context for
 /// every new token.
 void generateWithForward(const Options &o, Prepared &p, Generated &out) {
-  std::vector<int32_t> &context = out.context;
   ProgramRunner runner(p.plan, "forward", p.params, gridComm.get(), *backend);
   const std::vector<int64_t> shape = runner.tokensShape();
   const int64_t batch = shape[0], seq = shape[1];
+  checkSamples(o, batch);
   const size_t logitsIndex = logitsResult(o, p.plan, runner, "forward");
   const int64_t vocab = runner.resultShape(logitsIndex)[2];
   std::vector<int32_t> window(size_t(batch * seq));
   for (int64_t n = 0; n < o.generate; ++n)
     timedStep(out.stepSeconds, [&] {
-      // The last seq tokens of the context in every row, zeros after them:
-      // causal attention leaves the padding unseen.
-      const size_t used = std::min<size_t>(context.size(), size_t(seq));
+      // The last seq tokens of each sample's context in its row, zeros
+      // after them: causal attention leaves the padding unseen.
+      const int64_t length = int64_t(out.length());
+      const int64_t used = std::min(length, seq);
       std::fill(window.begin(), window.end(), 0);
       for (int64_t row = 0; row < batch; ++row)
-        std::copy(context.end() - used, context.end(),
-                  window.begin() + row * seq);
+        for (int64_t t = 0; t < used; ++t)
+          window[size_t(row * seq + t)] = out.token(row, length - used + t);
       runner.setInput(tpc::plan::InputKind::Tokens, window);
       runner.run();
       std::span<const float> logits = runner.result(logitsIndex);
-      out.append(logits.subspan(size_t((used - 1) * vocab), size_t(vocab)),
-                 o.sampling);
+      for (size_t i = 0; i < out.samples(); ++i)
+        out.append(i,
+                   logits.subspan(size_t((int64_t(i) * seq + used - 1) * vocab),
+                                  size_t(vocab)),
+                   o.sampling);
     });
 }
 
@@ -940,7 +975,6 @@ void generateWithForward(const Options &o, Prepared &p, Generated &out) {
 /// per new token, both reading and extending the KV caches. The first step
 /// time is the prefill's (with the first token), each later one a decode.
 void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
-  std::vector<int32_t> &context = out.context;
   KvCaches caches(p.plan, *backend);
   out.cacheBytes = caches.bytes();
   ProgramRunner prefill(p.plan, "prefill", p.params, gridComm.get(), *backend);
@@ -952,6 +986,7 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
   if (decode.tokensShape() != std::vector<int64_t>{batch, 1})
     throw std::runtime_error(o.plan + ": @decode must take one token per "
                                       "sequence of @prefill's batch");
+  checkSamples(o, batch);
   // The positions every cache holds (the loader checked their ranks).
   const auto *cacheTable = p.plan.plan().caches();
   if (!cacheTable || cacheTable->size() == 0)
@@ -962,17 +997,18 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
     capacity =
         std::min(capacity, cache->shape()->Get(cache->shape()->size() - 2));
   // The last token generated is never fed back.
-  const int64_t needed = int64_t(context.size()) + o.generate - 1;
+  const int64_t needed = int64_t(out.length()) + o.generate - 1;
   if (needed > capacity)
     throw std::invalid_argument(
-        "the prompt (" + std::to_string(context.size()) + " tokens) and " +
+        "the prompt (" + std::to_string(out.length()) + " tokens) and " +
         "--generate " + std::to_string(o.generate) + " need " +
         std::to_string(needed) + " positions, but the plan's KV caches hold " +
         std::to_string(capacity) + " (tpc-import --kv-cache)");
   const size_t prefillLogits = logitsResult(o, p.plan, prefill, "prefill");
   const size_t decodeLogits = logitsResult(o, p.plan, decode, "decode");
   const int64_t vocab = prefill.resultShape(prefillLogits)[2];
-  // Each row holds the same tokens at the same positions.
+  // Every row's tokens are at the same positions (all samples have one
+  // length).
   auto feed = [&](ProgramRunner &runner, int64_t first, int64_t count,
                   int64_t width) {
     std::vector<int32_t> tokens(size_t(batch * width)),
@@ -982,7 +1018,7 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
       // same keys and values there and is never seen by a real query.
       const int64_t at = first + std::min(t, count - 1);
       for (int64_t row = 0; row < batch; ++row) {
-        tokens[size_t(row * width + t)] = context[size_t(at)];
+        tokens[size_t(row * width + t)] = out.token(row, at);
         positions[size_t(row * width + t)] = int32_t(at);
       }
     }
@@ -991,20 +1027,26 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
     runner.run();
   };
   timedStep(out.stepSeconds, [&] {
-    const int64_t prompt = int64_t(context.size());
+    const int64_t prompt = int64_t(out.length());
     int64_t last = 0;
     for (int64_t first = 0; first < prompt; first += chunk) {
       last = std::min(chunk, prompt - first);
       feed(prefill, first, last, chunk);
     }
     std::span<const float> logits = prefill.result(prefillLogits);
-    out.append(logits.subspan(size_t((last - 1) * vocab), size_t(vocab)),
-               o.sampling);
+    for (size_t i = 0; i < out.samples(); ++i)
+      out.append(i,
+                 logits.subspan(size_t((int64_t(i) * chunk + last - 1) * vocab),
+                                size_t(vocab)),
+                 o.sampling);
   });
   for (int64_t n = 1; n < o.generate; ++n)
     timedStep(out.stepSeconds, [&] {
-      feed(decode, int64_t(context.size()) - 1, 1, 1);
-      out.append(decode.result(decodeLogits).first(size_t(vocab)), o.sampling);
+      feed(decode, int64_t(out.length()) - 1, 1, 1);
+      std::span<const float> logits = decode.result(decodeLogits);
+      for (size_t i = 0; i < out.samples(); ++i)
+        out.append(i, logits.subspan(i * size_t(vocab), size_t(vocab)),
+                   o.sampling);
     });
 }
 
@@ -1054,9 +1096,8 @@ int generateRun(const Options &o, Prepared &p) {
     return text;
   };
 
-  std::mt19937_64 random(o.seed);
   const size_t promptTokens = context.size();
-  Generated out{context, random, {}, {}};
+  Generated out(context, o.samples, o.seed);
   const bool kvCache =
       !o.noKvCache && p.plan.program("prefill") && p.plan.program("decode");
   auto start = std::chrono::steady_clock::now();
@@ -1067,24 +1108,39 @@ int generateRun(const Options &o, Prepared &p) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  std::span<const int32_t> generated(context.data() + promptTokens,
-                                     context.size() - promptTokens);
-  std::cout << decode(context) << "\n";
+  auto generatedOf = [&](size_t i) {
+    return std::span<const int32_t>(out.contexts[i]).subspan(promptTokens);
+  };
+  // Samples after the first follow a separator line, as nanoGPT prints them.
+  for (size_t i = 0; i < out.samples(); ++i)
+    std::cout << (i ? "---------------\n" : "") << decode(out.contexts[i])
+              << "\n";
   // On stderr, so that stdout is the text alone; once, by the first rank.
+  const size_t newTokens = out.samples() * generatedOf(0).size();
   if (isFirstRank())
-    std::cerr << "generated " << generated.size() << " tokens in " << seconds
-              << " s (" << double(generated.size()) / seconds << " tokens/s, "
+    std::cerr << "generated " << newTokens << " tokens in " << seconds << " s ("
+              << double(newTokens) / seconds << " tokens/s, "
               << (kvCache ? "KV caches" : "the whole context each step")
               << ")\n";
   if (!o.metrics.empty() && isFirstRank()) {
     nlohmann::ordered_json json;
     json["program"] = kvCache ? "prefill+decode" : "forward";
-    json["prompt_ids"] =
-        std::vector<int32_t>(context.begin(), context.begin() + promptTokens);
+    json["prompt_ids"] = context;
+    // The first sample; all of them under "samples" when there are several.
     json["generated_ids"] =
-        std::vector<int32_t>(generated.begin(), generated.end());
-    json["text"] = decode(generated);
-    json["generated_logprobs"] = out.logProbs;
+        std::vector<int32_t>(generatedOf(0).begin(), generatedOf(0).end());
+    json["text"] = decode(generatedOf(0));
+    json["generated_logprobs"] = out.logProbs[0];
+    if (out.samples() > 1) {
+      json["samples"] = nlohmann::ordered_json::array();
+      for (size_t i = 0; i < out.samples(); ++i)
+        json["samples"].push_back(
+            {{"seed", o.seed + i},
+             {"generated_ids", std::vector<int32_t>(generatedOf(i).begin(),
+                                                    generatedOf(i).end())},
+             {"text", decode(generatedOf(i))},
+             {"generated_logprobs", out.logProbs[i]}});
+    }
     json["sampling"] = {{"temperature", o.sampling.temperature},
                         {"top_k", o.sampling.topK},
                         {"top_p", o.sampling.topP},
@@ -1094,7 +1150,7 @@ int generateRun(const Options &o, Prepared &p) {
     json["step_seconds"] = out.stepSeconds;
     if (kvCache)
       json["kv_cache_bytes_per_rank"] = out.cacheBytes;
-    json["tokens_per_second"] = double(generated.size()) / seconds;
+    json["tokens_per_second"] = double(newTokens) / seconds;
     json["device"] = deviceJson();
     writeFileAtomically(o.metrics, json.dump(2) + "\n");
   }
