@@ -8,7 +8,8 @@
 #     replicas of 1D and 3D 2x2x2;
 #  2. the KV-cache decode equals recomputing the whole prefix with @forward
 #     (--no-kv-cache): 12 tokens after a 5-token prompt, both equal to
-#     HuggingFace;
+#     HuggingFace; without --ignore-eos a sample ends at the model's
+#     eos_token_id, where HuggingFace's generate() ends;
 #  3. the KV caches behind device-style memory (staged-cpu) give the CPU's
 #     tokens and log-probabilities bit for bit;
 #  4. sampling (temperature, top-k, top-p): a seed gives one sequence on any
@@ -51,17 +52,21 @@ print(",".join(str(t) for t in reference.read_tokens(sys.argv[2])[:int(sys.argv[
 }
 prompt=$(first_tokens 5) long_prompt=$(first_tokens 30)
 
+# Runs draw every token asked for (--ignore-eos) unless EOS=stop: the
+# sequence checks below want their full length.
 generate() { # NAME RANKS PLAN FLAGS...: writes NAME.json (prompt: $prompt)
-  local name=$1 ranks=$2 plan=$3
+  local name=$1 ranks=$2 plan=$3 eos=(--ignore-eos)
   shift 3
+  [ "${EOS:-}" != stop ] || eos=()
   "${mpi[@]}" -np "$ranks" "$bin/tp-run" "$plan" --weights "$work/model.safetensors" \
-    --prompt-ids "${PROMPT:-$prompt}" --metrics "$work/$name.json" "${on_device[@]}" "$@" \
-    > "$work/$name.log" 2>&1
+    --prompt-ids "${PROMPT:-$prompt}" --metrics "$work/$name.json" "${on_device[@]}" \
+    "${eos[@]}" "$@" > "$work/$name.log" 2>&1
 }
 ids() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["generated_ids"])' "$1"; }
 
-hf_greedy() { # PROMPT COUNT: HF's greedy continuation, as JSON ids and logprobs
-  "$python" - "$work" "$1" "$2" <<'PY'
+hf_greedy() { # PROMPT COUNT [stop]: HF's greedy continuation, as JSON ids and
+  # logprobs; with stop, ending at the config's eos_token_id as generate() does
+  "$python" - "$work" "$1" "$2" "${3:-}" <<'PY'
 import json, sys
 import torch
 from transformers import AutoModelForCausalLM
@@ -78,6 +83,8 @@ with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits
         ids.append(int(torch.argmax(logits[0, -1])))
         logprobs.append(float(torch.log_softmax(logits[0, -1], -1)[ids[-1]]))
+        if sys.argv[4] == "stop" and ids[-1] == model.config.eos_token_id:
+            break
 print(json.dumps({"ids": ids[prompt:], "logprobs": logprobs}))
 PY
 }
@@ -117,6 +124,24 @@ expect_greedy cached "$hf_short" HuggingFace
 expect_greedy recomputed "$hf_short" HuggingFace
 grep -q "the whole context each step" "$work/recomputed.log"
 echo "5-token prompt: KV caches, the whole prefix and HuggingFace agree"
+
+echo "== ending at the model's end-of-sequence token"
+# The GPT-2 model's eos_token_id (95) is its first greedy token after this
+# prompt: generation stops there, as generate() does; the LLaMA model's (2)
+# does not come, and all 12 tokens are drawn.
+hf_eos=$(hf_greedy "$prompt" 12 stop)
+EOS=stop generate eos 1 "$work/one.tpplan" --generate 12
+expect_greedy eos "$hf_eos" HuggingFace
+"$python" - "$work/eos.json" "$model" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+want = ("eos", 1, [95]) if sys.argv[2] == "gpt2" else ("length", 12, [2])
+got = (m["stop"], len(m["generated_ids"]), m["eos_token_ids"])
+assert got == want, (got, want)
+# It stopped drawing there too.
+assert len(m["step_seconds"]) == want[1], m["step_seconds"]
+PY
+echo "end of sequence: $(ids "$work/eos.json") (stops where HuggingFace's generate() would)"
 [ -z "$device" ] || exit 0 # the rest checks the host side
 
 echo "== KV caches in device-style memory"

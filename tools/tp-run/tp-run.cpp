@@ -76,7 +76,7 @@ struct Options {
   // Generation.
   int64_t generate = 0;
   int64_t samples = 1;
-  bool noKvCache = false;
+  bool noKvCache = false, ignoreEos = false;
   std::string prompt, promptIds, tokenizerJson, sentencePiece;
   SamplingOptions sampling;
   uint64_t seed = 0;
@@ -233,6 +233,11 @@ Options parseArgs(int argc, char **argv) {
                  "else with @forward over the whole prefix each step (past "
                  "the plan's sequence, its last seq tokens)")
       ->check(numberCheck(true, 1))
+      ->group(generationGroup);
+  app.add_flag("--ignore-eos", o.ignoreEos,
+               "Generate all N tokens; by default a sample ends at the "
+               "model's end-of-sequence token (eos_token_id in its "
+               "config.json), as HuggingFace's generate() does")
       ->group(generationGroup);
   app.add_flag("--no-kv-cache", o.noKvCache,
                "Generate with @forward over the whole prefix each step even "
@@ -849,8 +854,9 @@ std::string disagreement(const Comm &world, const Options &o,
            << ' ' << o.rebalanceOptions.minGain << ' ' << backend->name();
   schedule << " eval " << o.evalEvery << ' ' << p.evalBatches << " generate "
            << o.generate << ' ' << o.samples << ' ' << o.noKvCache << ' '
-           << o.prompt << ' ' << o.promptIds << ' ' << o.sampling.temperature
-           << ' ' << o.sampling.topK << ' ' << o.sampling.topP << ' ' << o.seed;
+           << o.ignoreEos << ' ' << o.prompt << ' ' << o.promptIds << ' '
+           << o.sampling.temperature << ' ' << o.sampling.topK << ' '
+           << o.sampling.topP << ' ' << o.seed;
   for (const std::string &slow : o.slow)
     schedule << ' ' << slow;
   for (double speed : o.rebalanceOptions.rankSpeeds)
@@ -893,14 +899,26 @@ struct Generated {
   std::vector<double> stepSeconds;
   /// This rank's KV caches, when generation used them.
   uint64_t cacheBytes = 0;
+  /// The ids that end a sample (none: every sample runs to --generate), and
+  /// per sample how many new tokens it kept (its first end token included),
+  /// or -1 while it runs on.
+  std::vector<int32_t> endIds;
+  std::vector<int64_t> ended;
 
-  Generated(const std::vector<int32_t> &prompt, int64_t samples, uint64_t seed)
-      : contexts(size_t(samples), prompt), logProbs(size_t(samples)) {
+  Generated(const std::vector<int32_t> &prompt, int64_t samples, uint64_t seed,
+            std::vector<int32_t> endIds)
+      : contexts(size_t(samples), prompt), logProbs(size_t(samples)),
+        endIds(std::move(endIds)), ended(size_t(samples), -1) {
     for (int64_t i = 0; i < samples; ++i)
       randoms.emplace_back(seed + uint64_t(i));
   }
   size_t samples() const { return contexts.size(); }
   size_t length() const { return contexts.front().size(); }
+  /// Whether every sample has ended: generation stops.
+  bool done() const {
+    return std::all_of(ended.begin(), ended.end(),
+                       [](int64_t kept) { return kept >= 0; });
+  }
   /// The token at `position` of the sequence in batch row `row`: rows past
   /// the samples repeat the first (their results are not read).
   int32_t token(int64_t row, int64_t position) const {
@@ -919,6 +937,11 @@ struct Generated {
       sum += std::exp(double(x) - max);
     logProbs[i].push_back(double(logits[size_t(id)]) - max - std::log(sum));
     contexts[i].push_back(id);
+    // A sample that ended keeps drawing (every row advances together) but
+    // keeps none of it.
+    if (ended[i] < 0 &&
+        std::find(endIds.begin(), endIds.end(), id) != endIds.end())
+      ended[i] = int64_t(logProbs[i].size());
   }
 };
 
@@ -930,6 +953,26 @@ void timedStep(std::vector<double> &stepSeconds, Step &&step) {
   stepSeconds.push_back(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count());
+}
+
+/// The model's end-of-sequence ids: eos_token_id of its config.json (an id
+/// or a list of them), those inside the vocabulary.
+std::vector<int32_t> endTokenIds(const LoadedPlan &plan) {
+  std::vector<int32_t> ids;
+  const auto *text = plan.plan().hf_config();
+  if (!text || text->size() == 0)
+    return ids;
+  const auto config = nlohmann::json::parse(text->str(), nullptr,
+                                            /*allow_exceptions=*/false);
+  if (!config.is_object() || !config.contains("eos_token_id"))
+    return ids;
+  const auto &eos = config["eos_token_id"];
+  const int64_t vocab = plan.vocabularySize();
+  for (const auto &id : eos.is_array() ? eos : nlohmann::json::array({eos}))
+    if (id.is_number_integer() && id.get<int64_t>() >= 0 &&
+        id.get<int64_t>() < vocab)
+      ids.push_back(int32_t(id.get<int64_t>()));
+  return ids;
 }
 
 /// --samples must fit the generation programs' batch.
@@ -950,7 +993,7 @@ void generateWithForward(const Options &o, Prepared &p, Generated &out) {
   const size_t logitsIndex = logitsResult(o, p.plan, runner, "forward");
   const int64_t vocab = runner.resultShape(logitsIndex)[2];
   std::vector<int32_t> window(size_t(batch * seq));
-  for (int64_t n = 0; n < o.generate; ++n)
+  for (int64_t n = 0; n < o.generate && !out.done(); ++n)
     timedStep(out.stepSeconds, [&] {
       // The last seq tokens of each sample's context in its row, zeros
       // after them: causal attention leaves the padding unseen.
@@ -1040,7 +1083,7 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
                                 size_t(vocab)),
                  o.sampling);
   });
-  for (int64_t n = 1; n < o.generate; ++n)
+  for (int64_t n = 1; n < o.generate && !out.done(); ++n)
     timedStep(out.stepSeconds, [&] {
       feed(decode, int64_t(out.length()) - 1, 1, 1);
       std::span<const float> logits = decode.result(decodeLogits);
@@ -1097,7 +1140,8 @@ int generateRun(const Options &o, Prepared &p) {
   };
 
   const size_t promptTokens = context.size();
-  Generated out(context, o.samples, o.seed);
+  Generated out(context, o.samples, o.seed,
+                o.ignoreEos ? std::vector<int32_t>() : endTokenIds(p.plan));
   const bool kvCache =
       !o.noKvCache && p.plan.program("prefill") && p.plan.program("decode");
   auto start = std::chrono::steady_clock::now();
@@ -1108,15 +1152,27 @@ int generateRun(const Options &o, Prepared &p) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  auto generatedOf = [&](size_t i) {
-    return std::span<const int32_t>(out.contexts[i]).subspan(promptTokens);
+  // What each sample kept: up to its end token, if it drew one.
+  auto keptOf = [&](size_t i) {
+    return out.ended[i] >= 0 ? size_t(out.ended[i]) : out.logProbs[i].size();
   };
+  auto generatedOf = [&](size_t i) {
+    return std::span<const int32_t>(out.contexts[i])
+        .subspan(promptTokens, keptOf(i));
+  };
+  auto logProbsOf = [&](size_t i) {
+    return std::vector<double>(out.logProbs[i].begin(),
+                               out.logProbs[i].begin() + keptOf(i));
+  };
+  auto stopOf = [&](size_t i) { return out.ended[i] >= 0 ? "eos" : "length"; };
   // Samples after the first follow a separator line, as nanoGPT prints them.
   for (size_t i = 0; i < out.samples(); ++i)
-    std::cout << (i ? "---------------\n" : "") << decode(out.contexts[i])
+    std::cout << (i ? "---------------\n" : "")
+              << decode(std::span<const int32_t>(out.contexts[i])
+                            .first(promptTokens + keptOf(i)))
               << "\n";
   // On stderr, so that stdout is the text alone; once, by the first rank.
-  const size_t newTokens = out.samples() * generatedOf(0).size();
+  const size_t newTokens = out.samples() * out.logProbs[0].size();
   if (isFirstRank())
     std::cerr << "generated " << newTokens << " tokens in " << seconds << " s ("
               << double(newTokens) / seconds << " tokens/s, "
@@ -1130,7 +1186,9 @@ int generateRun(const Options &o, Prepared &p) {
     json["generated_ids"] =
         std::vector<int32_t>(generatedOf(0).begin(), generatedOf(0).end());
     json["text"] = decode(generatedOf(0));
-    json["generated_logprobs"] = out.logProbs[0];
+    json["generated_logprobs"] = logProbsOf(0);
+    json["stop"] = stopOf(0);
+    json["eos_token_ids"] = out.endIds;
     if (out.samples() > 1) {
       json["samples"] = nlohmann::ordered_json::array();
       for (size_t i = 0; i < out.samples(); ++i)
@@ -1139,7 +1197,8 @@ int generateRun(const Options &o, Prepared &p) {
              {"generated_ids", std::vector<int32_t>(generatedOf(i).begin(),
                                                     generatedOf(i).end())},
              {"text", decode(generatedOf(i))},
-             {"generated_logprobs", out.logProbs[i]}});
+             {"generated_logprobs", logProbsOf(i)},
+             {"stop", stopOf(i)}});
     }
     json["sampling"] = {{"temperature", o.sampling.temperature},
                         {"top_k", o.sampling.topK},
