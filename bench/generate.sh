@@ -43,14 +43,14 @@ print(f"{sys.argv[2]:34} prefill {steps[0] * 1e3:8.1f} ms   decode {1 / statisti
 PY
 }
 mpirun -np 1 --bind-to none -x OPENBLAS_CORETYPE "$build/bin/tp-run" "$work/one.tpplan" \
-  --threads 2 --generate "$new" --prompt-ids "$ids" --metrics "$work/one.json" > /dev/null 2>&1
+  --threads 2 --generate "$new" --ignore-eos --prompt-ids "$ids" --metrics "$work/one.json" > /dev/null 2>&1
 summary "$work/one.json" "tpc KV cache, 1 rank x 2 threads"
 mpirun -np 2 --bind-to core --map-by core -x OPENBLAS_CORETYPE -x OPENBLAS_NUM_THREADS=1 \
-  "$build/bin/tp-run" "$work/two.tpplan" --threads 1 --generate "$new" \
+  "$build/bin/tp-run" "$work/two.tpplan" --threads 1 --generate "$new" --ignore-eos \
   --prompt-ids "$ids" --metrics "$work/two.json" > /dev/null 2>&1
 summary "$work/two.json" "tpc KV cache, 1D 2 ranks x 1 thr"
 mpirun -np 1 --bind-to none -x OPENBLAS_CORETYPE "$build/bin/tp-run" "$work/whole.tpplan" \
-  --threads 2 --generate "$new" --prompt-ids "$ids" --no-kv-cache \
+  --threads 2 --generate "$new" --ignore-eos --prompt-ids "$ids" --no-kv-cache \
   --metrics "$work/whole.json" > /dev/null 2>&1
 summary "$work/whole.json" "tpc whole prefix, 1 rank x 2 thr"
 
