@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks, run on a device machine from the bundle tools/gpu-bundle.sh
 # made (docs/gpu.md): the kernel parity tests, then device-cuda.sh,
-# training-numerics.sh and generation.sh on cuda for GPT-2 and LLaMA (the
-# last needs transformers: tools/gpu-site.sh), with the bundle as their
-# build directory. Logs go to OUT; the last lines are a table, one row per
-# check. Exit status: the number of checks that failed.
+# training-numerics.sh, generation.sh and evaluation.sh on cuda for GPT-2
+# and LLaMA (they need transformers: tools/gpu-site.sh), with the bundle as
+# their build directory. Logs go to OUT; the last lines are a table, one row
+# per check. Exit status: the number of checks that failed.
 #
 #   tar -xJf .gpu-bundle.tar.xz -C /tmp
 #   tools/gpu-check.sh /tmp/.gpu-bundle [OUT]
@@ -43,6 +43,8 @@ for model in gpt2 llama; do
     "$bundle" "$python" "$out/training-cuda-$model" $model cuda
   check generation-cuda-$model "$root/test/integration/generation.sh" \
     "$bundle" "$python" "$out/generation-cuda-$model" $model cuda
+  check evaluation-cuda-$model "$root/test/integration/evaluation.sh" \
+    "$bundle" "$python" "$out/evaluation-cuda-$model" $model cuda
 done
 printf '%s\n' "${results[@]}"
 exit $failed
