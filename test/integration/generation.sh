@@ -10,8 +10,9 @@
 #     (--no-kv-cache): 12 tokens after a 5-token prompt, both equal to
 #     HuggingFace; without --ignore-eos a sample ends at the model's
 #     eos_token_id, where HuggingFace's generate() ends;
-#  3. the KV caches behind device-style memory (staged-cpu) give the CPU's
-#     tokens and log-probabilities bit for bit;
+#  3. parameters from a checkpoint (on another grid), an HF export or the
+#     initialisation; the KV caches behind device-style memory (staged-cpu)
+#     give the CPU's tokens and log-probabilities bit for bit;
 #  4. sampling (temperature, top-k, top-p): a seed gives one sequence on any
 #     grid, another seed another one, every id in the vocabulary; --samples
 #     draws several at once, sample i as seed + i alone;
@@ -143,6 +144,35 @@ assert len(m["step_seconds"]) == want[1], m["step_seconds"]
 PY
 echo "end of sequence: $(ids "$work/eos.json") (stops where HuggingFace's generate() would)"
 [ -z "$device" ] || exit 0 # the rest checks the host side
+
+echo "== parameters from a checkpoint, an HF export and the initialisation"
+# Two training steps write a checkpoint and an export; generating from the
+# checkpoint on 1D over 2 ranks and from the export on one rank gives the
+# same tokens; so does the deterministic initialisation on 1 and 2 ranks.
+"${mpi[@]}" -np 1 "$bin/tp-run" "$work/one.tpplan" --data "$work/tokens.tokens" \
+  --weights "$work/model.safetensors" --steps 2 --lr 1e-2 --checkpoint-dir "$work/ckpt" \
+  --checkpoint-every 2 --export "$work/trained" > "$work/train.log" 2>&1
+from() { # NAME RANKS PLAN FLAGS...
+  local name=$1 ranks=$2 plan=$3
+  shift 3
+  "${mpi[@]}" -np "$ranks" "$bin/tp-run" "$plan" --prompt-ids "$prompt" --generate 8 \
+    --ignore-eos --metrics "$work/$name.json" "$@" > "$work/$name.log" 2>&1
+}
+from checkpoint 2 "$work/1d2.tpplan" --resume "$work/ckpt"
+from export 1 "$work/one.tpplan" --weights "$work/trained/model.safetensors"
+from init-one 1 "$work/one.tpplan"
+from init-1d2 2 "$work/1d2.tpplan"
+"$python" - "$work" <<'PY'
+import json, sys
+load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
+for a, b in (("checkpoint", "export"), ("init-one", "init-1d2")):
+    x, y = load(a), load(b)
+    assert x["generated_ids"] == y["generated_ids"], (a, b, x["generated_ids"], y["generated_ids"])
+    worst = max(abs(p - q) for p, q in zip(x["generated_logprobs"], y["generated_logprobs"]))
+    assert worst <= 1e-5, (a, b, worst)
+assert load("export")["generated_logprobs"] != load("cached")["generated_logprobs"][:8], "training changed nothing"
+PY
+echo "checkpoint (2 ranks) = export (1 rank); initialisation: 1 rank = 2 ranks"
 
 echo "== KV caches in device-style memory"
 # staged-cpu: the caches and inputs behind memory the host cannot address
