@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -63,6 +64,15 @@ int32_t nextToken(std::span<const float> logits, const SamplingOptions &options,
       return order[i];
   }
   return order[kept - 1];
+}
+
+double logProbability(std::span<const float> logits, int32_t id) {
+  double max = -std::numeric_limits<double>::infinity(), sum = 0.0;
+  for (float x : logits)
+    max = std::max(max, double(x));
+  for (float x : logits)
+    sum += std::exp(double(x) - max);
+  return double(logits[size_t(id)]) - max - std::log(sum);
 }
 
 } // namespace tpc::runtime

@@ -36,6 +36,19 @@ TEST(SamplingTest, GreedyTakesTheFirstMaximum) {
   EXPECT_EQ(nextToken(std::vector<float>{1, 5, 5, 2}, {}, random), 1);
 }
 
+TEST(SamplingTest, LogProbabilityIsTheLogSoftmax) {
+  // Probabilities 1/6, 2/6, 3/6; a shift of every logit changes nothing
+  // but the f32 rounding of the logits (an ulp at 80 is 7.6e-6).
+  for (float shift : {0.0f, 80.0f})
+    for (int32_t id = 0; id < 3; ++id) {
+      std::vector<float> shifted = kLogits;
+      for (float &x : shifted)
+        x += shift;
+      EXPECT_NEAR(logProbability(shifted, id), std::log((id + 1) / 6.0), 2e-5)
+          << "id " << id << ", shift " << shift;
+    }
+}
+
 TEST(SamplingTest, TemperatureShapesTheSoftmax) {
   auto at1 = frequencies(kLogits, {1.0, 0, 1.0});
   EXPECT_NEAR(at1[0], 1.0 / 6, 0.01);

@@ -930,12 +930,7 @@ struct Generated {
   void append(size_t i, std::span<const float> logits,
               const SamplingOptions &options) {
     const int32_t id = nextToken(logits, options, randoms[i]);
-    double max = -std::numeric_limits<double>::infinity(), sum = 0.0;
-    for (float x : logits)
-      max = std::max(max, double(x));
-    for (float x : logits)
-      sum += std::exp(double(x) - max);
-    logProbs[i].push_back(double(logits[size_t(id)]) - max - std::log(sum));
+    logProbs[i].push_back(logProbability(logits, id));
     contexts[i].push_back(id);
     // A sample that ended keeps drawing (every row advances together) but
     // keeps none of it.
@@ -1018,19 +1013,8 @@ void generateWithForward(const Options &o, Prepared &p, Generated &out) {
 /// per new token, both reading and extending the KV caches. The first step
 /// time is the prefill's (with the first token), each later one a decode.
 void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
-  KvCaches caches(p.plan, *backend);
-  out.cacheBytes = caches.bytes();
-  ProgramRunner prefill(p.plan, "prefill", p.params, gridComm.get(), *backend);
-  ProgramRunner decode(p.plan, "decode", p.params, gridComm.get(), *backend);
-  prefill.setCaches(&caches);
-  decode.setCaches(&caches);
-  const int64_t batch = prefill.tokensShape()[0],
-                chunk = prefill.tokensShape()[1];
-  if (decode.tokensShape() != std::vector<int64_t>{batch, 1})
-    throw std::runtime_error(o.plan + ": @decode must take one token per "
-                                      "sequence of @prefill's batch");
-  checkSamples(o, batch);
-  // The positions every cache holds (the loader checked their ranks).
+  // The positions every cache holds (the loader checked their ranks), before
+  // anything is allocated for them.
   const auto *cacheTable = p.plan.plan().caches();
   if (!cacheTable || cacheTable->size() == 0)
     throw std::runtime_error(o.plan + ": @prefill and @decode keep no KV "
@@ -1047,6 +1031,18 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
         "--generate " + std::to_string(o.generate) + " need " +
         std::to_string(needed) + " positions, but the plan's KV caches hold " +
         std::to_string(capacity) + " (tpc-import --kv-cache)");
+  KvCaches caches(p.plan, *backend);
+  out.cacheBytes = caches.bytes();
+  ProgramRunner prefill(p.plan, "prefill", p.params, gridComm.get(), *backend);
+  ProgramRunner decode(p.plan, "decode", p.params, gridComm.get(), *backend);
+  prefill.setCaches(&caches);
+  decode.setCaches(&caches);
+  const int64_t batch = prefill.tokensShape()[0],
+                chunk = prefill.tokensShape()[1];
+  if (decode.tokensShape() != std::vector<int64_t>{batch, 1})
+    throw std::runtime_error(o.plan + ": @decode must take one token per "
+                                      "sequence of @prefill's batch");
+  checkSamples(o, batch);
   const size_t prefillLogits = logitsResult(o, p.plan, prefill, "prefill");
   const size_t decodeLogits = logitsResult(o, p.plan, decode, "decode");
   const int64_t vocab = prefill.resultShape(prefillLogits)[2];
@@ -1157,8 +1153,8 @@ int generateRun(const Options &o, Prepared &p) {
     return out.ended[i] >= 0 ? size_t(out.ended[i]) : out.logProbs[i].size();
   };
   auto generatedOf = [&](size_t i) {
-    return std::span<const int32_t>(out.contexts[i])
-        .subspan(promptTokens, keptOf(i));
+    auto first = out.contexts[i].begin() + std::ptrdiff_t(promptTokens);
+    return std::vector<int32_t>(first, first + std::ptrdiff_t(keptOf(i)));
   };
   auto logProbsOf = [&](size_t i) {
     return std::vector<double>(out.logProbs[i].begin(),
@@ -1183,8 +1179,7 @@ int generateRun(const Options &o, Prepared &p) {
     json["program"] = kvCache ? "prefill+decode" : "forward";
     json["prompt_ids"] = context;
     // The first sample; all of them under "samples" when there are several.
-    json["generated_ids"] =
-        std::vector<int32_t>(generatedOf(0).begin(), generatedOf(0).end());
+    json["generated_ids"] = generatedOf(0);
     json["text"] = decode(generatedOf(0));
     json["generated_logprobs"] = logProbsOf(0);
     json["stop"] = stopOf(0);
@@ -1192,13 +1187,11 @@ int generateRun(const Options &o, Prepared &p) {
     if (out.samples() > 1) {
       json["samples"] = nlohmann::ordered_json::array();
       for (size_t i = 0; i < out.samples(); ++i)
-        json["samples"].push_back(
-            {{"seed", o.seed + i},
-             {"generated_ids", std::vector<int32_t>(generatedOf(i).begin(),
-                                                    generatedOf(i).end())},
-             {"text", decode(generatedOf(i))},
-             {"generated_logprobs", logProbsOf(i)},
-             {"stop", stopOf(i)}});
+        json["samples"].push_back({{"seed", o.seed + i},
+                                   {"generated_ids", generatedOf(i)},
+                                   {"text", decode(generatedOf(i))},
+                                   {"generated_logprobs", logProbsOf(i)},
+                                   {"stop", stopOf(i)}});
     }
     json["sampling"] = {{"temperature", o.sampling.temperature},
                         {"top_k", o.sampling.topK},

@@ -97,11 +97,11 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
       continue;
     // The runtime keeps no copy of an update: it must be written in place
     // (AdamW's, where the planner allows it; a KV cache write's, always).
-    auto adamw = result.getDefiningOp<StorageAliasOpInterface>();
+    auto update = result.getDefiningOp<StorageAliasOpInterface>();
     std::optional<unsigned> operand;
-    if (adamw)
+    if (update)
       operand =
-          adamw.getStorageOperand(cast<OpResult>(result).getResultNumber());
+          update.getStorageOperand(cast<OpResult>(result).getResultNumber());
     if (!operand)
       return func.emitOpError()
              << "tp-plan-memory: result #" << idx << " updates argument #"
@@ -109,15 +109,15 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
              << " but is not an in-place update of it (the runtime updates "
                 "arguments in their own storage)";
     unsigned which = cast<OpResult>(result).getResultNumber();
-    Value source = adamw->getOperand(*operand);
+    Value source = update->getOperand(*operand);
     auto arg = dyn_cast<BlockArgument>(source);
     if (!arg || arg.getArgNumber() != updates.getInt())
-      return adamw.emitOpError()
+      return update.emitOpError()
              << "tp-plan-memory: result #" << which << " updates argument #"
              << updates.getInt()
              << " but does not read it in the same position";
     for (Operation *user : arg.getUsers())
-      if (user != adamw && adamw->isBeforeInBlock(user) &&
+      if (user != update && update->isBeforeInBlock(user) &&
           !isa<func::ReturnOp>(user))
         return user->emitOpError()
                << "tp-plan-memory: reads argument #" << arg.getArgNumber()

@@ -25,4 +25,8 @@ struct SamplingOptions {
 int32_t nextToken(std::span<const float> logits, const SamplingOptions &options,
                   std::mt19937_64 &random);
 
+/// log softmax(logits)[id], in double: the log-probability of token `id`
+/// under the model (before temperature or filtering).
+double logProbability(std::span<const float> logits, int32_t id);
+
 } // namespace tpc::runtime
