@@ -119,6 +119,26 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
     if (!(speed > 0 && std::isfinite(speed)))
       throw std::invalid_argument("--rank-speeds: " + std::to_string(speed) +
                                   " is not a positive speed");
+  // Every point spreads its blocks over one axis; the ranks along the other
+  // axes (data-parallel replicas) hold the same blocks as their peers.
+  const BlockAssignment &blocks = params.blocks();
+  for (size_t p = 1; p < blocks.numPoints(); ++p)
+    if (blocks.axis(p) != blocks.axis(0))
+      throw std::invalid_argument(
+          "--rebalance: the plan's rebalance points spread their blocks over "
+          "different grid axes (" +
+          std::to_string(blocks.axis(0)) + " and " +
+          std::to_string(blocks.axis(p)) + "); rebalancing supports one");
+  if (blocks.numPoints() > 0) {
+    std::vector<int64_t> shape(plan.plan().grid()->begin(),
+                               plan.plan().grid()->end());
+    const int64_t axis = blocks.axis(0);
+    if (axis < 0 || axis >= int64_t(shape.size()))
+      throw std::invalid_argument("--rebalance: the rebalance axis is not an "
+                                  "axis of the plan's grid");
+    for (int r = 0; r < ranks; ++r)
+      memberOf.push_back(GridComm::coordsOf(shape, r)[size_t(axis)]);
+  }
   settlePatience = this->options.patience;
   if (this->options.policy == RebalancePolicy::Off && given.empty())
     return;
@@ -129,13 +149,25 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
                        : std::string("--rank-speeds")) +
         ": the plan has no rebalance points (compile with tp-pipeline's "
         "rebalance=true)");
-  int splitAxes = 0;
-  for (int64_t size : *plan.plan().grid())
-    splitAxes += size > 1;
-  if (splitAxes > 1)
-    throw std::invalid_argument("--rebalance: the plan's grid has several "
-                                "axes of more than one rank; rebalancing "
-                                "supports one (1D tensor parallelism)");
+}
+
+StepCosts Rebalancer::memberCosts(const StepCosts &perRank) const {
+  // Each member of the rebalance axis stands for the ranks at its position
+  // of every replica: they compute the same blocks and meet at the
+  // collectives over the other axes, so the slowest of them sets its cost.
+  const int64_t members = params.blocks().members(0);
+  StepCosts costs;
+  costs.fixed.assign(size_t(members), 0.0);
+  costs.perBlock.assign(size_t(members),
+                        std::vector<double>(perRank.perBlock[0].size(), 0.0));
+  for (size_t r = 0; r < perRank.fixed.size(); ++r) {
+    const size_t m = size_t(memberOf[r]);
+    costs.fixed[m] = std::max(costs.fixed[m], perRank.fixed[r]);
+    for (size_t p = 0; p < perRank.perBlock[r].size(); ++p)
+      costs.perBlock[m][p] =
+          std::max(costs.perBlock[m][p], perRank.perBlock[r][p]);
+  }
+  return costs;
 }
 
 std::optional<RebalanceEvent> Rebalancer::applyRankSpeeds(int64_t step) {
@@ -154,7 +186,7 @@ std::optional<RebalanceEvent> Rebalancer::applyRankSpeeds(int64_t step) {
     costs.fixed.push_back(0.0);
     costs.perBlock.emplace_back(blocks.numPoints(), 1.0 / speeds.back());
   }
-  BlockAssignment next = migratedAssignment(blocks, costs);
+  BlockAssignment next = migratedAssignment(blocks, memberCosts(costs));
   if (next == blocks)
     return std::nullopt;
   std::string listed;
@@ -526,7 +558,7 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
         seconds.push_back(at(r, s, 1 + p));
       costs.perBlock.back().push_back(
           std::max(medianOf(seconds), 1e-9) /
-          double(std::max<int64_t>(blocks.active(p, r), 1)));
+          double(std::max<int64_t>(blocks.active(p, memberOf[size_t(r)]), 1)));
     }
   }
 
@@ -568,7 +600,7 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
     double work = 0;
     int measured = 0;
     for (int r = 0; r < ranks; ++r)
-      if (blocks.active(p, r) > 0) {
+      if (blocks.active(p, memberOf[size_t(r)]) > 0) {
         work += costs.perBlock[size_t(r)][p] * speeds[size_t(r)];
         ++measured;
       }
@@ -578,6 +610,7 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
   }
   const double slowestSpeed = *std::min_element(speeds.begin(), speeds.end());
   windowRecords.push_back({step, slowest, imbalance, costs.fixed, speeds});
+  costs = memberCosts(costs);
   if (options.policy == RebalancePolicy::Off)
     return std::nullopt;
   // A straggler counts from `threshold` of step imbalance, for `patience`

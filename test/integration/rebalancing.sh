@@ -25,6 +25,11 @@
 #  7. --rebalance resize has the slow rank compute fewer blocks and computes
 #     all of them again after it recovers (approximate: the loss stays within
 #     a few percent of the balanced run's).
+#  8. dp 2 x 1D 2 (4 ranks): at the even split the rebalance plan trains
+#     bit-identically to plain dp x 1D with the static report's bytes; a
+#     straggler in one replica moves blocks alike in both (migrate, then
+#     back), and given rank speeds split by each position's slowest
+#     replica; both exact against the one-rank run.
 #
 #   rebalancing.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
@@ -179,3 +184,46 @@ train 2 "$work/rb-nosp.tpplan" "$work/resize" --steps $steps $slow:12 \
 grep -E "^rebalance:" "$work/resize.log"
 $check decisions "$work/resize.json" --slow-rank 1 --first resize --back
 $check losses "$work/one.json" "$work/resize.json" --rel 0.1
+
+echo "== $model: dp 2 x 1D 2, a straggler in one replica"
+# Ranks 0-1 are replica 0, ranks 2-3 replica 1 (grid [dp, tp]). The replicas
+# hold the same blocks and every rank takes the same decision, from the
+# slowest rank at each tensor-parallel position: rank 3 slow moves blocks
+# off member 1 in both replicas, whose gradient all-reduce then pairs equal
+# blocks. Exact, as in 1D.
+"$bin/tpc-opt" "$work/model.mlir" -o "$work/plain-dp.tpplan" \
+  --tp-pipeline="mode=1d grid=2 dp=2"
+"$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-dp.tpplan" \
+  --tp-pipeline="mode=1d grid=2 dp=2 rebalance=true rebalance-granularity=16" \
+  2> "$work/rb-dp.remarks"
+points=$(grep -c "remark: rebalance point @.* over axis 1 " "$work/rb-dp.remarks" || true)
+if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$work/rb-dp.remarks"; then
+  echo "dp: $points rebalance points over the tensor-parallel axis, expected 4 movable in @train_step"
+  exit 1
+fi
+train 4 "$work/plain-dp.tpplan" "$work/plain-dp" --steps $steps \
+  --export "$work/plain-dp"
+train 4 "$work/rb-dp.tpplan" "$work/even-dp" --steps $steps \
+  --export "$work/even-dp"
+$check losses "$work/plain-dp.json" "$work/even-dp.json" --rel 0
+$check weights "$work/plain-dp/model.safetensors" \
+  "$work/even-dp/model.safetensors" --exact
+$check same-volume "$work/even-dp.json" "$work/rb-dp.remarks"
+train 4 "$work/rb-dp.tpplan" "$work/migrate-dp" --steps $steps \
+  --rebalance-threshold 0.25 --slow 3:8:4:12 --slow 0:8:13 \
+  --rebalance migrate --export "$work/migrate-dp"
+grep -E "^rebalance:" "$work/migrate-dp.log"
+# (decisions count blocks per member of the tensor-parallel axis.)
+$check decisions "$work/migrate-dp.json" --slow-rank 1 --first migrate --back
+$check losses "$work/one.json" "$work/migrate-dp.json"
+$check weights "$work/one/model.safetensors" \
+  "$work/migrate-dp/model.safetensors" $keybias
+# Given speeds per rank: each position goes at its slowest replica's speed.
+"$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-dp-full.tpplan" \
+  --tp-pipeline="mode=1d grid=2 dp=2 rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
+  2> "$work/rb-dp-full.remarks"
+train 4 "$work/rb-dp-full.tpplan" "$work/speeds-dp" --steps $steps \
+  --rank-speeds 1,1,1,0.4 --export "$work/speeds-dp"
+$check given-speeds "$work/speeds-dp.json" 1,0.4
+$check weights "$work/one/model.safetensors" "$work/speeds-dp/model.safetensors" \
+  $keybias

@@ -149,9 +149,26 @@ DenseMap<Value, Sameness> samenessOver(func::FuncOp func, int64_t axis) {
   return sameness;
 }
 
-/// Follows `blocks` blocks of dimension `dim` of `seed` through every op that
-/// reads or writes a value it reaches.
-Reach follow(Value seed, int64_t dim, int64_t blocks,
+/// Whether the exchange `op` leaves dimension `d` of its operands and result
+/// as it is, and exchanges only between ranks of the other grid axes than
+/// `axis`. Those ranks (data-parallel replicas) hold the same blocks (the
+/// runtime takes one decision for all of them), so the exchange pairs equal
+/// blocks; a gather, scatter or split over the group changes the per-rank
+/// extent of the dimension it works on, which would cut across the blocks.
+bool exchangesEqualBlocks(Operation *op, int64_t axis, int64_t d) {
+  auto axes = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
+  if (!axes || llvm::is_contained(axes.asArrayRef(), axis) ||
+      op->getNumResults() != 1)
+    return false;
+  int64_t extent = dimSize(op->getResult(0), d);
+  return llvm::all_of(op->getOperands(), [&](Value operand) {
+    return dimSize(operand, d) == extent;
+  });
+}
+
+/// Follows `blocks` blocks of dimension `dim` of `seed`, spread over grid
+/// axis `axis`, through every op that reads or writes a value it reaches.
+Reach follow(Value seed, int64_t dim, int64_t blocks, int64_t axis,
              const DenseMap<Value, Sameness> &sameness) {
   Reach reach;
   SmallVector<DimRef> worklist;
@@ -237,7 +254,8 @@ Reach follow(Value seed, int64_t dim, int64_t blocks,
                        int64_t extent) -> bool {
     if (op->hasTrait<OpTrait::ReturnLike>())
       return true;
-    if (op->hasTrait<OpTrait::tp::NeedsUniformShards>())
+    if (op->hasTrait<OpTrait::tp::NeedsUniformShards>() &&
+        !exchangesEqualBlocks(op, axis, d))
       return fail(op,
                   "exchanges blocks between ranks, whose shapes must agree");
     // These kernels gather statistics over their split dimension.
@@ -269,14 +287,14 @@ Reach follow(Value seed, int64_t dim, int64_t blocks,
 
 /// The most blocks `dim` of `seed` can be cut into (each block at least
 /// `granularity` elements when any cut suits the ops), or failure.
-Reach finestReach(Value seed, int64_t dim, int64_t granularity,
+Reach finestReach(Value seed, int64_t dim, int64_t granularity, int64_t axis,
                   const DenseMap<Value, Sameness> &sameness, int64_t &blocks) {
   int64_t size = dimSize(seed, dim);
   Reach coarsest;
   for (int64_t candidate = size; candidate >= 1; --candidate) {
     if (size % candidate != 0)
       continue;
-    Reach reach = follow(seed, dim, candidate, sameness);
+    Reach reach = follow(seed, dim, candidate, axis, sameness);
     if (!reach.failure.empty()) {
       if (candidate == 1)
         coarsest = std::move(reach);
@@ -287,7 +305,7 @@ Reach finestReach(Value seed, int64_t dim, int64_t granularity,
       return reach;
     // Every element may be its own block: take blocks of `granularity`.
     blocks = size / std::gcd(size, granularity);
-    return blocks == size ? reach : follow(seed, dim, blocks, sameness);
+    return blocks == size ? reach : follow(seed, dim, blocks, axis, sameness);
   }
   return coarsest;
 }
@@ -372,7 +390,8 @@ struct TPInsertRebalance
           if (fresh)
             it->second = samenessOver(func, axes.front());
           int64_t blocks = 0;
-          Reach reach = finestReach(seed, dim, granularity, it->second, blocks);
+          Reach reach = finestReach(seed, dim, granularity, axes.front(),
+                                    it->second, blocks);
           for (auto &[ref, extent] : reach.blockExtent)
             reached.insert(ref);
           if (!reach.failure.empty()) {

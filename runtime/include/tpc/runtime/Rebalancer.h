@@ -128,7 +128,9 @@ private:
 class Rebalancer {
 public:
   /// Throws std::invalid_argument if the policy is not off and the plan has
-  /// no rebalance point or a grid with more than one axis of several ranks.
+  /// no rebalance point, or if its points spread over different axes. The
+  /// ranks along the other axes (data-parallel replicas) keep the same
+  /// blocks: every rank takes the same decisions from the same timings.
   Rebalancer(const LoadedPlan &plan, ParamStore &params, GridComm *comm,
              RebalanceOptions options);
 
@@ -172,6 +174,8 @@ private:
   /// Every block stays; slower ranks compute only their priority blocks.
   BlockAssignment resized(const StepCosts &costs,
                           const std::vector<std::vector<double>> &scores) const;
+  /// Per member of the rebalance axis, the costs of its slowest rank.
+  StepCosts memberCosts(const StepCosts &perRank) const;
   /// Every held block computed again.
   BlockAssignment restored() const;
   /// Records a re-plan from `now` to `next` for the settle rule (doubling
@@ -192,6 +196,8 @@ private:
   GridComm *comm;
   RebalanceOptions options;
   int ranks = 1, rank = 0;
+  /// Per rank, its position on the rebalance points' axis.
+  std::vector<int64_t> memberOf;
   /// This rank's window: per step its compute seconds, those on each
   /// point's blocks, and the whole step's.
   std::vector<double> window;
