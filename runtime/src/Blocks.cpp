@@ -105,6 +105,14 @@ bool BlockAssignment::isResized() const {
   return false;
 }
 
+BlockAssignment BlockAssignment::everyHeldComputed() const {
+  BlockAssignment all = *this;
+  for (Point &point : all.points)
+    for (size_t m = 0; m < point.held.size(); ++m)
+      point.active[m] = int64_t(point.held[m].size());
+  return all;
+}
+
 std::vector<int64_t>
 BlockAssignment::activeBlocks(const std::vector<int64_t> &coords) const {
   std::vector<int64_t> result;

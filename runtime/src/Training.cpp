@@ -67,10 +67,6 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   if (config.evalEvery > 0) {
     if (!plan.program("loss"))
       throw std::runtime_error("evaluation needs the plan's @loss program");
-    if (rebalancer.enabled())
-      throw std::runtime_error(
-          "held-out evaluation does not run with rebalancing yet: @loss "
-          "has no rebalance points to follow the moved blocks");
     evalRunner.emplace(plan, "loss", params, config.comm, backend);
   }
   if (!config.resume.empty()) {
@@ -144,9 +140,17 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
         evalRunner && std::isfinite(loss) &&
         (step % config.evalEvery == 0 || step == config.steps);
     if (evaluate) {
+      // Parked blocks sit out of training, not out of the model: while
+      // resized, the held-out loss computes every block (as an export holds
+      // them), and the resize resumes after it. No block changes rank.
+      const BlockAssignment trained = params.blocks();
+      if (trained.isResized())
+        params.relayout(plan, trained.everyHeldComputed(), config.comm);
       const double heldOut =
           heldOutLoss(*evalRunner, config.evalStream, config.evalBatches,
                       shape[0], shape[1]);
+      if (trained.isResized())
+        params.relayout(plan, trained, config.comm);
       result.evals.push_back(
           {step, heldOut, config.evalBatches * result.tokensPerStep});
       char text[80];
@@ -193,6 +197,10 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   result.computeTimes = rebalancer.computeTimes();
   result.rebalanceWindows = rebalancer.windows();
   result.arenaBytes = runner.arenaBytes();
+  if (evalRunner) {
+    result.evalArenaBytes = evalRunner->arenaBytes();
+    result.evalInputBytes = evalRunner->inputBytes();
+  }
   result.paramBytes = params.bytes();
   result.inputBytes = runner.inputBytes();
   result.replays = runner.replays();

@@ -11,7 +11,9 @@
 #     metrics; on staged-cpu (device-style memory, two programs sharing
 #     the parameters): bit-identical;
 #  3. 1D over 2 ranks, 2D 2x2 and dp 2 x 1D 2: the held-out losses equal the
-#     one-rank run's within the scheme tests' tolerance.
+#     one-rank run's within the scheme tests' tolerance; staged-cpu's device
+#     peak equals the planned peak, the held-out arena included;
+#  4. 1D over 2 ranks with rebalance blocks moved (--rank-speeds): likewise.
 # With DEVICE (cuda): one rank and 1D over 2 ranks sharing the GPU, training
 # and held-out losses within rel 1e-4 of the CPU's; exits 77 (skipped) where
 # tp-run cannot use the device.
@@ -127,6 +129,16 @@ for r in m["eval_curve"]: print("held-out", r["step"], repr(r["loss"]))' "$1"
 diff <(curves "$work/one.json") <(curves "$work/files.json")
 diff <(curves "$work/one.json") <(curves "$work/staged.json")
 echo "held-out file and staged-cpu: bit-identical losses"
+# The device holds what the planner counted: the step's arena and the
+# held-out @loss's, the parameters with their moments, both inputs.
+"$python" - "$work/staged.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["memory"]
+if not m["eval_arena_bytes"] > 0 or m["device_peak_bytes"] != m["planned_peak_bytes"]:
+    sys.exit(f"staged-cpu memory: {m}")
+print(f"staged-cpu: device peak = planned peak {m['planned_peak_bytes']} bytes "
+      f"(held-out arena {m['eval_arena_bytes']})")
+PY
 
 echo "== grids"
 for scheme in "1d2:2:mode=1d grid=2" "2d:4:mode=2d grid=2x2" \
@@ -136,3 +148,12 @@ for scheme in "1d2:2:mode=1d grid=2" "2d:4:mode=2d grid=2x2" \
   run "$name" "$ranks" "$work/$name.tpplan" --eval-fraction 0.3
   same_losses "$work/one.json" "$work/$name.json" "$name" 1e-5
 done
+
+echo "== with moved blocks"
+# Rank speeds given: the blocks move before the first step, and @loss runs
+# on the moved blocks as @train_step does: losses as on one rank.
+"$bin/tpc-opt" "$work/model.mlir" -o "$work/rb.tpplan" 2> /dev/null \
+  --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-headroom=1"
+run moved 2 "$work/rb.tpplan" --eval-fraction 0.3 --rank-speeds 1,0.3
+grep -q "^rebalance: migrate after step 0" "$work/moved.log"
+same_losses "$work/one.json" "$work/moved.json" "1D 2 ranks, blocks moved" 1e-5

@@ -29,7 +29,9 @@
 #     bit-identically to plain dp x 1D with the static report's bytes; a
 #     straggler in one replica moves blocks alike in both (migrate, then
 #     back), and given rank speeds split by each position's slowest
-#     replica; both exact against the one-rank run.
+#     replica; both exact against the one-rank run;
+#  9. the held-out loss (--eval-every) of a run resized to its end computes
+#     every block: it equals the exported model's @loss.
 #
 #   rebalancing.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
@@ -227,3 +229,35 @@ train 4 "$work/rb-dp-full.tpplan" "$work/speeds-dp" --steps $steps \
 $check given-speeds "$work/speeds-dp.json" 1,0.4
 $check weights "$work/one/model.safetensors" "$work/speeds-dp/model.safetensors" \
   $keybias
+
+echo "== $model: held-out loss while resized"
+# Resized to the end (rank 1 slow from step 4 on): the held-out loss after
+# the last step computes every block, parked ones too, so it equals @loss
+# of the exported model on one rank. (Held-out loss while migrated:
+# evaluation.sh.)
+"$python" - "$data" "$work/held.tokens" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+count = struct.unpack("<Q", data[8:16])[0]
+tail = data[16 + 4 * (count - 200): 16 + 4 * count]
+open(sys.argv[2], "wb").write(data[:8] + struct.pack("<Q", 200) + tail)
+PY
+train 2 "$work/rb-nosp.tpplan" "$work/resized-eval" --steps 15 \
+  --rebalance-threshold 0.25 --slow 1:8:4 --rebalance resize \
+  --eval-every 100 --eval-data "$work/held.tokens" --eval-tokens $((batch * seq)) \
+  --export "$work/resized-eval"
+grep -E "^rebalance:" "$work/resized-eval.log"
+"$bin/tp-run" "$work/one.tpplan" --program loss --data "$work/held.tokens" \
+  --weights "$work/resized-eval/model.safetensors" \
+  --metrics "$work/export-loss.json" > /dev/null
+"$python" - "$work/resized-eval.json" "$work/export-loss.json" <<'PY'
+import json, sys
+run, export = (json.load(open(p)) for p in sys.argv[1:])
+last = run["rebalance"]["decisions"][-1]
+if last["action"] != "resize" or all(h == c for h, c in zip(last["held"], last["computed"])):
+    sys.exit(f"resized eval: the run did not end resized ({last['reason']})")
+held_out, whole = run["eval_curve"][-1]["loss"], export["loss"]
+if abs(held_out - whole) > 1e-5 * abs(whole):
+    sys.exit(f"resized eval: held-out loss {held_out} while resized, {whole} of the exported model")
+print(f"resized eval: held-out loss {held_out:.7f} = the exported model's {whole:.7f}")
+PY

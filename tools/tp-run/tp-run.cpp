@@ -696,12 +696,16 @@ int trainRun(const Options &o, Prepared &p) {
             ? result.tokensPerStep * result.records.size() / stepSeconds
             : 0.0;
     json["hyperparameters"] = hyperparametersJson(config.hyperparameters);
+    // With --eval-every, @loss runs from its own arena and inputs, held
+    // alongside the step's.
+    const uint64_t inputBytes = result.inputBytes + result.evalInputBytes;
     json["memory"] = {
         {"arena_bytes", result.arenaBytes},
+        {"eval_arena_bytes", result.evalArenaBytes},
         {"param_and_optimizer_bytes", result.paramBytes},
-        {"input_bytes", result.inputBytes},
-        {"planned_peak_bytes",
-         result.arenaBytes + result.paramBytes + result.inputBytes},
+        {"input_bytes", inputBytes},
+        {"planned_peak_bytes", result.arenaBytes + result.evalArenaBytes +
+                                   result.paramBytes + inputBytes},
         {"max_rss_bytes", maxRssBytes()},
         {"device_peak_bytes", backend->peakDeviceBytes()}};
     nlohmann::ordered_json curve = nlohmann::ordered_json::array();
@@ -792,10 +796,6 @@ std::optional<Prepared> prepare(const Options &o) {
     if (!plan.program("loss"))
       throw std::runtime_error(o.plan + ": has no loss program, which "
                                         "--eval-every runs");
-    if (rebalancingAsked(o))
-      throw std::runtime_error(
-          "--eval-every does not combine with --rebalance, --slow or "
-          "--rank-speeds yet: @loss cannot follow moved blocks");
     if (o.evalFraction) {
       // The last fraction, whole tokens; training keeps the rest.
       const auto held =

@@ -62,6 +62,9 @@ public:
   bool holdsEvenShares() const;
   /// Whether some member leaves blocks it holds out of its computation.
   bool isResized() const;
+  /// This assignment with every held block computed (the same storage
+  /// order): the whole model where a resize parked blocks.
+  BlockAssignment everyHeldComputed() const;
   /// Per point, the blocks the member at grid `coords` computes (all zeros
   /// coordinates when empty): the run-time shapes of its tensors.
   std::vector<int64_t> activeBlocks(const std::vector<int64_t> &coords) const;

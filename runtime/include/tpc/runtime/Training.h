@@ -56,6 +56,8 @@ struct TrainResult {
   std::vector<EvalRecord> evals;
   std::map<std::string, OpStats> opStats; // summed over all steps
   uint64_t arenaBytes = 0, paramBytes = 0, inputBytes = 0;
+  /// The held-out @loss runner's own arena and inputs (0 without it).
+  uint64_t evalArenaBytes = 0, evalInputBytes = 0;
   int64_t tokensPerStep = 0;
   /// Steps run from a recorded command buffer (ProgramRunner::replays).
   int64_t replays = 0;
