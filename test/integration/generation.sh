@@ -183,8 +183,13 @@ import json, sys
 staged, cpu = (json.load(open(f)) for f in sys.argv[1:3])
 for key in ("generated_ids", "generated_logprobs"):
     assert staged[key] == cpu[key], (key, staged[key], cpu[key])
+# The device holds what the metrics count: both programs' arenas and
+# inputs, the parameters and the KV caches.
+m = staged["memory"]
+assert m["kv_cache_bytes"] == staged["kv_cache_bytes_per_rank"] > 0, m
+assert m["device_peak_bytes"] == m["planned_peak_bytes"], m
 PY
-echo "staged-cpu: the same tokens and log-probabilities, bit for bit"
+echo "staged-cpu: the same tokens and log-probabilities, bit for bit; device peak = planned peak"
 
 echo "== sampling"
 sample=(--generate 16 --temperature 0.9 --top-k 40 --top-p 0.95)

@@ -897,8 +897,9 @@ struct Generated {
   std::vector<std::mt19937_64> randoms;
   std::vector<std::vector<double>> logProbs;
   std::vector<double> stepSeconds;
-  /// This rank's KV caches, when generation used them.
-  uint64_t cacheBytes = 0;
+  /// This rank's KV caches, when generation used them, and the arenas and
+  /// inputs of the programs that ran.
+  uint64_t cacheBytes = 0, arenaBytes = 0, inputBytes = 0;
   /// The ids that end a sample (none: every sample runs to --generate), and
   /// per sample how many new tokens it kept (its first end token included),
   /// or -1 while it runs on.
@@ -985,6 +986,8 @@ void generateWithForward(const Options &o, Prepared &p, Generated &out) {
   const std::vector<int64_t> shape = runner.tokensShape();
   const int64_t batch = shape[0], seq = shape[1];
   checkSamples(o, batch);
+  out.arenaBytes = runner.arenaBytes();
+  out.inputBytes = runner.inputBytes();
   const size_t logitsIndex = logitsResult(o, p.plan, runner, "forward");
   const int64_t vocab = runner.resultShape(logitsIndex)[2];
   std::vector<int32_t> window(size_t(batch * seq));
@@ -1037,6 +1040,8 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
   ProgramRunner decode(p.plan, "decode", p.params, gridComm.get(), *backend);
   prefill.setCaches(&caches);
   decode.setCaches(&caches);
+  out.arenaBytes = prefill.arenaBytes() + decode.arenaBytes();
+  out.inputBytes = prefill.inputBytes() + decode.inputBytes();
   const int64_t batch = prefill.tokensShape()[0],
                 chunk = prefill.tokensShape()[1];
   if (decode.tokensShape() != std::vector<int64_t>{batch, 1})
@@ -1202,6 +1207,17 @@ int generateRun(const Options &o, Prepared &p) {
     json["step_seconds"] = out.stepSeconds;
     if (kvCache)
       json["kv_cache_bytes_per_rank"] = out.cacheBytes;
+    // This rank's: each program's arena and inputs, the parameters, the
+    // KV caches.
+    json["memory"] = {
+        {"arena_bytes", out.arenaBytes},
+        {"param_bytes", p.params.bytes()},
+        {"kv_cache_bytes", out.cacheBytes},
+        {"input_bytes", out.inputBytes},
+        {"planned_peak_bytes",
+         out.arenaBytes + p.params.bytes() + out.cacheBytes + out.inputBytes},
+        {"max_rss_bytes", maxRssBytes()},
+        {"device_peak_bytes", backend->peakDeviceBytes()}};
     json["tokens_per_second"] = double(newTokens) / seconds;
     json["device"] = deviceJson();
     writeFileAtomically(o.metrics, json.dump(2) + "\n");
