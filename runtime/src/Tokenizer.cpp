@@ -711,6 +711,10 @@ struct BpeTokenizer::Impl {
   bool sentencePiece = false;
   std::unordered_map<std::string, int32_t> symbolIds; // token -> id
   std::array<int32_t, 256> fallbackIds{};             // byte -> <0xXX>
+  /// Leading spaces decode() drops from the whole text: the Strip(" ", n,
+  /// 0) ending SentencePiece's decoder, which undoes the normalizer's
+  /// U+2581 in front of the first piece.
+  int64_t stripLeadingSpaces = 0;
 
   /// BPE as HuggingFace runs it on a word: the lowest-ranked adjacent pair,
   /// the leftmost of equal rank, until no pair has a rank; a heap over the
@@ -1244,6 +1248,20 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
     unsupported(path, "decoder",
                 sentencePiece ? "must be a Sequence or null"
                               : "must be ByteLevel or null");
+  int64_t stripLeadingSpaces = 0;
+  if (sentencePiece && !off(root, "decoder"))
+    for (const nlohmann::json &step :
+         root["decoder"].value("decoders", nlohmann::json::array())) {
+      if (!step.is_object() || step.value("type", "") != "Strip")
+        continue;
+      const nlohmann::json start = step.value("start", nlohmann::json(0)),
+                           stop = step.value("stop", nlohmann::json(0));
+      if (step.value("content", "") != " " || !start.is_number_integer() ||
+          start.get<int64_t>() < 0 || stop != 0)
+        unsupported(path, "decoder's Strip",
+                    "must strip leading spaces only (content \" \", stop 0)");
+      stripLeadingSpaces = start.get<int64_t>();
+    }
 
   const nlohmann::json &vocab =
       model.contains("vocab") ? model["vocab"] : nlohmann::json();
@@ -1326,6 +1344,7 @@ BpeTokenizer BpeTokenizer::loadTokenizerJson(const std::string &path) {
       impl->wholePieces.emplace(impl->idBytes[tokenId], tokenId);
     }
   BpeBuilder::readTemplate(path, root, *impl);
+  impl->stripLeadingSpaces = stripLeadingSpaces;
   impl->addedTokens = std::move(added);
   // Two tokens of one length cannot both match at one position: the order
   // among them does not matter.
@@ -1384,7 +1403,11 @@ std::string BpeTokenizer::decode(std::span<const int32_t> tokens) const {
                               " is not in the vocabulary");
     out += impl_->idBytes[id];
   }
-  return out;
+  size_t spaces = 0;
+  while (int64_t(spaces) < impl_->stripLeadingSpaces && spaces < out.size() &&
+         out[spaces] == ' ')
+    ++spaces;
+  return out.erase(0, spaces);
 }
 
 int64_t BpeTokenizer::vocabSize() const {

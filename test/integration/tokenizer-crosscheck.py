@@ -25,6 +25,7 @@ tpc does not read yet. Exits 1 at the first mismatch, naming its position.
 import argparse
 import copy
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,26 @@ def tpc_ids(tokenize, tokenizer_json, text_path, out):
     return bpe_crosscheck.read_tokens(out)
 
 
+def tpc_decode(tokenize, tokenizer_args, ids, work, name):
+    """tpc-tokenize --decode of `ids` (written as a token file)."""
+    tokens, out = work / f"{name}-decode.tokens", work / f"{name}-decode.txt"
+    tokens.write_bytes(b"TPCTOKv1" + struct.pack("<Q", len(ids)) + struct.pack(f"<{len(ids)}I", *ids))
+    result = subprocess.run([tokenize, "--decode", str(tokens), "-o", str(out)] + tokenizer_args,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"tokenizer-crosscheck: tpc-tokenize --decode failed: {result.stderr.strip()}")
+    return out.read_bytes().decode("utf-8", errors="surrogateescape")
+
+
+def same_text(name, expected, actual):
+    if expected == actual:
+        print(f"{name}: {len(actual)} characters identical")
+        return
+    at = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
+    sys.exit(f"tokenizer-crosscheck: {name}: decoded texts differ at character {at}: "
+             f"expected {expected[at:at + 20]!r}, got {actual[at:at + 20]!r}")
+
+
 def compare(name, expected, actual):
     if expected == actual:
         print(f"{name}: {len(actual)} tokens identical")
@@ -160,6 +181,12 @@ def main():
 
         actual = tpc_ids(args.tokenize, tokenizer_json, text_path, work / f"{kind}.tokens")
         compare(f"{kind} tokenizer.json", expected, actual)
+        # tpc's decode (generation prints it) is HF's, with and without the
+        # BOS in front (SentencePiece's decoder strips the space its
+        # normalizer put before the first piece).
+        for name, ids in (("all", actual), ("no-bos", actual[1:])):
+            same_text(f"{kind} decode ({name})", hf.decode(ids, skip_special_tokens=False),
+                      tpc_decode(args.tokenize, ["--tokenizer", str(tokenizer_json)], ids, work, f"{kind}-{name}"))
         if kind == "sentencepiece":
             fallback = sum(1 for i in actual if hf.id_to_token(i).startswith("<0x"))
             print(f"  {fallback} byte-fallback tokens")
@@ -212,6 +239,8 @@ def main():
     print(f"  {fallback} byte-fallback tokens")
     llama = LlamaTokenizer(vocab_file=str(model), legacy=True)
     compare("sentencepiece .model (transformers LlamaTokenizer)", llama(plain).input_ids, actual)
+    same_text("sentencepiece .model decode", processor.decode(actual),
+              tpc_decode(args.tokenize, ["--sentencepiece", str(model)], actual, work, "spm"))
 
     # One-line errors.
     broken = work / "broken.json"

@@ -3,6 +3,8 @@
 //   tpc-tokenize INPUT... -o OUT.tokens          # byte-level: one token/byte
 //   tpc-tokenize INPUT... -o OUT.tokens --vocab vocab.json --merges merges.txt
 //                                                # GPT-2 byte-level BPE
+//   tpc-tokenize --decode IN.tokens -o OUT.txt [tokenizer options]
+//                                                # back to text
 //
 // The inputs are concatenated, byte for byte, in the order given, and the
 // result is tokenised as one text. Byte-level tokens need a model with
@@ -10,6 +12,7 @@
 // Errors are one line on stderr and exit code 1; the output is written
 // atomically.
 
+#include "tpc/runtime/Files.h"
 #include "tpc/runtime/SentencePiece.h"
 #include "tpc/runtime/Tokenizer.h"
 #include "tpc/runtime/Tokens.h"
@@ -45,6 +48,7 @@ std::string readInput(const std::string &path) {
 int main(int argc, char **argv) {
   std::vector<std::string> inputs;
   std::string output, vocab, merges, tokenizerJson, sentencePieceModel;
+  bool decode = false;
   CLI::App app("Tokenises text files into a token file: byte-level (one "
                "token per byte), or GPT-2's byte-level BPE with --vocab and "
                "--merges, a HuggingFace --tokenizer tokenizer.json or a "
@@ -70,8 +74,14 @@ int main(int argc, char **argv) {
       ->excludes(vocabOption)
       ->excludes(mergesOption)
       ->excludes(tokenizerOption);
+  app.add_flag("--decode", decode,
+               "The input is one token file: write the text its tokens spell "
+               "(as the tokenizer given decodes them; bytes without one)");
   try {
     app.parse(argc, argv);
+    if (decode && inputs.size() != 1)
+      throw CLI::ValidationError("--decode", "takes one token file, got " +
+                                                 std::to_string(inputs.size()));
   } catch (const CLI::CallForHelp &) {
     std::cout << app.help();
     return 0;
@@ -89,6 +99,27 @@ int main(int argc, char **argv) {
     if (!sentencePieceModel.empty())
       spm.emplace(
           tpc::runtime::SentencePieceTokenizer::load(sentencePieceModel));
+    if (decode) {
+      const std::vector<int32_t> tokens =
+          tpc::runtime::readTokenFile(inputs[0]);
+      std::string text;
+      if (bpe)
+        text = bpe->decode(tokens);
+      else if (spm)
+        text = spm->decode(tokens);
+      else
+        for (int32_t id : tokens) {
+          if (id < 0 || id > 255)
+            throw std::runtime_error(
+                inputs[0] + ": token " + std::to_string(id) +
+                " is no byte (give the tokenizer that wrote the file)");
+          text += char(id);
+        }
+      tpc::runtime::writeFileAtomically(output, text);
+      std::cout << "tpc-tokenize: " << tokens.size() << " tokens -> " << output
+                << " (" << text.size() << " bytes)\n";
+      return 0;
+    }
     std::string text;
     for (const std::string &input : inputs)
       text += readInput(input);
