@@ -51,10 +51,13 @@
 // RUN: tpc-opt %S/Inputs/gpt2-block.mlir -o /dev/null \
 // RUN:   --tp-pipeline="mode=2d grid=2x2 rebalance=true" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=TWOD
-// 2D: every split reaches a SUMMA ring or a gather.
-// TWOD-NOT: rebalance point @
-// TWOD: no rebalance point
-// TWOD-NOT: rebalance point @
+// 2D: the blocks split over axis 1 move: the SUMMA rings and gathers over
+// axis 0 keep their dimension, and the ranks of one axis-1 position hold
+// the same blocks. A split over axis 0 reaches those rings along its own
+// dimension and cannot.
+// TWOD-DAG: remark: parameter 'transformer.h.0.mlp.c_fc.weight' dimension 0 is no rebalance point: '@loss': 'tp.ring_shift_wait' exchanges blocks between ranks, whose shapes must agree
+// TWOD-DAG: remark: rebalance point @transformer.h.0.attn: 4 blocks over axis 1 (2 per rank, capacity 3), 3 parameter dimensions, 162 tensor dimensions
+// TWOD-DAG: remark: rebalance point @transformer.h.0.mlp: 2 blocks over axis 1 (1 per rank, capacity 2), 3 parameter dimensions, 61 tensor dimensions
 //
 // RUN: not tpc-opt %S/Inputs/gpt2-block.mlir -o /dev/null \
 // RUN:   --tp-pipeline="rebalance=true" 2>&1 | FileCheck %s --check-prefix=NOMODE

@@ -103,10 +103,10 @@ module {
 // Grid [replicas, tensor-parallel]: the ranks along axis 0 hold the same
 // blocks of a point over axis 1 (the runtime takes one decision for all), so
 // an exchange over axis 0 that keeps the blocks' dimension (a gradient's sum
-// over the replicas, a gather of rows) pairs equal blocks, and the blocks
-// move; one that gathers the blocks' dimension itself would interleave the
+// over the replicas, a gather of rows, a ring shift of ZeRO-1's shards)
+// pairs equal blocks, and the blocks move; one that gathers the blocks' dimension itself would interleave the
 // replicas' blocks, and they cannot.
-// expected-remark @below {{rebalance point @dp.mlp: 8 blocks over axis 1 (4 per rank, capacity 6), 3 parameter dimensions, 7 tensor dimensions}}
+// expected-remark @below {{rebalance point @dp.mlp: 8 blocks over axis 1 (4 per rank, capacity 6), 3 parameter dimensions, 9 tensor dimensions}}
 // expected-remark @below {{parameter 'dp_gathered.weight' dimension 1 is no rebalance point: '@dp_gathered': 'tp.all_gather' exchanges blocks between ranks, whose shapes must agree}}
 module {
   tp.grid @g [2, 2]
@@ -114,17 +114,20 @@ module {
   // CHECK-LABEL: func.func @replicas
   // CHECK: tp.all_reduce %arg1 over @g {grid_axes = array<i64: 0>, tp.rebalance_dims = {{\[\[}}unit, @dp.mlp]]} : tensor<8x24xf32> -> tensor<8x24xf32>
   // CHECK: tp.all_gather {{.*}}tp.rebalance_dims = {{\[\[}}unit, @dp.mlp]]} : tensor<8x24xf32> -> tensor<16x24xf32>
+  // CHECK: tp.ring_shift_wait {{.*}}tp.rebalance_dims = {{\[\[}}unit, @dp.mlp]]} : tensor<8x24xf32>
   func.func @replicas(%x: tensor<4x8xf32>,
                       %w1: tensor<8x16xf32> {tp.param = "dp.mlp.fc1.weight", tp.layout = #tp.dist<@g, [[], [1]]>},
                       %b1: tensor<16xf32> {tp.param = "dp.mlp.fc1.bias", tp.layout = #tp.dist<@g, [[1]]>},
-                      %w2: tensor<16x8xf32> {tp.param = "dp.mlp.fc2.weight", tp.layout = #tp.dist<@g, [[1], []]>}) -> (tensor<4x8xf32>, tensor<16x16xf32>) {
+                      %w2: tensor<16x8xf32> {tp.param = "dp.mlp.fc2.weight", tp.layout = #tp.dist<@g, [[1], []]>}) -> (tensor<4x8xf32>, tensor<16x16xf32>, tensor<8x16xf32>) {
     %0 = tp.matmul %x, %w1 : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
     %1 = tp.add %0, %b1 : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
     %2 = tp.matmul %1, %w2 : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
     %3 = tp.all_reduce %2 over @g {grid_axes = array<i64: 1>} : tensor<4x8xf32> -> tensor<4x8xf32>
     %4 = tp.all_reduce %w1 over @g {grid_axes = array<i64: 0>} : tensor<8x16xf32> -> tensor<8x16xf32>
     %5 = tp.all_gather %4 over @g {dim = 0 : i64, grid_axes = array<i64: 0>} : tensor<8x16xf32> -> tensor<16x16xf32>
-    return %3, %5 : tensor<4x8xf32>, tensor<16x16xf32>
+    %6 = tp.ring_shift_start %w1 over @g {grid_axes = array<i64: 0>} : tensor<8x16xf32>
+    %7 = tp.ring_shift_wait %6, %w1 : tensor<8x16xf32>
+    return %3, %5, %7 : tensor<4x8xf32>, tensor<16x16xf32>, tensor<8x16xf32>
   }
   // CHECK-LABEL: func.func @dp_gathered
   // CHECK-SAME: tensor<8x16xf32>

@@ -29,6 +29,16 @@
 // ZERO: tp.redistribute %arg10 : tensor<32x128xf32, #tp.dist<@tp, {{\[\[}}0], [1]]>> -> tensor<32x128xf32, #tp.dist<@tp, {{\[\[}}], [1]]>>
 // ZERO: tp.adamw %arg10, {{.*}} : (tensor<32x128xf32, #tp.dist<@tp, {{\[\[}}0], [1]]>>, tensor<32x128xf32, #tp.dist<@tp, {{\[\[}}0], [1]]>>
 
+// RUN: tpc-opt %S/Inputs/gpt2-block.mlir --tp-autodiff --canonicalize --cse \
+// RUN:   --tp-shard="mode=1d grid=2 dp=2 shard-optimizer=true shard-whole-dims-only=true" \
+// RUN:   | FileCheck %s --check-prefix=ZERO-WHOLE
+// For rebalancing (tp-pipeline rebalance=true): split only along dimensions
+// Megatron leaves whole, so blocks of its split can move; a vector has none
+// and stays whole over the replicas.
+// ZERO-WHOLE-LABEL: func.func @train_step(
+// ZERO-WHOLE-SAME: tensor<32x128xf32, #tp.dist<@tp, {{\[\[}}0], [1]]>> {{{.*}}tp.param = "transformer.h.0.mlp.c_fc.weight"}
+// ZERO-WHOLE-SAME: tensor<128xf32, #tp.dist<@tp, {{\[\[}}1]]>> {{{.*}}tp.param = "transformer.h.0.mlp.c_fc.bias"}
+
 // dp=1 is the scheme alone: no data axis.
 // RUN: tpc-opt %S/Inputs/gpt2-block.mlir --tp-shard="mode=2d grid=2x2 dp=1" \
 // RUN:   | FileCheck %s --check-prefix=DP-ONE

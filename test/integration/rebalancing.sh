@@ -29,9 +29,14 @@
 #     bit-identically to plain dp x 1D with the static report's bytes; a
 #     straggler in one replica moves blocks alike in both (migrate, then
 #     back), and given rank speeds split by each position's slowest
-#     replica; both exact against the one-rank run;
+#     replica; both exact against the one-rank run; likewise with ZeRO-1
+#     (shard-optimizer=true);
 #  9. the held-out loss (--eval-every) of a run resized to its end computes
-#     every block: it equals the exported model's @loss.
+#     every block: it equals the exported model's @loss;
+# 10. 2D 2x2 and 2.5D 2x2x2, blocks over grid axis 1: given rank speeds
+#     split them by each position's slowest rank, and (2D) a straggler moves
+#     them off its position and back; exact. (The exchanges over axis 0
+#     carry the blocks a rank holds, so its bytes follow them.)
 #
 #   rebalancing.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
@@ -220,6 +225,27 @@ $check decisions "$work/migrate-dp.json" --slow-rank 1 --first migrate --back
 $check losses "$work/one.json" "$work/migrate-dp.json"
 $check weights "$work/one/model.safetensors" \
   "$work/migrate-dp/model.safetensors" $keybias
+# ZeRO-1: the optimizer state split over the replicas along the dimensions
+# Megatron keeps whole (rebalance=true keeps it off the split ones), so a
+# block's moments move in shards, each replica's with its rows.
+"$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-zero.tpplan" \
+  --tp-pipeline="mode=1d grid=2 dp=2 shard-optimizer=true rebalance=true rebalance-granularity=16" \
+  2> "$work/rb-zero.remarks"
+points=$(grep -c "remark: rebalance point @.* over axis 1 " "$work/rb-zero.remarks" || true)
+if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$work/rb-zero.remarks"; then
+  echo "dp with ZeRO-1: $points rebalance points over the tensor-parallel axis, expected 4 movable in @train_step"
+  exit 1
+fi
+train 4 "$work/rb-zero.tpplan" "$work/even-zero" --steps $steps
+$check same-volume "$work/even-zero.json" "$work/rb-zero.remarks"
+train 4 "$work/rb-zero.tpplan" "$work/migrate-zero" --steps $steps \
+  --rebalance-threshold 0.25 --slow 3:8:4:12 --slow 0:8:13 \
+  --rebalance migrate --export "$work/migrate-zero"
+grep -E "^rebalance:" "$work/migrate-zero.log"
+$check decisions "$work/migrate-zero.json" --slow-rank 1 --first migrate --back
+$check losses "$work/one.json" "$work/migrate-zero.json"
+$check weights "$work/one/model.safetensors" \
+  "$work/migrate-zero/model.safetensors" $keybias
 # Given speeds per rank: each position goes at its slowest replica's speed.
 "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-dp-full.tpplan" \
   --tp-pipeline="mode=1d grid=2 dp=2 rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
@@ -229,6 +255,40 @@ train 4 "$work/rb-dp-full.tpplan" "$work/speeds-dp" --steps $steps \
 $check given-speeds "$work/speeds-dp.json" 1,0.4
 $check weights "$work/one/model.safetensors" "$work/speeds-dp/model.safetensors" \
   $keybias
+
+echo "== $model: 2D 2x2 and 2.5D 2x2x2: blocks over one axis"
+# The blocks split over grid axis 1 move (the SUMMA rings and gathers over
+# the other axes keep their dimension; the ranks of one axis-1 position
+# hold the same blocks): given speeds split them by each position's slowest
+# rank, and a straggler moves them off its position and back; exact.
+# (Row-major ranks: on [2, 2] rank 1 is at axis-1 position 1, on [2, 2, 2]
+# rank 2.)
+for scheme in "2d:2x2:4:1,0.4,1,1" "2.5d:2x2x2:8:1,1,0.4,1,1,1,1,1"; do
+  IFS=: read -r mode grid ranks speeds <<< "$scheme"
+  name=rb-${mode/./}
+  "$bin/tpc-opt" "$work/model.mlir" -o "$work/$name.tpplan" \
+    --tp-pipeline="mode=$mode grid=$grid rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
+    2> "$work/$name.remarks"
+  points=$(grep -c "remark: rebalance point @.* over axis 1 " "$work/$name.remarks" || true)
+  if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$work/$name.remarks"; then
+    echo "$mode: $points rebalance points over axis 1, expected 4 movable in @train_step"
+    exit 1
+  fi
+  train "$ranks" "$work/$name.tpplan" "$work/$name-speeds" --steps $steps \
+    --rank-speeds "$speeds" --export "$work/$name-speeds"
+  $check given-speeds "$work/$name-speeds.json" 1,0.4
+  $check losses "$work/one.json" "$work/$name-speeds.json"
+  $check weights "$work/one/model.safetensors" \
+    "$work/$name-speeds/model.safetensors" $keybias
+done
+train 4 "$work/rb-2d.tpplan" "$work/migrate-2d" --steps $steps \
+  --rebalance-threshold 0.25 --slow 3:8:4:12 --slow 0:8:13 \
+  --rebalance migrate --export "$work/migrate-2d"
+grep -E "^rebalance:" "$work/migrate-2d.log"
+$check decisions "$work/migrate-2d.json" --slow-rank 1 --first migrate --back
+$check losses "$work/one.json" "$work/migrate-2d.json"
+$check weights "$work/one/model.safetensors" \
+  "$work/migrate-2d/model.safetensors" $keybias
 
 echo "== $model: held-out loss while resized"
 # Resized to the end (rank 1 slow from step 4 on): the held-out loss after

@@ -67,6 +67,9 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     shard.seqParallel = options.seqParallel;
     shard.dataParallel = options.dataParallel;
     shard.shardOptimizer = options.shardOptimizer;
+    // Rebalance blocks move along the tensor-parallel splits: ZeRO-1 then
+    // keeps off them.
+    shard.shardWholeDimsOnly = options.rebalance;
     pm.addPass(createTPShard(shard));
     pm.addPass(createTPLowerCollectives());
   }

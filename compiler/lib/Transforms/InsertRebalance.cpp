@@ -157,6 +157,10 @@ DenseMap<Value, Sameness> samenessOver(func::FuncOp func, int64_t axis) {
 /// extent of the dimension it works on, which would cut across the blocks.
 bool exchangesEqualBlocks(Operation *op, int64_t axis, int64_t d) {
   auto axes = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
+  // A ring shift's wait completes the exchange its start (operand 0) began.
+  if (!axes && op->getNumOperands() > 0)
+    if (Operation *start = op->getOperand(0).getDefiningOp())
+      axes = start->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
   if (!axes || llvm::is_contained(axes.asArrayRef(), axis) ||
       op->getNumResults() != 1)
     return false;

@@ -845,8 +845,9 @@ struct TPShard : public tp::impl::TPShardBase<TPShard> {
     SmallVector<int64_t> tensorShape(ArrayRef<int64_t>(grid.getValue().sizes));
     if (tensorShape.empty())
       tensorShape.push_back(1);
-    std::unique_ptr<ShardScheme> scheme = makeShardScheme(
-        mode, tensorShape, seqParallel, dataParallel, shardOptimizer);
+    std::unique_ptr<ShardScheme> scheme =
+        makeShardScheme(mode, tensorShape, seqParallel, dataParallel,
+                        shardOptimizer, shardWholeDimsOnly);
     SmallVector<int64_t> shape;
     if (dataParallel > 1)
       shape.push_back(dataParallel);

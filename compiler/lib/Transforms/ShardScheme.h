@@ -126,10 +126,13 @@ public:
 /// least one axis); `mode` is not ParallelMode::None or Auto. With
 /// `dataReplicas` > 1 the module's grid is [dataReplicas, tensorGrid...]: the
 /// batch is also split over axis 0, and with `shardOptimizer` parameters and
-/// their optimizer state are stored split over it (ZeRO-1).
+/// their optimizer state are stored split over it (ZeRO-1); with
+/// `shardWholeDimsOnly` only along dimensions the tensor scheme keeps whole
+/// (a parameter without one stays whole over the replicas).
 std::unique_ptr<ShardScheme>
 makeShardScheme(ParallelMode mode, ArrayRef<int64_t> tensorGrid,
-                bool seqParallel, int64_t dataReplicas, bool shardOptimizer);
+                bool seqParallel, int64_t dataReplicas, bool shardOptimizer,
+                bool shardWholeDimsOnly = false);
 
 } // namespace mlir::tp
 

@@ -132,12 +132,14 @@ std::optional<int64_t> splittableBatchFactor(Operation *op,
 
 /// `stored`, a parameter's layout, split further over grid axis `axis`
 /// (`size` ranks): along a dimension it leaves whole if one divides, else
-/// after a dimension's own axes; unchanged when no dimension divides.
+/// (unless `wholeOnly`) after a dimension's own axes; unchanged when no
+/// dimension divides.
 Layout splitStorageFurther(Layout stored, RankedTensorType type, int64_t axis,
-                           int64_t size, const ShardQueries &engine) {
+                           int64_t size, const ShardQueries &engine,
+                           bool wholeOnly = false) {
   for (bool whole : {true, false})
     for (auto [d, axes] : llvm::enumerate(stored.split)) {
-      if (axes.empty() != whole ||
+      if (axes.empty() != whole || (wholeOnly && !whole) ||
           type.getDimSize(d) % (engine.shardsOf(axes) * size) != 0)
         continue;
       axes.push_back(axis);
@@ -527,9 +529,10 @@ class DataParallelScheme : public ShardScheme {
 public:
   DataParallelScheme(std::unique_ptr<ShardScheme> tensorScheme,
                      ArrayRef<int64_t> tensorGrid, int64_t replicas,
-                     bool shardOptimizer)
+                     bool shardOptimizer, bool shardWholeDimsOnly)
       : tensorScheme(std::move(tensorScheme)), tensorGrid(tensorGrid),
-        replicas(replicas), shardOptimizer(shardOptimizer) {}
+        replicas(replicas), shardOptimizer(shardOptimizer),
+        shardWholeDimsOnly(shardWholeDimsOnly) {}
 
   LogicalResult
   checkModel(ModuleOp module,
@@ -644,7 +647,7 @@ public:
       return stored;
     // ZeRO-1: also split over the data axis.
     return splitStorageFurther(stored, tensorType(param), kDataAxis, replicas,
-                               engine);
+                               engine, shardWholeDimsOnly);
   }
 
   Axes getReservedAxes() const override { return {kDataAxis}; }
@@ -725,7 +728,7 @@ private:
   std::unique_ptr<ShardScheme> tensorScheme;
   SmallVector<int64_t> tensorGrid;
   int64_t replicas;
-  bool shardOptimizer;
+  bool shardOptimizer, shardWholeDimsOnly;
 };
 
 /// The scheme for `mode` on its own axes, numbered from `firstAxis` in the
@@ -755,11 +758,12 @@ std::unique_ptr<ShardScheme> makeTensorScheme(ParallelMode mode,
 std::unique_ptr<ShardScheme>
 mlir::tp::makeShardScheme(ParallelMode mode, ArrayRef<int64_t> tensorGrid,
                           bool seqParallel, int64_t dataReplicas,
-                          bool shardOptimizer) {
+                          bool shardOptimizer, bool shardWholeDimsOnly) {
   std::unique_ptr<ShardScheme> scheme = makeTensorScheme(
       mode, tensorGrid, seqParallel, /*firstAxis=*/dataReplicas > 1 ? 1 : 0);
   if (dataReplicas == 1)
     return scheme;
   return std::make_unique<DataParallelScheme>(std::move(scheme), tensorGrid,
-                                              dataReplicas, shardOptimizer);
+                                              dataReplicas, shardOptimizer,
+                                              shardWholeDimsOnly);
 }

@@ -126,6 +126,11 @@ def TPShard : Pass<"tp-shard", "::mlir::ModuleOp"> {
            "Store parameters and their optimizer state split over the "
            "data-parallel axis (ZeRO-1): gradients are reduce-scattered "
            "onto them and parameters all-gathered where used">,
+    Option<"shardWholeDimsOnly", "shard-whole-dims-only", "bool", "false",
+           "With shard-optimizer: split only dimensions the tensor-parallel "
+           "scheme keeps whole (a parameter with none stays whole over the "
+           "replicas), so that blocks of its split dimensions can move "
+           "between ranks (tp-pipeline sets it with rebalance=true)">,
   ];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }

@@ -1667,6 +1667,17 @@ RingSliceOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
                               });
 }
 
+// A shift moves a whole block between ranks and keeps its shape: every
+// factor passes through (per-rank analyses, such as tp-insert-rebalance's,
+// follow a dimension through the ring; NeedsUniformShards still marks the
+// exchange).
+ShardingRule RingShiftStartOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule RingShiftWaitOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getResult()));
+}
+
 /// Dimensions other than the ring's are shared; the ring dimension holds a
 /// different block on each side, so it cannot be split.
 ShardingRule RingSliceOp::getShardingRule() {

@@ -752,7 +752,8 @@ class TP_RingOp<string mnemonic, string desc, list<Trait> traits = []>
 // merged or reordered across the other.
 def TP_RingShiftStartOp : TP_RingOp<"ring_shift_start",
     "Start sending a block to the next rank of a ring", [
-        AllTypesMatch<["input", "result"]>, TP_NeedsUniformShards]> {
+        AllTypesMatch<["input", "result"]>, TP_NeedsUniformShards,
+        DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>]> {
   let planOpKind = "RingShiftStart";
   let description = [{
     Starts sending `input` to group rank r+1 and receiving the block of rank
@@ -771,7 +772,8 @@ def TP_RingShiftStartOp : TP_RingOp<"ring_shift_start",
 def TP_RingShiftWaitOp : TP_RingOp<"ring_shift_wait",
     "Wait for a ring shift; its result is the received block", [
         AllTypesMatch<["received", "sent", "result"]>, TP_NeedsUniformShards,
-        DeclareOpInterfaceMethods<TP_StorageAliasOpInterface>]> {
+        DeclareOpInterfaceMethods<TP_StorageAliasOpInterface>,
+        DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>]> {
   let planOpKind = "RingShiftWait";
   let description = [{
     Completes the `tp.ring_shift_start` that defines `received` and sent
