@@ -50,6 +50,28 @@ for copy in 1 2 3 4 5 6 7 8; do cat "$here/../tp-run/Inputs/text.txt"; done \
 "$bin/tpc-tokenize" "$work/long.txt" -o "$work/long.tokens" > /dev/null
 data=$work/long.tokens
 slow="--rebalance-threshold 0.25 --slow 1:8:4"
+four_points() { # REMARKS AXIS WHAT: 4 points over AXIS, all movable in @train_step
+  local points
+  points=$(grep -c "remark: rebalance point @.* over axis $2 " "$1" || true)
+  if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$1"; then
+    echo "$3: $points rebalance points over axis $2, expected 4 movable in @train_step"
+    exit 1
+  fi
+}
+# RANKS PLAN NAME: rank 3 (axis-1 position 1 on a 2x2 grid) 8x slow for
+# steps 4-12 and rank 0 from step 13: blocks move off position 1 and back,
+# and training stays exact.
+migrate_and_back() {
+  train "$1" "$2" "$work/$3" --steps $steps \
+    --rebalance-threshold 0.25 --slow 3:8:4:12 --slow 0:8:13 \
+    --rebalance migrate --export "$work/$3"
+  grep -E "^rebalance:" "$work/$3.log"
+  # (Decisions count blocks per axis-1 position.)
+  $check decisions "$work/$3.json" --slow-rank 1 --first migrate --back
+  $check losses "$work/one.json" "$work/$3.json"
+  $check weights "$work/one/model.safetensors" "$work/$3/model.safetensors" \
+    $keybias
+}
 
 "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline -o "$work/one.tpplan"
 train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
@@ -69,11 +91,7 @@ for variant in nosp sp sp-ring; do
     --tp-pipeline="$options rebalance=true rebalance-granularity=16" \
     2> "$work/rb-$variant.remarks"
   # Attention and MLP of both layers, all of them movable in @train_step.
-  points=$(grep -c "remark: rebalance point @" "$work/rb-$variant.remarks" || true)
-  if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$work/rb-$variant.remarks"; then
-    echo "$variant: $points rebalance points, expected 4 movable in @train_step"
-    exit 1
-  fi
+  four_points "$work/rb-$variant.remarks" 0 "$variant"
 
   echo "== $model, $variant: even split"
   train 2 "$work/plain-$variant.tpplan" "$work/plain-$variant" --steps $steps \
@@ -203,11 +221,7 @@ echo "== $model: dp 2 x 1D 2, a straggler in one replica"
 "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-dp.tpplan" \
   --tp-pipeline="mode=1d grid=2 dp=2 rebalance=true rebalance-granularity=16" \
   2> "$work/rb-dp.remarks"
-points=$(grep -c "remark: rebalance point @.* over axis 1 " "$work/rb-dp.remarks" || true)
-if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$work/rb-dp.remarks"; then
-  echo "dp: $points rebalance points over the tensor-parallel axis, expected 4 movable in @train_step"
-  exit 1
-fi
+four_points "$work/rb-dp.remarks" 1 dp
 train 4 "$work/plain-dp.tpplan" "$work/plain-dp" --steps $steps \
   --export "$work/plain-dp"
 train 4 "$work/rb-dp.tpplan" "$work/even-dp" --steps $steps \
@@ -216,36 +230,17 @@ $check losses "$work/plain-dp.json" "$work/even-dp.json" --rel 0
 $check weights "$work/plain-dp/model.safetensors" \
   "$work/even-dp/model.safetensors" --exact
 $check same-volume "$work/even-dp.json" "$work/rb-dp.remarks"
-train 4 "$work/rb-dp.tpplan" "$work/migrate-dp" --steps $steps \
-  --rebalance-threshold 0.25 --slow 3:8:4:12 --slow 0:8:13 \
-  --rebalance migrate --export "$work/migrate-dp"
-grep -E "^rebalance:" "$work/migrate-dp.log"
-# (decisions count blocks per member of the tensor-parallel axis.)
-$check decisions "$work/migrate-dp.json" --slow-rank 1 --first migrate --back
-$check losses "$work/one.json" "$work/migrate-dp.json"
-$check weights "$work/one/model.safetensors" \
-  "$work/migrate-dp/model.safetensors" $keybias
+migrate_and_back 4 "$work/rb-dp.tpplan" migrate-dp
 # ZeRO-1: the optimizer state split over the replicas along the dimensions
 # Megatron keeps whole (rebalance=true keeps it off the split ones), so a
 # block's moments move in shards, each replica's with its rows.
 "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-zero.tpplan" \
   --tp-pipeline="mode=1d grid=2 dp=2 shard-optimizer=true rebalance=true rebalance-granularity=16" \
   2> "$work/rb-zero.remarks"
-points=$(grep -c "remark: rebalance point @.* over axis 1 " "$work/rb-zero.remarks" || true)
-if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$work/rb-zero.remarks"; then
-  echo "dp with ZeRO-1: $points rebalance points over the tensor-parallel axis, expected 4 movable in @train_step"
-  exit 1
-fi
+four_points "$work/rb-zero.remarks" 1 "dp with ZeRO-1"
 train 4 "$work/rb-zero.tpplan" "$work/even-zero" --steps $steps
 $check same-volume "$work/even-zero.json" "$work/rb-zero.remarks"
-train 4 "$work/rb-zero.tpplan" "$work/migrate-zero" --steps $steps \
-  --rebalance-threshold 0.25 --slow 3:8:4:12 --slow 0:8:13 \
-  --rebalance migrate --export "$work/migrate-zero"
-grep -E "^rebalance:" "$work/migrate-zero.log"
-$check decisions "$work/migrate-zero.json" --slow-rank 1 --first migrate --back
-$check losses "$work/one.json" "$work/migrate-zero.json"
-$check weights "$work/one/model.safetensors" \
-  "$work/migrate-zero/model.safetensors" $keybias
+migrate_and_back 4 "$work/rb-zero.tpplan" migrate-zero
 # Given speeds per rank: each position goes at its slowest replica's speed.
 "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-dp-full.tpplan" \
   --tp-pipeline="mode=1d grid=2 dp=2 rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
@@ -269,11 +264,7 @@ for scheme in "2d:2x2:4:1,0.4,1,1" "2.5d:2x2x2:8:1,1,0.4,1,1,1,1,1"; do
   "$bin/tpc-opt" "$work/model.mlir" -o "$work/$name.tpplan" \
     --tp-pipeline="mode=$mode grid=$grid rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
     2> "$work/$name.remarks"
-  points=$(grep -c "remark: rebalance point @.* over axis 1 " "$work/$name.remarks" || true)
-  if [ "$points" != 4 ] || grep "@train_step moves no blocks" "$work/$name.remarks"; then
-    echo "$mode: $points rebalance points over axis 1, expected 4 movable in @train_step"
-    exit 1
-  fi
+  four_points "$work/$name.remarks" 1 "$mode"
   train "$ranks" "$work/$name.tpplan" "$work/$name-speeds" --steps $steps \
     --rank-speeds "$speeds" --export "$work/$name-speeds"
   $check given-speeds "$work/$name-speeds.json" 1,0.4
@@ -281,14 +272,7 @@ for scheme in "2d:2x2:4:1,0.4,1,1" "2.5d:2x2x2:8:1,1,0.4,1,1,1,1,1"; do
   $check weights "$work/one/model.safetensors" \
     "$work/$name-speeds/model.safetensors" $keybias
 done
-train 4 "$work/rb-2d.tpplan" "$work/migrate-2d" --steps $steps \
-  --rebalance-threshold 0.25 --slow 3:8:4:12 --slow 0:8:13 \
-  --rebalance migrate --export "$work/migrate-2d"
-grep -E "^rebalance:" "$work/migrate-2d.log"
-$check decisions "$work/migrate-2d.json" --slow-rank 1 --first migrate --back
-$check losses "$work/one.json" "$work/migrate-2d.json"
-$check weights "$work/one/model.safetensors" \
-  "$work/migrate-2d/model.safetensors" $keybias
+migrate_and_back 4 "$work/rb-2d.tpplan" migrate-2d
 
 echo "== $model: held-out loss while resized"
 # Resized to the end (rank 1 slow from step 4 on): the held-out loss after

@@ -137,22 +137,16 @@ def tpc_decode(tokenize, tokenizer_args, ids, work, name):
     return out.read_bytes().decode("utf-8", errors="surrogateescape")
 
 
-def same_text(name, expected, actual):
+def compare(name, expected, actual, what="tokens"):
+    """Token ids, or (what="characters") decoded texts: equal, or exit
+    naming the first difference."""
     if expected == actual:
-        print(f"{name}: {len(actual)} characters identical")
+        print(f"{name}: {len(actual)} {what} identical")
         return
     at = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
-    sys.exit(f"tokenizer-crosscheck: {name}: decoded texts differ at character {at}: "
-             f"expected {expected[at:at + 20]!r}, got {actual[at:at + 20]!r}")
-
-
-def compare(name, expected, actual):
-    if expected == actual:
-        print(f"{name}: {len(actual)} tokens identical")
-        return
-    at = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
-    sys.exit(f"tokenizer-crosscheck: {name}: token {at} differs: HF {expected[at:at + 5]}, "
-             f"tpc {actual[at:at + 5]} ({len(expected)} against {len(actual)} tokens)")
+    span = 20 if what == "characters" else 5
+    sys.exit(f"tokenizer-crosscheck: {name}: {what} differ from {at} on: HF {expected[at:at + span]!r}, "
+             f"tpc {actual[at:at + span]!r} ({len(expected)} against {len(actual)} {what})")
 
 
 def main():
@@ -185,8 +179,9 @@ def main():
         # BOS in front (SentencePiece's decoder strips the space its
         # normalizer put before the first piece).
         for name, ids in (("all", actual), ("no-bos", actual[1:])):
-            same_text(f"{kind} decode ({name})", hf.decode(ids, skip_special_tokens=False),
-                      tpc_decode(args.tokenize, ["--tokenizer", str(tokenizer_json)], ids, work, f"{kind}-{name}"))
+            compare(f"{kind} decode ({name})", hf.decode(ids, skip_special_tokens=False),
+                    tpc_decode(args.tokenize, ["--tokenizer", str(tokenizer_json)], ids, work, f"{kind}-{name}"),
+                    "characters")
         if kind == "sentencepiece":
             fallback = sum(1 for i in actual if hf.id_to_token(i).startswith("<0x"))
             print(f"  {fallback} byte-fallback tokens")
@@ -239,8 +234,8 @@ def main():
     print(f"  {fallback} byte-fallback tokens")
     llama = LlamaTokenizer(vocab_file=str(model), legacy=True)
     compare("sentencepiece .model (transformers LlamaTokenizer)", llama(plain).input_ids, actual)
-    same_text("sentencepiece .model decode", processor.decode(actual),
-              tpc_decode(args.tokenize, ["--sentencepiece", str(model)], actual, work, "spm"))
+    compare("sentencepiece .model decode", processor.decode(actual),
+            tpc_decode(args.tokenize, ["--sentencepiece", str(model)], actual, work, "spm"), "characters")
 
     # One-line errors.
     broken = work / "broken.json"
