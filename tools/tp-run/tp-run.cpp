@@ -411,6 +411,15 @@ int localRank() {
 /// every rank computes the same whole values.
 bool isFirstRank() { return Comm::world().rank() == 0; }
 
+/// The metrics file. Decoded text need not be UTF-8 (a byte-level model may
+/// draw any bytes), which JSON strings must be: invalid bytes are written
+/// as U+FFFD, as HuggingFace's decode() does.
+void writeMetrics(const std::string &path, const nlohmann::ordered_json &json) {
+  writeFileAtomically(
+      path, json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                "\n");
+}
+
 int64_t maxRssBytes() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
@@ -557,7 +566,7 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
     json["communication"] = commStatsJson(commStats, 1);
     json["ops"] = opStatsJson(runner.stats());
     if (isFirstRank())
-      writeFileAtomically(o.metrics, json.dump(2) + "\n");
+      writeMetrics(o.metrics, json);
   }
   return 0;
 }
@@ -738,7 +747,7 @@ int trainRun(const Options &o, Prepared &p) {
         commStatsJson(gridComm->stats(), int64_t(result.records.size()));
     json["ops"] = opStatsJson(result.opStats);
     if (isFirstRank())
-      writeFileAtomically(o.metrics, json.dump(2) + "\n");
+      writeMetrics(o.metrics, json);
   }
   if (!result.stoppedBecause.empty())
     throw std::runtime_error(result.stoppedBecause);
@@ -1220,7 +1229,7 @@ int generateRun(const Options &o, Prepared &p) {
         {"device_peak_bytes", backend->peakDeviceBytes()}};
     json["tokens_per_second"] = double(newTokens) / seconds;
     json["device"] = deviceJson();
-    writeFileAtomically(o.metrics, json.dump(2) + "\n");
+    writeMetrics(o.metrics, json);
   }
   return 0;
 }
