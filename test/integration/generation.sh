@@ -16,7 +16,9 @@
 #  4. sampling (temperature, top-k, top-p): a seed gives one sequence on any
 #     grid, another seed another one, every id in the vocabulary; --samples
 #     draws several at once, sample i as seed + i alone;
-#  5. the progress of a run past the plan's sequence without a KV cache (its
+#  5. --prompts: prompts of different lengths at once, each sample equal to
+#     its prompt alone, bit for bit (1 and 2 ranks, cached and not);
+#  6. the progress of a run past the plan's sequence without a KV cache (its
 #     last seq tokens, as nanoGPT crops), a prompt the caches cannot hold,
 #     and the one-line errors.
 # With DEVICE (cuda), 1 and 2 run on it (2 ranks sharing one GPU), log-
@@ -231,6 +233,42 @@ PY
   { echo "generation: 3 samples are not printed apart" >&2; exit 1; }
 echo "samples: sample i equals seed + i alone, on 1 and 2 ranks"
 
+echo "== prompts of different lengths at once"
+# --prompts: one sample per line (bytes below the test vocabulary's 96),
+# 30, 2 and 15 tokens: two @prefill chunks of 24, each sample's first token
+# from the chunk with its prompt's end, then one @decode per token at each
+# row's own position. Each sample equals its prompt alone, bit for bit, on 1
+# and 2 ranks, with the KV caches and without.
+printf 'THE QUICK BROWN FOX JUMPS OVER\nAB\nHELLO, WORLD 42\n' > "$work/prompts.txt"
+for run in "1:one" "2:1d2"; do
+  IFS=: read -r ranks plan <<< "$run"
+  for cached in kv whole; do
+    flags=(--generate 10 --ignore-eos)
+    [ $cached = kv ] || flags+=(--no-kv-cache)
+    "${mpi[@]}" -np "$ranks" "$bin/tp-run" "$work/$plan.tpplan" --weights "$work/model.safetensors" \
+      --prompts "$work/prompts.txt" --metrics "$work/prompts-$plan-$cached.json" \
+      "${on_device[@]}" "${flags[@]}" > "$work/prompts-$plan-$cached.log" 2>&1
+    mapfile -t lines < "$work/prompts.txt"
+    for line in "${!lines[@]}"; do
+      "${mpi[@]}" -np "$ranks" "$bin/tp-run" "$work/$plan.tpplan" --weights "$work/model.safetensors" \
+        --prompt "${lines[$line]}" --metrics "$work/alone-$plan-$cached-$line.json" \
+        "${on_device[@]}" "${flags[@]}" > /dev/null 2>&1
+    done
+    "$python" - "$work" "$plan-$cached" <<'PY'
+import json, sys
+work, name = sys.argv[1:]
+m = json.load(open(f"{work}/prompts-{name}.json"))
+assert [len(s["prompt_ids"]) for s in m["samples"]] == [30, 2, 15], m["samples"]
+for i, sample in enumerate(m["samples"]):
+    alone = json.load(open(f"{work}/alone-{name}-{i}.json"))
+    assert sample["prompt_ids"] == alone["prompt_ids"], (name, i)
+    assert sample["generated_ids"] == alone["generated_ids"], (name, i, sample["generated_ids"], alone["generated_ids"])
+    assert sample["generated_logprobs"] == alone["generated_logprobs"], (name, i)
+PY
+  done
+done
+echo "prompts: each of 3 samples equals its prompt alone, bit for bit (1 and 2 ranks, cached and whole prefix)"
+
 echo "== past the plan's sequence, errors"
 generate long 1 "$work/one.tpplan" --generate 40 --no-kv-cache
 [ "$("$python" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["generated_ids"]))' "$work/long.json")" = 40 ]
@@ -244,11 +282,16 @@ check_error() { # EXPECTED FLAGS...
     { echo "generation: '$expected' not in: $(cat "$work/err.log")" >&2; exit 1; }
   [ "$(wc -l < "$work/err.log")" -eq 1 ]
 }
-check_error "--generate needs one of --prompt TEXT and --prompt-ids IDS" --generate 3
+check_error "--generate needs one of --prompt TEXT, --prompt-ids IDS and --prompts FILE" --generate 3
 check_error "--prompt-ids: 'x' is not a token id" --generate 3 --prompt-ids 1,x
 check_error "the prompt: token 1 has id 500, outside the vocabulary of 96" --generate 3 --prompt-ids 1,500
 check_error "--generate runs @forward on its prompt; it does not combine with --steps" --generate 3 --prompt a --steps 2
-check_error "--prompt, --prompt-ids, --tokenizer, --sentencepiece, --samples and --no-kv-cache need --generate N" --prompt a --data "$work/tokens.tokens"
+check_error "--prompt, --prompt-ids, --prompts, --tokenizer, --sentencepiece, --samples and --no-kv-cache need --generate N" --prompt a --data "$work/tokens.tokens"
+printf 'AB\n\nCD\n' > "$work/empty-line.txt"
+check_error "--prompts $work/empty-line.txt: line 2 is empty (one prompt per line)" --generate 3 --prompts "$work/empty-line.txt"
+printf 'A\nB\nC\nD\nE\n' > "$work/five.txt"
+check_error "--prompts $work/five.txt: 5 prompts: the plan generates 4 sequences at once (tpc-import --batch)" --generate 3 --prompts "$work/five.txt"
+check_error "--prompts makes one sample of each line; it does not combine with --samples" --generate 3 --prompts "$work/five.txt" --samples 2
 check_error "--samples 5: the plan generates 4 sequences at once (tpc-import --batch)" --generate 3 --prompt-ids "$prompt" --samples 5
 check_error "the prompt (5 tokens) and --generate 37 need 41 positions, but the plan's KV caches hold 40 (tpc-import --kv-cache)" --generate 37 --prompt-ids "$prompt"
 check_error "--program decode: a generation program (it reads positions and KV caches); run it with --generate" --program decode --data "$work/tokens.tokens"

@@ -43,6 +43,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -78,6 +79,10 @@ struct Options {
   int64_t samples = 1;
   bool noKvCache = false, ignoreEos = false;
   std::string prompt, promptIds, tokenizerJson, sentencePiece;
+  // --prompts FILE: its lines, each one sample's prompt (read while the
+  // options are checked, so that ranks compare them).
+  std::string promptsFile;
+  std::vector<std::string> promptLines;
   SamplingOptions sampling;
   uint64_t seed = 0;
   // Held-out evaluation.
@@ -250,6 +255,11 @@ Options parseArgs(int argc, char **argv) {
       ->group(generationGroup);
   app.add_option("--prompt-ids", o.promptIds, "Token ids to continue: 1,2,3")
       ->group(generationGroup);
+  app.add_option("--prompts", o.promptsFile,
+                 "A text file of prompts, one per line, continued at once: "
+                 "line i is sample i (one sequence of the plan's batch, "
+                 "drawing from seed + i)")
+      ->group(generationGroup);
   app.add_option("--tokenizer", o.tokenizerJson,
                  "HuggingFace tokenizer.json for the prompt and the output")
       ->group(generationGroup);
@@ -351,13 +361,37 @@ Options parseArgs(int argc, char **argv) {
                      !o.dumpGrads.empty() || !o.program.empty()))
     usageError("--generate runs @forward on its prompt; it does not combine "
                "with --steps, --data, --dump, --dump-grads or --program");
-  if (generating && o.prompt.empty() == o.promptIds.empty())
-    usageError("--generate needs one of --prompt TEXT and --prompt-ids IDS");
+  if (generating && int(!o.prompt.empty()) + int(!o.promptIds.empty()) +
+                            int(!o.promptsFile.empty()) !=
+                        1)
+    usageError("--generate needs one of --prompt TEXT, --prompt-ids IDS and "
+               "--prompts FILE");
   if (!generating &&
-      (!o.prompt.empty() || !o.promptIds.empty() || !o.tokenizerJson.empty() ||
-       !o.sentencePiece.empty() || o.noKvCache || o.samples != 1))
-    usageError("--prompt, --prompt-ids, --tokenizer, --sentencepiece, "
-               "--samples and --no-kv-cache need --generate N");
+      (!o.prompt.empty() || !o.promptIds.empty() || !o.promptsFile.empty() ||
+       !o.tokenizerJson.empty() || !o.sentencePiece.empty() || o.noKvCache ||
+       o.samples != 1))
+    usageError("--prompt, --prompt-ids, --prompts, --tokenizer, "
+               "--sentencepiece, --samples and --no-kv-cache need --generate "
+               "N");
+  if (!o.promptsFile.empty()) {
+    if (o.samples != 1)
+      usageError("--prompts makes one sample of each line; it does not "
+                 "combine with --samples");
+    std::ifstream file(o.promptsFile, std::ios::binary);
+    if (!file)
+      usageError("--prompts " + o.promptsFile + ": cannot open the file");
+    for (std::string line; std::getline(file, line);) {
+      if (!line.empty() && line.back() == '\r')
+        line.pop_back();
+      if (line.empty())
+        usageError("--prompts " + o.promptsFile + ": line " +
+                   std::to_string(o.promptLines.size() + 1) +
+                   " is empty (one prompt per line)");
+      o.promptLines.push_back(std::move(line));
+    }
+    if (o.promptLines.empty())
+      usageError("--prompts " + o.promptsFile + ": the file has no prompt");
+  }
   if (!o.tokenizerJson.empty() && !o.sentencePiece.empty())
     usageError("--tokenizer and --sentencepiece both give the tokenizer; "
                "give one");
@@ -864,7 +898,10 @@ std::string disagreement(const Comm &world, const Options &o,
   schedule << " eval " << o.evalEvery << ' ' << p.evalBatches << " generate "
            << o.generate << ' ' << o.samples << ' ' << o.noKvCache << ' '
            << o.ignoreEos << ' ' << o.prompt << ' ' << o.promptIds << ' '
-           << o.sampling.temperature << ' ' << o.sampling.topK << ' '
+           << o.promptLines.size() << ' ';
+  for (const std::string &line : o.promptLines)
+    schedule << line.size() << ':' << line;
+  schedule << ' ' << o.sampling.temperature << ' ' << o.sampling.topK << ' '
            << o.sampling.topP << ' ' << o.seed;
   for (const std::string &slow : o.slow)
     schedule << ' ' << slow;
@@ -915,15 +952,28 @@ struct Generated {
   std::vector<int32_t> endIds;
   std::vector<int64_t> ended;
 
-  Generated(const std::vector<int32_t> &prompt, int64_t samples, uint64_t seed,
+  /// Per sample, its prompt's length.
+  std::vector<size_t> promptLengths;
+
+  /// One sample per prompt (of any lengths), sample i drawing from seed + i.
+  Generated(std::vector<std::vector<int32_t>> prompts, uint64_t seed,
             std::vector<int32_t> endIds)
-      : contexts(size_t(samples), prompt), logProbs(size_t(samples)),
-        endIds(std::move(endIds)), ended(size_t(samples), -1) {
-    for (int64_t i = 0; i < samples; ++i)
+      : contexts(std::move(prompts)), logProbs(contexts.size()),
+        endIds(std::move(endIds)), ended(contexts.size(), -1) {
+    for (size_t i = 0; i < contexts.size(); ++i) {
       randoms.emplace_back(seed + uint64_t(i));
+      promptLengths.push_back(contexts[i].size());
+    }
   }
   size_t samples() const { return contexts.size(); }
-  size_t length() const { return contexts.front().size(); }
+  /// The tokens so far of the sequence in batch row `row`.
+  int64_t length(int64_t row) const { return int64_t(context(row).size()); }
+  int64_t longest() const {
+    size_t most = 0;
+    for (const auto &context : contexts)
+      most = std::max(most, context.size());
+    return int64_t(most);
+  }
   /// Whether every sample has ended: generation stops.
   bool done() const {
     return std::all_of(ended.begin(), ended.end(),
@@ -932,8 +982,10 @@ struct Generated {
   /// The token at `position` of the sequence in batch row `row`: rows past
   /// the samples repeat the first (their results are not read).
   int32_t token(int64_t row, int64_t position) const {
-    const size_t sample = size_t(row) < samples() ? size_t(row) : 0;
-    return contexts[sample][size_t(position)];
+    return context(row)[size_t(position)];
+  }
+  const std::vector<int32_t> &context(int64_t row) const {
+    return contexts[size_t(row) < samples() ? size_t(row) : 0];
   }
 
   /// Draws sample `i`'s next token from one position's logits.
@@ -980,12 +1032,17 @@ std::vector<int32_t> endTokenIds(const LoadedPlan &plan) {
   return ids;
 }
 
-/// --samples must fit the generation programs' batch.
-void checkSamples(const Options &o, int64_t batch) {
-  if (o.samples > batch)
+/// The samples (--samples, or --prompts' lines) must fit the generation
+/// programs' batch.
+void checkSamples(const Options &o, const Generated &out, int64_t batch) {
+  if (int64_t(out.samples()) > batch)
     throw std::invalid_argument(
-        "--samples " + std::to_string(o.samples) + ": the plan generates " +
-        std::to_string(batch) + " sequences at once (tpc-import --batch)");
+        (o.promptsFile.empty()
+             ? "--samples " + std::to_string(o.samples)
+             : "--prompts " + o.promptsFile + ": " +
+                   std::to_string(out.samples()) + " prompts") +
+        ": the plan generates " + std::to_string(batch) +
+        " sequences at once (tpc-import --batch)");
 }
 
 /// The reference: @forward over the last seq tokens of the context for
@@ -994,7 +1051,7 @@ void generateWithForward(const Options &o, Prepared &p, Generated &out) {
   ProgramRunner runner(p.plan, "forward", p.params, gridComm.get(), *backend);
   const std::vector<int64_t> shape = runner.tokensShape();
   const int64_t batch = shape[0], seq = shape[1];
-  checkSamples(o, batch);
+  checkSamples(o, out, batch);
   out.arenaBytes = runner.arenaBytes();
   out.inputBytes = runner.inputBytes();
   const size_t logitsIndex = logitsResult(o, p.plan, runner, "forward");
@@ -1004,20 +1061,22 @@ void generateWithForward(const Options &o, Prepared &p, Generated &out) {
     timedStep(out.stepSeconds, [&] {
       // The last seq tokens of each sample's context in its row, zeros
       // after them: causal attention leaves the padding unseen.
-      const int64_t length = int64_t(out.length());
-      const int64_t used = std::min(length, seq);
       std::fill(window.begin(), window.end(), 0);
+      auto usedOf = [&](int64_t row) { return std::min(out.length(row), seq); };
       for (int64_t row = 0; row < batch; ++row)
-        for (int64_t t = 0; t < used; ++t)
-          window[size_t(row * seq + t)] = out.token(row, length - used + t);
+        for (int64_t t = 0, used = usedOf(row); t < used; ++t)
+          window[size_t(row * seq + t)] =
+              out.token(row, out.length(row) - used + t);
       runner.setInput(tpc::plan::InputKind::Tokens, window);
       runner.run();
       std::span<const float> logits = runner.result(logitsIndex);
       for (size_t i = 0; i < out.samples(); ++i)
-        out.append(i,
-                   logits.subspan(size_t((int64_t(i) * seq + used - 1) * vocab),
-                                  size_t(vocab)),
-                   o.sampling);
+        out.append(
+            i,
+            logits.subspan(
+                size_t((int64_t(i) * seq + usedOf(int64_t(i)) - 1) * vocab),
+                size_t(vocab)),
+            o.sampling);
     });
 }
 
@@ -1036,12 +1095,14 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
     capacity =
         std::min(capacity, cache->shape()->Get(cache->shape()->size() - 2));
   // The last token generated is never fed back.
-  const int64_t needed = int64_t(out.length()) + o.generate - 1;
+  const int64_t needed = out.longest() + o.generate - 1;
   if (needed > capacity)
     throw std::invalid_argument(
-        "the prompt (" + std::to_string(out.length()) + " tokens) and " +
-        "--generate " + std::to_string(o.generate) + " need " +
-        std::to_string(needed) + " positions, but the plan's KV caches hold " +
+        std::string(out.samples() > 1 ? "the longest prompt ("
+                                      : "the prompt (") +
+        std::to_string(out.longest()) + " tokens) and " + "--generate " +
+        std::to_string(o.generate) + " need " + std::to_string(needed) +
+        " positions, but the plan's KV caches hold " +
         std::to_string(capacity) + " (tpc-import --kv-cache)");
   KvCaches caches(p.plan, *backend);
   out.cacheBytes = caches.bytes();
@@ -1056,46 +1117,52 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
   if (decode.tokensShape() != std::vector<int64_t>{batch, 1})
     throw std::runtime_error(o.plan + ": @decode must take one token per "
                                       "sequence of @prefill's batch");
-  checkSamples(o, batch);
+  checkSamples(o, out, batch);
   const size_t prefillLogits = logitsResult(o, p.plan, prefill, "prefill");
   const size_t decodeLogits = logitsResult(o, p.plan, decode, "decode");
   const int64_t vocab = prefill.resultShape(prefillLogits)[2];
-  // Every row's tokens are at the same positions (all samples have one
-  // length).
-  auto feed = [&](ProgramRunner &runner, int64_t first, int64_t count,
-                  int64_t width) {
+  // Positions first(row) .. first(row) + width - 1 of every row. Past the
+  // end of a row's context, padding: its last token at the next positions
+  // (within the caches). No real query sees those keys before the real
+  // tokens there replace them; at the row's last position (a cache full to
+  // the end) the padding is the token that is there.
+  auto feed = [&](ProgramRunner &runner, auto first, int64_t width) {
     std::vector<int32_t> tokens(size_t(batch * width)),
         positions(size_t(batch * width));
-    for (int64_t t = 0; t < width; ++t) {
-      // Padding repeats the last real token at its position: it writes the
-      // same keys and values there and is never seen by a real query.
-      const int64_t at = first + std::min(t, count - 1);
-      for (int64_t row = 0; row < batch; ++row) {
-        tokens[size_t(row * width + t)] = out.token(row, at);
-        positions[size_t(row * width + t)] = int32_t(at);
+    for (int64_t row = 0; row < batch; ++row)
+      for (int64_t t = 0; t < width; ++t) {
+        const int64_t at = first(row) + t;
+        tokens[size_t(row * width + t)] =
+            out.token(row, std::min(at, out.length(row) - 1));
+        positions[size_t(row * width + t)] =
+            int32_t(std::min(at, capacity - 1));
       }
-    }
     runner.setInput(tpc::plan::InputKind::Tokens, tokens);
     runner.setInput(tpc::plan::InputKind::Positions, positions);
     runner.run();
   };
   timedStep(out.stepSeconds, [&] {
-    const int64_t prompt = int64_t(out.length());
-    int64_t last = 0;
-    for (int64_t first = 0; first < prompt; first += chunk) {
-      last = std::min(chunk, prompt - first);
-      feed(prefill, first, last, chunk);
+    // Chunks over the longest prompt; each sample draws its first token
+    // from the chunk holding its prompt's last token.
+    for (int64_t first = 0; first < out.longest(); first += chunk) {
+      feed(
+          prefill, [&](int64_t) { return first; }, chunk);
+      std::span<const float> logits = prefill.result(prefillLogits);
+      for (size_t i = 0; i < out.samples(); ++i) {
+        const int64_t last = int64_t(out.promptLengths[i]) - 1;
+        if (last / chunk == first / chunk)
+          out.append(i,
+                     logits.subspan(
+                         size_t((int64_t(i) * chunk + last - first) * vocab),
+                         size_t(vocab)),
+                     o.sampling);
+      }
     }
-    std::span<const float> logits = prefill.result(prefillLogits);
-    for (size_t i = 0; i < out.samples(); ++i)
-      out.append(i,
-                 logits.subspan(size_t((int64_t(i) * chunk + last - 1) * vocab),
-                                size_t(vocab)),
-                 o.sampling);
   });
   for (int64_t n = 1; n < o.generate && !out.done(); ++n)
     timedStep(out.stepSeconds, [&] {
-      feed(decode, int64_t(out.length()) - 1, 1, 1);
+      feed(
+          decode, [&](int64_t row) { return out.length(row) - 1; }, 1);
       std::span<const float> logits = decode.result(decodeLogits);
       for (size_t i = 0; i < out.samples(); ++i)
         out.append(i, logits.subspan(i * size_t(vocab), size_t(vocab)),
@@ -1116,6 +1183,11 @@ int generateRun(const Options &o, Prepared &p) {
     bpe.emplace(BpeTokenizer::loadTokenizerJson(o.tokenizerJson));
   if (!o.sentencePiece.empty())
     spm.emplace(SentencePieceTokenizer::load(o.sentencePiece));
+  auto encode = [&](const std::string &text) {
+    return bpe   ? bpe->encode(text)
+           : spm ? spm->encode(text)
+                 : encodeBytes(text);
+  };
   std::vector<int32_t> context;
   if (!o.promptIds.empty()) {
     std::stringstream ids(o.promptIds);
@@ -1129,15 +1201,25 @@ int generateRun(const Options &o, Prepared &p) {
                                     "' is not a token id");
       context.push_back(int32_t(value));
     }
-  } else {
-    context = bpe   ? bpe->encode(o.prompt)
-              : spm ? spm->encode(o.prompt)
-                    : encodeBytes(o.prompt);
+  } else if (!o.prompt.empty()) {
+    context = encode(o.prompt);
   }
-  if (int64_t vocab = p.plan.vocabularySize())
-    checkTokenIds(context, vocab, "the prompt");
-  if (context.empty())
-    throw std::invalid_argument("the prompt has no tokens");
+  // One prompt per sample: --prompts' lines, or the prompt --samples times.
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string &line : o.promptLines)
+    prompts.push_back(encode(line));
+  if (prompts.empty())
+    prompts.assign(size_t(o.samples), context);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string what =
+        o.promptLines.empty()
+            ? "the prompt"
+            : "prompt " + std::to_string(i + 1) + " of " + o.promptsFile;
+    if (int64_t vocab = p.plan.vocabularySize())
+      checkTokenIds(prompts[i], vocab, what);
+    if (prompts[i].empty())
+      throw std::invalid_argument(what + " has no tokens");
+  }
   auto decode = [&](std::span<const int32_t> ids) {
     if (bpe)
       return bpe->decode(ids);
@@ -1149,8 +1231,7 @@ int generateRun(const Options &o, Prepared &p) {
     return text;
   };
 
-  const size_t promptTokens = context.size();
-  Generated out(context, o.samples, o.seed,
+  Generated out(prompts, o.seed,
                 o.ignoreEos ? std::vector<int32_t>() : endTokenIds(p.plan));
   const bool kvCache =
       !o.noKvCache && p.plan.program("prefill") && p.plan.program("decode");
@@ -1166,8 +1247,13 @@ int generateRun(const Options &o, Prepared &p) {
   auto keptOf = [&](size_t i) {
     return out.ended[i] >= 0 ? size_t(out.ended[i]) : out.logProbs[i].size();
   };
+  auto promptOf = [&](size_t i) {
+    return std::vector<int32_t>(out.contexts[i].begin(),
+                                out.contexts[i].begin() +
+                                    std::ptrdiff_t(out.promptLengths[i]));
+  };
   auto generatedOf = [&](size_t i) {
-    auto first = out.contexts[i].begin() + std::ptrdiff_t(promptTokens);
+    auto first = out.contexts[i].begin() + std::ptrdiff_t(out.promptLengths[i]);
     return std::vector<int32_t>(first, first + std::ptrdiff_t(keptOf(i)));
   };
   auto logProbsOf = [&](size_t i) {
@@ -1179,7 +1265,7 @@ int generateRun(const Options &o, Prepared &p) {
   for (size_t i = 0; i < out.samples(); ++i)
     std::cout << (i ? "---------------\n" : "")
               << decode(std::span<const int32_t>(out.contexts[i])
-                            .first(promptTokens + keptOf(i)))
+                            .first(out.promptLengths[i] + keptOf(i)))
               << "\n";
   // On stderr, so that stdout is the text alone; once, by the first rank.
   const size_t newTokens = out.samples() * out.logProbs[0].size();
@@ -1191,7 +1277,7 @@ int generateRun(const Options &o, Prepared &p) {
   if (!o.metrics.empty() && isFirstRank()) {
     nlohmann::ordered_json json;
     json["program"] = kvCache ? "prefill+decode" : "forward";
-    json["prompt_ids"] = context;
+    json["prompt_ids"] = promptOf(0);
     // The first sample; all of them under "samples" when there are several.
     json["generated_ids"] = generatedOf(0);
     json["text"] = decode(generatedOf(0));
@@ -1202,6 +1288,7 @@ int generateRun(const Options &o, Prepared &p) {
       json["samples"] = nlohmann::ordered_json::array();
       for (size_t i = 0; i < out.samples(); ++i)
         json["samples"].push_back({{"seed", o.seed + i},
+                                   {"prompt_ids", promptOf(i)},
                                    {"generated_ids", generatedOf(i)},
                                    {"text", decode(generatedOf(i))},
                                    {"generated_logprobs", logProbsOf(i)},
