@@ -30,7 +30,8 @@
 #     straggler in one replica moves blocks alike in both (migrate, then
 #     back), and given rank speeds split by each position's slowest
 #     replica; both exact against the one-rank run; likewise with ZeRO-1
-#     (shard-optimizer=true);
+#     (shard-optimizer=true), whose checkpoint of moved blocks resumes on
+#     one rank and on its grid moved otherwise;
 #  9. the held-out loss (--eval-every) of a run resized to its end computes
 #     every block: it equals the exported model's @loss;
 # 10. 2D 2x2 and 2.5D 2x2x2, blocks over grid axis 1: given rank speeds
@@ -241,6 +242,20 @@ four_points "$work/rb-zero.remarks" 1 "dp with ZeRO-1"
 train 4 "$work/rb-zero.tpplan" "$work/even-zero" --steps $steps
 $check same-volume "$work/even-zero.json" "$work/rb-zero.remarks"
 migrate_and_back 4 "$work/rb-zero.tpplan" migrate-zero
+# A checkpoint of moved blocks with their moments split over the replicas
+# resumes on one rank, and on the same grid moved again, where the one-rank
+# run ends.
+train 4 "$work/rb-zero.tpplan" "$work/stopped-zero" --steps 21 \
+  --rank-speeds 1,1,1,0.4 --checkpoint-dir "$work/stopped-zero.ckpt"
+train 1 "$work/one.tpplan" "$work/resumed-zero-one" --steps $steps \
+  --resume "$work/stopped-zero.ckpt" --export "$work/resumed-zero-one"
+train 4 "$work/rb-zero.tpplan" "$work/resumed-zero" --steps $steps \
+  --resume "$work/stopped-zero.ckpt" --rank-speeds 1,0.4,1,1 \
+  --export "$work/resumed-zero"
+for resumed in resumed-zero-one resumed-zero; do
+  $check weights "$work/one/model.safetensors" \
+    "$work/$resumed/model.safetensors" $keybias
+done
 # Given speeds per rank: each position goes at its slowest replica's speed.
 "$bin/tpc-opt" "$work/model.mlir" -o "$work/rb-dp-full.tpplan" \
   --tp-pipeline="mode=1d grid=2 dp=2 rebalance=true rebalance-granularity=16 rebalance-headroom=1" \
