@@ -28,7 +28,7 @@
 #  8. dp 2 x 1D 2 (4 ranks): at the even split the rebalance plan trains
 #     bit-identically to plain dp x 1D with the static report's bytes; a
 #     straggler in one replica moves blocks alike in both (migrate, then
-#     back), and given rank speeds split by each position's slowest
+#     back; resize, then every block again), and given rank speeds split by each position's slowest
 #     replica; both exact against the one-rank run; likewise with ZeRO-1
 #     (shard-optimizer=true), whose checkpoint of moved blocks resumes on
 #     one rank and on its grid moved otherwise;
@@ -232,6 +232,13 @@ $check weights "$work/plain-dp/model.safetensors" \
   "$work/even-dp/model.safetensors" --exact
 $check same-volume "$work/even-dp.json" "$work/rb-dp.remarks"
 migrate_and_back 4 "$work/rb-dp.tpplan" migrate-dp
+# Resized alike in both replicas (approximate, as in 1D), then every block
+# computed again once the straggler recovers.
+train 4 "$work/rb-dp.tpplan" "$work/resize-dp" --steps $steps \
+  --rebalance-threshold 0.25 --slow 3:8:4:12 --rebalance resize
+grep -E "^rebalance:" "$work/resize-dp.log"
+$check decisions "$work/resize-dp.json" --slow-rank 1 --first resize --back
+$check losses "$work/one.json" "$work/resize-dp.json" --rel 0.1
 # ZeRO-1: the optimizer state split over the replicas along the dimensions
 # Megatron keeps whole (rebalance=true keeps it off the split ones), so a
 # block's moments move in shards, each replica's with its rows.
