@@ -120,7 +120,8 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
       throw std::invalid_argument("--rank-speeds: " + std::to_string(speed) +
                                   " is not a positive speed");
   // Every point spreads its blocks over one axis; the ranks along the other
-  // axes (data-parallel replicas) hold the same blocks as their peers.
+  // axes (data-parallel replicas, 2D's other axis) hold the same blocks as
+  // their peers at the same position.
   const BlockAssignment &blocks = params.blocks();
   for (size_t p = 1; p < blocks.numPoints(); ++p)
     if (blocks.axis(p) != blocks.axis(0))
@@ -153,8 +154,8 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
 
 StepCosts Rebalancer::memberCosts(const StepCosts &perRank) const {
   // Each member of the rebalance axis stands for the ranks at its position
-  // of every replica: they compute the same blocks and meet at the
-  // collectives over the other axes, so the slowest of them sets its cost.
+  // along the other axes: they compute the same blocks and meet at the
+  // collectives over those axes, so the slowest of them sets its cost.
   const int64_t members = params.blocks().members(0);
   StepCosts costs;
   costs.fixed.assign(size_t(members), 0.0);

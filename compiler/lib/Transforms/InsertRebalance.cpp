@@ -151,10 +151,11 @@ DenseMap<Value, Sameness> samenessOver(func::FuncOp func, int64_t axis) {
 
 /// Whether the exchange `op` leaves dimension `d` of its operands and result
 /// as it is, and exchanges only between ranks of the other grid axes than
-/// `axis`. Those ranks (data-parallel replicas) hold the same blocks (the
-/// runtime takes one decision for all of them), so the exchange pairs equal
-/// blocks; a gather, scatter or split over the group changes the per-rank
-/// extent of the dimension it works on, which would cut across the blocks.
+/// `axis`. Those ranks (data-parallel replicas, 2D's other axis) hold the
+/// same blocks (the runtime takes one decision for all of them), so the
+/// exchange pairs equal blocks; a gather, scatter or split over the group
+/// changes the per-rank extent of the dimension it works on, which would
+/// cut across the blocks.
 bool exchangesEqualBlocks(Operation *op, int64_t axis, int64_t d) {
   auto axes = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
   // A ring shift's wait completes the exchange its start (operand 0) began.

@@ -129,8 +129,10 @@ class Rebalancer {
 public:
   /// Throws std::invalid_argument if the policy is not off and the plan has
   /// no rebalance point, or if its points spread over different axes. The
-  /// ranks along the other axes (data-parallel replicas) keep the same
-  /// blocks: every rank takes the same decisions from the same timings.
+  /// ranks along the other axes (data-parallel replicas, 2D's other axis)
+  /// keep the same blocks: every rank takes the same decisions from the
+  /// same timings, each position of the points' axis costed by its slowest
+  /// rank.
   Rebalancer(const LoadedPlan &plan, ParamStore &params, GridComm *comm,
              RebalanceOptions options);
 
