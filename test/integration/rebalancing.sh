@@ -59,6 +59,17 @@ four_points() { # REMARKS AXIS WHAT: 4 points over AXIS, all movable in @train_s
     exit 1
   fi
 }
+# RANKS NAME: plain-NAME.tpplan and rb-NAME.tpplan at the even split train
+# bit-identically.
+even_split() {
+  train "$1" "$work/plain-$2.tpplan" "$work/plain-$2" --steps $steps \
+    --export "$work/plain-$2"
+  train "$1" "$work/rb-$2.tpplan" "$work/even-$2" --steps $steps \
+    --export "$work/even-$2"
+  $check losses "$work/plain-$2.json" "$work/even-$2.json" --rel 0
+  $check weights "$work/plain-$2/model.safetensors" \
+    "$work/even-$2/model.safetensors" --exact
+}
 # RANKS PLAN NAME: rank 3 (axis-1 position 1 on a 2x2 grid) 8x slow for
 # steps 4-12 and rank 0 from step 13: blocks move off position 1 and back,
 # and training stays exact.
@@ -95,13 +106,7 @@ for variant in nosp sp sp-ring; do
   four_points "$work/rb-$variant.remarks" 0 "$variant"
 
   echo "== $model, $variant: even split"
-  train 2 "$work/plain-$variant.tpplan" "$work/plain-$variant" --steps $steps \
-    --export "$work/plain-$variant"
-  train 2 "$work/rb-$variant.tpplan" "$work/even-$variant" --steps $steps \
-    --export "$work/even-$variant"
-  $check losses "$work/plain-$variant.json" "$work/even-$variant.json" --rel 0
-  $check weights "$work/plain-$variant/model.safetensors" \
-    "$work/even-$variant/model.safetensors" --exact
+  even_split 2 "$variant"
 
   for policy in migrate auto; do
     name=$policy-$variant
@@ -223,13 +228,7 @@ echo "== $model: dp 2 x 1D 2, a straggler in one replica"
   --tp-pipeline="mode=1d grid=2 dp=2 rebalance=true rebalance-granularity=16" \
   2> "$work/rb-dp.remarks"
 four_points "$work/rb-dp.remarks" 1 dp
-train 4 "$work/plain-dp.tpplan" "$work/plain-dp" --steps $steps \
-  --export "$work/plain-dp"
-train 4 "$work/rb-dp.tpplan" "$work/even-dp" --steps $steps \
-  --export "$work/even-dp"
-$check losses "$work/plain-dp.json" "$work/even-dp.json" --rel 0
-$check weights "$work/plain-dp/model.safetensors" \
-  "$work/even-dp/model.safetensors" --exact
+even_split 4 dp
 $check same-volume "$work/even-dp.json" "$work/rb-dp.remarks"
 migrate_and_back 4 "$work/rb-dp.tpplan" migrate-dp
 # Resized alike in both replicas (approximate, as in 1D), then every block
