@@ -1142,9 +1142,11 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
     runner.run();
   };
   timedStep(out.stepSeconds, [&] {
-    // Chunks over the longest prompt; each sample draws its first token
-    // from the chunk holding its prompt's last token.
-    for (int64_t first = 0; first < out.longest(); first += chunk) {
+    // Chunks over the longest prompt (taken before any sample grows); each
+    // sample draws its first token from the chunk holding its prompt's last
+    // token.
+    const int64_t longest = out.longest();
+    for (int64_t first = 0; first < longest; first += chunk) {
       feed(
           prefill, [&](int64_t) { return first; }, chunk);
       std::span<const float> logits = prefill.result(prefillLogits);
