@@ -131,14 +131,10 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
           std::to_string(blocks.axis(0)) + " and " +
           std::to_string(blocks.axis(p)) + "); rebalancing supports one");
   if (blocks.numPoints() > 0) {
-    std::vector<int64_t> shape(plan.plan().grid()->begin(),
-                               plan.plan().grid()->end());
-    const int64_t axis = blocks.axis(0);
-    if (axis < 0 || axis >= int64_t(shape.size()))
-      throw std::invalid_argument("--rebalance: the rebalance axis is not an "
-                                  "axis of the plan's grid");
+    const std::vector<int64_t> shape(plan.plan().grid()->begin(),
+                                     plan.plan().grid()->end());
     for (int r = 0; r < ranks; ++r)
-      memberOf.push_back(GridComm::coordsOf(shape, r)[size_t(axis)]);
+      memberOf.push_back(blocks.memberAt(0, GridComm::coordsOf(shape, r)));
   }
   settlePatience = this->options.patience;
   if (this->options.policy == RebalancePolicy::Off && given.empty())
