@@ -259,6 +259,8 @@ import json, sys
 work, name = sys.argv[1:]
 m = json.load(open(f"{work}/prompts-{name}.json"))
 assert [len(s["prompt_ids"]) for s in m["samples"]] == [30, 2, 15], m["samples"]
+# The longest prompt, 30 tokens, takes two chunks of 24.
+assert m.get("prefill_chunks", 2) == 2, m["prefill_chunks"]
 for i, sample in enumerate(m["samples"]):
     alone = json.load(open(f"{work}/alone-{name}-{i}.json"))
     assert sample["prompt_ids"] == alone["prompt_ids"], (name, i)
@@ -268,6 +270,10 @@ PY
   done
 done
 echo "prompts: each of 3 samples equals its prompt alone, bit for bit (1 and 2 ranks, cached and whole prefix)"
+# A prompt of exactly one chunk takes one @prefill run.
+PROMPT=$(first_tokens $seq) generate one-chunk 1 "$work/one.tpplan" --generate 3
+"$python" -c 'import json, sys; m = json.load(open(sys.argv[1]))
+assert m["prefill_chunks"] == 1, m["prefill_chunks"]' "$work/one-chunk.json"
 
 echo "== past the plan's sequence, errors"
 generate long 1 "$work/one.tpplan" --generate 40 --no-kv-cache

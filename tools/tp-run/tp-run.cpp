@@ -946,6 +946,8 @@ struct Generated {
   /// This rank's KV caches, when generation used them, and the arenas and
   /// inputs of the programs that ran.
   uint64_t cacheBytes = 0, arenaBytes = 0, inputBytes = 0;
+  /// The @prefill runs over the prompts (KV caches only).
+  int64_t prefillChunks = 0;
   /// The ids that end a sample (none: every sample runs to --generate), and
   /// per sample how many new tokens it kept (its first end token included),
   /// or -1 while it runs on.
@@ -1147,6 +1149,7 @@ void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
     // token.
     const int64_t longest = out.longest();
     for (int64_t first = 0; first < longest; first += chunk) {
+      ++out.prefillChunks;
       feed(
           prefill, [&](int64_t) { return first; }, chunk);
       std::span<const float> logits = prefill.result(prefillLogits);
@@ -1303,8 +1306,10 @@ int generateRun(const Options &o, Prepared &p) {
     json["seconds"] = seconds;
     // The first step reads the prompt (prefill); each later one a token.
     json["step_seconds"] = out.stepSeconds;
-    if (kvCache)
+    if (kvCache) {
       json["kv_cache_bytes_per_rank"] = out.cacheBytes;
+      json["prefill_chunks"] = out.prefillChunks;
+    }
     // This rank's: each program's arena and inputs, the parameters, the
     // KV caches.
     json["memory"] = {
