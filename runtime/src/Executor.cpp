@@ -1,6 +1,7 @@
 #include "tpc/runtime/Executor.h"
 
 #include "tpc/runtime/Comm.h"
+#include "tpc/runtime/DType.h"
 #include "tpc/runtime/Init.h"
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Safetensors.h"
@@ -572,10 +573,12 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
       writesParams |= where == Storage::Param || where == Storage::ExpAvg ||
                       where == Storage::ExpAvgSq;
     }
+  // Host copies of results the host cannot read in place (device memory,
+  // or bf16 results widened to f32).
+  resultCopies.resize(program->results()->size());
   if (!backend.hostVisible()) {
     for (const auto &input : inputs)
       deviceInputs.push_back(backend.allocate(input.size() * sizeof(uint64_t)));
-    resultCopies.resize(program->results()->size());
     staged = std::make_unique<StagedSteps>(backend);
   } else if (!std::all_of(program->steps()->begin(), program->steps()->end(),
                           [&](const plan::Step *step) {
@@ -744,11 +747,23 @@ std::span<const float> ProgramRunner::result(size_t index) const {
   uint32_t tensor = program->results()->Get(index);
   auto *self = const_cast<ProgramRunner *>(this);
   const size_t count = size_t(elements(tensor));
-  if (backend.hostVisible())
+  const plan::DType dtype = program->tensors()->Get(tensor)->dtype();
+  if (backend.hostVisible() && dtype == plan::DType::F32)
     return {reinterpret_cast<const float *>(self->storage(tensor)), count};
   std::vector<float> &copy = resultCopies[index];
   copy.resize(count);
-  backend.download(copy.data(), self->storage(tensor), count * sizeof(float));
+  if (dtype == plan::DType::F32) {
+    backend.download(copy.data(), self->storage(tensor), count * sizeof(float));
+    return copy;
+  }
+  // A bf16 result (logits under mixed precision), widened exactly.
+  std::vector<uint16_t> stored(count);
+  if (backend.hostVisible())
+    std::memcpy(stored.data(), self->storage(tensor), count * sizeof(uint16_t));
+  else
+    backend.download(stored.data(), self->storage(tensor),
+                     count * sizeof(uint16_t));
+  widenBf16(stored.data(), copy.data(), int64_t(count));
   return copy;
 }
 
@@ -758,7 +773,8 @@ std::vector<int64_t> ProgramRunner::resultShape(size_t index) const {
 
 void ProgramRunner::bindTensors() {
   for (uint32_t i = 0; i < bindings.size(); ++i)
-    bindings[i] = {storage(i), shapes[i], elements(i)};
+    bindings[i] = {storage(i), shapes[i], elements(i),
+                   program->tensors()->Get(i)->dtype()};
 }
 
 void ProgramRunner::updateShapes() {

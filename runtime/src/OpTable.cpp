@@ -472,6 +472,22 @@ constexpr OpInfo withPrecision(OpInfo info) {
   return info;
 }
 
+/// `info` whose float operands `stored` (bits) are read as stored, and
+/// whose operands `operands` and results `results` (bits) must be f32.
+constexpr OpInfo withPrecisions(OpInfo info, uint8_t stored, uint8_t operands,
+                                uint8_t results) {
+  info.storedOperands = stored;
+  info.f32Operands = operands;
+  info.f32Results = results;
+  return info;
+}
+
+/// `info` for a kind whose result has its operand 0's dtype.
+constexpr OpInfo keepsDType(OpInfo info) {
+  info.resultHasOperandDType = true;
+  return info;
+}
+
 /// `info` for a kind that uses the grid communicator.
 constexpr OpInfo onGrid(OpInfo info, GridUse use,
                         AsyncRole role = AsyncRole::None) {
@@ -485,7 +501,8 @@ constexpr auto kAlways = GridUse::Always, kWithAxes = GridUse::WhenAxesNamed,
 
 // In enum order (checked below), so a kind indexes its entry.
 constexpr std::array kOps = {
-    onGrid(op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}),
+    onGrid(withPrecisions(op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}),
+                          /*stored=*/0b1, 0, 0),
            kPlacementWithAxes),
     onGrid(op(OpKind::EmbeddingGrad, 2, 1, checkEmbeddingGrad, {F, I32}),
            kPlacementWithAxes),
@@ -499,52 +516,78 @@ constexpr std::array kOps = {
     op(OpKind::Silu, 1, 1, checkElementwise),
     op(OpKind::GeluGrad, 2, 1, checkElementwiseGrad),
     op(OpKind::SiluGrad, 2, 1, checkElementwiseGrad),
-    onGrid(op(OpKind::LayerNorm, 3, 1, checkNorm), kWithAxes),
-    onGrid(op(OpKind::LayerNormGrad, 3, 3, checkNormGrad), kWithAxes),
-    onGrid(op(OpKind::RmsNorm, 2, 1, checkNorm), kWithAxes),
-    onGrid(op(OpKind::RmsNormGrad, 3, 2, checkNormGrad), kWithAxes),
+    // The gain and bias are read as stored (f32 masters).
+    onGrid(withPrecisions(op(OpKind::LayerNorm, 3, 1, checkNorm), 0b110, 0, 0),
+           kWithAxes),
+    onGrid(withPrecisions(op(OpKind::LayerNormGrad, 3, 3, checkNormGrad), 0b100,
+                          0, 0),
+           kWithAxes),
+    onGrid(withPrecisions(op(OpKind::RmsNorm, 2, 1, checkNorm), 0b10, 0, 0),
+           kWithAxes),
+    onGrid(withPrecisions(op(OpKind::RmsNormGrad, 3, 2, checkNormGrad), 0b100,
+                          0, 0),
+           kWithAxes),
     op(OpKind::Softmax, 1, 1, checkSoftmax),
     op(OpKind::SoftmaxGrad, 2, 1, checkElementwiseGrad),
     withOptionalOperands(op(OpKind::Rotary, 2, 1, checkRotary, {F, I32}), 1),
-    op(OpKind::Reshape, 1, 1, checkReshape, {F}, ResultPlacement::AliasOperand),
-    op(OpKind::Transpose, 1, 1, checkTranspose),
-    op(OpKind::Slice, 1, 1, checkSlice),
+    keepsDType(op(OpKind::Reshape, 1, 1, checkReshape, {F},
+                  ResultPlacement::AliasOperand)),
+    keepsDType(op(OpKind::Transpose, 1, 1, checkTranspose)),
+    keepsDType(op(OpKind::Slice, 1, 1, checkSlice)),
     op(OpKind::ReduceSum, 1, 1, checkReduce),
     op(OpKind::ReduceMean, 1, 1, checkReduce),
-    onGrid(op(OpKind::CrossEntropy, 2, 1, checkCrossEntropy, {F, I32}),
+    onGrid(withPrecisions(
+               op(OpKind::CrossEntropy, 2, 1, checkCrossEntropy, {F, I32}), 0,
+               0, /*f32 results=*/0b1),
            kWithAxes),
-    onGrid(
-        op(OpKind::CrossEntropyGrad, 3, 1, checkCrossEntropyGrad, {F, I32, F}),
-        kWithAxes),
+    onGrid(withPrecisions(op(OpKind::CrossEntropyGrad, 3, 1,
+                             checkCrossEntropyGrad, {F, I32, F}),
+                          0, /*f32 operands=*/0b100, 0),
+           kWithAxes),
     // (param, grad, exp_avg, exp_avg_sq, lr, step, grad_scale) -> (param,
-    // exp_avg, exp_avg_sq), each result updating its operand in place.
-    op(OpKind::AdamW, 7, 3, checkAdamW, {F, F, F, F, F, I64, F},
-       ResultPlacement::UpdateInPlace, {0, 2, 3}),
+    // exp_avg, exp_avg_sq), each result updating its operand in place; all
+    // f32 (master weights and their optimizer state).
+    withPrecisions(op(OpKind::AdamW, 7, 3, checkAdamW, {F, F, F, F, F, I64, F},
+                      ResultPlacement::UpdateInPlace, {0, 2, 3}),
+                   0, 0b1011111, 0b111),
     op(OpKind::Constant, 0, 1, checkConstant),
-    op(OpKind::Pad, 1, 1, checkPad),
-    op(OpKind::NormSquared, 1, 1, checkNormSquared),
-    op(OpKind::LrSchedule, 2, 1, checkHyperparameterScalar, {I64, F}),
-    op(OpKind::ClipScale, 2, 1, checkHyperparameterScalar),
-    onGrid(op(OpKind::AllReduce, 1, 1, checkCollective), kAlways),
-    onGrid(op(OpKind::AllGather, 1, 1, checkCollective), kAlways),
-    onGrid(op(OpKind::ReduceScatter, 1, 1, checkCollective), kAlways),
-    onGrid(op(OpKind::AllToAll, 1, 1, checkCollective), kAlways),
-    onGrid(op(OpKind::LocalSplit, 1, 1, checkCollective), kPlacement),
-    onGrid(op(OpKind::RingShiftStart, 1, 1, checkCollective), kAlways,
-           AsyncRole::Starts),
-    onGrid(op(OpKind::RingShiftWait, 2, 1, checkRingShiftWait, {F, F},
-              ResultPlacement::AliasOperand),
-           kAlways, AsyncRole::Waits),
-    onGrid(op(OpKind::RingSlice, 1, 1, checkCollective), kPlacement),
-    onGrid(op(OpKind::RingInsert, 2, 1, checkRingInsert, {F, F},
-              ResultPlacement::AliasOperand),
-           kPlacement),
-    withOptionalOperands(withPrecision(op(OpKind::Attention, 4, 2,
-                                          checkAttention, {F, F, F, I32})),
-                         1),
-    withPrecision(op(OpKind::AttentionGrad, 6, 3, checkAttentionGrad)),
-    op(OpKind::CacheWrite, 3, 1, checkCacheWrite, {F, F, I32},
-       ResultPlacement::UpdateInPlace, {0}),
+    keepsDType(op(OpKind::Pad, 1, 1, checkPad)),
+    withPrecisions(op(OpKind::NormSquared, 1, 1, checkNormSquared), 0, 0, 0b1),
+    withPrecisions(
+        op(OpKind::LrSchedule, 2, 1, checkHyperparameterScalar, {I64, F}), 0,
+        0b10, 0b1),
+    withPrecisions(op(OpKind::ClipScale, 2, 1, checkHyperparameterScalar), 0,
+                   0b11, 0b1),
+    keepsDType(onGrid(op(OpKind::AllReduce, 1, 1, checkCollective), kAlways)),
+    keepsDType(onGrid(op(OpKind::AllGather, 1, 1, checkCollective), kAlways)),
+    keepsDType(
+        onGrid(op(OpKind::ReduceScatter, 1, 1, checkCollective), kAlways)),
+    keepsDType(onGrid(op(OpKind::AllToAll, 1, 1, checkCollective), kAlways)),
+    keepsDType(
+        onGrid(op(OpKind::LocalSplit, 1, 1, checkCollective), kPlacement)),
+    keepsDType(onGrid(op(OpKind::RingShiftStart, 1, 1, checkCollective),
+                      kAlways, AsyncRole::Starts)),
+    keepsDType(onGrid(op(OpKind::RingShiftWait, 2, 1, checkRingShiftWait,
+                         {F, F}, ResultPlacement::AliasOperand),
+                      kAlways, AsyncRole::Waits)),
+    keepsDType(
+        onGrid(op(OpKind::RingSlice, 1, 1, checkCollective), kPlacement)),
+    keepsDType(onGrid(op(OpKind::RingInsert, 2, 1, checkRingInsert, {F, F},
+                         ResultPlacement::AliasOperand),
+                      kPlacement)),
+    // The log-sum-exp is an f32 statistic whatever the activations' dtype.
+    withPrecisions(
+        withOptionalOperands(withPrecision(op(OpKind::Attention, 4, 2,
+                                              checkAttention, {F, F, F, I32})),
+                             1),
+        0, 0, /*f32 results=*/0b10),
+    withPrecisions(
+        withPrecision(op(OpKind::AttentionGrad, 6, 3, checkAttentionGrad)), 0,
+        /*f32 operands=*/0b100000, 0),
+    keepsDType(op(OpKind::CacheWrite, 3, 1, checkCacheWrite, {F, F, I32},
+                  ResultPlacement::UpdateInPlace, {0})),
+    // Any float type to any other.
+    withPrecisions(op(OpKind::Convert, 1, 1, checkElementwise), 0b1, 0, 0),
 };
 
 constexpr bool inEnumOrder() {
@@ -620,6 +663,10 @@ const OpInfo *findOpInfo(plan::OpKind kind) {
 }
 
 std::span<const OpInfo> opTable() { return kOps; }
+
+bool isFloatDType(plan::DType dtype, uint32_t minor) {
+  return dtype == DT::F32 || (dtype == DT::BF16 && minor >= kPlanBf16Minor);
+}
 
 bool stepUsesGrid(const plan::Step &step) {
   const OpInfo *info = findOpInfo(step.kind());

@@ -190,9 +190,13 @@ void ProgramChecker::checkTensors() {
     bool isWritten = false;
     // An if-chain, not a switch: an untrusted file may hold any value.
     if (t.storage() == Storage::Arena) {
-      if (t.dtype() != PlanDType::F32)
+      if (!isFloatDType(t.dtype(), plan.version_minor()))
         fail(what + " is an activation of type " + dtypeName(t.dtype()) +
-             "; activations are f32");
+             "; activations are f32" +
+             (plan.version_minor() >= kPlanBf16Minor
+                  ? " or bf16"
+                  : " (bf16 from plan format 1." +
+                        std::to_string(kPlanBf16Minor) + ")"));
       // The arena is 64-byte aligned; kernels load whole elements.
       if (t.offset() % dtypeSize(t.dtype()) != 0)
         fail(what + " starts at byte " + std::to_string(t.offset()) +
@@ -320,6 +324,10 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
   if (!info)
     fail(at + ": this runtime cannot execute op kind " +
          std::to_string(unsigned(step.kind())));
+  if (step.kind() == plan::OpKind::Convert &&
+      plan.version_minor() < kPlanBf16Minor)
+    fail(at + ": op kind Convert is not in plan format 1." +
+         std::to_string(plan.version_minor()));
   const size_t fewestOperands = info->numOperands - info->optionalOperands;
   if (step.operands()->size() < fewestOperands ||
       step.operands()->size() > info->numOperands ||
@@ -333,6 +341,7 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
          " results, got " + std::to_string(step.operands()->size()) + " and " +
          std::to_string(step.results()->size()));
   std::vector<TensorType> in, out;
+  std::optional<PlanDType> activationDType; // of the first activation
   for (size_t i = 0; i < step.operands()->size(); ++i) {
     uint32_t id = step.operands()->Get(i);
     if (id >= tensors.size())
@@ -349,9 +358,27 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
       fail(at + ": reads tensor " + std::to_string(id) +
            " while a ring shift is still receiving it");
     PlanDType expected = info->operandDTypes[i];
-    if (tensors[id].dtype != expected)
+    const PlanDType actual = tensors[id].dtype;
+    if (expected == PlanDType::F32) {
+      // A float: f32 or bf16 (OpInfo's precision rules).
+      const bool mustBeF32 = info->f32Operands >> i & 1;
+      if (mustBeF32 ? actual != PlanDType::F32
+                    : !isFloatDType(actual, plan.version_minor()))
+        fail(at + ": operand " + std::to_string(i) + " must be " +
+             (mustBeF32 ? "f32" : "a float tensor") + ", got " +
+             dtypeName(actual));
+      if (!mustBeF32 && !(info->storedOperands >> i & 1)) {
+        if (!activationDType)
+          activationDType = actual;
+        else if (actual != *activationDType)
+          fail(at + ": operand " + std::to_string(i) + " is " +
+               dtypeName(actual) + " but the step's other activations are " +
+               dtypeName(*activationDType));
+      }
+    } else if (actual != expected) {
       fail(at + ": operand " + std::to_string(i) + " must be " +
-           dtypeName(expected) + ", got " + dtypeName(tensors[id].dtype));
+           dtypeName(expected) + ", got " + dtypeName(actual));
+    }
     // Integer operands are read from the program's inputs.
     if (expected != PlanDType::F32 &&
         program.tensors()->Get(id)->storage() != Storage::Input)
@@ -362,9 +389,16 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     uint32_t id = step.results()->Get(i);
     if (id >= tensors.size())
       fail(at + ": result tensor " + std::to_string(id) + " is out of range");
-    if (tensors[id].dtype != PlanDType::F32)
-      fail(at + ": result " + std::to_string(i) + " must be f32, got " +
-           dtypeName(tensors[id].dtype));
+    const PlanDType dtype = tensors[id].dtype;
+    if (info->f32Results >> i & 1 ? dtype != PlanDType::F32
+                                  : !isFloatDType(dtype, plan.version_minor()))
+      fail(at + ": result " + std::to_string(i) + " must be " +
+           (info->f32Results >> i & 1 ? "f32" : "a float tensor") + ", got " +
+           dtypeName(dtype));
+    if (i == 0 && info->resultHasOperandDType && !in.empty() &&
+        dtype != in[0].dtype)
+      fail(at + ": result 0 is " + dtypeName(dtype) +
+           " but this kind keeps its operand's " + dtypeName(in[0].dtype));
     const plan::Tensor &t = *program.tensors()->Get(id);
     if (t.storage() != Storage::Arena) {
       // Outside the arena a result may only be a view of its operand or
@@ -543,7 +577,7 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
     }
     if (param.dtype() != PlanDType::F32)
       fail(what + ": parameter '" + name + "' is " + dtypeName(param.dtype()) +
-           "; this runtime computes in f32 only");
+           "; parameters are f32 masters");
     if (param.init() != plan::Init::Normal &&
         param.init() != plan::Init::Zeros && param.init() != plan::Init::Ones)
       fail(what + ": parameter '" + name + "' has an unknown init");
@@ -557,9 +591,10 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
     const std::string name = cache.name()->str();
     if (!cacheNames.insert(name).second)
       fail(what + ": KV cache '" + name + "' appears twice");
-    if (cache.dtype() != PlanDType::F32)
+    if (!isFloatDType(cache.dtype(), p.version_minor()))
       fail(what + ": KV cache '" + name + "' is " + dtypeName(cache.dtype()) +
-           "; this runtime computes in f32 only");
+           "; KV caches are f32 or (from plan format 1." +
+           std::to_string(kPlanBf16Minor) + ") bf16");
     if (cache.shape()->size() < 3 || cache.shape()->size() > kMaxRank)
       fail(what + ": KV cache '" + name + "' has rank " +
            std::to_string(cache.shape()->size()) + " (3 to " +

@@ -37,21 +37,21 @@ void StagedSteps::run(const Dispatch &d) {
   std::array<uint64_t, kMaxStepResults> resultBytes{};
   for (size_t i = 0; i < d.operands.size(); ++i) {
     const TensorBinding &t = d.operands[i];
-    const uint64_t bytes =
-        uint64_t(t.elements) * uint64_t(dtypeSize(info.operandDTypes[i]));
-    operands[i] = {hostCopy(t, bytes, /*download=*/true), t.shape, t.elements};
+    operands[i] = {hostCopy(t, t.bytes(), /*download=*/true), t.shape,
+                   t.elements, t.dtype};
   }
   for (size_t i = 0; i < d.results.size(); ++i) {
     const TensorBinding &t = d.results[i];
-    resultBytes[i] = uint64_t(t.elements) * sizeof(float);
+    resultBytes[i] = t.bytes();
     results[i] = {hostCopy(t, resultBytes[i], /*download=*/false), t.shape,
-                  t.elements};
+                  t.elements, t.dtype};
   }
   Backend &cpu = cpuBackend();
   cpu.enqueue({d.step,
                {operands.data(), d.operands.size()},
                {results.data(), d.results.size()},
-               d.comm});
+               d.comm,
+               d.bf16Products});
   cpu.synchronize();
   if (info.async == AsyncRole::Starts) {
     // MPI sends from the operand's copy and receives into the result's

@@ -193,6 +193,74 @@ def train(args):
     return 0
 
 
+def train_bf16(args):
+    """tpc's mixed-precision loss curve against PyTorch autocast's (bf16 products on f32 masters,
+    AdamW in f32), with the f32 curve of the same run as the scale of bf16's noise."""
+    import torch
+
+    torch.set_num_threads(1)
+    with open(args.actual) as f:
+        metrics = json.load(f)
+    curve = {int(r["step"]): float(r["loss"]) for r in metrics.get("loss_curve", [])}
+    if sorted(curve) != list(range(1, args.steps + 1)):
+        raise UsageError(f"{args.actual}: loss_curve does not hold steps 1..{args.steps}")
+    tokens = reference.read_tokens(os.path.join(args.model, "tokens.tokens"))
+
+    def run(autocast):
+        model = _load_model(args.model, torch.float32)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+        losses = []
+        for step in range(1, args.steps + 1):
+            inputs, targets = _batch(tokens, step, args.batch, args.seq)
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(input_ids=inputs, use_cache=False).logits
+            # The loss from the (bf16) logits in f32, as tpc's kernel computes it.
+            loss = torch.nn.functional.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            loss.backward()
+            if args.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+            lr = _learning_rate(step, args.lr, args.min_lr, args.warmup, args.decay_steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    autocast, full = run(True), run(False)
+    actual = [curve[s] for s in range(1, args.steps + 1)]
+    rel = [abs(a - r) / abs(r) for a, r in zip(actual, autocast)]
+    noise = [abs(a - f) / abs(f) for a, f in zip(autocast, full)]
+    for step in range(1, args.steps + 1):
+        if step <= 5 or step % 20 == 0:
+            print(f"step {step:3d}: autocast {autocast[step - 1]:.6f} tpc {actual[step - 1]:.6f} "
+                  f"rel {rel[step - 1]:.2e} (autocast vs f32 {noise[step - 1]:.2e})")
+    mean_rel, mean_noise = sum(rel) / len(rel), sum(noise) / len(noise)
+    print(f"train-bf16: {args.steps} steps, worst rel {max(rel):.3e}, mean rel {mean_rel:.3e}; "
+          f"autocast against f32: worst {max(noise):.3e}, mean {mean_noise:.3e}")
+    # Within bf16's noise: tpc strays from autocast no more than autocast strays from f32, up to
+    # the factors (two bf16 schemes round at different points: autocast keeps the residual stream
+    # and norm outputs in f32, tpc stores every activation in bf16 as Megatron-LM does), and
+    # below the absolute bounds.
+    failures = []
+    if mean_rel > args.noise_factor * mean_noise or mean_rel > args.mean_rtol:
+        failures.append(f"mean rel {mean_rel:.3e} > min({args.noise_factor} x {mean_noise:.3e}, "
+                        f"{args.mean_rtol:.1e})")
+    if max(rel) > 2 * args.noise_factor * max(noise) or max(rel) > args.rtol:
+        failures.append(f"worst rel {max(rel):.3e} > min({2 * args.noise_factor} x {max(noise):.3e}, "
+                        f"{args.rtol:.1e})")
+    if failures:
+        print("train-bf16: FAIL: " + "; ".join(failures), file=sys.stderr)
+        return 1
+    print("train-bf16: PASS")
+    return 0
+
+
 def export(args):
     import numpy as np
     import torch
@@ -229,24 +297,28 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gradients")
     t = sub.add_parser("train")
+    b = sub.add_parser("train-bf16")
     e = sub.add_parser("export")
-    for p in (g, t):
+    for p in (g, t, b):
         p.add_argument("--model", required=True)
-    for p in (g, t, e):
+    for p in (g, t, e, b):
         p.add_argument("--batch", type=int, required=True)
         p.add_argument("--seq", type=int, required=True)
         p.add_argument("--actual", required=True)
         p.add_argument("--rtol", type=float, default=1e-4)
-    t.add_argument("--steps", type=int, required=True)
-    t.add_argument("--lr", type=float, required=True)
-    t.add_argument("--min-lr", type=float, required=True)
-    t.add_argument("--warmup", type=float, required=True)
-    t.add_argument("--decay-steps", type=float, required=True)
-    t.add_argument("--clip", type=float, required=True)
-    t.add_argument("--weight-decay", type=float, default=0.01)
-    t.add_argument("--beta1", type=float, default=0.9)
-    t.add_argument("--beta2", type=float, default=0.999)
-    t.add_argument("--eps", type=float, default=1e-8)
+    for p in (t, b):
+        p.add_argument("--steps", type=int, required=True)
+        p.add_argument("--lr", type=float, required=True)
+        p.add_argument("--min-lr", type=float, required=True)
+        p.add_argument("--warmup", type=float, required=True)
+        p.add_argument("--decay-steps", type=float, required=True)
+        p.add_argument("--clip", type=float, required=True)
+        p.add_argument("--weight-decay", type=float, default=0.01)
+        p.add_argument("--beta1", type=float, default=0.9)
+        p.add_argument("--beta2", type=float, default=0.999)
+        p.add_argument("--eps", type=float, default=1e-8)
+    b.add_argument("--mean-rtol", type=float, required=True)
+    b.add_argument("--noise-factor", type=float, default=2.0)
     t.add_argument("--eval-every", type=int, default=0)
     t.add_argument("--eval-fraction", type=float, default=0.0)
     t.add_argument("--eval-batches", type=int, default=0)
@@ -254,7 +326,8 @@ def main(argv=None):
     e.add_argument("--tokens", required=True)
     args = parser.parse_args(argv)
     try:
-        return {"gradients": gradients, "train": train, "export": export}[args.command](args)
+        return {"gradients": gradients, "train": train, "train-bf16": train_bf16,
+                "export": export}[args.command](args)
     except UsageError as error:
         print(f"training_reference: error: {error}", file=sys.stderr)
         return 2

@@ -9,10 +9,12 @@
 // one rank and leave the others waiting); ctest's timeout catches a hang.
 
 #include "tpc/runtime/Comm.h"
+#include "tpc/runtime/DType.h"
 #include "tpc/runtime/SanitizerDefaults.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <numeric>
@@ -160,6 +162,87 @@ TEST(Grid1D, CoordsGroupsAndCollectives) {
   EXPECT_EQ(received, expectedBlocks);
 }
 
+// bf16 collectives (mixed precision): bf16 on the wire, sums in f32 in
+// group rank order with one rounding, so every rank gets the same bits and
+// a value that bf16 cannot hold is rounded once, not per partial sum. Bytes
+// count 2 per element.
+TEST(Grid1D, Bf16Collectives) {
+  const int n = world().size(), r = world().rank();
+  GridComm grid({n});
+  auto toBf16 = [](std::vector<float> values) {
+    std::vector<uint16_t> bits(values.size());
+    narrowToBf16(values.data(), bits.data(), int64_t(values.size()));
+    return bits;
+  };
+  auto toF32 = [](const std::vector<uint16_t> &bits) {
+    std::vector<float> values(bits.size());
+    widenBf16(bits.data(), values.data(), int64_t(bits.size()));
+    return values;
+  };
+  // all-reduce of 7 elements (not a multiple of the group): element i on
+  // rank q is 1 + 2^-8 (i + 1) + q; bf16 holds 1 + 2^-7 k exactly, so each
+  // rank's term is already rounded, and the sum in f32 rounds once.
+  std::vector<float> mine(7), want(7);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    mine[i] = 1.0f + std::ldexp(float(i + 1), -7) + float(r);
+    float sum = 0.0f;
+    for (int q = 0; q < n; ++q)
+      sum +=
+          bf16ToF32(f32ToBF16(1.0f + std::ldexp(float(i + 1), -7) + float(q)));
+    want[i] = bf16ToF32(f32ToBF16(sum));
+  }
+  std::vector<uint16_t> data = toBf16(mine);
+  grid.allReduceSum({0}, std::span<uint16_t>(data));
+  EXPECT_EQ(toF32(data), want);
+
+  // all-gather and all-to-all move bits.
+  std::vector<uint16_t> part = toBf16({float(r) + 0.5f, -float(r)}),
+                        gathered(size_t(2 * n));
+  grid.allGather({0}, std::span<const uint16_t>(part),
+                 std::span<uint16_t>(gathered));
+  for (int q = 0; q < n; ++q) {
+    EXPECT_EQ(bf16ToF32(gathered[size_t(2 * q)]), float(q) + 0.5f);
+    EXPECT_EQ(bf16ToF32(gathered[size_t(2 * q + 1)]), -float(q));
+  }
+  std::vector<float> blocks(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j)
+    blocks[size_t(j)] = float(16 * r + j);
+  std::vector<uint16_t> send = toBf16(blocks), received(static_cast<size_t>(n));
+  grid.allToAll({0}, std::span<const uint16_t>(send),
+                std::span<uint16_t>(received));
+  for (int j = 0; j < n; ++j)
+    EXPECT_EQ(bf16ToF32(received[size_t(j)]), float(16 * j + r));
+
+  // reduce-scatter: block j of rank q is (q + 1) * 0.25 + j; rank r keeps
+  // block r's sum.
+  std::vector<float> full(size_t(3 * n));
+  for (size_t k = 0; k < full.size(); ++k)
+    full[k] = float(r + 1) * 0.25f + float(k / 3);
+  std::vector<uint16_t> in = toBf16(full), out(3);
+  grid.reduceScatterSum({0}, std::span<const uint16_t>(in),
+                        std::span<uint16_t>(out));
+  const float expected = 0.25f * float(n * (n + 1) / 2) + float(n * r);
+  for (uint16_t bits : out)
+    EXPECT_EQ(bf16ToF32(bits), bf16ToF32(f32ToBF16(expected)));
+
+  // Ring shift of a bf16 block.
+  std::vector<uint16_t> block = toBf16({float(r), float(r) + 0.5f}), from(2);
+  grid.startShift({0}, std::span<const uint16_t>(block),
+                  std::span<uint16_t>(from));
+  grid.finishShift(from.data());
+  const int previous = (r + n - 1) % n;
+  EXPECT_EQ(toF32(from),
+            (std::vector<float>{float(previous), float(previous) + 0.5f}));
+
+  auto stats = grid.stats();
+  const double f = double(n - 1) / n;
+  EXPECT_DOUBLE_EQ(stats["all_reduce"].bytes, 2 * f * 7 * 2);
+  EXPECT_DOUBLE_EQ(stats["all_gather"].bytes, f * 2 * n * 2);
+  EXPECT_DOUBLE_EQ(stats["all_to_all"].bytes, f * n * 2);
+  EXPECT_DOUBLE_EQ(stats["reduce_scatter"].bytes, f * 3 * n * 2);
+  EXPECT_DOUBLE_EQ(stats["ring_shift"].bytes, n == 1 ? 0.0 : 2 * 2);
+}
+
 TEST(Grid1D, Accounting) {
   const int n = world().size();
   GridComm grid({n});
@@ -214,9 +297,9 @@ TEST(Grid1D, RingShift) {
   grid.startShift({0}, a, fromA);
   EXPECT_THROW(grid.startShift({0}, a, fromA), std::invalid_argument);
   grid.startShift({0}, b, fromB);
-  grid.finishShift(fromB);
-  grid.finishShift(fromA);
-  EXPECT_THROW(grid.finishShift(fromA), std::invalid_argument);
+  grid.finishShift(fromB.data());
+  grid.finishShift(fromA.data());
+  EXPECT_THROW(grid.finishShift(fromA.data()), std::invalid_argument);
   const int previous = (r + n - 1) % n;
   for (size_t k = 0; k < a.size(); ++k)
     EXPECT_EQ(fromA[k], float(100 * previous + int(k))) << k;

@@ -563,14 +563,15 @@ TEST(CpuKernels, CacheWriteWritesRowsAtTheirPositions) {
         want[size_t(
             (o * cacheRows + positions[size_t((o / heads) * rows + t)]) * dim +
             c)] = update[size_t((o * rows + t) * dim + c)];
-  cacheWrite(cache.data(), update.data(), batch * heads, cacheRows, rows, dim,
-             positions.data(), batch);
+  auto bytes = [](auto &v) { return reinterpret_cast<std::byte *>(v.data()); };
+  cacheWrite(bytes(cache), bytes(update), batch * heads, cacheRows, rows, dim,
+             sizeof(float), positions.data(), batch);
   EXPECT_EQ(cache, want);
   const std::vector<int32_t> outside = {4, 6, 0, 5};
   expectRuntimeError(
       [&] {
-        cacheWrite(cache.data(), update.data(), batch * heads, cacheRows, rows,
-                   dim, outside.data(), batch);
+        cacheWrite(bytes(cache), bytes(update), batch * heads, cacheRows, rows,
+                   dim, sizeof(float), outside.data(), batch);
       },
       "position 6 is outside the KV cache of 6 positions");
 }

@@ -6,6 +6,7 @@
 // usable. Shapes are small and odd so that indexing mistakes show.
 #include "tpc/runtime/Backend.h"
 #include "tpc/runtime/Comm.h"
+#include "tpc/runtime/DType.h"
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Plan.h"
 
@@ -29,8 +30,15 @@ enum class Fill { Normal, Positive, Ids, Step, Hyper, Positions };
 struct Operand {
   std::vector<int64_t> shape;
   Fill fill = Fill::Normal;
-  int64_t idBound = 0; // Ids, Positions: values in [0, idBound)
+  int64_t idBound = 0;              // Ids, Positions: values in [0, idBound)
+  fb::DType dtype = fb::DType::F32; // of a Normal or Positive fill
 };
+
+/// `operand` stored in bf16 (mixed precision's activations).
+Operand bf16(Operand operand) {
+  operand.dtype = fb::DType::BF16;
+  return operand;
+}
 
 struct Attributes {
   bool transposeLhs = false, transposeRhs = false, causal = false,
@@ -50,7 +58,15 @@ struct KernelCase {
   Attributes attributes;
   /// Largest |device - cpu| / (1 + |cpu|) allowed on a GPU (f32).
   float tolerance = 1e-5f;
+  /// The results' dtypes; empty: all f32.
+  std::vector<fb::DType> resultTypes = {};
 };
+
+constexpr fb::DType kF32 = fb::DType::F32, kBf16 = fb::DType::BF16;
+/// A case's result dtype.
+fb::DType resultType(const KernelCase &c, size_t r) {
+  return c.resultTypes.empty() ? kF32 : c.resultTypes[r];
+}
 
 std::ostream &operator<<(std::ostream &os, const KernelCase &c) {
   return os << c.name;
@@ -117,7 +133,13 @@ std::vector<std::vector<uint8_t>> operandValues(const KernelCase &c) {
       for (float &x : v)
         x = operand.fill == Fill::Normal ? normal(random)
                                          : 0.5f + std::abs(normal(random));
-      put(v);
+      if (operand.dtype == fb::DType::BF16) {
+        std::vector<uint16_t> narrow(v.size());
+        narrowToBf16(v.data(), narrow.data(), n);
+        put(narrow);
+      } else {
+        put(v);
+      }
       break;
     }
     case Fill::Ids: {
@@ -160,23 +182,36 @@ std::vector<std::vector<float>> runOn(Backend &backend, const KernelCase &c) {
   for (size_t i = 0; i < c.operands.size(); ++i) {
     buffers.push_back(backend.allocate(values[i].size()));
     backend.upload(buffers.back()->data(), values[i].data(), values[i].size());
-    operands.push_back({buffers.back()->data(), c.operands[i].shape,
-                        count(c.operands[i].shape)});
+    const Operand &operand = c.operands[i];
+    const bool isFloat = operand.fill == Fill::Normal ||
+                         operand.fill == Fill::Positive ||
+                         operand.fill == Fill::Hyper;
+    operands.push_back({buffers.back()->data(), operand.shape,
+                        count(operand.shape),
+                        isFloat                      ? operand.dtype
+                        : operand.fill == Fill::Step ? fb::DType::I64
+                                                     : fb::DType::I32});
   }
   for (size_t r = 0; r < c.results.size(); ++r) {
     const int64_t n = count(c.results[r]);
+    const fb::DType dtype = resultType(c, r);
     if (info.placement == ResultPlacement::UpdateInPlace) {
       results.push_back(
-          {operands[info.updatedOperand[r]].data, c.results[r], n});
+          {operands[info.updatedOperand[r]].data, c.results[r], n, dtype});
       continue;
     }
     // NaNs where a kernel writes nothing show up in the comparison.
     std::vector<float> poison(size_t(n),
                               std::numeric_limits<float>::quiet_NaN());
-    buffers.push_back(backend.allocate(poison.size() * sizeof(float)));
-    backend.upload(buffers.back()->data(), poison.data(),
-                   poison.size() * sizeof(float));
-    results.push_back({buffers.back()->data(), c.results[r], n});
+    std::vector<uint16_t> poison16(size_t(n), 0x7FC0);
+    const bool narrow = dtype == kBf16;
+    const size_t bytes = narrow ? poison16.size() * 2 : poison.size() * 4;
+    buffers.push_back(backend.allocate(bytes));
+    backend.upload(buffers.back()->data(),
+                   narrow ? static_cast<const void *>(poison16.data())
+                          : static_cast<const void *>(poison.data()),
+                   bytes);
+    results.push_back({buffers.back()->data(), c.results[r], n, dtype});
   }
   EXPECT_TRUE(backend.runsNatively(step)) << backend.name();
   // Steps that read their place in the grid see a one-rank grid (this
@@ -187,8 +222,14 @@ std::vector<std::vector<float>> runOn(Backend &backend, const KernelCase &c) {
   std::vector<std::vector<float>> out;
   for (const TensorBinding &result : results) {
     out.emplace_back(size_t(result.elements));
-    backend.download(out.back().data(), result.data,
-                     out.back().size() * sizeof(float));
+    if (result.dtype == kBf16) {
+      std::vector<uint16_t> stored(size_t(result.elements));
+      backend.download(stored.data(), result.data, stored.size() * 2);
+      widenBf16(stored.data(), out.back().data(), result.elements);
+    } else {
+      backend.download(out.back().data(), result.data,
+                       out.back().size() * sizeof(float));
+    }
   }
   return out;
 }
@@ -552,6 +593,204 @@ const std::vector<KernelCase> &cases() {
            a.epsilon = 1e-6;
            a.weightDecay = 0.05;
          })},
+        // Mixed precision (plan 1.10): bf16 activations, each kernel
+        // computing in f32 and rounding its results once. A GPU's f32
+        // arithmetic may land on the other side of a rounding boundary:
+        // one bf16 step (2^-8) of tolerance.
+        {"ConvertToBf16",
+         OpKind::Convert,
+         {{{3, 77}}},
+         {{3, 77}},
+         none,
+         0.0f,
+         {kBf16}},
+        {"ConvertToF32",
+         OpKind::Convert,
+         {bf16({{3, 77}})},
+         {{3, 77}},
+         none,
+         0.0f,
+         {kF32}},
+        {"MatmulBf16Storage",
+         OpKind::Matmul,
+         {bf16({{2, 5, 33}}), bf16({{6, 33}})},
+         {{2, 5, 6}},
+         with([](Attributes &a) { a.transposeRhs = true; }),
+         8e-3f,
+         {kBf16}},
+        // A weight gradient: bf16 operands accumulating into f32.
+        {"MatmulBf16IntoF32",
+         OpKind::Matmul,
+         {bf16({{40, 9}}), bf16({{40, 7}})},
+         {{9, 7}},
+         with([](Attributes &a) { a.transposeLhs = true; }),
+         1e-4f,
+         {kF32}},
+        {"AddBf16",
+         OpKind::Add,
+         {bf16({{2, 3, 4}}), bf16({{4}})},
+         {{2, 3, 4}},
+         none,
+         8e-3f,
+         {kBf16}},
+        {"GeluBf16",
+         OpKind::Gelu,
+         {bf16({{300}})},
+         {{300}},
+         none,
+         8e-3f,
+         {kBf16}},
+        {"SiluGradBf16",
+         OpKind::SiluGrad,
+         {bf16({{300}}), bf16({{300}})},
+         {{300}},
+         none,
+         8e-3f,
+         {kBf16}},
+        // Gains and biases are f32 masters, read as stored.
+        {"LayerNormBf16",
+         OpKind::LayerNorm,
+         {bf16({{6, 33}}), {{33}}, {{33}}},
+         {{6, 33}},
+         with([](Attributes &a) { a.epsilon = 1e-5; }),
+         8e-3f,
+         {kBf16}},
+        {"LayerNormGradBf16",
+         OpKind::LayerNormGrad,
+         {bf16({{6, 33}}), bf16({{6, 33}}), {{33}}},
+         {{6, 33}, {33}, {33}},
+         with([](Attributes &a) { a.epsilon = 1e-5; }),
+         8e-3f,
+         {kBf16, kF32, kF32}},
+        {"RmsNormBf16",
+         OpKind::RmsNorm,
+         {bf16({{6, 33}}), {{33}}},
+         {{6, 33}},
+         with([](Attributes &a) { a.epsilon = 1e-6; }),
+         8e-3f,
+         {kBf16}},
+        {"SoftmaxCausalBf16",
+         OpKind::Softmax,
+         {bf16({{2, 5, 5}})},
+         {{2, 5, 5}},
+         with([](Attributes &a) { a.causal = true; }),
+         8e-3f,
+         {kBf16}},
+        // bf16 operands: the probabilities are rounded to bf16 before they
+        // multiply the values, as flash attention does; the log-sum-exp is
+        // f32.
+        {"AttentionBf16Storage",
+         OpKind::Attention,
+         {bf16({{2, 2, 3, 37, 24}}), bf16({{2, 2, 1, 37, 24}}),
+          bf16({{2, 2, 1, 37, 20}})},
+         {{2, 2, 3, 37, 20}, {2, 2, 3, 37}},
+         with([](Attributes &a) {
+           a.causal = true;
+           a.alpha = 0.2;
+         }),
+         1e-2f,
+         {kBf16, kF32}},
+        {"AttentionGradBf16Storage",
+         OpKind::AttentionGrad,
+         {bf16({{3, 19, 8}}),
+          bf16({{3, 19, 8}}),
+          bf16({{3, 19, 8}}),
+          bf16({{3, 19, 8}}),
+          bf16({{3, 19, 8}}),
+          {{3, 19}, Fill::Positive}},
+         {{3, 19, 8}, {3, 19, 8}, {3, 19, 8}},
+         with([](Attributes &a) {
+           a.causal = true;
+           a.alpha = 0.35;
+         }),
+         2e-2f,
+         {kBf16, kBf16, kBf16}},
+        {"RotaryBf16",
+         OpKind::Rotary,
+         {bf16({{2, 3, 6, 8}})},
+         {{2, 3, 6, 8}},
+         with([](Attributes &a) { a.theta = 10000.0; }),
+         8e-3f,
+         {kBf16}},
+        {"CacheWriteBf16",
+         OpKind::CacheWrite,
+         {bf16({{2, 3, 11, 8}}),
+          bf16({{2, 3, 4, 8}}),
+          {{2, 4}, Fill::Positions, 11}},
+         {{2, 3, 11, 8}},
+         none,
+         0.0f,
+         {kBf16}},
+        {"TransposeBf16",
+         OpKind::Transpose,
+         {bf16({{2, 3, 5}})},
+         {{5, 2, 3}},
+         with([](Attributes &a) {
+           a.ints = {2, 0, 1};
+         }),
+         0.0f,
+         {kBf16}},
+        {"SliceBf16",
+         OpKind::Slice,
+         {bf16({{5, 6}})},
+         {{3, 3}},
+         with([](Attributes &a) {
+           a.ints = {1, 2};
+         }),
+         0.0f,
+         {kBf16}},
+        {"PadBf16",
+         OpKind::Pad,
+         {bf16({{3, 3}})},
+         {{5, 6}},
+         with([](Attributes &a) {
+           a.ints = {1, 2};
+         }),
+         0.0f,
+         {kBf16}},
+        {"ReshapeBf16",
+         OpKind::Reshape,
+         {bf16({{2, 3, 4}})},
+         {{6, 4}},
+         none,
+         0.0f,
+         {kBf16}},
+        // A bias gradient: a sum of bf16 rows kept in f32.
+        {"ReduceSumBf16IntoF32",
+         OpKind::ReduceSum,
+         {bf16({{6, 5, 7}})},
+         {{7}},
+         with([](Attributes &a) {
+           a.ints = {0, 1};
+         }),
+         1e-4f,
+         {kF32}},
+        {"EmbeddingBf16",
+         OpKind::Embedding,
+         {{{11, 6}}, {{2, 5}, Fill::Ids, 11}},
+         {{2, 5, 6}},
+         none,
+         0.0f,
+         {kBf16}},
+        {"EmbeddingGradBf16",
+         OpKind::EmbeddingGrad,
+         {bf16({{2, 5, 6}}), {{2, 5}, Fill::Ids, 4}},
+         {{11, 6}},
+         none,
+         1e-5f,
+         {kF32}},
+        {"CrossEntropyBf16",
+         OpKind::CrossEntropy,
+         {bf16({{6, 13}}), {{6}, Fill::Ids, 13}},
+         {{}},
+         none},
+        {"CrossEntropyGradBf16",
+         OpKind::CrossEntropyGrad,
+         {bf16({{6, 13}}), {{6}, Fill::Ids, 13}, {{}, Fill::Positive}},
+         {{6, 13}},
+         none,
+         8e-3f,
+         {kBf16}},
     };
     return c;
   }();

@@ -336,6 +336,71 @@ TEST(PlanLoader, ChecksMatmulPrecision) {
   expectRejected(unknown, "step 1 (Matmul): precision 7 is not a matmul's");
 }
 
+TEST(PlanLoader, ChecksMixedPrecisionDTypes) {
+  // Plan 1.10: the embedding stores bf16 rows, the table's bf16 copy
+  // (Convert) feeds the product, which stores bf16; the softmax rounds into
+  // f32. It runs, and its result reads as f32.
+  PlanSpec mixed;
+  mixed.tensors[2].dtype = fb::DType::BF16;
+  mixed.tensors[3].dtype = fb::DType::BF16;
+  mixed.arena = 512;
+  mixed.tensors.push_back(
+      {fb::DType::BF16, {5, 4}, fb::Storage::Arena, 256, 0});
+  mixed.steps.insert(mixed.steps.begin() + 1, {fb::OpKind::Convert, {0}, {5}});
+  mixed.steps[2].operands = {2, 5};
+  {
+    LoadedPlan plan = load(mixed.build());
+    ParamStore params = ParamStore::initialise(plan);
+    ProgramRunner runner(plan, "forward", params);
+    runner.setInput(fb::InputKind::Tokens,
+                    std::vector<int32_t>{0, 1, 2, 3, 4, 0});
+    runner.run();
+    std::span<const float> out = runner.result(0);
+    ASSERT_EQ(out.size(), 30u);
+    for (int row = 0; row < 6; ++row) {
+      float sum = 0;
+      for (int v = 0; v < 5; ++v)
+        sum += out[row * 5 + v];
+      EXPECT_NEAR(sum, 1.0f, 1e-6f);
+    }
+  }
+  // bf16 activations and Convert need plan format 1.10.
+  PlanSpec old = mixed;
+  old.minor = kPlanBf16Minor - 1;
+  expectRejected(old, "tensor 2 is an activation of type BF16; activations "
+                      "are f32 (bf16 from plan format 1.10)");
+  PlanSpec oldConvert;
+  oldConvert.minor = kPlanBf16Minor - 1;
+  oldConvert.arena = 512;
+  oldConvert.tensors.push_back(
+      {fb::DType::F32, {5, 4}, fb::Storage::Arena, 256, 0});
+  oldConvert.steps.push_back({fb::OpKind::Convert, {0}, {5}});
+  expectRejected(oldConvert, "step 3 (Convert): op kind Convert is not in "
+                             "plan format 1.9");
+  // A product's operands are activations of one dtype.
+  PlanSpec apart = mixed;
+  apart.steps[2].operands = {2, 0};
+  expectRejected(apart, "step 2 (Matmul): operand 1 is F32 but the step's "
+                        "other activations are BF16");
+  // Kinds that move elements keep their operand's dtype.
+  PlanSpec reshaped = mixed;
+  reshaped.tensors.push_back(
+      {fb::DType::F32, {6, 4}, fb::Storage::Arena, 0, 0});
+  reshaped.steps.push_back({fb::OpKind::Reshape, {2}, {6}});
+  expectRejected(reshaped, "step 4 (Reshape): result 0 is F32 but this kind "
+                           "keeps its operand's BF16");
+  // Statistics and optimizer state are f32: a bf16 loss is refused.
+  PlanSpec loss = mixed;
+  loss.tensors.push_back({fb::DType::BF16, {}, fb::Storage::Arena, 0, 0});
+  loss.steps.push_back({fb::OpKind::CrossEntropy, {3, 1}, {6}});
+  expectRejected(loss, "step 4 (CrossEntropy): result 0 must be f32, got BF16");
+  // Parameters are f32 masters.
+  PlanSpec param = mixed;
+  param.tensors[0].dtype = fb::DType::BF16;
+  expectRejected(param, "views parameter 'wte' (or its optimizer state) with a "
+                        "different size or dtype");
+}
+
 TEST(PlanLoader, ChecksAttentionShapes) {
   // The embedding [2, 3, 4] as query, key and value of a causal attention:
   // result [2, 3, 4], logsumexp [2, 3].

@@ -266,6 +266,26 @@ TEST(SafetensorsConversion, BF16RoundTripsEveryValue) {
   }
 }
 
+// The array forms mixed precision stores activations with: the same
+// rounding, element by element.
+TEST(SafetensorsConversion, BF16ArraysConvertElementwise) {
+  const std::vector<float> values = {1.00390625f,
+                                     1.01171875f,
+                                     -2.5f,
+                                     3.0e38f,
+                                     std::nextafter(1.00390625f, 2.0f),
+                                     -0.0f,
+                                     std::ldexp(1.0f, -133)};
+  std::vector<uint16_t> narrow(values.size());
+  narrowToBf16(values.data(), narrow.data(), int64_t(values.size()));
+  std::vector<float> wide(values.size());
+  widenBf16(narrow.data(), wide.data(), int64_t(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(narrow[i], f32ToBF16(values[i])) << i;
+    EXPECT_EQ(std::bit_cast<uint32_t>(wide[i]), uint32_t(narrow[i]) << 16);
+  }
+}
+
 // Nearest-even against a reference computed in double precision.
 TEST(SafetensorsConversion, BF16RoundsToNearestEven) {
   for (uint64_t bits = 0; bits <= 0xFFFFFFFFu; bits += 257) {

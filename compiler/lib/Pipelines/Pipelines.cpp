@@ -53,6 +53,10 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   pm.addPass(createCSEPass());
   if (options.fuseAttention)
     pm.addPass(createTPFuseAttention());
+  // bf16 is mixed precision in Megatron-LM's sense: activations stored in
+  // bf16 (their gradients follow through the VJPs), f32 masters.
+  if (options.precision == MatmulPrecision::BF16)
+    pm.addPass(createTPMixedPrecision());
   if (options.train) {
     TPAutodiffOptions autodiff;
     autodiff.remat = options.remat.getValue();
@@ -87,7 +91,7 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
       pm.addPass(createTPInsertRebalance(rebalance));
     }
   }
-  if (options.precision != MatmulPrecision::F32) {
+  if (options.precision == MatmulPrecision::TF32) {
     TPMatmulPrecisionOptions precision;
     precision.precision = options.precision.getValue();
     pm.addPass(createTPMatmulPrecision(precision));

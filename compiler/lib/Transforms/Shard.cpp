@@ -117,7 +117,17 @@ private:
   }
 
   bool isFree(Value value) const { return undecided.contains(value); }
-  bool isArgument(Value value) const { return isa<BlockArgument>(value); }
+  /// An argument (a parameter, a moment, an input), or an argument seen
+  /// through view ops (a parameter's bf16 copy, a slice of it): moving it
+  /// costs what moving the argument would.
+  bool isArgument(Value value) const {
+    while (Operation *def = value.getDefiningOp()) {
+      if (!def->hasTrait<OpTrait::tp::IsView>())
+        return false;
+      value = def->getOperand(0);
+    }
+    return true;
+  }
 
   ModuleOp module;
   SmallVector<int64_t> gridShape;

@@ -1,6 +1,8 @@
-// The MPI communication backend: the world, grid sub-communicators and float
-// collectives with ring-rule accounting (Comm.h).
+// The MPI communication backend: the world, grid sub-communicators and f32
+// and bf16 collectives with ring-rule accounting (Comm.h).
 #include "tpc/runtime/Comm.h"
+
+#include "tpc/runtime/DType.h"
 
 #include <chrono>
 #include <climits>
@@ -43,13 +45,8 @@ int mpiCount(size_t count, const char *what) {
   if (count > size_t(INT_MAX))
     throw std::invalid_argument(std::string(what) + ": " +
                                 std::to_string(count) +
-                                " floats exceed one MPI call's count");
+                                " elements exceed one MPI call's count");
   return static_cast<int>(count);
-}
-
-void copyFloats(std::span<const float> in, std::span<float> out) {
-  if (!in.empty() && in.data() != out.data())
-    std::memmove(out.data(), in.data(), in.size() * sizeof(float));
 }
 
 } // namespace
@@ -238,7 +235,7 @@ private:
 };
 } // namespace
 
-void GridComm::account(const char *kind, int n, size_t floats) {
+void GridComm::account(const char *kind, int n, size_t bytes) {
   // The ring rule of the header: all-reduce 2(n-1)/n, a ring shift its
   // whole block (none on one rank), the others (n-1)/n.
   const std::string_view name = kind;
@@ -247,12 +244,12 @@ void GridComm::account(const char *kind, int n, size_t floats) {
                                                : double(n - 1) / n;
   CommStats &s = stats_[kind];
   s.calls += 1;
-  s.bytes += factor * double(floats) * double(sizeof(float));
+  s.bytes += factor * double(bytes);
 }
 
 void GridComm::countCollective(const char *kind, const std::vector<int> &axes,
-                               size_t floats) {
-  account(kind, group(axes).size, floats);
+                               size_t elements, size_t elementSize) {
+  account(kind, group(axes).size, elements * elementSize);
 }
 
 void GridComm::addStats(const std::map<std::string, CommStats> &traffic) {
@@ -262,12 +259,37 @@ void GridComm::addStats(const std::map<std::string, CommStats> &traffic) {
   }
 }
 
+namespace {
+/// The MPI datatype moving elements of T: f32, or bf16 as its 16 bits.
+template <typename T> MPI_Datatype mpiType();
+template <> MPI_Datatype mpiType<float>() { return MPI_FLOAT; }
+template <> MPI_Datatype mpiType<uint16_t>() { return MPI_UINT16_T; }
+
+template <typename T>
+void copyElements(std::span<const T> in, std::span<T> out) {
+  if (!in.empty() && in.data() != out.data())
+    std::memmove(out.data(), in.data(), in.size() * sizeof(T));
+}
+
+/// block[i] = bf16(sum over j of blocks[j][i]) for `n` blocks of `count`
+/// bf16 elements: summed in f32 in block order, rounded once.
+void sumBf16Blocks(const uint16_t *blocks, int n, size_t count,
+                   uint16_t *block) {
+  for (size_t i = 0; i < count; ++i) {
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j)
+      sum += bf16ToF32(blocks[size_t(j) * count + i]);
+    block[i] = f32ToBF16(sum);
+  }
+}
+} // namespace
+
 void GridComm::allReduceSum(const std::vector<int> &axes,
                             std::span<float> data) {
   const CommGroup &g = group(axes);
   const int n = g.size;
   const int count = mpiCount(data.size(), "allReduceSum");
-  account("all_reduce", n, data.size());
+  account("all_reduce", n, data.size_bytes());
   if (n == 1 || count == 0)
     return;
   const WaitClock clock(waitSeconds_);
@@ -276,8 +298,40 @@ void GridComm::allReduceSum(const std::vector<int> &axes,
         "MPI_Allreduce");
 }
 
+void GridComm::allReduceSum(const std::vector<int> &axes,
+                            std::span<uint16_t> data) {
+  const CommGroup &g = group(axes);
+  const int n = g.size;
+  account("all_reduce", n, data.size_bytes());
+  if (n == 1 || data.empty())
+    return;
+  // bf16 on the wire, one rounding: each rank sums one chunk of every
+  // rank's buffer (an all-to-all), then every chunk is gathered (the ring
+  // rule's 2(n-1)/n of the buffer).
+  const size_t chunk = (data.size() + size_t(n) - 1) / size_t(n);
+  const int count = mpiCount(chunk, "allReduceSum");
+  std::vector<uint16_t> blocks(chunk * size_t(n)), received(blocks.size()),
+      mine(chunk);
+  std::memcpy(blocks.data(), data.data(), data.size_bytes());
+  const WaitClock clock(waitSeconds_);
+  check(MPI_Alltoall(blocks.data(), count, MPI_UINT16_T, received.data(), count,
+                     MPI_UINT16_T, g.comm),
+        "MPI_Alltoall");
+  sumBf16Blocks(received.data(), n, chunk, mine.data());
+  check(MPI_Allgather(mine.data(), count, MPI_UINT16_T, blocks.data(), count,
+                      MPI_UINT16_T, g.comm),
+        "MPI_Allgather");
+  std::memcpy(data.data(), blocks.data(), data.size_bytes());
+}
+
 void GridComm::allGather(const std::vector<int> &axes,
                          std::span<const float> in, std::span<float> out) {
+  gatherOver(group(axes), in, out, "allGather", /*counted=*/true);
+}
+
+void GridComm::allGather(const std::vector<int> &axes,
+                         std::span<const uint16_t> in,
+                         std::span<uint16_t> out) {
   gatherOver(group(axes), in, out, "allGather", /*counted=*/true);
 }
 
@@ -288,43 +342,49 @@ void GridComm::gatherState(std::span<const float> in, std::span<float> out) {
   gatherOver(group(axes), in, out, "gatherState", /*counted=*/false);
 }
 
-void GridComm::gatherOver(const CommGroup &g, std::span<const float> in,
-                          std::span<float> out, const char *what,
-                          bool counted) {
+template <typename T>
+void GridComm::gatherOver(const CommGroup &g, std::span<const T> in,
+                          std::span<T> out, const char *what, bool counted) {
   const int n = g.size;
   if (out.size() != size_t(n) * in.size())
     throw std::invalid_argument(std::string(what) + ": the output has " +
                                 std::to_string(out.size()) +
-                                " floats, expected " + std::to_string(n) +
+                                " elements, expected " + std::to_string(n) +
                                 " x " + std::to_string(in.size()));
   const int count = mpiCount(in.size(), what);
   if (counted)
-    account("all_gather", n, out.size());
+    account("all_gather", n, out.size_bytes());
   if (n == 1)
-    return copyFloats(in, out);
+    return copyElements(in, out);
   if (count == 0)
     return;
   const bool inPlace = in.data() == out.data() + size_t(g.rank) * in.size();
   const WaitClock clock(waitSeconds_);
-  check(MPI_Allgather(inPlace ? MPI_IN_PLACE : in.data(), count, MPI_FLOAT,
-                      out.data(), count, MPI_FLOAT, g.comm),
+  check(MPI_Allgather(inPlace ? MPI_IN_PLACE : in.data(), count, mpiType<T>(),
+                      out.data(), count, mpiType<T>(), g.comm),
         "MPI_Allgather");
 }
+
+namespace {
+void checkScatterSizes(size_t in, size_t out, int n) {
+  if (in != size_t(n) * out)
+    throw std::invalid_argument("reduceScatterSum: the input has " +
+                                std::to_string(in) + " elements, expected " +
+                                std::to_string(n) + " x " +
+                                std::to_string(out));
+}
+} // namespace
 
 void GridComm::reduceScatterSum(const std::vector<int> &axes,
                                 std::span<const float> in,
                                 std::span<float> out) {
   const CommGroup &g = group(axes);
   const int n = g.size;
-  if (in.size() != size_t(n) * out.size())
-    throw std::invalid_argument("reduceScatterSum: the input has " +
-                                std::to_string(in.size()) +
-                                " floats, expected " + std::to_string(n) +
-                                " x " + std::to_string(out.size()));
+  checkScatterSizes(in.size(), out.size(), n);
   const int count = mpiCount(out.size(), "reduceScatterSum");
-  account("reduce_scatter", n, in.size());
+  account("reduce_scatter", n, in.size_bytes());
   if (n == 1)
-    return copyFloats(in, out);
+    return copyElements(in, out);
   if (count == 0)
     return;
   const WaitClock clock(waitSeconds_);
@@ -333,61 +393,106 @@ void GridComm::reduceScatterSum(const std::vector<int> &axes,
         "MPI_Reduce_scatter_block");
 }
 
-void GridComm::allToAll(const std::vector<int> &axes, std::span<const float> in,
-                        std::span<float> out) {
+void GridComm::reduceScatterSum(const std::vector<int> &axes,
+                                std::span<const uint16_t> in,
+                                std::span<uint16_t> out) {
+  const CommGroup &g = group(axes);
+  const int n = g.size;
+  checkScatterSizes(in.size(), out.size(), n);
+  const int count = mpiCount(out.size(), "reduceScatterSum");
+  account("reduce_scatter", n, in.size_bytes());
+  if (n == 1)
+    return copyElements(in, out);
+  if (count == 0)
+    return;
+  // bf16 on the wire: every rank's block r comes to rank r (an all-to-all)
+  // and is summed there in f32, in rank order, and rounded once.
+  std::vector<uint16_t> received(in.size());
+  const WaitClock clock(waitSeconds_);
+  check(MPI_Alltoall(in.data(), count, MPI_UINT16_T, received.data(), count,
+                     MPI_UINT16_T, g.comm),
+        "MPI_Alltoall");
+  sumBf16Blocks(received.data(), n, out.size(), out.data());
+}
+
+template <typename T>
+void GridComm::allToAllOf(const std::vector<int> &axes, std::span<const T> in,
+                          std::span<T> out) {
   const CommGroup &g = group(axes);
   const int n = g.size;
   if (in.size() != out.size() || in.size() % size_t(n) != 0)
     throw std::invalid_argument(
         "allToAll: input and output need the same size, a multiple of " +
         std::to_string(n) + " blocks; got " + std::to_string(in.size()) +
-        " and " + std::to_string(out.size()) + " floats");
+        " and " + std::to_string(out.size()) + " elements");
   const int count = mpiCount(in.size() / size_t(n), "allToAll");
-  account("all_to_all", n, in.size());
+  account("all_to_all", n, in.size_bytes());
   if (n == 1)
-    return copyFloats(in, out);
+    return copyElements(in, out);
   if (count == 0)
     return;
   const bool inPlace = in.data() == out.data();
   const WaitClock clock(waitSeconds_);
-  check(MPI_Alltoall(inPlace ? MPI_IN_PLACE : in.data(), count, MPI_FLOAT,
-                     out.data(), count, MPI_FLOAT, g.comm),
+  check(MPI_Alltoall(inPlace ? MPI_IN_PLACE : in.data(), count, mpiType<T>(),
+                     out.data(), count, mpiType<T>(), g.comm),
         "MPI_Alltoall");
 }
 
-void GridComm::startShift(const std::vector<int> &axes,
-                          std::span<const float> in, std::span<float> out) {
+void GridComm::allToAll(const std::vector<int> &axes, std::span<const float> in,
+                        std::span<float> out) {
+  allToAllOf(axes, in, out);
+}
+
+void GridComm::allToAll(const std::vector<int> &axes,
+                        std::span<const uint16_t> in, std::span<uint16_t> out) {
+  allToAllOf(axes, in, out);
+}
+
+template <typename T>
+void GridComm::startShiftOf(const std::vector<int> &axes, std::span<const T> in,
+                            std::span<T> out) {
   const CommGroup &g = group(axes);
   const int n = g.size;
   if (in.size() != out.size())
     throw std::invalid_argument(
         "startShift: sends " + std::to_string(in.size()) +
-        " floats but receives " + std::to_string(out.size()));
+        " elements but receives " + std::to_string(out.size()));
   if (shifts.count(out.data()))
     throw std::invalid_argument(
         "startShift: a shift is already receiving into this buffer");
   const int count = mpiCount(in.size(), "startShift");
-  account("ring_shift", n, in.size());
+  account("ring_shift", n, in.size_bytes());
   std::array<MPI_Request, 2> requests = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   if (n == 1 || count == 0) {
-    copyFloats(in, out);
+    copyElements(in, out);
   } else {
     // One tag for every ring step: MPI matches the messages of a pair of
     // ranks in order, as every rank starts its shifts in the same order.
     constexpr int kRingTag = 17;
     const int next = (g.rank + 1) % n, previous = (g.rank + n - 1) % n;
-    check(MPI_Irecv(out.data(), count, MPI_FLOAT, previous, kRingTag, g.comm,
+    check(MPI_Irecv(out.data(), count, mpiType<T>(), previous, kRingTag, g.comm,
                     &requests[0]),
           "MPI_Irecv");
-    check(MPI_Isend(in.data(), count, MPI_FLOAT, next, kRingTag, g.comm,
+    check(MPI_Isend(in.data(), count, mpiType<T>(), next, kRingTag, g.comm,
                     &requests[1]),
           "MPI_Isend");
   }
   shifts.emplace(out.data(), requests);
 }
 
-void GridComm::finishShift(std::span<float> out) {
-  auto found = shifts.find(out.data());
+void GridComm::startShift(const std::vector<int> &axes,
+                          std::span<const float> in, std::span<float> out) {
+  startShiftOf(axes, in, out);
+}
+
+void GridComm::startShift(const std::vector<int> &axes,
+                          std::span<const uint16_t> in,
+                          std::span<uint16_t> out) {
+  startShiftOf(axes, in, out);
+}
+
+void GridComm::finishShift(const void *out) {
+  auto found = shifts.find(out);
   if (found == shifts.end())
     throw std::invalid_argument(
         "finishShift: no shift is receiving into this buffer");
@@ -439,7 +544,7 @@ void GridComm::broadcast(const std::vector<int> &axes, std::span<float> data,
                                 " is not a rank of a group of " +
                                 std::to_string(n));
   const int count = mpiCount(data.size(), "broadcast");
-  account("broadcast", n, data.size());
+  account("broadcast", n, data.size_bytes());
   if (n == 1 || count == 0)
     return;
   const WaitClock clock(waitSeconds_);

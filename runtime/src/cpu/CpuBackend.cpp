@@ -5,11 +5,13 @@
 #include "tpc/runtime/Backend.h"
 
 #include "tpc/runtime/Comm.h"
+#include "tpc/runtime/DType.h"
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
 #include "../CollectiveLayout.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -85,8 +87,13 @@ void embedding(const Dispatch &d) {
 
 /// Mixed precision: the operands of a step's products are rounded, the
 /// products run in f32 (the reference for a GPU's tf32 and bf16 GEMMs).
-cpu::Rounding roundingOf(const plan::Step &step) {
-  switch (step.precision()) {
+/// Widened bf16 operands are bf16 values already; rounding them again keeps
+/// them, and rounds what a bf16 kernel rounds inside (attention's
+/// probabilities).
+cpu::Rounding roundingOf(const Dispatch &d) {
+  if (d.bf16Products)
+    return cpu::Rounding::BF16;
+  switch (d.step.precision()) {
   case plan::Precision::F32:
     return cpu::Rounding::None;
   case plan::Precision::TF32:
@@ -101,7 +108,7 @@ void matmul(const Dispatch &d) {
   const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1];
   const float *l = lhs.f32(), *r = rhs.f32();
   std::vector<float> rounded;
-  if (const cpu::Rounding rounding = roundingOf(d.step);
+  if (const cpu::Rounding rounding = roundingOf(d);
       rounding != cpu::Rounding::None) {
     rounded.resize(size_t(lhs.elements + rhs.elements));
     cpu::round(rounding, l, rounded.data(), lhs.elements);
@@ -193,7 +200,7 @@ cpu::AttentionShape attentionShape(const Dispatch &d, size_t first) {
   s.valueDim = v.back();
   s.causal = d.step.causal();
   s.alpha = static_cast<float>(d.step.alpha());
-  s.rounding = roundingOf(d.step);
+  s.rounding = roundingOf(d);
   // Attention's optional positions (its gradient takes none).
   if (first == 0 && d.operands.size() == 4) {
     s.positions = d.operands[3].i32();
@@ -231,8 +238,29 @@ void rotary(const Dispatch &d) {
 /// An AliasOperand result the plan placed elsewhere starts as a copy.
 void copyIfMoved(const TensorBinding &operand, const TensorBinding &result) {
   if (result.data != operand.data)
-    std::memmove(result.data, operand.data,
-                 size_t(result.elements) * sizeof(float));
+    std::memmove(result.data, operand.data, size_t(result.bytes()));
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels that move elements without arithmetic run on f32 and bf16 tensors
+// alike (the loader checked that result and operand share the dtype).
+//===----------------------------------------------------------------------===//
+
+/// The tensor's elements as T: float for f32, uint16_t (bits) for bf16.
+template <typename T> T *elementsOf(const TensorBinding &t) {
+  return reinterpret_cast<T *>(t.data);
+}
+template <typename T> std::span<T> spanOf(const TensorBinding &t) {
+  return {elementsOf<T>(t), size_t(t.elements)};
+}
+
+/// Instantiates `kernel<T>` for the element type of the step's operand 0.
+template <template <typename> class Kernel>
+void byElementType(const Dispatch &d) {
+  if (d.operands[0].dtype == plan::DType::BF16)
+    Kernel<uint16_t>::run(d);
+  else
+    Kernel<float>::run(d);
 }
 
 void cacheWrite(const Dispatch &d) {
@@ -242,9 +270,10 @@ void cacheWrite(const Dispatch &d) {
   const int64_t dim = cache.shape.back(),
                 cacheRows = cache.shape[cache.shape.size() - 2],
                 rows = update.shape[update.shape.size() - 2];
-  cpu::cacheWrite(cache.f32(), update.f32(),
+  cpu::cacheWrite(cache.data, update.data,
                   cacheRows * dim ? cache.elements / (cacheRows * dim) : 0,
-                  cacheRows, rows, dim, positions.i32(), positions.shape[0]);
+                  cacheRows, rows, dim, size_t(dtypeSize(cache.dtype)),
+                  positions.i32(), positions.shape[0]);
 }
 
 void reshape(const Dispatch &d) {
@@ -252,19 +281,36 @@ void reshape(const Dispatch &d) {
   copyIfMoved(d.operands[0], d.results[0]);
 }
 
-void transpose(const Dispatch &d) {
-  cpu::transpose(d.operands[0].f32(), d.operands[0].shape, d.ints(),
-                 d.results[0].f32());
-}
+template <typename T> struct Transpose {
+  static void run(const Dispatch &d) {
+    cpu::transpose(elementsOf<T>(d.operands[0]), d.operands[0].shape, d.ints(),
+                   elementsOf<T>(d.results[0]));
+  }
+};
 
-void slice(const Dispatch &d) {
-  cpu::slice(d.operands[0].f32(), d.operands[0].shape, d.ints(),
-             d.results[0].f32(), d.results[0].shape);
-}
+template <typename T> struct Slice {
+  static void run(const Dispatch &d) {
+    cpu::slice(elementsOf<T>(d.operands[0]), d.operands[0].shape, d.ints(),
+               elementsOf<T>(d.results[0]), d.results[0].shape);
+  }
+};
 
-void pad(const Dispatch &d) {
-  cpu::pad(d.operands[0].f32(), d.operands[0].shape, d.ints(),
-           d.results[0].f32(), d.results[0].shape);
+template <typename T> struct Pad {
+  static void run(const Dispatch &d) {
+    cpu::pad(elementsOf<T>(d.operands[0]), d.operands[0].shape, d.ints(),
+             elementsOf<T>(d.results[0]), d.results[0].shape);
+  }
+};
+
+/// f32 <-> bf16, rounding to nearest even; the same type is a copy.
+void convert(const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  if (in.dtype == out.dtype)
+    return copyIfMoved(in, out);
+  if (out.dtype == plan::DType::BF16)
+    narrowToBf16(in.f32(), out.bf16(), out.elements);
+  else
+    widenBf16(in.bf16(), out.f32(), out.elements);
 }
 
 template <bool kMean> void reduce(const Dispatch &d) {
@@ -395,103 +441,130 @@ void adamw(const Dispatch &d) {
 // buffers MPI exchanges with transposes of reshaped views.
 //===----------------------------------------------------------------------===//
 
-void allReduce(const Dispatch &d) {
-  const TensorBinding &in = d.operands[0], &out = d.results[0];
-  if (out.data != in.data)
-    std::memmove(out.data, in.data, size_t(in.elements) * sizeof(float));
-  commOf(d).allReduceSum(groupAxes(d), {out.f32(), size_t(out.elements)});
-}
+template <typename T> struct AllReduce {
+  static void run(const Dispatch &d) {
+    const TensorBinding &in = d.operands[0], &out = d.results[0];
+    copyIfMoved(in, out);
+    commOf(d).allReduceSum(groupAxes(d), spanOf<T>(out));
+  }
+};
 
-void allGather(const Dispatch &d) {
-  // Gathered as [n, outer, s, inner]; the result is [outer, n, s, inner].
-  GridComm &comm = commOf(d);
-  std::vector<int> axes = groupAxes(d);
-  const TensorBinding &in = d.operands[0];
-  const int64_t n = comm.group(axes).size;
-  auto [outer, size, inner] = around(in.shape, d.step.dim());
-  std::vector<float> gathered(size_t(n * in.elements));
-  comm.allGather(axes, {in.f32(), size_t(in.elements)}, gathered);
-  std::vector<int64_t> view = {n, outer, size, inner};
-  cpu::transpose(gathered.data(), view, kSwap01, d.results[0].f32());
-}
+template <typename T> struct AllGather {
+  static void run(const Dispatch &d) {
+    // Gathered as [n, outer, s, inner]; the result is [outer, n, s, inner].
+    GridComm &comm = commOf(d);
+    std::vector<int> axes = groupAxes(d);
+    const TensorBinding &in = d.operands[0];
+    const int64_t n = comm.group(axes).size;
+    auto [outer, size, inner] = around(in.shape, d.step.dim());
+    std::vector<T> gathered(size_t(n * in.elements));
+    comm.allGather(axes, std::span<const T>(spanOf<T>(in)),
+                   std::span<T>(gathered));
+    std::vector<int64_t> view = {n, outer, size, inner};
+    cpu::transpose(gathered.data(), view, kSwap01, elementsOf<T>(d.results[0]));
+  }
+};
 
-void reduceScatter(const Dispatch &d) {
-  // The input [outer, n, s, inner] as [n, outer, s, inner] blocks.
-  GridComm &comm = commOf(d);
-  std::vector<int> axes = groupAxes(d);
-  const TensorBinding &in = d.operands[0], &out = d.results[0];
-  const int64_t n = comm.group(axes).size;
-  auto [outer, size, inner] = around(in.shape, d.step.dim());
-  std::vector<int64_t> view = {outer, n, size / n, inner};
-  std::vector<float> blocks(size_t(in.elements));
-  cpu::transpose(in.f32(), view, kSwap01, blocks.data());
-  comm.reduceScatterSum(axes, blocks, {out.f32(), size_t(out.elements)});
-}
+template <typename T> struct ReduceScatter {
+  static void run(const Dispatch &d) {
+    // The input [outer, n, s, inner] as [n, outer, s, inner] blocks.
+    GridComm &comm = commOf(d);
+    std::vector<int> axes = groupAxes(d);
+    const TensorBinding &in = d.operands[0], &out = d.results[0];
+    const int64_t n = comm.group(axes).size;
+    auto [outer, size, inner] = around(in.shape, d.step.dim());
+    std::vector<int64_t> view = {outer, n, size / n, inner};
+    std::vector<T> blocks(size_t(in.elements));
+    cpu::transpose(elementsOf<T>(in), view, kSwap01, blocks.data());
+    comm.reduceScatterSum(axes, std::span<const T>(blocks), spanOf<T>(out));
+  }
+};
 
-void localSplit(const Dispatch &d) {
-  const TensorBinding &in = d.operands[0], &out = d.results[0];
-  cpu::slice(in.f32(), in.shape,
-             groupBlockOffsets(d, in.shape, out.shape[d.step.dim()]), out.f32(),
-             out.shape);
-}
+template <typename T> struct LocalSplit {
+  static void run(const Dispatch &d) {
+    const TensorBinding &in = d.operands[0], &out = d.results[0];
+    cpu::slice(elementsOf<T>(in), in.shape,
+               groupBlockOffsets(d, in.shape, out.shape[d.step.dim()]),
+               elementsOf<T>(out), out.shape);
+  }
+};
 
-void allToAll(const Dispatch &d) {
-  GridComm &comm = commOf(d);
-  std::vector<int> axes = groupAxes(d);
-  const TensorBinding &in = d.operands[0];
-  const AllToAllLayout layout = allToAllLayout(
-      in.shape, comm.group(axes).size, d.step.dim(), d.step.target_dim());
-  std::vector<float> send(size_t(in.elements)), received(size_t(in.elements));
-  cpu::transpose(in.f32(), layout.chunked, layout.toFront, send.data());
-  comm.allToAll(axes, send, received);
-  cpu::transpose(received.data(), layout.received, layout.fromFront,
-                 d.results[0].f32());
-}
+template <typename T> struct AllToAll {
+  static void run(const Dispatch &d) {
+    GridComm &comm = commOf(d);
+    std::vector<int> axes = groupAxes(d);
+    const TensorBinding &in = d.operands[0];
+    const AllToAllLayout layout = allToAllLayout(
+        in.shape, comm.group(axes).size, d.step.dim(), d.step.target_dim());
+    std::vector<T> send(size_t(in.elements)), received(size_t(in.elements));
+    cpu::transpose(elementsOf<T>(in), layout.chunked, layout.toFront,
+                   send.data());
+    comm.allToAll(axes, std::span<const T>(send), std::span<T>(received));
+    cpu::transpose(received.data(), layout.received, layout.fromFront,
+                   elementsOf<T>(d.results[0]));
+  }
+};
 
 //===----------------------------------------------------------------------===//
 // Ring steps of collective matmuls: a shift starts here and completes in its
 // wait, so the kernels queued between them overlap the transfer.
 //===----------------------------------------------------------------------===//
 
-void ringShiftStart(const Dispatch &d) {
-  const TensorBinding &in = d.operands[0], &out = d.results[0];
-  commOf(d).startShift(groupAxes(d), {in.f32(), size_t(in.elements)},
-                       {out.f32(), size_t(out.elements)});
-}
+template <typename T> struct RingShiftStart {
+  static void run(const Dispatch &d) {
+    commOf(d).startShift(groupAxes(d),
+                         std::span<const T>(spanOf<T>(d.operands[0])),
+                         spanOf<T>(d.results[0]));
+  }
+};
 
 void ringShiftWait(const Dispatch &d) {
   const TensorBinding &received = d.operands[0], &out = d.results[0];
-  commOf(d).finishShift({received.f32(), size_t(received.elements)});
+  commOf(d).finishShift(received.data);
   copyIfMoved(received, out);
 }
 
-void ringSlice(const Dispatch &d) {
-  const TensorBinding &in = d.operands[0], &out = d.results[0];
-  cpu::slice(in.f32(), in.shape,
-             groupBlockOffsets(d, in.shape, out.shape[d.step.dim()],
-                               d.step.ring_step()),
-             out.f32(), out.shape);
-}
+template <typename T> struct RingSlice {
+  static void run(const Dispatch &d) {
+    const TensorBinding &in = d.operands[0], &out = d.results[0];
+    cpu::slice(elementsOf<T>(in), in.shape,
+               groupBlockOffsets(d, in.shape, out.shape[d.step.dim()],
+                                 d.step.ring_step()),
+               elementsOf<T>(out), out.shape);
+  }
+};
 
-void ringInsert(const Dispatch &d) {
-  // The result is the destination's storage (operand 0), updated in place.
-  const TensorBinding &block = d.operands[1], &out = d.results[0];
-  copyIfMoved(d.operands[0], out);
-  cpu::insert(block.f32(), block.shape,
-              groupBlockOffsets(d, out.shape, block.shape[d.step.dim()],
-                                d.step.ring_step()),
-              out.f32(), out.shape);
-}
+template <typename T> struct RingInsert {
+  static void run(const Dispatch &d) {
+    // The result is the destination's storage (operand 0), updated in
+    // place.
+    const TensorBinding &block = d.operands[1], &out = d.results[0];
+    copyIfMoved(d.operands[0], out);
+    cpu::insert(elementsOf<T>(block), block.shape,
+                groupBlockOffsets(d, out.shape, block.shape[d.step.dim()],
+                                  d.step.ring_step()),
+                elementsOf<T>(out), out.shape);
+  }
+};
 
 //===----------------------------------------------------------------------===//
 // The backend
 //===----------------------------------------------------------------------===//
 
-using KernelTable = std::array<Kernel, size_t(OpKind::MAX) + 1>;
+/// A kind's kernel, and whether it runs on bf16 tensors itself; the others
+/// run on f32 copies of them (CpuBackend::enqueue).
+struct KernelEntry {
+  Kernel kernel = nullptr;
+  bool bf16 = false;
+};
+using KernelTable = std::array<KernelEntry, size_t(OpKind::MAX) + 1>;
 
 KernelTable makeKernels() {
   KernelTable k{};
-  auto set = [&](OpKind kind, Kernel kernel) { k[size_t(kind)] = kernel; };
+  auto set = [&](OpKind kind, Kernel kernel) { k[size_t(kind)] = {kernel}; };
+  auto setBf16 = [&](OpKind kind, Kernel kernel) {
+    k[size_t(kind)] = {kernel, true};
+  };
   set(OpKind::Embedding, embedding);
   set(OpKind::EmbeddingGrad, embeddingGrad);
   set(OpKind::Matmul, matmul);
@@ -513,35 +586,78 @@ KernelTable makeKernels() {
   set(OpKind::Attention, attention);
   set(OpKind::AttentionGrad, attentionGrad);
   set(OpKind::Rotary, rotary);
-  set(OpKind::CacheWrite, cacheWrite);
-  set(OpKind::Reshape, reshape);
-  set(OpKind::Transpose, transpose);
-  set(OpKind::Slice, slice);
   set(OpKind::ReduceSum, reduce<false>);
   set(OpKind::ReduceMean, reduce<true>);
   set(OpKind::CrossEntropy, crossEntropy);
   set(OpKind::CrossEntropyGrad, crossEntropyGrad);
   set(OpKind::AdamW, adamw);
   set(OpKind::Constant, constant);
-  set(OpKind::Pad, pad);
   set(OpKind::NormSquared, normSquared);
   set(OpKind::LrSchedule, lrSchedule);
   set(OpKind::ClipScale, clipScale);
-  set(OpKind::AllReduce, allReduce);
-  set(OpKind::AllGather, allGather);
-  set(OpKind::ReduceScatter, reduceScatter);
-  set(OpKind::AllToAll, allToAll);
-  set(OpKind::LocalSplit, localSplit);
-  set(OpKind::RingShiftStart, ringShiftStart);
-  set(OpKind::RingShiftWait, ringShiftWait);
-  set(OpKind::RingSlice, ringSlice);
-  set(OpKind::RingInsert, ringInsert);
+  // Element movers, collectives and the conversion itself.
+  setBf16(OpKind::CacheWrite, cacheWrite);
+  setBf16(OpKind::Reshape, reshape);
+  setBf16(OpKind::Transpose, byElementType<Transpose>);
+  setBf16(OpKind::Slice, byElementType<Slice>);
+  setBf16(OpKind::Pad, byElementType<Pad>);
+  setBf16(OpKind::Convert, convert);
+  setBf16(OpKind::AllReduce, byElementType<AllReduce>);
+  setBf16(OpKind::AllGather, byElementType<AllGather>);
+  setBf16(OpKind::ReduceScatter, byElementType<ReduceScatter>);
+  setBf16(OpKind::AllToAll, byElementType<AllToAll>);
+  setBf16(OpKind::LocalSplit, byElementType<LocalSplit>);
+  setBf16(OpKind::RingShiftStart, byElementType<RingShiftStart>);
+  setBf16(OpKind::RingShiftWait, ringShiftWait);
+  setBf16(OpKind::RingSlice, byElementType<RingSlice>);
+  setBf16(OpKind::RingInsert, byElementType<RingInsert>);
   // Every kind the loader accepts must run here.
   for (const OpInfo &info : opTable())
-    if (!k[size_t(info.kind)])
+    if (!k[size_t(info.kind)].kernel)
       throw std::logic_error(std::string("the cpu backend has no kernel for ") +
                              opKindName(info.kind));
   return k;
+}
+
+bool hasBf16(std::span<const TensorBinding> tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [](const auto &t) {
+    return t.dtype == plan::DType::BF16;
+  });
+}
+
+/// Runs an f32 kernel on a step with bf16 tensors: bf16 operands widened
+/// (exactly) to f32 copies, the kernel, then each bf16 result rounded once
+/// from its f32 copy. This is mixed precision's definition of every such
+/// kind (compute in f32, store rounded), which a GPU's bf16 kernels match.
+void runWidened(Kernel kernel, const Dispatch &d) {
+  std::array<TensorBinding, kMaxStepOperands> operands;
+  std::array<TensorBinding, kMaxStepResults> results;
+  std::vector<std::vector<float>> copies;
+  copies.reserve(kMaxStepOperands + kMaxStepResults);
+  auto widened = [&](const TensorBinding &t) {
+    std::vector<float> &copy = copies.emplace_back(size_t(t.elements));
+    return TensorBinding{reinterpret_cast<std::byte *>(copy.data()), t.shape,
+                         t.elements, plan::DType::F32};
+  };
+  for (size_t i = 0; i < d.operands.size(); ++i) {
+    operands[i] = d.operands[i];
+    if (d.operands[i].dtype == plan::DType::BF16) {
+      operands[i] = widened(d.operands[i]);
+      widenBf16(d.operands[i].bf16(), operands[i].f32(), operands[i].elements);
+    }
+  }
+  for (size_t i = 0; i < d.results.size(); ++i)
+    results[i] = d.results[i].dtype == plan::DType::BF16 ? widened(d.results[i])
+                                                         : d.results[i];
+  kernel({d.step,
+          {operands.data(), d.operands.size()},
+          {results.data(), d.results.size()},
+          d.comm,
+          d.bf16Products || hasBf16(d.operands)});
+  for (size_t i = 0; i < d.results.size(); ++i)
+    if (d.results[i].dtype == plan::DType::BF16)
+      narrowToBf16(results[i].f32(), d.results[i].bf16(),
+                   d.results[i].elements);
 }
 
 class CpuBackend final : public Backend {
@@ -559,7 +675,11 @@ public:
   }
   bool runsNatively(const plan::Step &) const override { return true; }
   void enqueue(const Dispatch &dispatch) override {
-    kernels[size_t(dispatch.step.kind())](dispatch);
+    const KernelEntry &entry = kernels[size_t(dispatch.step.kind())];
+    if (entry.bf16 ||
+        (!hasBf16(dispatch.operands) && !hasBf16(dispatch.results)))
+      return entry.kernel(dispatch);
+    runWidened(entry.kernel, dispatch);
   }
   // Kernels run as they are queued.
   void synchronize() override {}

@@ -525,9 +525,10 @@ void rotaryAt(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
   });
 }
 
-void cacheWrite(float *cache, const float *update, int64_t outer,
+void cacheWrite(std::byte *cache, const std::byte *update, int64_t outer,
                 int64_t cacheRows, int64_t rows, int64_t dim,
-                const int32_t *positions, int64_t positionRows) {
+                size_t elementSize, const int32_t *positions,
+                int64_t positionRows) {
   if (outer <= 0 || rows <= 0)
     return;
   if (positionRows <= 0 || outer % positionRows != 0)
@@ -544,8 +545,9 @@ void cacheWrite(float *cache, const float *update, int64_t outer,
     for (int64_t r = begin; r < end; ++r) {
       const int64_t o = r / rows, t = r % rows;
       const int64_t at = positions[(o / perRow) * rows + t];
-      std::memcpy(cache + (o * cacheRows + at) * dim, update + r * dim,
-                  size_t(dim) * sizeof(float));
+      const size_t row = size_t(dim) * elementSize;
+      std::memcpy(cache + size_t(o * cacheRows + at) * row,
+                  update + size_t(r) * row, row);
     }
   });
 }

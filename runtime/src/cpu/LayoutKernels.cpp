@@ -1,4 +1,5 @@
-// CPU kernels, f32: layout (transpose, slice, pad, reduce, fill). See
+// CPU kernels: layout (transpose, slice, pad: f32 and bf16; reduce, fill:
+// f32). See
 // Kernels.h for the semantics of each function and KernelSupport.h for the
 // conventions they share.
 
@@ -12,8 +13,11 @@ using namespace detail;
 // transpose / slice / reduce
 //===----------------------------------------------------------------------===//
 
-void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
-               float *out) {
+namespace {
+
+template <typename T>
+void transposeElements(const T *in, Shape inShape,
+                       std::span<const int64_t> perm, T *out) {
   size_t rank = inShape.size();
   if (perm.size() != rank)
     throw std::runtime_error("transpose: permutation size " +
@@ -48,7 +52,7 @@ void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
   if (sizes.size() <= 1) {
     // Identity up to size-1 dims.
     parallelFor(total, kElementGrain, [&](int64_t begin, int64_t end) {
-      std::memcpy(out + begin, in + begin, sizeof(float) * size_t(end - begin));
+      std::memcpy(out + begin, in + begin, sizeof(T) * size_t(end - begin));
     });
     return;
   }
@@ -69,7 +73,7 @@ void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
       }
       for (int64_t row = begin; row < end; ++row) {
         std::memcpy(out + row * rowLen, in + offset,
-                    sizeof(float) * size_t(rowLen));
+                    sizeof(T) * size_t(rowLen));
         for (size_t d = n - 1; d-- > 0;) {
           offset += strides[d];
           if (++index[d] < sizes[d])
@@ -113,8 +117,8 @@ void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
       for (int64_t q0 = 0; q0 < sizeQ; q0 += kTile) {
         int64_t q1 = std::min(sizeQ, q0 + kTile);
         for (int64_t ip = p0; ip < p1; ++ip) {
-          const float *__restrict src = in + inBase + ip;
-          float *__restrict dst = out + outBase + ip * outStrideP;
+          const T *__restrict src = in + inBase + ip;
+          T *__restrict dst = out + outBase + ip * outStrideP;
           for (int64_t iq = q0; iq < q1; ++iq)
             dst[iq] = src[iq * inStrideQ];
         }
@@ -123,11 +127,14 @@ void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
   });
 }
 
+} // namespace
+
 namespace {
 
 /// Copies the window of `whole` at `offsets` (of `window`'s shape) out of it
 /// (`fromWhole`) or into it: slice and insert share the row walk.
-void copyWindow(const char *what, float *whole, Shape wholeShape, float *window,
+template <typename T>
+void copyWindow(const char *what, T *whole, Shape wholeShape, T *window,
                 Shape windowShape, std::span<const int64_t> offsets,
                 bool fromWhole) {
   size_t rank = wholeShape.size();
@@ -137,9 +144,9 @@ void copyWindow(const char *what, float *whole, Shape wholeShape, float *window,
     return;
   std::vector<int64_t> wholeStrides = contiguousStrides(wholeShape);
   auto copy = [&](int64_t windowAt, int64_t wholeAt, int64_t count) {
-    float *to = fromWhole ? window + windowAt : whole + wholeAt;
-    const float *from = fromWhole ? whole + wholeAt : window + windowAt;
-    std::memcpy(to, from, sizeof(float) * size_t(count));
+    T *to = fromWhole ? window + windowAt : whole + wholeAt;
+    const T *from = fromWhole ? whole + wholeAt : window + windowAt;
+    std::memcpy(to, from, sizeof(T) * size_t(count));
   };
   // Rows: the innermost dims copied in full plus the first partial one going
   // outward are contiguous in both tensors.
@@ -184,18 +191,24 @@ void copyWindow(const char *what, float *whole, Shape wholeShape, float *window,
 
 } // namespace
 
-void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
-           float *out, Shape outShape) {
+namespace {
+
+template <typename T>
+void sliceElements(const T *in, Shape inShape, std::span<const int64_t> offsets,
+                   T *out, Shape outShape) {
   // Read only: fromWhole never writes `whole`.
-  copyWindow("slice", const_cast<float *>(in), inShape, out, outShape, offsets,
+  copyWindow("slice", const_cast<T *>(in), inShape, out, outShape, offsets,
              /*fromWhole=*/true);
 }
 
-void insert(const float *in, Shape inShape, std::span<const int64_t> offsets,
-            float *out, Shape outShape) {
-  copyWindow("insert", out, outShape, const_cast<float *>(in), inShape, offsets,
+template <typename T>
+void insertElements(const T *in, Shape inShape,
+                    std::span<const int64_t> offsets, T *out, Shape outShape) {
+  copyWindow("insert", out, outShape, const_cast<T *>(in), inShape, offsets,
              /*fromWhole=*/false);
 }
+
+} // namespace
 
 namespace {
 
@@ -226,19 +239,20 @@ void reduceWalk(const std::vector<ReduceGroup> &groups, size_t g,
 
 /// Writes elements [begin, end) of a row of zeros holding src[0, len) at
 /// [lo, lo + len).
-void padSegment(const float *src, int64_t lo, int64_t len, float *row,
-                int64_t begin, int64_t end) {
+template <typename T>
+void padSegment(const T *src, int64_t lo, int64_t len, T *row, int64_t begin,
+                int64_t end) {
   int64_t zeroEnd = std::min(end, lo);
   if (begin < zeroEnd)
-    std::memset(row + begin, 0, sizeof(float) * size_t(zeroEnd - begin));
+    std::memset(row + begin, 0, sizeof(T) * size_t(zeroEnd - begin));
   int64_t copyBegin = std::max(begin, lo);
   int64_t copyEnd = std::min(end, lo + len);
   if (copyBegin < copyEnd)
     std::memcpy(row + copyBegin, src + (copyBegin - lo),
-                sizeof(float) * size_t(copyEnd - copyBegin));
+                sizeof(T) * size_t(copyEnd - copyBegin));
   int64_t zeroBegin = std::max(begin, lo + len);
   if (zeroBegin < end)
-    std::memset(row + zeroBegin, 0, sizeof(float) * size_t(end - zeroBegin));
+    std::memset(row + zeroBegin, 0, sizeof(T) * size_t(end - zeroBegin));
 }
 
 } // namespace
@@ -348,15 +362,18 @@ void reduce(const float *in, Shape inShape, std::span<const int64_t> dims,
       });
 }
 
-void pad(const float *in, Shape inShape, std::span<const int64_t> offsets,
-         float *out, Shape outShape) {
+namespace {
+
+template <typename T>
+void padElements(const T *in, Shape inShape, std::span<const int64_t> offsets,
+                 T *out, Shape outShape) {
   size_t rank = outShape.size();
   checkWindow("pad", outShape, inShape, offsets);
   int64_t total = product(outShape);
   if (total == 0)
     return;
   if (product(inShape) == 0) {
-    fill(0.0f, out, total);
+    std::memset(out, 0, sizeof(T) * size_t(total));
     return;
   }
   // Output rows: the innermost dims where input and output agree, plus the
@@ -395,11 +412,11 @@ void pad(const float *in, Shape inShape, std::span<const int64_t> offsets,
         inside &= i >= 0 && i < inShape[d];
         inOffset += i * inStrides[d];
       }
-      float *dst = out + row * rowLen;
+      T *dst = out + row * rowLen;
       if (inside)
         padSegment(in + inOffset, lo, inRowLen, dst, 0, rowLen);
       else
-        std::memset(dst, 0, sizeof(float) * size_t(rowLen));
+        std::memset(dst, 0, sizeof(T) * size_t(rowLen));
       for (size_t d = k; d-- > 0;) {
         if (++index[d] < outShape[d])
           break;
@@ -408,6 +425,8 @@ void pad(const float *in, Shape inShape, std::span<const int64_t> offsets,
     }
   });
 }
+
+} // namespace
 
 void fill(float value, float *out, int64_t count) {
   // +0.0f is all zero bits: memset (rep stosb) beats a store loop there.
@@ -418,6 +437,41 @@ void fill(float value, float *out, int64_t count) {
     else
       std::fill(out + begin, out + end, value);
   });
+}
+
+// The layout kernels move elements without arithmetic: one body per element
+// size, f32 and bf16 (uint16_t bits) alike.
+void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
+               float *out) {
+  transposeElements(in, inShape, perm, out);
+}
+void transpose(const uint16_t *in, Shape inShape, std::span<const int64_t> perm,
+               uint16_t *out) {
+  transposeElements(in, inShape, perm, out);
+}
+void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
+           float *out, Shape outShape) {
+  sliceElements(in, inShape, offsets, out, outShape);
+}
+void slice(const uint16_t *in, Shape inShape, std::span<const int64_t> offsets,
+           uint16_t *out, Shape outShape) {
+  sliceElements(in, inShape, offsets, out, outShape);
+}
+void insert(const float *in, Shape inShape, std::span<const int64_t> offsets,
+            float *out, Shape outShape) {
+  insertElements(in, inShape, offsets, out, outShape);
+}
+void insert(const uint16_t *in, Shape inShape, std::span<const int64_t> offsets,
+            uint16_t *out, Shape outShape) {
+  insertElements(in, inShape, offsets, out, outShape);
+}
+void pad(const float *in, Shape inShape, std::span<const int64_t> offsets,
+         float *out, Shape outShape) {
+  padElements(in, inShape, offsets, out, outShape);
+}
+void pad(const uint16_t *in, Shape inShape, std::span<const int64_t> offsets,
+         uint16_t *out, Shape outShape) {
+  padElements(in, inShape, offsets, out, outShape);
 }
 
 } // namespace tpc::runtime::cpu

@@ -62,10 +62,10 @@ public:
     return !stepExchanges(step);
   }
   void enqueue(const Dispatch &d) override {
-    RecordedStep step{&d.step, {}, {}, d.comm};
+    RecordedStep step{&d.step, {}, {}, d.comm, d.bf16Products};
     auto translate = [](const TensorBinding &t) {
       return TensorBinding{t.data ? toHost(t.data) : nullptr, t.shape,
-                           t.elements};
+                           t.elements, t.dtype};
     };
     for (const TensorBinding &t : d.operands)
       step.operands.push_back(translate(t));
@@ -97,7 +97,10 @@ private:
     const plan::Step *step;
     std::vector<TensorBinding> operands, results;
     GridComm *comm;
-    void run() const { cpuBackend().enqueue({*step, operands, results, comm}); }
+    bool bf16Products;
+    void run() const {
+      cpuBackend().enqueue({*step, operands, results, comm, bf16Products});
+    }
   };
   struct RecordedSteps final : CommandBuffer {
     std::vector<RecordedStep> steps;

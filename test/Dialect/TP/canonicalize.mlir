@@ -95,3 +95,61 @@ func.func @other_axis(%x: tensor<8x16xf32, #tp.dist<@g, [[], []], partial = [0]>
   %1 = tp.local_split %0 over @g {dim = 1 : i64, grid_axes = array<i64: 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@g, [[], [1]]>>
   return %1 : tensor<8x16xf32, #tp.dist<@g, [[], [1]]>>
 }
+
+// -----
+
+// A conversion of an accumulating op's only result is the op's own result
+// type: the weight gradient's product accumulates into f32.
+// CHECK-LABEL: func.func @convert_folds_into_product
+// CHECK-NEXT: %[[P:.*]] = tp.matmul %arg0, %arg1 {transpose_lhs} : (tensor<8x16xbf16>, tensor<8x32xbf16>) -> tensor<16x32xf32>
+// CHECK-NEXT: return %[[P]]
+func.func @convert_folds_into_product(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>) -> tensor<16x32xf32> {
+  %0 = tp.matmul %x, %dy {transpose_lhs} : (tensor<8x16xbf16>, tensor<8x32xbf16>) -> tensor<16x32xbf16>
+  %1 = tp.convert %0 : tensor<16x32xbf16> -> tensor<16x32xf32>
+  return %1 : tensor<16x32xf32>
+}
+
+// Through a reshape (a bias gradient's sum reshaped to the bias).
+// CHECK-LABEL: func.func @convert_moves_before_view
+// CHECK-NEXT: %[[S:.*]] = tp.reduce_sum %arg0 {dims = array<i64: 0>} : (tensor<8x32xbf16>) -> tensor<32xf32>
+// CHECK-NEXT: %[[R:.*]] = tp.reshape %[[S]] : (tensor<32xf32>) -> tensor<1x32xf32>
+// CHECK-NEXT: return %[[R]]
+func.func @convert_moves_before_view(%dy: tensor<8x32xbf16>) -> tensor<1x32xf32> {
+  %0 = tp.reduce_sum %dy {dims = array<i64: 0>} : (tensor<8x32xbf16>) -> tensor<32xbf16>
+  %1 = tp.reshape %0 : (tensor<32xbf16>) -> tensor<1x32xbf16>
+  %2 = tp.convert %1 : tensor<1x32xbf16> -> tensor<1x32xf32>
+  return %2 : tensor<1x32xf32>
+}
+
+// An op that rounds each element (gelu) keeps its rounding: no fold. Nor
+// does a product whose result has another use.
+// CHECK-LABEL: func.func @convert_kept
+// CHECK: tp.gelu
+// CHECK-NEXT: tp.convert
+// CHECK: tp.matmul
+// CHECK-NEXT: tp.convert
+func.func @convert_kept(%x: tensor<8x16xbf16>, %w: tensor<16x16xbf16>) -> (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xbf16>) {
+  %0 = tp.gelu %x : tensor<8x16xbf16>
+  %1 = tp.convert %0 : tensor<8x16xbf16> -> tensor<8x16xf32>
+  %2 = tp.matmul %x, %w : (tensor<8x16xbf16>, tensor<16x16xbf16>) -> tensor<8x16xbf16>
+  %3 = tp.convert %2 : tensor<8x16xbf16> -> tensor<8x16xf32>
+  return %1, %3, %2 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xbf16>
+}
+
+// Widening then narrowing back is exact; the other way round is not. A
+// conversion to the same type and of a constant fold away.
+// CHECK-LABEL: func.func @convert_pairs
+// CHECK-NEXT: %[[N:.*]] = tp.convert %arg1 : tensor<4xf32> -> tensor<4xbf16>
+// CHECK-NEXT: %[[W:.*]] = tp.convert %[[N]] : tensor<4xbf16> -> tensor<4xf32>
+// CHECK-NEXT: %[[C:.*]] = tp.constant 2.500000e-01 : tensor<4xbf16>
+// CHECK-NEXT: return %arg0, %[[W]], %arg1, %[[C]]
+func.func @convert_pairs(%a: tensor<4xbf16>, %b: tensor<4xf32>) -> (tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>) {
+  %0 = tp.convert %a : tensor<4xbf16> -> tensor<4xf32>
+  %1 = tp.convert %0 : tensor<4xf32> -> tensor<4xbf16>
+  %2 = tp.convert %b : tensor<4xf32> -> tensor<4xbf16>
+  %3 = tp.convert %2 : tensor<4xbf16> -> tensor<4xf32>
+  %4 = tp.convert %b : tensor<4xf32> -> tensor<4xf32>
+  %5 = tp.constant 0.25 : tensor<4xf32>
+  %6 = tp.convert %5 : tensor<4xf32> -> tensor<4xbf16>
+  return %1, %3, %4, %6 : tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
+}

@@ -159,9 +159,10 @@ func.func @embedding_table_rank(%t: tensor<50x16x2xf32>, %ids: tensor<2x8xi32>) 
 
 // -----
 
-func.func @embedding_element_type(%t: tensor<50x16xf32>, %ids: tensor<2x8xi32>) {
-  // expected-error @+1 {{result has element type 'bf16' but table has 'f32'}}
-  %0 = tp.embedding %t, %ids : (tensor<50x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xbf16>
+func.func @matmul_activation_types(%dy: tensor<2x8x16xf32>, %x: tensor<2x8x16xbf16>, %g: tensor<16xf32>) {
+  // Activations share one type even where the result's is free.
+  // expected-error @+1 {{operand #1 has element type 'bf16' but operand #0 has 'f32'}}
+  %0 = tp.matmul %dy, %x {transpose_lhs} : (tensor<2x8x16xf32>, tensor<2x8x16xbf16>) -> tensor<2x16x16xf32>
   return
 }
 
@@ -260,7 +261,7 @@ func.func @matmul_result(%a: tensor<2x8x16xf32>, %b: tensor<16x32xf32>) {
 // -----
 
 func.func @matmul_element_type(%a: tensor<8x16xf32>, %b: tensor<16x32xf16>) {
-  // expected-error @+1 {{rhs has element type 'f16' but lhs has 'f32'}}
+  // expected-error @+1 {{operand #1 has element type 'f16' but operand #0 has 'f32' (activations share one element type; tp.convert changes it)}}
   %0 = tp.matmul %a, %b : (tensor<8x16xf32>, tensor<16x32xf16>) -> tensor<8x32xf32>
   return
 }
@@ -356,7 +357,7 @@ func.func @rms_norm_result(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>) {
 // -----
 
 func.func @rms_norm_grad_element_type(%dy: tensor<2x8x16xbf16>, %x: tensor<2x8x16xf32>, %g: tensor<16xf32>) {
-  // expected-error @+1 {{result_grad has element type 'bf16' but input has 'f32'}}
+  // expected-error @+1 {{operand #1 has element type 'f32' but operand #0 has 'bf16'}}
   %0:2 = tp.rms_norm_grad %dy, %x, %g : (tensor<2x8x16xbf16>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
   return
 }
@@ -1047,5 +1048,50 @@ func.func @attention_precision(%q: tensor<4x8x16xf32>) {
 func.func @attention_grad_key(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>, %l: tensor<4x8xf32>) {
   // expected-error @+1 {{key_grad 'tensor<4x8x8xf32>' should have shape [4, 8, 16] (the shape of key)}}
   %0:3 = "tp.attention_grad"(%q, %q, %k, %k, %q, %l) : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8xf32>) -> (tensor<4x8x16xf32>, tensor<4x8x8xf32>, tensor<4x8x16xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @convert_shape(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{result 'tensor<8x4xbf16>' should have shape [4, 8] (the shape of input)}}
+  %0 = tp.convert %x : tensor<4x8xf32> -> tensor<8x4xbf16>
+  return
+}
+
+// -----
+
+func.func @gelu_follows_input(%x: tensor<4x8xbf16>) {
+  // expected-error @+1 {{all of {input, result} have same type}}
+  %0 = "tp.gelu"(%x) : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_logsumexp_f32(%q: tensor<2x8x16xbf16>) {
+  // expected-error @+1 {{logsumexp must be f32, got 'bf16'}}
+  %0:2 = tp.attention %q, %q, %q {causal} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> (tensor<2x8x16xbf16>, tensor<2x8xbf16>)
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_gain_types(%dy: tensor<2x16xbf16>, %x: tensor<2x16xbf16>, %g: tensor<16xf32>) {
+  // expected-error @+1 {{gamma_grad has element type 'bf16' but gamma has 'f32'}}
+  %0:3 = tp.layer_norm_grad %dy, %x, %g : (tensor<2x16xbf16>, tensor<2x16xbf16>, tensor<16xf32>) -> (tensor<2x16xbf16>, tensor<16xbf16>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @adamw_bf16_grad(%p: tensor<16xf32>, %dp: tensor<16xbf16>, %lr: tensor<f32>, %step: tensor<i64>) {
+  // The optimizer reads f32 masters and f32 gradients.
+  // expected-error @+1 {{grad has element type 'bf16' but param has 'f32'}}
+  %0:3 = tp.adamw %p, %dp, %p, %p, %lr, %step, %lr : (tensor<16xf32>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }

@@ -219,3 +219,31 @@ func.func @collectives(%p: tensor<8x16xf32, #tp.dist<@c, [[0], []], partial = [1
   %4 = tp.local_split %x over @c {dim = 0 : i64, grid_axes = array<i64: 0, 1>} : tensor<8x16xf32> -> tensor<8x16xf32, #tp.dist<@c, [[0, 1], []]>>
   return
 }
+
+// -----
+
+// Mixed precision: bf16 activations, f32 gains, tables and statistics, and
+// results whose type the op chooses (a product's f32 accumulator).
+// CHECK-LABEL: func.func @mixed_precision
+// CHECK: tp.convert %{{.*}} : tensor<16x32xf32> -> tensor<16x32xbf16>
+// CHECK: tp.embedding %{{.*}}, %{{.*}} : (tensor<50x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xbf16>
+// CHECK: tp.layer_norm %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x16xbf16>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xbf16>
+// CHECK: tp.matmul %{{.*}}, %{{.*}} : (tensor<2x8x16xbf16>, tensor<16x32xbf16>) -> tensor<2x8x32xbf16>
+// CHECK: tp.matmul %{{.*}}, %{{.*}} {transpose_lhs} : (tensor<2x8x16xbf16>, tensor<2x8x32xbf16>) -> tensor<2x16x32xf32>
+// CHECK: tp.reduce_sum %{{.*}} {dims = array<i64: 0, 1>} : (tensor<2x8x32xbf16>) -> tensor<32xf32>
+// CHECK: tp.attention %{{.*}}, %{{.*}}, %{{.*}} {causal} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> (tensor<2x8x16xbf16>, tensor<2x8xf32>)
+// CHECK: tp.cross_entropy %{{.*}}, %{{.*}} : (tensor<2x8x32xbf16>, tensor<2x8xi32>) -> tensor<f32>
+// CHECK: tp.embedding_grad %{{.*}}, %{{.*}} : (tensor<2x8x16xbf16>, tensor<2x8xi32>) -> tensor<50x16xf32>
+func.func @mixed_precision(%w: tensor<16x32xf32>, %table: tensor<50x16xf32>,
+                           %ids: tensor<2x8xi32>, %g: tensor<16xf32>) {
+  %w16 = tp.convert %w : tensor<16x32xf32> -> tensor<16x32xbf16>
+  %x = tp.embedding %table, %ids : (tensor<50x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xbf16>
+  %n = tp.layer_norm %x, %g, %g : (tensor<2x8x16xbf16>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xbf16>
+  %y = tp.matmul %n, %w16 : (tensor<2x8x16xbf16>, tensor<16x32xbf16>) -> tensor<2x8x32xbf16>
+  %dw = tp.matmul %n, %y {transpose_lhs} : (tensor<2x8x16xbf16>, tensor<2x8x32xbf16>) -> tensor<2x16x32xf32>
+  %db = tp.reduce_sum %y {dims = array<i64: 0, 1>} : (tensor<2x8x32xbf16>) -> tensor<32xf32>
+  %a:2 = tp.attention %n, %n, %n {causal} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> (tensor<2x8x16xbf16>, tensor<2x8xf32>)
+  %l = tp.cross_entropy %y, %ids : (tensor<2x8x32xbf16>, tensor<2x8xi32>) -> tensor<f32>
+  %dt = tp.embedding_grad %x, %ids : (tensor<2x8x16xbf16>, tensor<2x8xi32>) -> tensor<50x16xf32>
+  return
+}

@@ -93,8 +93,10 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::init(true)};
   Option<MatmulPrecision> precision{
       *this, "precision",
-      llvm::cl::desc("Operand precision of the matrix products, recorded in "
-                     "the plan (tp-matmul-precision)"),
+      llvm::cl::desc("Training precision: f32; bf16, mixed precision with "
+                     "activations and their gradients stored in bf16 and "
+                     "f32 masters (tp-mixed-precision); or tf32, f32 "
+                     "tensors with TF32 products (tp-matmul-precision)"),
       llvm::cl::init(MatmulPrecision::F32), matmulPrecisionValues()};
 };
 

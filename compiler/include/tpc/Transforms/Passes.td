@@ -240,6 +240,27 @@ def TPFuseAttention : Pass<"tp-fuse-attention", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPMixedPrecision : Pass<"tp-mixed-precision", "::mlir::ModuleOp"> {
+  let summary = "Store activations in bf16 (Megatron-LM / autocast mixed "
+                "precision)";
+  let description = [{
+    Runs before tp-autodiff on the forward functions (@forward, @loss and the
+    generation programs). Activations, and through the vector-Jacobian
+    products their gradients, are stored in bf16; parameters stay f32
+    masters. A non-view op that reads a parameter (or a view of one) as an
+    activation reads a bf16 copy (`tp.convert`, one per parameter and
+    function); norms and embeddings read their gains and tables as stored
+    (MixedPrecisionOpInterface). Ops whose float operands are all f32 values
+    other than parameters (the loss arithmetic) stay f32, as do statistics
+    (the loss, attention's log-sum-exp). KV caches are stored in bf16.
+    After differentiation the conversions of weight gradients fold into
+    their products and sums, which then accumulate in f32 (canonicalization
+    of tp.convert): f32 gradients, AdamW moments and update.
+  }];
+  let dependentDialects = ["::mlir::tp::TPDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 def TPMatmulPrecision : Pass<"tp-matmul-precision", "::mlir::ModuleOp"> {
   let summary = "Set the operand precision of every matrix product";
   let description = [{

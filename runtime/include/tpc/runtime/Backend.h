@@ -32,13 +32,20 @@ public:
   virtual uint64_t size() const = 0;
 };
 
-/// One tensor of a dispatch: device memory plus its local shape.
+/// One tensor of a dispatch: device memory plus its local shape and element
+/// type (a float tensor is f32 or, under mixed precision, bf16).
 struct TensorBinding {
   std::byte *data = nullptr;
   std::span<const int64_t> shape;
   int64_t elements = 0;
+  plan::DType dtype = plan::DType::F32;
 
+  uint64_t bytes() const {
+    return uint64_t(elements) * uint64_t(dtypeSize(dtype));
+  }
   float *f32() const { return reinterpret_cast<float *>(data); }
+  /// A bf16 tensor's elements: the high 16 bits of the f32 values.
+  uint16_t *bf16() const { return reinterpret_cast<uint16_t *>(data); }
   const int32_t *i32() const { return reinterpret_cast<const int32_t *>(data); }
   /// The value of an i64 scalar (the step counter).
   int64_t i64Scalar() const { return *reinterpret_cast<const int64_t *>(data); }
@@ -52,6 +59,11 @@ struct Dispatch {
   std::span<const TensorBinding> operands;
   std::span<const TensorBinding> results;
   GridComm *comm;
+  /// The step's activations are stored in bf16 and this dispatch's bindings
+  /// are f32 copies of them (a backend running an f32 kernel on widened
+  /// operands): products round their operands, and the probabilities of an
+  /// attention, to bf16, as kernels on bf16 tensors do.
+  bool bf16Products = false;
 
   /// The step's integer attributes; absent is empty.
   std::span<const int64_t> ints() const { return stepInts(step); }

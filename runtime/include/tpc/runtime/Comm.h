@@ -1,6 +1,9 @@
 // Communication: the world of ranks (MPI processes launched by mpirun, or a
-// single process without MPI) and grid communicators with float collectives
-// over sets of grid axes.
+// single process without MPI) and grid communicators with f32 and bf16
+// collectives over sets of grid axes. A bf16 tensor is its elements' 16 bits
+// (uint16_t): bf16 moves on the wire, and the sums add in f32 in group rank
+// order and round once (each rank sums its chunk of every rank's buffer),
+// so every rank, and a GPU doing the same, gets the same bits.
 //
 // MPI is initialised only when OpenMPI's mpirun launched the process (it sets
 // OMPI_COMM_WORLD_SIZE); a plain `tp-run plan ...` is a world of one rank that
@@ -18,9 +21,10 @@
 // leave the others blocked in their next collective.
 //
 // Communication accounting (the bandwidth-optimal, ring rule of the design,
-// per rank and per call on a group of n ranks; T = the tensor's bytes):
-//   all-gather      (n-1)/n * T, T = the gathered output, n * count * 4 bytes
-//   reduce-scatter  (n-1)/n * T, T = the full input, n * count * 4 bytes
+// per rank and per call on a group of n ranks; T = the tensor's bytes, 4 per
+// f32 element and 2 per bf16 one):
+//   all-gather      (n-1)/n * T, T = the gathered output, n * count elements
+//   reduce-scatter  (n-1)/n * T, T = the full input, n * count elements
 //   all-reduce     2(n-1)/n * T, T = the buffer
 //   all-to-all      (n-1)/n * T, T = one rank's whole send buffer
 //   ring shift      T, T = the block sent: n-1 shifts of a block (a ring
@@ -132,19 +136,26 @@ public:
 
   /// In-place sum over the group.
   void allReduceSum(const std::vector<int> &axes, std::span<float> data);
-  /// Each rank contributes `in` (count floats); `out` (n * count) receives
+  void allReduceSum(const std::vector<int> &axes, std::span<uint16_t> data);
+  /// Each rank contributes `in` (count elements); `out` (n * count) receives
   /// all contributions in group rank order. `in` may be this rank's slice of
   /// `out` (in place).
   void allGather(const std::vector<int> &axes, std::span<const float> in,
                  std::span<float> out);
+  void allGather(const std::vector<int> &axes, std::span<const uint16_t> in,
+                 std::span<uint16_t> out);
   /// `in` (n * count) is summed over the group; group rank r receives slice
-  /// r (count floats) in `out`, which must not overlap `in`.
+  /// r (count elements) in `out`, which must not overlap `in`.
   void reduceScatterSum(const std::vector<int> &axes, std::span<const float> in,
                         std::span<float> out);
+  void reduceScatterSum(const std::vector<int> &axes,
+                        std::span<const uint16_t> in, std::span<uint16_t> out);
   /// `in` and `out` hold n equal blocks; block j of `in` goes to group rank
   /// j, block i of `out` comes from group rank i. `in` may be `out`.
   void allToAll(const std::vector<int> &axes, std::span<const float> in,
                 std::span<float> out);
+  void allToAll(const std::vector<int> &axes, std::span<const uint16_t> in,
+                std::span<uint16_t> out);
   /// Every rank's `in` (count floats) into `out` (size() * count) in world
   /// rank order, over the whole grid. For moving state outside the training
   /// step (checkpoints, exports): not counted in stats().
@@ -169,9 +180,11 @@ public:
   /// `out` already receiving.
   void startShift(const std::vector<int> &axes, std::span<const float> in,
                   std::span<float> out);
-  /// Waits for the shift receiving into `out`; throws std::invalid_argument
-  /// if none is.
-  void finishShift(std::span<float> out);
+  void startShift(const std::vector<int> &axes, std::span<const uint16_t> in,
+                  std::span<uint16_t> out);
+  /// Waits for the shift receiving into the buffer at `out`; throws
+  /// std::invalid_argument if none is.
+  void finishShift(const void *out);
   /// `data` on group rank `root` is copied to every rank of the group.
   void broadcast(const std::vector<int> &axes, std::span<float> data, int root);
 
@@ -179,11 +192,11 @@ public:
   /// "reduce_scatter", "ring_shift" (kinds not yet called are absent).
   std::map<std::string, CommStats> stats() const { return stats_; }
   /// Counts a collective that ran outside this class (a GPU's NCCL call) by
-  /// the rule above, over the group of `axes`: `floats` is the buffer the
-  /// rule names (the gathered output, the full input, the buffer, the block
-  /// sent).
+  /// the rule above, over the group of `axes`: `elements` (of
+  /// `elementSize` bytes) is the buffer the rule names (the gathered output,
+  /// the full input, the buffer, the block sent).
   void countCollective(const char *kind, const std::vector<int> &axes,
-                       size_t floats);
+                       size_t elements, size_t elementSize = sizeof(float));
   /// Adds `traffic` (totals per kind, as stats() returns them) to the
   /// totals: what a replayed command buffer's collectives moved, counted
   /// when it was recorded.
@@ -209,12 +222,19 @@ public:
                         const std::vector<int64_t> &coords);
 
 private:
-  void account(const char *kind, int n, size_t floats);
+  void account(const char *kind, int n, size_t bytes);
   /// MPI_Allgather over `g` (`in` may be this rank's slice of `out`),
   /// counted as an all-gather when `counted`; `what` names the caller in
   /// size errors.
-  void gatherOver(const CommGroup &g, std::span<const float> in,
-                  std::span<float> out, const char *what, bool counted);
+  template <typename T>
+  void gatherOver(const CommGroup &g, std::span<const T> in, std::span<T> out,
+                  const char *what, bool counted);
+  template <typename T>
+  void allToAllOf(const std::vector<int> &axes, std::span<const T> in,
+                  std::span<T> out);
+  template <typename T>
+  void startShiftOf(const std::vector<int> &axes, std::span<const T> in,
+                    std::span<T> out);
 
   Comm &worldComm;
   std::vector<int64_t> shape_, coords_;
@@ -223,7 +243,7 @@ private:
   std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups;
   std::map<std::string, CommStats> stats_;
   /// Ring shifts in flight, by receive buffer: (receive, send) requests.
-  std::map<const float *, std::array<MPI_Request, 2>> shifts;
+  std::map<const void *, std::array<MPI_Request, 2>> shifts;
 };
 
 } // namespace tpc::runtime

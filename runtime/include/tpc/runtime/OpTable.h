@@ -96,8 +96,10 @@ struct OpInfo {
   /// (attention's and rotary's positions).
   uint8_t numOperands;
   uint8_t numResults;
-  /// The dtype of each operand; the non-f32 ones (token ids, step
-  /// counters) must be program inputs. Results are always f32.
+  /// The dtype of each operand. F32 stands for a float tensor: f32, or
+  /// from plan 1.10 bf16 (mixed precision); the other dtypes (token ids,
+  /// step counters) are exact and must be program inputs. Results are
+  /// float tensors.
   std::array<plan::DType, kMaxStepOperands> operandDTypes;
   ResultPlacement placement;
   /// For UpdateInPlace: the operand each result may overwrite.
@@ -109,7 +111,24 @@ struct OpInfo {
   /// Whether Step.precision may round the operands of its products.
   bool mixedPrecision = false;
   uint8_t optionalOperands = 0;
+  /// Float operands and results by bit (bit i: operand or result i), as
+  /// the tp dialect's MixedPrecisionOpInterface states them. Every kernel
+  /// computes in f32 and rounds each result once into its dtype.
+  /// `storedOperands` are read at whatever float type they have (a norm's
+  /// gain, an embedding table); `f32Operands` and `f32Results` must be f32
+  /// (optimizer state, statistics, scalars); the remaining float operands
+  /// are activations and share one dtype.
+  uint8_t storedOperands = 0;
+  uint8_t f32Operands = 0;
+  uint8_t f32Results = 0;
+  /// Whether result 0 has operand 0's dtype: kinds that move elements
+  /// without arithmetic, collectives, in-place updates.
+  bool resultHasOperandDType = false;
 };
+
+/// Whether `dtype` is a float type a plan of minor version `minor` may
+/// store tensors in (f32; bf16 from kPlanBf16Minor).
+bool isFloatDType(plan::DType dtype, uint32_t minor);
 
 /// The description of `kind`, or null if this runtime does not know it (a
 /// plan from a newer compiler, or a corrupt file).

@@ -18,9 +18,12 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 9;
+inline constexpr uint32_t kPlanVersionMinor = 10;
 /// The first minor version whose plans carry Plan.content_checksum.
 inline constexpr uint32_t kPlanChecksumMinor = 2;
+/// The first minor version with bf16 activations and KV caches (mixed
+/// precision) and the Convert op kind.
+inline constexpr uint32_t kPlanBf16Minor = 10;
 
 class PlanError : public std::runtime_error {
 public:

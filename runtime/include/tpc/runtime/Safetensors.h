@@ -40,15 +40,6 @@
 
 namespace tpc::runtime {
 
-/// IEEE binary16 / bfloat16 <-> binary32. The widening conversions are exact
-/// (subnormals, infinities and NaN payloads included); the narrowing ones
-/// round to nearest, ties to even, overflow to infinity and keep NaNs NaN
-/// (quiet, same sign, top payload bits).
-uint16_t f32ToF16(float value);
-float f16ToF32(uint16_t bits);
-uint16_t f32ToBF16(float value);
-float bf16ToF32(uint16_t bits);
-
 struct TensorInfo {
   std::string name;
   DType dtype;

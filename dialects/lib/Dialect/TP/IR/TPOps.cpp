@@ -52,6 +52,14 @@ static LogicalResult verifySameElementType(Operation *op,
   return success();
 }
 
+/// `named` is an f32 tensor (a statistic kept in full precision).
+static LogicalResult verifyF32(Operation *op, const Named &named) {
+  Type actual = tensorTypeOf(named.value).getElementType();
+  if (actual.isF32())
+    return success();
+  return op->emitOpError() << named.name << " must be f32, got " << actual;
+}
+
 /// `named` has exactly `expected` as its shape.
 static LogicalResult verifyShape(Operation *op, const Named &named,
                                  ArrayRef<int64_t> expected,
@@ -177,16 +185,19 @@ RebalancePointOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult EmbeddingOp::verify() {
-  Named table{"table", getTable()}, result{"result", getResult()};
+  Named result{"result", getResult()};
   if (tensorTypeOf(getTable()).getRank() != 2)
     return emitOpError() << "table " << getTable().getType()
                          << " must be [vocab, hidden]";
-  if (failed(verifySameElementType(*this, {table, result})))
-    return failure();
   return verifyShape(*this, result,
                      concat(shapeOf(getIds()), shapeOf(getTable()).back()),
                      "(ids shape followed by the table's hidden size)");
 }
+
+// The table is read as stored (an f32 master needs no bf16 copy) and the
+// looked-up rows are rounded into the result's type.
+bool EmbeddingOp::readsOperandAsStored(unsigned index) { return index == 0; }
+bool EmbeddingOp::hasFreeResultType(unsigned) { return true; }
 
 ShardingRule EmbeddingOp::getShardingRule() {
   ShardingRuleBuilder builder;
@@ -201,17 +212,17 @@ ShardingRule EmbeddingOp::getShardingRule() {
 }
 
 LogicalResult EmbeddingGradOp::verify() {
-  Named resultGrad{"result_grad", getResultGrad()},
-      tableGrad{"table_grad", getTableGrad()};
+  Named resultGrad{"result_grad", getResultGrad()};
   if (tensorTypeOf(getTableGrad()).getRank() != 2)
     return emitOpError() << "table_grad " << getTableGrad().getType()
                          << " must be [vocab, hidden]";
-  if (failed(verifySameElementType(*this, {resultGrad, tableGrad})))
-    return failure();
   return verifyShape(*this, resultGrad,
                      concat(shapeOf(getIds()), shapeOf(getTableGrad()).back()),
                      "(ids shape followed by table_grad's hidden size)");
 }
+
+// Rows accumulate in f32 (an f32 table gradient from bf16 activations).
+bool EmbeddingGradOp::hasFreeResultType(unsigned) { return true; }
 
 ShardingRule EmbeddingGradOp::getShardingRule() {
   ShardingRuleBuilder builder;
@@ -286,7 +297,7 @@ LogicalResult MatmulOp::verify() {
       result{"result", getResult()};
   if (failed(verifyRankAtLeast(*this, lhs, 2, "(a matrix or batch of them)")) ||
       failed(verifyRankAtLeast(*this, rhs, 2, "(a matrix or batch of them)")) ||
-      failed(verifySameElementType(*this, {lhs, rhs, result})))
+      failed(verifySameElementType(*this, {lhs, rhs})))
     return failure();
   MatmulDims dims = getMatmulDims(*this);
   if (dims.lhsK != dims.k)
@@ -305,6 +316,8 @@ LogicalResult MatmulOp::verify() {
   return verifyShape(*this, result, concat(*batch, {dims.m, dims.n}),
                      "(batch..., M, N)");
 }
+
+bool MatmulOp::hasFreeResultType(unsigned) { return true; }
 
 ShardingRule MatmulOp::getShardingRule() {
   MatmulDims dims = getMatmulDims(*this);
@@ -433,6 +446,160 @@ void ScaleOp::getCanonicalizationPatterns(RewritePatternSet &results,
   results.add<FoldScaleIntoMatmul, ComposeScales>(context);
 }
 
+//===----------------------------------------------------------------------===//
+// ConvertOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConvertOp::verify() {
+  return verifyShape(*this, {"result", getResult()}, shapeOf(getInput()),
+                     "(the shape of input)");
+}
+
+bool ConvertOp::hasFreeResultType(unsigned) { return true; }
+
+OpFoldResult ConvertOp::fold(FoldAdaptor) {
+  Type to = getType().getElementType();
+  if (tensorTypeOf(getInput()).getElementType() == to)
+    return getInput();
+  // Narrowing back what was widened is exact: bf16 -> f32 -> bf16.
+  if (auto inner = getInput().getDefiningOp<ConvertOp>()) {
+    Value source = inner.getInput();
+    Type middle = inner.getType().getElementType();
+    if (tensorTypeOf(source).getElementType() == to &&
+        middle.getIntOrFloatBitWidth() > to.getIntOrFloatBitWidth() &&
+        tensorTypeOf(source) == getType())
+      return source;
+  }
+  return {};
+}
+
+namespace {
+/// `type` with `element` as its element type, its layout kept.
+RankedTensorType withElementType(RankedTensorType type, Type element) {
+  return RankedTensorType::get(type.getShape(), element, type.getEncoding());
+}
+
+/// convert(y) -> y retyped, when y is the only use of a result whose element
+/// type its op chooses (MixedPrecisionOpInterface::hasFreeResultType): the
+/// op rounds its f32 accumulator once, into the converted type, instead of
+/// rounding twice. A weight gradient's product then accumulates into f32.
+struct FoldConvertIntoProducer : public OpRewritePattern<ConvertOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ConvertOp op,
+                                PatternRewriter &rewriter) const override {
+    auto result = dyn_cast<OpResult>(op.getInput());
+    if (!result || !result.hasOneUse())
+      return failure();
+    Operation *producer = result.getOwner();
+    auto precision = dyn_cast<MixedPrecisionOpInterface>(producer);
+    if (!precision || isa<ConvertOp>(producer) ||
+        !precision.hasFreeResultType(result.getResultNumber()))
+      return failure();
+    auto type = cast<RankedTensorType>(result.getType());
+    rewriter.modifyOpInPlace(producer, [&] {
+      result.setType(withElementType(type, op.getType().getElementType()));
+    });
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+/// convert(reshape|transpose(y)) -> reshape|transpose(convert(y)) when the
+/// view is y's only use and y's op chooses its result type, so that
+/// FoldConvertIntoProducer applies (a bias gradient's sum reshaped to the
+/// bias). Views move bytes without arithmetic, so this changes no value.
+struct ConvertBeforeView : public OpRewritePattern<ConvertOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ConvertOp op,
+                                PatternRewriter &rewriter) const override {
+    Operation *view = op.getInput().getDefiningOp();
+    if (!view || !isa<ReshapeOp, TransposeOp>(view) || !view->hasOneUse())
+      return failure();
+    auto source = dyn_cast<OpResult>(view->getOperand(0));
+    if (!source || !source.hasOneUse())
+      return failure();
+    auto precision = dyn_cast<MixedPrecisionOpInterface>(source.getOwner());
+    if (!precision || isa<ConvertOp>(source.getOwner()) ||
+        !precision.hasFreeResultType(source.getResultNumber()))
+      return failure();
+    Type element = op.getType().getElementType();
+    auto sourceType = cast<RankedTensorType>(source.getType());
+    rewriter.setInsertionPoint(view);
+    Value converted = ConvertOp::create(
+        rewriter, op.getLoc(), withElementType(sourceType, element), source);
+    Operation *moved = rewriter.clone(*view);
+    moved->setOperand(0, converted);
+    moved->getResult(0).setType(withElementType(
+        cast<RankedTensorType>(view->getResult(0).getType()), element));
+    rewriter.replaceOp(op, moved->getResults());
+    rewriter.eraseOp(view);
+    return success();
+  }
+};
+
+/// A single-use result of an op that chooses its result type: a conversion
+/// of it folds away (FoldConvertIntoProducer).
+static bool isFoldableIntoProducer(Value value) {
+  auto result = dyn_cast<OpResult>(value);
+  if (!result || !result.hasOneUse() || isa<ConvertOp>(result.getOwner()))
+    return false;
+  auto precision = dyn_cast<MixedPrecisionOpInterface>(result.getOwner());
+  return precision && precision.hasFreeResultType(result.getResultNumber());
+}
+
+/// widening convert(add(a, b)) -> add(convert(a), convert(b)) when the add
+/// has no other use and one of its operands comes from an op that chooses
+/// its result type: two products into one weight's gradient (a weight used
+/// twice) then accumulate in the wider type, and are summed there, instead
+/// of being rounded and summed in the narrower one.
+struct WidenSumOperands : public OpRewritePattern<ConvertOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ConvertOp op,
+                                PatternRewriter &rewriter) const override {
+    auto add = op.getInput().getDefiningOp<AddOp>();
+    Type wide = op.getType().getElementType();
+    if (!add || !add->hasOneUse() ||
+        wide.getIntOrFloatBitWidth() <= tensorTypeOf(add.getResult())
+                                            .getElementType()
+                                            .getIntOrFloatBitWidth() ||
+        !llvm::any_of(add->getOperands(), isFoldableIntoProducer))
+      return failure();
+    auto widen = [&](Value v) -> Value {
+      return ConvertOp::create(rewriter, op.getLoc(),
+                               withElementType(tensorTypeOf(v), wide), v);
+    };
+    Value lhs = widen(add.getLhs()), rhs = widen(add.getRhs());
+    rewriter.replaceOpWithNewOp<AddOp>(op, op.getType(), lhs, rhs);
+    rewriter.eraseOp(add);
+    return success();
+  }
+};
+
+/// convert(constant) -> a constant of the converted type.
+struct ConvertConstant : public OpRewritePattern<ConvertOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ConvertOp op,
+                                PatternRewriter &rewriter) const override {
+    auto constant = op.getInput().getDefiningOp<ConstantOp>();
+    if (!constant)
+      return failure();
+    rewriter.replaceOpWithNewOp<ConstantOp>(op, op.getType(),
+                                            constant.getValueAttr());
+    return success();
+  }
+};
+} // namespace
+
+void ConvertOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                            MLIRContext *context) {
+  results.add<FoldConvertIntoProducer, ConvertBeforeView, WidenSumOperands,
+              ConvertConstant>(context);
+}
+
+ShardingRule ConvertOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+
 ShardingRule ScaleOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getInput()));
 }
@@ -471,17 +638,19 @@ ShardingRule SiluGradOp::getShardingRule() {
 //===----------------------------------------------------------------------===//
 
 /// Checks a normalisation over the last dimension: `input` [..., H],
-/// `sameShape` values shaped like input, `perFeature` values shaped [H].
+/// `sameShape` values shaped like input (and typed like it), `perFeature`
+/// values shaped [H] (typed like the first of them: the gain, read as
+/// stored, and the gradients of the per-feature parameters).
 static LogicalResult verifyNormalization(Operation *op, Named input,
                                          ArrayRef<Named> sameShape,
                                          ArrayRef<Named> perFeature,
                                          FloatAttr epsilon) {
   if (failed(verifyRankAtLeast(op, input, 1, "(normalised over its last dim)")))
     return failure();
-  SmallVector<Named> all{input};
-  llvm::append_range(all, sameShape);
-  llvm::append_range(all, perFeature);
-  if (failed(verifySameElementType(op, all)))
+  SmallVector<Named> activations{input};
+  llvm::append_range(activations, sameShape);
+  if (failed(verifySameElementType(op, activations)) ||
+      failed(verifySameElementType(op, perFeature)))
     return failure();
   ArrayRef<int64_t> shape = shapeOf(input.value);
   for (const Named &named : sameShape)
@@ -518,6 +687,8 @@ LogicalResult LayerNormOp::verify() {
       *this, {"input", getInput()}, {{"result", getResult()}},
       {{"gamma", getGamma()}, {"beta", getBeta()}}, getEpsilonAttr());
 }
+// The gain and bias are read as stored (f32 masters under mixed precision).
+bool LayerNormOp::readsOperandAsStored(unsigned index) { return index != 0; }
 ShardingRule LayerNormOp::getShardingRule() {
   return normalizationRule(*this, shapeOf(getInput()));
 }
@@ -531,6 +702,9 @@ LogicalResult LayerNormGradOp::verify() {
        {"beta_grad", getBetaGrad()}},
       getEpsilonAttr());
 }
+bool LayerNormGradOp::readsOperandAsStored(unsigned index) {
+  return index == 2;
+}
 ShardingRule LayerNormGradOp::getShardingRule() {
   return normalizationRule(*this, shapeOf(getInput()));
 }
@@ -540,6 +714,7 @@ LogicalResult RmsNormOp::verify() {
                              {{"result", getResult()}}, {{"gamma", getGamma()}},
                              getEpsilonAttr());
 }
+bool RmsNormOp::readsOperandAsStored(unsigned index) { return index != 0; }
 ShardingRule RmsNormOp::getShardingRule() {
   return normalizationRule(*this, shapeOf(getInput()));
 }
@@ -551,6 +726,7 @@ LogicalResult RmsNormGradOp::verify() {
       {{"gamma", getGamma()}, {"gamma_grad", getGammaGrad()}},
       getEpsilonAttr());
 }
+bool RmsNormGradOp::readsOperandAsStored(unsigned index) { return index == 2; }
 ShardingRule RmsNormGradOp::getShardingRule() {
   return normalizationRule(*this, shapeOf(getInput()));
 }
@@ -731,6 +907,7 @@ LogicalResult AttentionOp::verify() {
   AttentionDims dims = getAttentionDims(getQuery(), getKey(), getValue());
   if (failed(verifySameElementType(
           *this, {{"query", getQuery()}, {"result", getResult()}})) ||
+      failed(verifyF32(*this, {"logsumexp", getLogsumexp()})) ||
       failed(verifyShape(*this, {"result", getResult()},
                          attentionResultShape(dims),
                          "(batch..., queries, value features)")))
@@ -763,10 +940,10 @@ LogicalResult AttentionGradOp::verify() {
   if (failed(verifySameElementType(*this, {{"query", getQuery()},
                                            {"result_grad", getResultGrad()},
                                            {"result", getResult()},
-                                           {"logsumexp", getLogsumexp()},
                                            {"query_grad", getQueryGrad()},
                                            {"key_grad", getKeyGrad()},
                                            {"value_grad", getValueGrad()}})) ||
+      failed(verifyF32(*this, {"logsumexp", getLogsumexp()})) ||
       failed(verifyShape(*this, {"result_grad", getResultGrad()}, resultShape,
                          resultDims)) ||
       failed(verifyShape(*this, {"result", getResult()}, resultShape,
@@ -781,6 +958,11 @@ LogicalResult AttentionGradOp::verify() {
     return failure();
   return verifyShape(*this, {"value_grad", getValueGrad()}, shapeOf(getValue()),
                      "(the shape of value)");
+}
+
+// The log-sum-exp is an f32 statistic, whatever the activations' type.
+bool AttentionGradOp::readsOperandAsStored(unsigned index) {
+  return index == 5;
 }
 
 ShardingRule AttentionGradOp::getShardingRule() {
@@ -1067,11 +1249,15 @@ ShardingRule TransposeOp::getShardingRule() {
   return builder.build();
 }
 
-/// Reductions remove `dims` (strictly increasing) from the input's shape.
+/// Reductions remove `dims` (strictly increasing) from the input's shape; a
+/// mean keeps its input's element type, a sum may round into another
+/// (MixedPrecisionOpInterface).
 static LogicalResult verifyReduction(Operation *op, Value input, Value result,
                                      ArrayRef<int64_t> dims) {
   ArrayRef<int64_t> shape = shapeOf(input);
-  if (failed(verifySameElementType(op, {{"input", input}, {"result", result}})))
+  auto precision = cast<MixedPrecisionOpInterface>(op);
+  if (!precision.hasFreeResultType(0) &&
+      failed(verifySameElementType(op, {{"input", input}, {"result", result}})))
     return failure();
   for (auto [idx, dim] : llvm::enumerate(dims)) {
     if (dim < 0 || dim >= static_cast<int64_t>(shape.size()))
@@ -1105,6 +1291,8 @@ static ShardingRule reductionRule(Value input, ArrayRef<int64_t> dims) {
 LogicalResult ReduceSumOp::verify() {
   return verifyReduction(*this, getInput(), getResult(), getDims());
 }
+bool ReduceSumOp::hasFreeResultType(unsigned) { return true; }
+
 ShardingRule ReduceSumOp::getShardingRule() {
   return reductionRule(getInput(), getDims());
 }
@@ -1160,6 +1348,11 @@ LogicalResult CrossEntropyGradOp::verify() {
                          << getLogits().getType();
   return success();
 }
+// The incoming loss gradient is an f32 scalar.
+bool CrossEntropyGradOp::readsOperandAsStored(unsigned index) {
+  return index == 2;
+}
+
 ShardingRule CrossEntropyGradOp::getShardingRule() {
   return crossEntropyRule(*this, getLogits());
 }
@@ -1576,6 +1769,9 @@ std::optional<unsigned> ReshapeOp::getStorageOperand(unsigned) { return 0; }
 bool ReshapeOp::alwaysSharesStorage() { return true; }
 
 // (param, grad, exp_avg, exp_avg_sq, ...) -> (param, exp_avg, exp_avg_sq).
+// The optimizer reads the f32 masters, gradients and moments as stored.
+bool AdamWOp::readsOperandAsStored(unsigned) { return true; }
+
 std::optional<unsigned> AdamWOp::getStorageOperand(unsigned result) {
   static constexpr unsigned kUpdated[] = {0, 2, 3};
   return kUpdated[result];
@@ -2018,6 +2214,44 @@ bool ReduceMeanOp::isSplittableFactor(const ShardingRule &, int64_t) {
 // Result type inference
 //===----------------------------------------------------------------------===//
 
+bool mlir::tp::haveSameShapesAndFloatTypes(TypeRange l, TypeRange r) {
+  if (l.size() != r.size())
+    return false;
+  for (auto [a, b] : llvm::zip_equal(l, r)) {
+    auto ta = dyn_cast<RankedTensorType>(a), tb = dyn_cast<RankedTensorType>(b);
+    if (!ta || !tb || ta.getShape() != tb.getShape() ||
+        !isa<FloatType>(ta.getElementType()) ||
+        !isa<FloatType>(tb.getElementType()))
+      return false;
+  }
+  return true;
+}
+
+LogicalResult mlir::tp::verifyActivationElementTypes(Operation *op) {
+  auto precision = cast<MixedPrecisionOpInterface>(op);
+  Type storage;
+  unsigned first = 0;
+  for (OpOperand &operand : op->getOpOperands()) {
+    auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+    if (!type || !isa<FloatType>(type.getElementType()) ||
+        precision.readsOperandAsStored(operand.getOperandNumber()))
+      continue;
+    if (!storage) {
+      storage = type.getElementType();
+      first = operand.getOperandNumber();
+      continue;
+    }
+    if (type.getElementType() != storage)
+      return op->emitOpError()
+             << "operand #" << operand.getOperandNumber()
+             << " has element type " << type.getElementType()
+             << " but operand #" << first << " has " << storage
+             << " (activations share one element type; tp.convert changes "
+                "it)";
+  }
+  return success();
+}
+
 bool mlir::tp::haveSameShapesAndElementTypes(TypeRange l, TypeRange r) {
   if (l.size() != r.size())
     return false;
@@ -2132,7 +2366,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
     return failure();
   Type element = tensorTypeOf(adaptor.getQuery()).getElementType();
   (void)results.add(attentionResultShape(*dims), element);
-  return results.add(attentionLogSumExpShape(*dims), element);
+  return results.add(attentionLogSumExpShape(*dims),
+                     Float32Type::get(element.getContext()));
 }
 
 LogicalResult AttentionGradOp::inferReturnTypes(

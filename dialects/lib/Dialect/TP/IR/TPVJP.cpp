@@ -47,10 +47,17 @@ public:
   }
   Value matmul(Value lhs, Value rhs, bool transposeLhs, bool transposeRhs,
                double alpha) {
-    // In f32: tp-matmul-precision, which runs after differentiation, sets
-    // every product's precision.
+    // Operands in their own precision: tp-matmul-precision, which runs after
+    // differentiation, sets every product's rounding.
     return MatmulOp::create(b, loc, lhs, rhs, transposeLhs, transposeRhs,
                             llvm::APFloat(alpha), /*precision=*/nullptr);
+  }
+  /// `v` in `element` (itself when it already is).
+  Value convert(Value v, Type element) {
+    RankedTensorType type = tensorType(v);
+    if (type.getElementType() == element)
+      return v;
+    return ConvertOp::create(b, loc, type.clone(element), v);
   }
 
   /// Sums `v` down to `shape` (the shape of an operand it was broadcast
@@ -85,7 +92,8 @@ Value reductionVJP(VJPEmitter &e, Value input, Value ct, ArrayRef<int64_t> dims,
     count *= in[d];
   }
   Value fill = e.constant(mean ? 1.0 / count : 1.0, tensorType(input));
-  return e.mul(fill, e.reshape(ct, kept));
+  Value spread = e.reshape(ct, kept);
+  return e.mul(fill, e.convert(spread, tensorType(input).getElementType()));
 }
 } // namespace
 
@@ -102,7 +110,10 @@ LogicalResult MatmulOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                  ValueRange, ValueRange resultCotangents,
                                  MutableArrayRef<Value> operandCotangents) {
   VJPEmitter e(builder, getLoc());
-  Value a = operands[0], b = operands[1], ct = resultCotangents[0];
+  Value a = operands[0], b = operands[1];
+  // A result stored in another type than the operands (its type is free):
+  // the backward's products take the cotangent in the operands' type.
+  Value ct = e.convert(resultCotangents[0], tensorType(a).getElementType());
   bool ta = getTransposeLhs(), tb = getTransposeRhs();
   double alpha = getAlphaAttr().getValueAsDouble();
   ArrayRef<int64_t> aShape = shapeOf(a), bShape = shapeOf(b);
@@ -177,6 +188,15 @@ LogicalResult ScaleOp::buildVJP(OpBuilder &builder, ValueRange, ValueRange,
   VJPEmitter e(builder, getLoc());
   operandCotangents[0] =
       e.scale(resultCotangents[0], getFactorAttr().getValueAsDouble());
+  return success();
+}
+
+LogicalResult ConvertOp::buildVJP(OpBuilder &builder, ValueRange operands,
+                                  ValueRange, ValueRange resultCotangents,
+                                  MutableArrayRef<Value> operandCotangents) {
+  VJPEmitter e(builder, getLoc());
+  operandCotangents[0] =
+      e.convert(resultCotangents[0], tensorType(operands[0]).getElementType());
   return success();
 }
 

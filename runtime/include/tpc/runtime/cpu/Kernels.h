@@ -133,20 +133,30 @@ void rotaryAt(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
 /// Writes `update` [outer, T, dim] into `cache` [outer, S, dim] at rows
 /// positions[n, t] ([positionRows, T]; n = o / (outer / positionRows)).
 /// Throws on a position outside [0, S).
-void cacheWrite(float *cache, const float *update, int64_t outer,
+/// `elementSize` bytes per element (f32 or bf16 caches).
+void cacheWrite(std::byte *cache, const std::byte *update, int64_t outer,
                 int64_t cacheRows, int64_t rows, int64_t dim,
-                const int32_t *positions, int64_t positionRows);
+                size_t elementSize, const int32_t *positions,
+                int64_t positionRows);
 
+// The layout kernels move elements without arithmetic, so each has an f32
+// and a bf16 (uint16_t bits) form.
 /// out = in permuted: out dim i is in dim perm[i].
 void transpose(const float *in, Shape inShape, std::span<const int64_t> perm,
                float *out);
+void transpose(const uint16_t *in, Shape inShape, std::span<const int64_t> perm,
+               uint16_t *out);
 /// out = in[offsets[d] : offsets[d] + outShape[d]] per dim.
 void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
            float *out, Shape outShape);
+void slice(const uint16_t *in, Shape inShape, std::span<const int64_t> offsets,
+           uint16_t *out, Shape outShape);
 /// out[offsets[d] : offsets[d] + inShape[d]] = in per dim; the rest of `out`
 /// is left as it is.
 void insert(const float *in, Shape inShape, std::span<const int64_t> offsets,
             float *out, Shape outShape);
+void insert(const uint16_t *in, Shape inShape, std::span<const int64_t> offsets,
+            uint16_t *out, Shape outShape);
 /// Sum (or mean) over `dims` (strictly increasing), which are removed.
 void reduce(const float *in, Shape inShape, std::span<const int64_t> dims,
             bool mean, float *out);
@@ -260,6 +270,8 @@ void crossEntropyGradFromBlockStats(const float *logits, const int32_t *targets,
 /// `slice`).
 void pad(const float *in, Shape inShape, std::span<const int64_t> offsets,
          float *out, Shape outShape);
+void pad(const uint16_t *in, Shape inShape, std::span<const int64_t> offsets,
+         uint16_t *out, Shape outShape);
 void fill(float value, float *out, int64_t count);
 /// Sum of squares, accumulated in double.
 float normSquared(const float *in, int64_t count);

@@ -248,6 +248,50 @@ def TP_MatrixProductOpInterface : OpInterface<"MatrixProductOpInterface"> {
   ];
 }
 
+def TP_MixedPrecisionOpInterface : OpInterface<"MixedPrecisionOpInterface"> {
+  let cppNamespace = "::mlir::tp";
+  let description = [{
+    Element types under mixed precision. Every kernel computes in f32 and
+    rounds each result once, to nearest even, into its result's element
+    type. An op's float operands are activations, which share one element
+    type (the op's storage type), or values it reads at whatever precision
+    they are stored in (a norm's gain and bias, an embedding table, a loss
+    gradient, a log-sum-exp), so f32 master weights feed those without a
+    bf16 copy. A result's type follows the activations, is fixed by the op
+    (a loss, a log-sum-exp: f32), or is free: an op that accumulates in f32
+    (a product, a sum, an embedding lookup or its gradient) stores its
+    accumulator in whatever float type its result has, which is how a
+    weight's gradient accumulates in f32 from bf16 activations
+    (Megatron-LM's main_grad). tp-mixed-precision, the canonicalization of
+    tp.convert and the verifiers read it.
+  }];
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/[{
+        Whether float operand `index` is read at its own precision instead of
+        sharing the activations' element type.
+      }],
+      /*retTy=*/"bool",
+      /*methodName=*/"readsOperandAsStored",
+      /*args=*/(ins "unsigned":$index),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{ return false; }]>,
+    InterfaceMethod<
+      /*desc=*/[{
+        Whether result `index` may have any float element type (the op
+        rounds its f32 accumulator into it).
+      }],
+      /*retTy=*/"bool",
+      /*methodName=*/"hasFreeResultType",
+      /*args=*/(ins "unsigned":$index),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{ return false; }]>,
+  ];
+  let verify = [{
+    return ::mlir::tp::verifyActivationElementTypes($_op);
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Traits (C++ side in TPTraits.h)
 //===----------------------------------------------------------------------===//
@@ -263,7 +307,8 @@ def TP_PassesPartialSums : TP_OpTrait<"PassesPartialSums">;
 // A collective that sums a pending partial of its operand.
 def TP_ReducesPartialSums : TP_OpTrait<"ReducesPartialSums">;
 
-// The result is operand 0's elements rearranged or a subset of them.
+// The result is operand 0's elements rearranged, a subset of them, or the
+// same elements in another precision.
 def TP_IsView : TP_OpTrait<"IsView">;
 
 // Exchanges blocks between the ranks of a group: their shapes must agree.

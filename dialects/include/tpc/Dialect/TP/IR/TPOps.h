@@ -41,6 +41,9 @@ LogicalResult verifyDistLayout(RankedTensorType type, GridOp grid,
 /// True if `l` and `r` pair up with equal shapes and element types; their
 /// #tp.dist encodings may differ (see TP_InferResultShapes in TPOps.td).
 bool haveSameShapesAndElementTypes(TypeRange l, TypeRange r);
+/// True if `l` and `r` pair up with equal shapes and float element types,
+/// which may differ (see TP_InferShapesFreeElementType in TPOps.td).
+bool haveSameShapesAndFloatTypes(TypeRange l, TypeRange r);
 
 /// NumPy broadcast of two shapes (aligned on trailing dims; 1 broadcasts), or
 /// nothing if they are incompatible. The result shape of tp.add and friends.

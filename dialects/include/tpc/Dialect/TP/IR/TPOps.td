@@ -48,6 +48,16 @@ def TP_InferResultShapes : InferTypeOpAdaptorBase<[{
     }
   }]>;
 
+// As TP_InferResultShapes for an op whose results' element types are free
+// (MixedPrecisionOpInterface): inference gives the operands' type, and a
+// written result may have any float type of the inferred shape.
+def TP_InferShapesFreeElementType : InferTypeOpAdaptorBase<[{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange l,
+                                        ::mlir::TypeRange r) {
+      return ::mlir::tp::haveSameShapesAndFloatTypes(l, r);
+    }
+  }]>;
+
 // Every tensor a tp op reads or writes has positive sizes and at most
 // kMaxTensorElements elements (TensorSizes.h).
 def TP_TensorSizesChecked : NativeOpTrait<"TensorSizesChecked"> {
@@ -59,13 +69,16 @@ class TP_Op<string mnemonic, list<Trait> traits = []>
 
 // A tensor op of the training step: pure, shape-checked, with a sharding rule,
 // and with every #tp.dist layout of its types checked against its grid.
-// `ruleMethods` lists the ShardingRuleOpInterface methods with a default
-// that the op overrides.
+// `ruleMethods` and `precisionMethods` list the ShardingRuleOpInterface and
+// MixedPrecisionOpInterface methods with a default that the op overrides.
 class TP_ComputeOp<string mnemonic, list<Trait> traits = [],
-                   list<string> ruleMethods = []>
+                   list<string> ruleMethods = [],
+                   list<string> precisionMethods = []>
     : TP_Op<mnemonic, !listconcat(traits, [
         Pure,
         DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface, ruleMethods>,
+        DeclareOpInterfaceMethods<TP_MixedPrecisionOpInterface,
+                                  precisionMethods>,
         TP_PlanOpInterface,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
   // The tpc.plan.OpKind enumerator that runs this op (see PlanOpInterface);
@@ -175,9 +188,10 @@ def TP_RebalancePointOp : TP_Op<"rebalance_point", [Symbol,
 //===----------------------------------------------------------------------===//
 
 def TP_EmbeddingOp
-    : TP_ComputeOp<"embedding", [TP_InferResultShapes, TP_HasVJP,
+    : TP_ComputeOp<"embedding", [TP_InferShapesFreeElementType, TP_HasVJP,
                                  DeclareOpInterfaceMethods<
-                                     TP_VocabParallelOpInterface>]> {
+                                     TP_VocabParallelOpInterface>], [],
+                   ["readsOperandAsStored", "hasFreeResultType"]> {
   let planOpKind = "Embedding";
   let summary = "Embedding lookup: result[t..., :] = table[ids[t...], :]";
   let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids);
@@ -186,7 +200,8 @@ def TP_EmbeddingOp
 
 def TP_EmbeddingGradOp
     : TP_ComputeOp<"embedding_grad", [DeclareOpInterfaceMethods<
-                                          TP_VocabParallelOpInterface>]> {
+                                          TP_VocabParallelOpInterface>], [],
+                   ["hasFreeResultType"]> {
   let planOpKind = "EmbeddingGrad";
   let summary = "Embedding gradient: scatter-add of result_grad rows by ids";
   let description = [{
@@ -201,8 +216,9 @@ def TP_EmbeddingGradOp
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferResultShapes, TP_HasVJP,
-                                          TP_HasMatrixProducts]> {
+def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferShapesFreeElementType,
+                                          TP_HasVJP, TP_HasMatrixProducts], [],
+                              ["hasFreeResultType"]> {
   let planOpKind = "Matmul";
   let summary = "(Batched) matrix product with optional transposes";
   let description = [{
@@ -215,10 +231,12 @@ def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferResultShapes, TP_HasVJP,
     scaled by `alpha` (as in BLAS), which is where canonicalization folds a
     following `tp.scale`, such as attention's 1/sqrt(head_dim).
 
-    `precision` (absent: f32) is the type both operands are rounded to
-    before the product, which accumulates in f32 (mixed precision: `bf16`,
-    or `tf32`, the matrix units' float32 mode); tensors stay f32
-    (tp-matmul-precision sets it).
+    The product accumulates in f32 and is rounded once into the result's
+    element type, which may differ from the operands' (bf16 activations
+    give an f32 weight gradient: MixedPrecisionOpInterface). `precision`
+    (absent: the operands' own) is the type both operands are rounded to
+    before the product: `bf16`, or `tf32`, the matrix units' float32 mode,
+    on f32 tensors (tp-matmul-precision sets it).
   }];
   let arguments = (ins TP_FloatTensor:$lhs, TP_FloatTensor:$rhs,
                        UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs,
@@ -257,6 +275,28 @@ def TP_ScaleOp : TP_ComputeOp<"scale", [AllTypesMatch<["input", "result"]>,
   let hasCanonicalizer = 1;
 }
 
+def TP_ConvertOp : TP_ComputeOp<"convert", [TP_PassesPartialSums, TP_IsView,
+                                            TP_HasVJP],
+                               [], ["hasFreeResultType"]> {
+  let planOpKind = "Convert";
+  let summary = "Element type conversion, rounding to nearest even";
+  let description = [{
+    The input's values in the result's float type (same shape), rounded to
+    nearest even when the result is narrower. tp-mixed-precision inserts
+    them (the bf16 copy of a weight a product reads); a conversion of an
+    accumulating op's only result folds into that op's result type.
+
+    ```mlir
+    %w16 = tp.convert %w : tensor<64x256xf32> -> tensor<64x256xbf16>
+    ```
+  }];
+  let arguments = (ins TP_FloatTensor:$input);
+  let results = (outs TP_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
 def TP_GeluOp
     : TP_UnaryOp<"gelu", "GELU, tanh approximation (GPT-2's gelu_new)"> {
   let planOpKind = "Gelu";
@@ -278,7 +318,7 @@ def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu"> {
 def TP_LayerNormOp
     : TP_ComputeOp<"layer_norm", [TP_InferResultShapes, TP_HasVJP,
         DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
-        ["isSplittableFactor"]> {
+        ["isSplittableFactor"], ["readsOperandAsStored"]> {
   let planOpKind = "LayerNorm";
   let summary = "Layer normalisation over the last dimension";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
@@ -290,7 +330,7 @@ def TP_LayerNormOp
 def TP_LayerNormGradOp
     : TP_ComputeOp<"layer_norm_grad", [TP_InferResultShapes,
         DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
-        ["isSplittableFactor"]> {
+        ["isSplittableFactor"], ["readsOperandAsStored"]> {
   let planOpKind = "LayerNormGrad";
   let summary = "Gradients of tp.layer_norm w.r.t. input, gamma and beta";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
@@ -302,7 +342,7 @@ def TP_LayerNormGradOp
 
 def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [TP_InferResultShapes, TP_HasVJP,
         DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
-        ["isSplittableFactor"]> {
+        ["isSplittableFactor"], ["readsOperandAsStored"]> {
   let planOpKind = "RmsNorm";
   let summary = "RMS normalisation over the last dimension (LLaMA)";
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$gamma,
@@ -312,7 +352,7 @@ def TP_RmsNormOp : TP_ComputeOp<"rms_norm", [TP_InferResultShapes, TP_HasVJP,
 
 def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad", [TP_InferResultShapes,
         DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
-        ["isSplittableFactor"]> {
+        ["isSplittableFactor"], ["readsOperandAsStored"]> {
   let planOpKind = "RmsNormGrad";
   let summary = "Gradients of tp.rms_norm w.r.t. input and gamma";
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
@@ -352,8 +392,11 @@ def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
     `[b..., Sk, Dv]` with the same number of batch dims, each of key's and
     value's equal to query's or 1 (broadcast, for grouped-query heads; key
     and value agree). `result` is `[b..., Sq, Dv]` and `logsumexp`
-    `[b..., Sq]`, the log of each softmax row's denominator (of the scaled
-    scores), which tp.attention_grad reads instead of the probabilities.
+    `[b..., Sq]` (f32 whatever the operands' type), the log of each softmax
+    row's denominator (of the scaled scores), which tp.attention_grad reads
+    instead of the probabilities. With bf16 operands the probabilities are
+    rounded to bf16 before they multiply `value`, as flash attention's
+    kernels do.
     With `causal`, Sq == Sk and query i sees keys 0..i. With `positions`
     (`[b0, Sq]`, b0 query's first dim; instead of `causal`), the keys are a
     KV cache and query i of batch row n sees keys 0..positions[n, i]: one
@@ -373,7 +416,8 @@ def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
 }
 
 def TP_AttentionGradOp : TP_ComputeOp<"attention_grad", [TP_InferResultShapes,
-                                                         TP_HasMatrixProducts]> {
+                                                         TP_HasMatrixProducts],
+                                      [], ["readsOperandAsStored"]> {
   let planOpKind = "AttentionGrad";
   let summary = "Gradients of tp.attention w.r.t. query, key and value";
   let description = [{
@@ -474,8 +518,9 @@ def TP_TransposeOp
 }
 
 def TP_ReduceSumOp
-    : TP_ComputeOp<"reduce_sum", [TP_InferResultShapes, TP_PassesPartialSums,
-                                  TP_HasVJP]> {
+    : TP_ComputeOp<"reduce_sum", [TP_InferShapesFreeElementType,
+                                  TP_PassesPartialSums, TP_HasVJP], [],
+                   ["hasFreeResultType"]> {
   let planOpKind = "ReduceSum";
   let summary = "Sum over the listed dimensions (which are removed)";
   let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$dims);
@@ -516,7 +561,7 @@ def TP_CrossEntropyGradOp
                                               ["getKernelGathers"]>,
                                           DeclareOpInterfaceMethods<
                                               TP_TokenMeanOpInterface>],
-                   ["isSplittableFactor"]> {
+                   ["isSplittableFactor"], ["readsOperandAsStored"]> {
   let planOpKind = "CrossEntropyGrad";
   let summary = "Gradient of tp.cross_entropy w.r.t. logits";
   let description = [{
@@ -534,7 +579,8 @@ def TP_CrossEntropyGradOp
 def TP_AdamWOp
     : TP_ComputeOp<"adamw", [TP_InferResultShapes,
                              DeclareOpInterfaceMethods<
-                                 TP_StorageAliasOpInterface>]> {
+                                 TP_StorageAliasOpInterface>], [],
+                   ["readsOperandAsStored"]> {
   let planOpKind = "AdamW";
   let summary = "One AdamW update of a parameter and its moments";
   let description = [{

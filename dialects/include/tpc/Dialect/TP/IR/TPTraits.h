@@ -24,9 +24,11 @@ template <typename ConcreteType>
 class ReducesPartialSums : public TraitBase<ConcreteType, ReducesPartialSums> {
 };
 
-/// The op's result is operand 0's elements rearranged or a subset of them,
-/// nothing computed: a value seen through it is still that operand's data
-/// (a parameter viewed in another shape keeps its name and layout choice).
+/// The op's result is operand 0's elements rearranged, a subset of them, or
+/// the same elements in another precision (tp.convert), nothing computed
+/// across elements: a value seen through it is still that operand's data (a
+/// parameter viewed in another shape or as its bf16 copy keeps its name and
+/// layout choice).
 template <typename ConcreteType>
 class IsView : public TraitBase<ConcreteType, IsView> {};
 
