@@ -202,8 +202,24 @@ public:
   void enqueue(const Dispatch &dispatch) override {
     if (dispatch.step.kind() != OpKind::AdamW)
       flushAdamW();
-    kernels[size_t(dispatch.step.kind())](*this, dispatch);
+    const size_t kind = size_t(dispatch.step.kind());
+    if (bf16Kernels[kind] || !hasBf16(dispatch))
+      kernels[kind](*this, dispatch);
+    else
+      runWidened(dispatch);
     check(cudaGetLastError(), opKindName(dispatch.step.kind()));
+  }
+  /// Runs the f32 kernel of a step with bf16 tensors on f32 copies of them
+  /// in the widening workspace, rounding its bf16 results once from their
+  /// copies: mixed precision's definition of the kind, as the CPU backend
+  /// runs it (kinds without a bf16 kernel of their own yet).
+  void runWidened(const Dispatch &d);
+  static bool hasBf16(const Dispatch &d) {
+    auto bf16 = [](const TensorBinding &t) {
+      return t.dtype == plan::DType::BF16;
+    };
+    return std::any_of(d.operands.begin(), d.operands.end(), bf16) ||
+           std::any_of(d.results.begin(), d.results.end(), bf16);
   }
   void synchronize() override {
     flushAdamW();
@@ -268,6 +284,12 @@ private:
   int localRank = 0;
   DeviceBytes usage; // before the buffers: they report to it when freed
   std::array<CudaKernel, size_t(OpKind::MAX) + 1> kernels{};
+  /// The kinds whose kernel takes bf16 tensors itself.
+  std::array<bool, size_t(OpKind::MAX) + 1> bf16Kernels{};
+  /// f32 copies of a widened step's bf16 tensors: one buffer reused by
+  /// every step in stream order, grown (between steps, never while a step
+  /// is recorded: the first run sizes it) to the largest step.
+  std::unique_ptr<DeviceBuffer> widened;
   /// The kinds whose exchanges this backend makes itself over NCCL.
   std::array<bool, size_t(OpKind::MAX) + 1> exchangesOverNccl{};
   std::unique_ptr<DeviceBuffer> workspace;
@@ -358,23 +380,30 @@ void matmul(CudaBackend &b, const Dispatch &d) {
   const int64_t k = tl ? lhs.shape[lhs.shape.size() - 2] : lhs.shape.back();
   if (out.elements == 0)
     return;
-  if (k == 0)
-    return cuda::fill(0.0f, f32(out), out.elements, b.stream);
+  if (k == 0) {
+    check(cudaMemsetAsync(out.data, 0, size_t(out.bytes()), b.stream), "zeros");
+    return;
+  }
   const std::span<const int64_t> outBatch = out.shape.first(rank - 2);
   const std::vector<int64_t> lhsAt = batchOffsets(lhs.shape, outBatch),
                              rhsAt = batchOffsets(rhs.shape, outBatch);
-  // The operands in the step's precision: bf16 copies in the scratch
-  // buffer, or f32 in place (TF32 rounds inside the GEMM).
+  // bf16 tensors (mixed precision) go to the GEMM as they are, into a bf16
+  // or f32 result (a weight gradient accumulating in f32). f32 tensors go
+  // in the step's precision: bf16 copies in the scratch buffer, or f32 in
+  // place (TF32 rounds inside the GEMM).
   const plan::Precision precision = d.step.precision();
-  const void *a = f32(rhs), *bm = f32(lhs);
-  cudaDataType_t inType = CUDA_R_32F;
+  const void *a = rhs.data, *bm = lhs.data;
+  const bool bf16Tensors = lhs.dtype == plan::DType::BF16;
+  cudaDataType_t inType = bf16Tensors ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t outType =
+      out.dtype == plan::DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   // Plain f32 (PyTorch's default too): full-precision products and
   // accumulation. The pedantic variant also bars cuBLAS's faster f32
   // algorithms and bought no accuracy the tests could see.
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  if (precision == plan::Precision::TF32)
+  if (precision == plan::Precision::TF32 && !bf16Tensors)
     compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-  if (precision == plan::Precision::BF16) {
+  if (precision == plan::Precision::BF16 && !bf16Tensors) {
     auto *copies = static_cast<uint16_t *>(
         b.scratch(uint64_t(lhs.elements + rhs.elements) * sizeof(uint16_t)));
     cuda::toBf16(f32(lhs), copies, lhs.elements, b.stream);
@@ -384,7 +413,8 @@ void matmul(CudaBackend &b, const Dispatch &d) {
     inType = CUDA_R_16BF;
     compute = CUBLAS_COMPUTE_32F;
   }
-  const size_t inBytes = inType == CUDA_R_16BF ? 2 : 4;
+  const size_t inBytes = inType == CUDA_R_16BF ? 2 : 4,
+               outBytes = outType == CUDA_R_16BF ? 2 : 4;
   const float alpha = static_cast<float>(d.step.alpha()), beta = 0.0f;
   const cublasOperation_t opA = tr ? CUBLAS_OP_T : CUBLAS_OP_N,
                           opB = tl ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -397,8 +427,8 @@ void matmul(CudaBackend &b, const Dispatch &d) {
   if (strideA >= 0 && strideB >= 0) {
     check(cublasGemmStridedBatchedEx(
               b.blas, opA, opB, int(n), int(m), int(k), &alpha, a, inType, lda,
-              strideA, bm, inType, ldb, strideB, &beta, f32(out), CUDA_R_32F,
-              ldc, m * n, int(batches), compute, CUBLAS_GEMM_DEFAULT),
+              strideA, bm, inType, ldb, strideB, &beta, out.data, outType, ldc,
+              m * n, int(batches), compute, CUBLAS_GEMM_DEFAULT),
           "gemm");
     return;
   }
@@ -407,8 +437,8 @@ void matmul(CudaBackend &b, const Dispatch &d) {
     check(cublasGemmEx(b.blas, opA, opB, int(n), int(m), int(k), &alpha,
                        at(a, rhsAt[size_t(i)]), inType, lda,
                        at(bm, lhsAt[size_t(i)]), inType, ldb, &beta,
-                       f32(out) + i * m * n, CUDA_R_32F, ldc, compute,
-                       CUBLAS_GEMM_DEFAULT),
+                       out.data + i * m * n * int64_t(outBytes), outType, ldc,
+                       compute, CUBLAS_GEMM_DEFAULT),
           "gemm");
 }
 
@@ -456,13 +486,23 @@ void constant(CudaBackend &b, const Dispatch &d) {
 void copyIfMoved(CudaBackend &b, const TensorBinding &operand,
                  const TensorBinding &result) {
   if (result.data != operand.data && result.elements > 0)
-    check(cudaMemcpyAsync(result.data, operand.data,
-                          size_t(result.elements) * sizeof(float),
+    check(cudaMemcpyAsync(result.data, operand.data, size_t(result.bytes()),
                           cudaMemcpyDeviceToDevice, b.stream),
           "copy");
 }
 void reshape(CudaBackend &b, const Dispatch &d) {
   copyIfMoved(b, d.operands[0], d.results[0]);
+}
+
+/// f32 <-> bf16, rounding to nearest even; the same type is a copy.
+void convert(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &out = d.results[0];
+  if (in.dtype == out.dtype)
+    return copyIfMoved(b, in, out);
+  if (out.dtype == plan::DType::BF16)
+    cuda::toBf16(f32(in), out.bf16(), out.elements, b.stream);
+  else
+    cuda::fromBf16(in.bf16(), f32(out), out.elements, b.stream);
 }
 
 /// out = in permuted: out dim i is in dim perm[i].
@@ -568,9 +608,10 @@ cuda::AttentionDims attentionDims(const Dispatch &d, size_t first) {
   a.valueDim = v.back();
   a.causal = d.step.causal();
   a.alpha = static_cast<float>(d.step.alpha());
-  a.rounding = d.step.precision() == plan::Precision::TF32   ? 1
-               : d.step.precision() == plan::Precision::BF16 ? 2
-                                                             : 0;
+  a.rounding = d.step.precision() == plan::Precision::TF32 ? 1
+               : d.step.precision() == plan::Precision::BF16 || d.bf16Products
+                   ? 2
+                   : 0;
   // Attention's optional positions (its gradient takes none).
   if (first == 0 && d.operands.size() == 4) {
     a.positions = i32(d.operands[3]);
@@ -1056,6 +1097,11 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::LocalSplit, localSplit);
   set(OpKind::RingSlice, ringSlice);
   set(OpKind::RingInsert, ringInsert);
+  set(OpKind::Convert, convert);
+  // bf16 kernels of their own: products on the tensor cores (bf16 in,
+  // bf16 or f32 out), conversions and copies. The rest run widened.
+  for (OpKind kind : {OpKind::Matmul, OpKind::Convert, OpKind::Reshape})
+    bf16Kernels[size_t(kind)] = true;
 #ifdef TPC_HAVE_NCCL
   for (OpKind kind :
        {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter,
@@ -1078,6 +1124,64 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
       throw std::logic_error(
           std::string("the cuda backend has no kernel for ") +
           opKindName(info.kind));
+}
+
+void CudaBackend::runWidened(const Dispatch &d) {
+  std::array<TensorBinding, kMaxStepOperands> operands;
+  std::array<TensorBinding, kMaxStepResults> results;
+  // 256-byte aligned slots for every bf16 tensor's f32 copy.
+  auto slot = [](const TensorBinding &t) {
+    return (uint64_t(t.elements) * sizeof(float) + 255) / 256 * 256;
+  };
+  uint64_t bytes = 0;
+  for (const TensorBinding &t : d.operands)
+    bytes += t.dtype == plan::DType::BF16 ? slot(t) : 0;
+  for (const TensorBinding &t : d.results)
+    bytes += t.dtype == plan::DType::BF16 ? slot(t) : 0;
+  if (!widened || widened->size() < bytes) {
+    synchronize(); // a queued kernel may still read the old copies
+    widened.reset();
+    widened =
+        std::make_unique<DeviceBuffer>(std::max<uint64_t>(bytes, 256), usage);
+  }
+  std::byte *next = widened->data();
+  auto copyOf = [&](const TensorBinding &t) {
+    TensorBinding copy{next, t.shape, t.elements, plan::DType::F32};
+    next += slot(t);
+    return copy;
+  };
+  bool bf16Operands = d.bf16Products;
+  for (size_t i = 0; i < d.operands.size(); ++i) {
+    operands[i] = d.operands[i];
+    if (d.operands[i].dtype == plan::DType::BF16) {
+      operands[i] = copyOf(d.operands[i]);
+      cuda::fromBf16(d.operands[i].bf16(), f32(operands[i]),
+                     operands[i].elements, stream);
+      bf16Operands = true;
+    }
+  }
+  // A result that updates its bf16 operand in place (a KV cache write)
+  // starts from that operand's copy.
+  const OpInfo &info = *findOpInfo(d.step.kind());
+  for (size_t i = 0; i < d.results.size(); ++i) {
+    results[i] = d.results[i];
+    if (d.results[i].dtype != plan::DType::BF16)
+      continue;
+    if (info.placement == ResultPlacement::UpdateInPlace &&
+        d.operands[info.updatedOperand[i]].data == d.results[i].data)
+      results[i] = operands[info.updatedOperand[i]];
+    else
+      results[i] = copyOf(d.results[i]);
+  }
+  kernels[size_t(d.step.kind())](*this, {d.step,
+                                         {operands.data(), d.operands.size()},
+                                         {results.data(), d.results.size()},
+                                         d.comm,
+                                         bf16Operands});
+  for (size_t i = 0; i < d.results.size(); ++i)
+    if (d.results[i].dtype == plan::DType::BF16)
+      cuda::toBf16(f32(results[i]), d.results[i].bf16(), d.results[i].elements,
+                   stream);
 }
 
 void CudaBackend::connect(GridComm &grid) {

@@ -116,6 +116,10 @@ __global__ void toBf16Kernel(const float *in, uint16_t *out, int64_t count) {
   }
 }
 
+__global__ void fromBf16Kernel(const uint16_t *in, float *out, int64_t count) {
+  TPC_GRID_STRIDE(i, count) { out[i] = __uint_as_float(uint32_t(in[i]) << 16); }
+}
+
 __global__ void fillKernel(float value, float *out, int64_t count) {
   TPC_GRID_STRIDE(i, count) { out[i] = value; }
 }
@@ -1094,6 +1098,10 @@ void scale(const float *in, float factor, float *out, int64_t count,
 void toBf16(const float *in, uint16_t *out, int64_t count,
             cudaStream_t stream) {
   toBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, count);
+}
+void fromBf16(const uint16_t *in, float *out, int64_t count,
+              cudaStream_t stream) {
+  fromBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, count);
 }
 void fill(float value, float *out, int64_t count, cudaStream_t stream) {
   fillKernel<<<blocksFor(count), kThreads, 0, stream>>>(value, out, count);

@@ -31,6 +31,9 @@ void scale(const float *in, float factor, float *out, int64_t count,
            cudaStream_t stream);
 /// out[i] = in[i] rounded to bfloat16 (to nearest even), as raw bits.
 void toBf16(const float *in, uint16_t *out, int64_t count, cudaStream_t stream);
+/// out[i] = the bfloat16 in[i] (raw bits) as f32, exactly.
+void fromBf16(const uint16_t *in, float *out, int64_t count,
+              cudaStream_t stream);
 void fill(float value, float *out, int64_t count, cudaStream_t stream);
 void gelu(const float *in, float *out, int64_t count, cudaStream_t stream);
 void silu(const float *in, float *out, int64_t count, cudaStream_t stream);
