@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, run on a device machine from the bundle tools/gpu-bundle.sh
 # made (docs/gpu.md): the kernel parity tests, then device-cuda.sh,
-# training-numerics.sh, generation.sh and evaluation.sh on cuda for GPT-2
+# training-numerics.sh, generation.sh, evaluation.sh and mixed-precision.sh
+# (bf16 storage against PyTorch autocast) on cuda for GPT-2
 # and LLaMA (they need transformers: tools/gpu-site.sh), with the bundle as
 # their build directory. Logs go to OUT; the last lines are a table, one row
 # per check. Exit status: the number of checks that failed.
@@ -45,6 +46,8 @@ for model in gpt2 llama; do
     "$bundle" "$python" "$out/generation-cuda-$model" $model cuda
   check evaluation-cuda-$model "$root/test/integration/evaluation.sh" \
     "$bundle" "$python" "$out/evaluation-cuda-$model" $model cuda
+  check mixed-precision-cuda-$model "$root/test/integration/mixed-precision.sh" \
+    "$bundle" "$python" "$out/mixed-precision-cuda-$model" $model cuda
 done
 printf '%s\n' "${results[@]}"
 exit $failed
