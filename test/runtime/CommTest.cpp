@@ -191,6 +191,11 @@ TEST(Grid1D, Bf16Collectives) {
           bf16ToF32(f32ToBF16(1.0f + std::ldexp(float(i + 1), -7) + float(q)));
     want[i] = bf16ToF32(f32ToBF16(sum));
   }
+  // Element 6: 256 on rank 0, 0.75 on the others. Rounded once the sum is
+  // 256 + 0.75 (n - 1) to bf16's step of 2 (258 on 4 ranks); rounded after
+  // each addition it would stay 256.
+  mine[6] = r == 0 ? 256.0f : 0.75f;
+  want[6] = bf16ToF32(f32ToBF16(256.0f + 0.75f * float(n - 1)));
   std::vector<uint16_t> data = toBf16(mine);
   grid.allReduceSum({0}, std::span<uint16_t>(data));
   EXPECT_EQ(toF32(data), want);
