@@ -308,18 +308,49 @@ void checkElementwiseGrad(const StepCheck &c) {
 }
 
 /// LayerNormGrad (-> input, gamma and beta grads) and RmsNormGrad (-> input
-/// and gamma grads), from (result_grad, input, gamma).
+/// and gamma grads), from (result_grad, input, gamma[, residual_grad]).
 void checkNormGrad(const StepCheck &c) {
   const auto &input = c.operands[1].shape;
   c.requireRank(c.operands[1], 1, "input");
   std::vector<int64_t> features = {input.back()};
   c.requireShape(c.operands[0], input, "result_grad");
   c.requireShape(c.operands[2], features, "gamma");
+  if (c.operands.size() == 4) {
+    if (c.plan.version_minor() < kPlanBf16Minor)
+      c.fail("a residual gradient operand needs plan format 1." +
+             std::to_string(kPlanBf16Minor));
+    c.requireShape(c.operands[3], input, "residual_grad");
+  }
   c.requireShape(c.results[0], input, "input_grad");
   for (size_t r = 1; r < c.results.size(); ++r)
     c.requireShape(c.results[r], features, "gamma/beta grad");
   c.requirePositive(c.step.epsilon(), "epsilon");
   c.gridAxes(/*allowNone=*/true, "feature grid axes");
+}
+
+/// AddLayerNorm (input, residual, gamma, beta) and AddRmsNorm (input,
+/// residual, gamma) -> (sum, result).
+void checkAddNorm(const StepCheck &c) {
+  const auto &input = c.operands[0].shape;
+  c.requireRank(c.operands[0], 1, "input");
+  std::vector<int64_t> features = {input.back()};
+  c.requireShape(c.operands[1], input, "residual");
+  for (size_t i = 2; i < c.operands.size(); ++i)
+    c.requireShape(c.operands[i], features, "gamma/beta");
+  c.requireShape(c.results[0], input, "sum");
+  c.requireShape(c.results[1], input, "result");
+  c.requirePositive(c.step.epsilon(), "epsilon");
+  c.gridAxes(/*allowNone=*/true, "feature grid axes");
+}
+
+/// Swiglu (gate, up) -> result and SwigluGrad (result_grad, gate, up) ->
+/// (gate_grad, up_grad): every tensor of one shape.
+void checkSameShapes(const StepCheck &c) {
+  const auto &shape = c.operands[0].shape;
+  for (size_t i = 1; i < c.operands.size(); ++i)
+    c.requireShape(c.operands[i], shape, "operand");
+  for (const TensorType &result : c.results)
+    c.requireShape(result, shape, "result");
 }
 
 void checkCrossEntropyGrad(const StepCheck &c) {
@@ -482,6 +513,12 @@ constexpr OpInfo withPrecisions(OpInfo info, uint8_t stored, uint8_t operands,
   return info;
 }
 
+/// `info` for a kind plan format 1.`minor` added.
+constexpr OpInfo since(OpInfo info, uint8_t minor) {
+  info.sinceMinor = minor;
+  return info;
+}
+
 /// `info` for a kind whose result has its operand 0's dtype.
 constexpr OpInfo keepsDType(OpInfo info) {
   info.resultHasOperandDType = true;
@@ -519,13 +556,17 @@ constexpr std::array kOps = {
     // The gain and bias are read as stored (f32 masters).
     onGrid(withPrecisions(op(OpKind::LayerNorm, 3, 1, checkNorm), 0b110, 0, 0),
            kWithAxes),
-    onGrid(withPrecisions(op(OpKind::LayerNormGrad, 3, 3, checkNormGrad), 0b100,
-                          0, 0),
+    onGrid(withOptionalOperands(
+               withPrecisions(op(OpKind::LayerNormGrad, 4, 3, checkNormGrad),
+                              0b100, 0, 0),
+               1),
            kWithAxes),
     onGrid(withPrecisions(op(OpKind::RmsNorm, 2, 1, checkNorm), 0b10, 0, 0),
            kWithAxes),
-    onGrid(withPrecisions(op(OpKind::RmsNormGrad, 3, 2, checkNormGrad), 0b100,
-                          0, 0),
+    onGrid(withOptionalOperands(
+               withPrecisions(op(OpKind::RmsNormGrad, 4, 2, checkNormGrad),
+                              0b100, 0, 0),
+               1),
            kWithAxes),
     op(OpKind::Softmax, 1, 1, checkSoftmax),
     op(OpKind::SoftmaxGrad, 2, 1, checkElementwiseGrad),
@@ -587,7 +628,19 @@ constexpr std::array kOps = {
     keepsDType(op(OpKind::CacheWrite, 3, 1, checkCacheWrite, {F, F, I32},
                   ResultPlacement::UpdateInPlace, {0})),
     // Any float type to any other.
-    withPrecisions(op(OpKind::Convert, 1, 1, checkElementwise), 0b1, 0, 0),
+    since(
+        withPrecisions(op(OpKind::Convert, 1, 1, checkElementwise), 0b1, 0, 0),
+        10),
+    since(op(OpKind::Swiglu, 2, 1, checkSameShapes), 10),
+    since(op(OpKind::SwigluGrad, 3, 2, checkSameShapes), 10),
+    since(onGrid(withPrecisions(op(OpKind::AddLayerNorm, 4, 2, checkAddNorm),
+                                0b1100, 0, 0),
+                 kWithAxes),
+          10),
+    since(onGrid(withPrecisions(op(OpKind::AddRmsNorm, 3, 2, checkAddNorm),
+                                0b100, 0, 0),
+                 kWithAxes),
+          10),
 };
 
 constexpr bool inEnumOrder() {

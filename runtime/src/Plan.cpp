@@ -324,10 +324,9 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
   if (!info)
     fail(at + ": this runtime cannot execute op kind " +
          std::to_string(unsigned(step.kind())));
-  if (step.kind() == plan::OpKind::Convert &&
-      plan.version_minor() < kPlanBf16Minor)
-    fail(at + ": op kind Convert is not in plan format 1." +
-         std::to_string(plan.version_minor()));
+  if (plan.version_minor() < info->sinceMinor)
+    fail(at + ": op kind " + opKindName(step.kind()) +
+         " is not in plan format 1." + std::to_string(plan.version_minor()));
   const size_t fewestOperands = info->numOperands - info->optionalOperands;
   if (step.operands()->size() < fewestOperands ||
       step.operands()->size() > info->numOperands ||

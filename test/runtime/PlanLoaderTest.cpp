@@ -377,6 +377,12 @@ TEST(PlanLoader, ChecksMixedPrecisionDTypes) {
   oldConvert.steps.push_back({fb::OpKind::Convert, {0}, {5}});
   expectRejected(oldConvert, "step 3 (Convert): op kind Convert is not in "
                              "plan format 1.9");
+  // The fused kinds are 1.10's too.
+  PlanSpec oldSwiglu;
+  oldSwiglu.minor = kPlanBf16Minor - 1;
+  oldSwiglu.steps.push_back({fb::OpKind::Swiglu, {3, 3}, {4}});
+  expectRejected(oldSwiglu, "step 3 (Swiglu): op kind Swiglu is not in plan "
+                            "format 1.9");
   // A product's operands are activations of one dtype.
   PlanSpec apart = mixed;
   apart.steps[2].operands = {2, 0};

@@ -53,6 +53,8 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   pm.addPass(createCSEPass());
   if (options.fuseAttention)
     pm.addPass(createTPFuseAttention());
+  if (options.fuseElementwise)
+    pm.addPass(createTPFuseElementwise());
   // bf16 is mixed precision in Megatron-LM's sense: activations stored in
   // bf16 (their gradients follow through the VJPs), f32 masters.
   if (options.precision == MatmulPrecision::BF16)

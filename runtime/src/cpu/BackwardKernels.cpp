@@ -178,6 +178,23 @@ void geluGrad(const float *resultGrad, const float *input, float *inputGrad,
   });
 }
 
+void swigluGrad(const float *resultGrad, const float *gate, const float *up,
+                float *gateGrad, float *upGrad, int64_t count) {
+  parallelFor(count, kElementGrain / 2, [&](int64_t begin, int64_t end) {
+    TPC_INDEPENDENT_LOOP
+    for (int64_t i = begin; i < end; ++i) {
+      float x = gate[i], dy = resultGrad[i];
+      // As silu's forward kernel computes silu(x), then as siluGrad.
+      float silu = x / (1.0f + fastExp<false>(-x));
+      float e = fastExp(-x);
+      float s = 1.0f / (1.0f + e);
+      float ds = dy * up[i];
+      gateGrad[i] = ds * (s + (e * s) * s * x);
+      upGrad[i] = dy * silu;
+    }
+  });
+}
+
 void siluGrad(const float *resultGrad, const float *input, float *inputGrad,
               int64_t count) {
   parallelFor(count, kElementGrain / 2, [&](int64_t begin, int64_t end) {

@@ -140,6 +140,17 @@ void silu(const Dispatch &d) {
   cpu::silu(d.operands[0].f32(), d.results[0].f32(), d.results[0].elements);
 }
 
+void swiglu(const Dispatch &d) {
+  cpu::swiglu(d.operands[0].f32(), d.operands[1].f32(), d.results[0].f32(),
+              d.results[0].elements);
+}
+
+void swigluGrad(const Dispatch &d) {
+  cpu::swigluGrad(d.operands[0].f32(), d.operands[1].f32(), d.operands[2].f32(),
+                  d.results[0].f32(), d.results[1].f32(),
+                  d.results[0].elements);
+}
+
 /// For a normalisation whose step names grid axes (its features split over
 /// them): all-gathers per-row statistics over those axes.
 cpu::RowGather featureGather(const Dispatch &d) {
@@ -177,6 +188,50 @@ void rmsNorm(const Dispatch &d) {
                              featureGather(d));
   cpu::rmsNorm(d.operands[0].f32(), d.operands[1].f32(), out.f32(), rowsOf(out),
                out.shape.back(), epsilon);
+}
+
+/// The residual add of AddLayerNorm and AddRmsNorm: sum = input + residual.
+void residualSum(const Dispatch &d) {
+  const TensorBinding &sum = d.results[0];
+  cpu::binary(cpu::BinaryKind::Add, d.operands[0].f32(), d.operands[0].shape,
+              d.operands[1].f32(), d.operands[1].shape, sum.f32(), sum.shape);
+}
+
+/// The norm of `sum`, as the standalone kernels run it (split features
+/// included): AddLayerNorm and AddRmsNorm are the add and the norm.
+void addLayerNorm(const Dispatch &d) {
+  residualSum(d);
+  const TensorBinding &sum = d.results[0], &out = d.results[1];
+  float epsilon = static_cast<float>(d.step.epsilon());
+  if (!d.ints().empty())
+    return cpu::layerNormSplit(sum.f32(), d.operands[2].f32(),
+                               d.operands[3].f32(), out.f32(), rowsOf(out),
+                               out.shape.back(), epsilon, featureGather(d));
+  cpu::layerNorm(sum.f32(), d.operands[2].f32(), d.operands[3].f32(), out.f32(),
+                 rowsOf(out), out.shape.back(), epsilon);
+}
+
+void addRmsNorm(const Dispatch &d) {
+  residualSum(d);
+  const TensorBinding &sum = d.results[0], &out = d.results[1];
+  float epsilon = static_cast<float>(d.step.epsilon());
+  if (!d.ints().empty())
+    return cpu::rmsNormSplit(sum.f32(), d.operands[2].f32(), out.f32(),
+                             rowsOf(out), out.shape.back(), epsilon,
+                             featureGather(d));
+  cpu::rmsNorm(sum.f32(), d.operands[2].f32(), out.f32(), rowsOf(out),
+               out.shape.back(), epsilon);
+}
+
+/// A norm gradient's optional residual_grad (operand 3) added to its
+/// input gradient: the residual stream's gradient, in place.
+void addResidualGrad(const Dispatch &d) {
+  if (d.operands.size() < 4)
+    return;
+  const TensorBinding &inputGrad = d.results[0];
+  cpu::binary(cpu::BinaryKind::Add, inputGrad.f32(), inputGrad.shape,
+              d.operands[3].f32(), d.operands[3].shape, inputGrad.f32(),
+              inputGrad.shape);
 }
 
 void softmax(const Dispatch &d) {
@@ -362,27 +417,31 @@ void layerNormGrad(const Dispatch &d) {
   const TensorBinding &out = d.results[0];
   float epsilon = static_cast<float>(d.step.epsilon());
   if (!d.ints().empty())
-    return cpu::layerNormGradSplit(
-        d.operands[0].f32(), d.operands[1].f32(), d.operands[2].f32(),
-        out.f32(), d.results[1].f32(), d.results[2].f32(), rowsOf(out),
-        out.shape.back(), epsilon, featureGather(d));
-  cpu::layerNormGrad(d.operands[0].f32(), d.operands[1].f32(),
-                     d.operands[2].f32(), out.f32(), d.results[1].f32(),
-                     d.results[2].f32(), rowsOf(out), out.shape.back(),
-                     epsilon);
+    cpu::layerNormGradSplit(d.operands[0].f32(), d.operands[1].f32(),
+                            d.operands[2].f32(), out.f32(), d.results[1].f32(),
+                            d.results[2].f32(), rowsOf(out), out.shape.back(),
+                            epsilon, featureGather(d));
+  else
+    cpu::layerNormGrad(d.operands[0].f32(), d.operands[1].f32(),
+                       d.operands[2].f32(), out.f32(), d.results[1].f32(),
+                       d.results[2].f32(), rowsOf(out), out.shape.back(),
+                       epsilon);
+  addResidualGrad(d);
 }
 
 void rmsNormGrad(const Dispatch &d) {
   const TensorBinding &out = d.results[0];
   float epsilon = static_cast<float>(d.step.epsilon());
   if (!d.ints().empty())
-    return cpu::rmsNormGradSplit(d.operands[0].f32(), d.operands[1].f32(),
-                                 d.operands[2].f32(), out.f32(),
-                                 d.results[1].f32(), rowsOf(out),
-                                 out.shape.back(), epsilon, featureGather(d));
-  cpu::rmsNormGrad(d.operands[0].f32(), d.operands[1].f32(),
-                   d.operands[2].f32(), out.f32(), d.results[1].f32(),
-                   rowsOf(out), out.shape.back(), epsilon);
+    cpu::rmsNormGradSplit(d.operands[0].f32(), d.operands[1].f32(),
+                          d.operands[2].f32(), out.f32(), d.results[1].f32(),
+                          rowsOf(out), out.shape.back(), epsilon,
+                          featureGather(d));
+  else
+    cpu::rmsNormGrad(d.operands[0].f32(), d.operands[1].f32(),
+                     d.operands[2].f32(), out.f32(), d.results[1].f32(),
+                     rowsOf(out), out.shape.back(), epsilon);
+  addResidualGrad(d);
 }
 
 void softmaxGrad(const Dispatch &d) {
@@ -581,6 +640,10 @@ KernelTable makeKernels() {
   set(OpKind::LayerNormGrad, layerNormGrad);
   set(OpKind::RmsNorm, rmsNorm);
   set(OpKind::RmsNormGrad, rmsNormGrad);
+  set(OpKind::Swiglu, swiglu);
+  set(OpKind::SwigluGrad, swigluGrad);
+  set(OpKind::AddLayerNorm, addLayerNorm);
+  set(OpKind::AddRmsNorm, addRmsNorm);
   set(OpKind::Softmax, softmax);
   set(OpKind::SoftmaxGrad, softmaxGrad);
   set(OpKind::Attention, attention);

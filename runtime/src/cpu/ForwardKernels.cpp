@@ -368,6 +368,17 @@ void silu(const float *in, float *out, int64_t count) {
   });
 }
 
+void swiglu(const float *gate, const float *up, float *out, int64_t count) {
+  parallelFor(count, kElementGrain / 2, [&](int64_t begin, int64_t end) {
+    TPC_INDEPENDENT_LOOP
+    for (int64_t i = begin; i < end; ++i) {
+      float x = gate[i];
+      float s = x / (1.0f + fastExp<false>(-x));
+      out[i] = s * up[i];
+    }
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // Norms and softmax
 //===----------------------------------------------------------------------===//

@@ -739,19 +739,63 @@ void rmsNorm(CudaBackend &b, const Dispatch &d) {
              rowsOf(out), out.shape.back(),
              static_cast<float>(d.step.epsilon()), b.stream);
 }
+/// out = lhs + rhs, tensors of one shape.
+void addSameShape(CudaBackend &b, const TensorBinding &lhs,
+                  const TensorBinding &rhs, const TensorBinding &out) {
+  cuda::Indexing index = indexing(out.shape);
+  const std::vector<int64_t> strides = stridesOf(out.shape);
+  for (size_t i = 0; i < strides.size(); ++i)
+    index.stride[i] = index.stride2[i] = strides[i];
+  cuda::binary(cuda::Binary::Add, f32(lhs), f32(rhs), f32(out), out.elements,
+               index, b.stream);
+}
+
 template <bool kLayer> void normGrad(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
 #ifdef TPC_HAVE_NCCL
-  if (!d.ints().empty())
-    return normGradSplit<kLayer>(b, d);
+  if (!d.ints().empty()) {
+    normGradSplit<kLayer>(b, d);
+  } else
 #endif
-  const int64_t rows = rowsOf(out);
-  auto *stats = static_cast<float *>(
-      b.scratch(uint64_t(std::max<int64_t>(rows, 1)) * 2 * sizeof(float)));
-  cuda::normGrad(
-      f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]), f32(out),
-      f32(d.results[1]), kLayer ? f32(d.results[2]) : nullptr, stats, rows,
-      out.shape.back(), static_cast<float>(d.step.epsilon()), b.stream);
+  {
+    const int64_t rows = rowsOf(out);
+    auto *stats = static_cast<float *>(
+        b.scratch(uint64_t(std::max<int64_t>(rows, 1)) * 2 * sizeof(float)));
+    cuda::normGrad(
+        f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]), f32(out),
+        f32(d.results[1]), kLayer ? f32(d.results[2]) : nullptr, stats, rows,
+        out.shape.back(), static_cast<float>(d.step.epsilon()), b.stream);
+  }
+  // The residual stream's gradient (operand 3), added in place.
+  if (d.operands.size() == 4)
+    addSameShape(b, out, d.operands[3], out);
+}
+
+/// AddLayerNorm and AddRmsNorm: the residual sum (result 0), then the norm
+/// of it as the standalone kind runs it (split features included).
+template <bool kLayer> void addNorm(CudaBackend &b, const Dispatch &d) {
+  addSameShape(b, d.operands[0], d.operands[1], d.results[0]);
+  const std::array<TensorBinding, 3> operands = {
+      d.results[0], d.operands[2], kLayer ? d.operands[3] : TensorBinding{}};
+  const Dispatch norm{d.step,
+                      {operands.data(), size_t(kLayer ? 3 : 2)},
+                      d.results.subspan(1, 1),
+                      d.comm,
+                      d.bf16Products};
+  if (kLayer)
+    layerNorm(b, norm);
+  else
+    rmsNorm(b, norm);
+}
+
+void swiglu(CudaBackend &b, const Dispatch &d) {
+  cuda::swiglu(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
+               d.results[0].elements, b.stream);
+}
+void swigluGrad(CudaBackend &b, const Dispatch &d) {
+  cuda::swigluGrad(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
+                   f32(d.results[0]), f32(d.results[1]), d.results[0].elements,
+                   b.stream);
 }
 
 void rotary(CudaBackend &b, const Dispatch &d) {
@@ -1075,6 +1119,10 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::LayerNormGrad, normGrad<true>);
   set(OpKind::RmsNorm, rmsNorm);
   set(OpKind::RmsNormGrad, normGrad<false>);
+  set(OpKind::Swiglu, swiglu);
+  set(OpKind::SwigluGrad, swigluGrad);
+  set(OpKind::AddLayerNorm, addNorm<true>);
+  set(OpKind::AddRmsNorm, addNorm<false>);
   set(OpKind::Softmax, softmax);
   set(OpKind::SoftmaxGrad, softmaxGrad);
   set(OpKind::Attention, attention);
@@ -1107,7 +1155,8 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
        {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter,
         OpKind::AllToAll, OpKind::RingShiftStart, OpKind::RingShiftWait,
         OpKind::CrossEntropy, OpKind::CrossEntropyGrad, OpKind::LayerNorm,
-        OpKind::LayerNormGrad, OpKind::RmsNorm, OpKind::RmsNormGrad})
+        OpKind::LayerNormGrad, OpKind::RmsNorm, OpKind::RmsNormGrad,
+        OpKind::AddLayerNorm, OpKind::AddRmsNorm})
     exchangesOverNccl[size_t(kind)] = true;
   set(OpKind::AllReduce, allReduce);
   set(OpKind::AllGather, allGather);

@@ -160,6 +160,24 @@ __global__ void siluGradKernel(const float *grad, const float *in, float *out,
   }
 }
 
+__global__ void swigluKernel(const float *gate, const float *up, float *out,
+                             int64_t count) {
+  TPC_GRID_STRIDE(i, count) {
+    const float x = gate[i];
+    out[i] = x / (1.0f + expf(-x)) * up[i];
+  }
+}
+
+__global__ void swigluGradKernel(const float *grad, const float *gate,
+                                 const float *up, float *gateGrad,
+                                 float *upGrad, int64_t count) {
+  TPC_GRID_STRIDE(i, count) {
+    const float x = gate[i], s = 1.0f / (1.0f + expf(-x)), dy = grad[i];
+    gateGrad[i] = dy * up[i] * s * (1.0f + x * (1.0f - s));
+    upGrad[i] = dy * x * s;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Layout
 //===----------------------------------------------------------------------===//
@@ -1121,6 +1139,16 @@ void siluGrad(const float *grad, const float *input, float *out, int64_t count,
               cudaStream_t stream) {
   siluGradKernel<<<blocksFor(count), kThreads, 0, stream>>>(grad, input, out,
                                                             count);
+}
+void swiglu(const float *gate, const float *up, float *out, int64_t count,
+            cudaStream_t stream) {
+  swigluKernel<<<blocksFor(count), kThreads, 0, stream>>>(gate, up, out, count);
+}
+void swigluGrad(const float *grad, const float *gate, const float *up,
+                float *gateGrad, float *upGrad, int64_t count,
+                cudaStream_t stream) {
+  swigluGradKernel<<<blocksFor(count), kThreads, 0, stream>>>(
+      grad, gate, up, gateGrad, upGrad, count);
 }
 void gather(const float *in, int64_t base, float *out, int64_t count,
             const Indexing &index, cudaStream_t stream) {

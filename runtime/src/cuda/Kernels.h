@@ -41,6 +41,12 @@ void geluGrad(const float *resultGrad, const float *input, float *out,
               int64_t count, cudaStream_t stream);
 void siluGrad(const float *resultGrad, const float *input, float *out,
               int64_t count, cudaStream_t stream);
+/// out = silu(gate) * up; and its gradients (cpu::swiglu, swigluGrad).
+void swiglu(const float *gate, const float *up, float *out, int64_t count,
+            cudaStream_t stream);
+void swigluGrad(const float *resultGrad, const float *gate, const float *up,
+                float *gateGrad, float *upGrad, int64_t count,
+                cudaStream_t stream);
 
 /// out[i] = in[j(i)]: `index.size` is out's shape, `stride` in's stride of
 /// each out dim (a permutation or a slice), plus `base`.

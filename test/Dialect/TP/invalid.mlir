@@ -1095,3 +1095,28 @@ func.func @adamw_bf16_grad(%p: tensor<16xf32>, %dp: tensor<16xbf16>, %lr: tensor
   %0:3 = tp.adamw %p, %dp, %p, %p, %lr, %step, %lr : (tensor<16xf32>, tensor<16xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
+
+// -----
+
+func.func @swiglu_shapes(%g: tensor<4x8xf32>, %u: tensor<8xf32>) {
+  // SwiGLU does not broadcast.
+  // expected-error @+1 {{up 'tensor<8xf32>' should have shape [4, 8] (the shape of gate)}}
+  %0 = "tp.swiglu"(%g, %u) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @add_norm_residual_shape(%x: tensor<4x8xf32>, %r: tensor<1x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{residual 'tensor<1x8xf32>' should have shape [4, 8] (the shape of input)}}
+  %0:2 = "tp.add_rms_norm"(%x, %r, %g) : (tensor<4x8xf32>, tensor<1x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @norm_grad_residual_shape(%dy: tensor<4x8xf32>, %x: tensor<4x8xf32>, %g: tensor<8xf32>, %r: tensor<8xf32>) {
+  // expected-error @+1 {{residual_grad 'tensor<8xf32>' should have shape [4, 8] (the shape of input)}}
+  %0:2 = "tp.rms_norm_grad"(%dy, %x, %g, %r) : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
+  return
+}

@@ -247,3 +247,24 @@ func.func @mixed_precision(%w: tensor<16x32xf32>, %table: tensor<50x16xf32>,
   %dt = tp.embedding_grad %x, %ids : (tensor<2x8x16xbf16>, tensor<2x8xi32>) -> tensor<50x16xf32>
   return
 }
+
+// -----
+
+// Fused elementwise chains (tp-fuse-elementwise), and a norm gradient that
+// adds the residual stream's.
+// CHECK-LABEL: func.func @fused_elementwise
+// CHECK: tp.swiglu %arg0, %arg1 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+// CHECK: tp.swiglu_grad %arg0, %arg0, %arg1 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+// CHECK: tp.add_layer_norm %arg0, %arg1, %arg2, %arg2 {epsilon = 2.000000e-03 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+// CHECK: tp.add_rms_norm %arg0, %arg1, %arg2 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+// CHECK: tp.layer_norm_grad %arg0, %arg1, %arg2, %arg0 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
+// CHECK: tp.rms_norm_grad %arg0, %arg1, %arg2, %arg0 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
+func.func @fused_elementwise(%a: tensor<2x8x16xf32>, %b: tensor<2x8x16xf32>, %g: tensor<16xf32>) {
+  %0 = tp.swiglu %a, %b : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %1:2 = tp.swiglu_grad %a, %a, %b : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  %2:2 = tp.add_layer_norm %a, %b, %g, %g {epsilon = 2.0e-3 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  %3:2 = tp.add_rms_norm %a, %b, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  %4:3 = tp.layer_norm_grad %a, %b, %g, %a : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %5:2 = tp.rms_norm_grad %a, %b, %g, %a : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
+  return
+}

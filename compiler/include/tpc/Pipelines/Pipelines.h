@@ -61,6 +61,11 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Fuse causal attention into tp.attention, which never "
                      "stores the scores (tp-fuse-attention)"),
       llvm::cl::init(true)};
+  Option<bool> fuseElementwise{
+      *this, "fuse-elementwise",
+      llvm::cl::desc("Fuse the SwiGLU gate and residual add + norm, whose "
+                     "VJPs fuse the gradients too (tp-fuse-elementwise)"),
+      llvm::cl::init(true)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),

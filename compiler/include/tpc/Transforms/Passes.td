@@ -240,6 +240,22 @@ def TPFuseAttention : Pass<"tp-fuse-attention", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPFuseElementwise : Pass<"tp-fuse-elementwise", "::mlir::ModuleOp"> {
+  let summary = "Fuse elementwise chains: the SwiGLU gate, residual add + norm";
+  let description = [{
+    Before differentiation, on the global program: `tp.mul(tp.silu(gate),
+    up)` becomes `tp.swiglu(gate, up)` (its VJP recomputes silu(gate), so
+    the [tokens, ffn] silu output is not kept for the backward), and a
+    `tp.layer_norm` or `tp.rms_norm` of a `tp.add` of two tensors of one
+    shape (the residual stream) becomes `tp.add_layer_norm` /
+    `tp.add_rms_norm` with the sum and the normalised sum as results (its
+    VJP is one norm gradient that adds the residual stream's gradient). A
+    fused op's sharding rule is the union of its parts', so every scheme
+    and its communication stay as they were.
+  }];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPMixedPrecision : Pass<"tp-mixed-precision", "::mlir::ModuleOp"> {
   let summary = "Store activations in bf16 (Megatron-LM / autocast mixed "
                 "precision)";

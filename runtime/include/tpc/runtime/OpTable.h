@@ -124,6 +124,9 @@ struct OpInfo {
   /// Whether result 0 has operand 0's dtype: kinds that move elements
   /// without arithmetic, collectives, in-place updates.
   bool resultHasOperandDType = false;
+  /// The plan format minor version that added the kind (0: before 1.10,
+  /// whose kinds the loader does not date).
+  uint8_t sinceMinor = 0;
 };
 
 /// Whether `dtype` is a float type a plan of minor version `minor` may

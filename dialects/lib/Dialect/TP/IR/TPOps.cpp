@@ -633,6 +633,35 @@ ShardingRule SiluGradOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getInput()));
 }
 
+/// Elementwise ops on tensors of one shape (no broadcasting): each named
+/// value has the first one's shape.
+static LogicalResult verifySameShapes(Operation *op, ArrayRef<Named> values) {
+  for (const Named &named : values.drop_front())
+    if (failed(verifyShape(op, named, shapeOf(values.front().value),
+                           "(the shape of " + values.front().name.str() + ")")))
+      return failure();
+  return success();
+}
+
+LogicalResult SwigluOp::verify() {
+  return verifySameShapes(
+      *this, {{"gate", getGate()}, {"up", getUp()}, {"result", getResult()}});
+}
+ShardingRule SwigluOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getGate()));
+}
+
+LogicalResult SwigluGradOp::verify() {
+  return verifySameShapes(*this, {{"gate", getGate()},
+                                  {"result_grad", getResultGrad()},
+                                  {"up", getUp()},
+                                  {"gate_grad", getGateGrad()},
+                                  {"up_grad", getUpGrad()}});
+}
+ShardingRule SwigluGradOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getGate()));
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation
 //===----------------------------------------------------------------------===//
@@ -693,10 +722,21 @@ ShardingRule LayerNormOp::getShardingRule() {
   return normalizationRule(*this, shapeOf(getInput()));
 }
 
+/// The row-shaped values of a normalisation's gradient: the incoming and
+/// outgoing gradients, and the residual stream's gradient when it adds one.
+static SmallVector<Named> normGradRows(Value resultGrad, Value inputGrad,
+                                       Value residualGrad) {
+  SmallVector<Named> rows = {{"result_grad", resultGrad},
+                             {"input_grad", inputGrad}};
+  if (residualGrad)
+    rows.push_back({"residual_grad", residualGrad});
+  return rows;
+}
+
 LogicalResult LayerNormGradOp::verify() {
   return verifyNormalization(
       *this, {"input", getInput()},
-      {{"result_grad", getResultGrad()}, {"input_grad", getInputGrad()}},
+      normGradRows(getResultGrad(), getInputGrad(), getResidualGrad()),
       {{"gamma", getGamma()},
        {"gamma_grad", getGammaGrad()},
        {"beta_grad", getBetaGrad()}},
@@ -722,12 +762,34 @@ ShardingRule RmsNormOp::getShardingRule() {
 LogicalResult RmsNormGradOp::verify() {
   return verifyNormalization(
       *this, {"input", getInput()},
-      {{"result_grad", getResultGrad()}, {"input_grad", getInputGrad()}},
+      normGradRows(getResultGrad(), getInputGrad(), getResidualGrad()),
       {{"gamma", getGamma()}, {"gamma_grad", getGammaGrad()}},
       getEpsilonAttr());
 }
 bool RmsNormGradOp::readsOperandAsStored(unsigned index) { return index == 2; }
 ShardingRule RmsNormGradOp::getShardingRule() {
+  return normalizationRule(*this, shapeOf(getInput()));
+}
+
+LogicalResult AddLayerNormOp::verify() {
+  return verifyNormalization(
+      *this, {"input", getInput()},
+      {{"residual", getResidual()}, {"sum", getSum()}, {"result", getResult()}},
+      {{"gamma", getGamma()}, {"beta", getBeta()}}, getEpsilonAttr());
+}
+bool AddLayerNormOp::readsOperandAsStored(unsigned index) { return index >= 2; }
+ShardingRule AddLayerNormOp::getShardingRule() {
+  return normalizationRule(*this, shapeOf(getInput()));
+}
+
+LogicalResult AddRmsNormOp::verify() {
+  return verifyNormalization(
+      *this, {"input", getInput()},
+      {{"residual", getResidual()}, {"sum", getSum()}, {"result", getResult()}},
+      {{"gamma", getGamma()}}, getEpsilonAttr());
+}
+bool AddRmsNormOp::readsOperandAsStored(unsigned index) { return index == 2; }
+ShardingRule AddRmsNormOp::getShardingRule() {
   return normalizationRule(*this, shapeOf(getInput()));
 }
 
@@ -2141,6 +2203,17 @@ FailureOr<SmallVector<int64_t>> RmsNormGradOp::getFeatureAxes() {
                          {getGamma()}, {getGammaGrad()});
 }
 
+FailureOr<SmallVector<int64_t>> AddLayerNormOp::getFeatureAxes() {
+  return normFeatureAxes(*this,
+                         {getInput(), getResidual(), getSum(), getResult()},
+                         {getGamma(), getBeta()}, {});
+}
+FailureOr<SmallVector<int64_t>> AddRmsNormOp::getFeatureAxes() {
+  return normFeatureAxes(*this,
+                         {getInput(), getResidual(), getSum(), getResult()},
+                         {getGamma()}, {});
+}
+
 // Per row: the forward gathers each block's {mean, sum of squared
 // deviations} (layer norm) or {sum of squares} (RMS norm); the layer norm's
 // gradient gathers those statistics again, then {sum of g, sum of g (x -
@@ -2149,6 +2222,9 @@ SmallVector<int64_t> LayerNormOp::getKernelGathers() { return {2}; }
 SmallVector<int64_t> LayerNormGradOp::getKernelGathers() { return {2, 2}; }
 SmallVector<int64_t> RmsNormOp::getKernelGathers() { return {1}; }
 SmallVector<int64_t> RmsNormGradOp::getKernelGathers() { return {2}; }
+// The residual add is local: the norm's gathers.
+SmallVector<int64_t> AddLayerNormOp::getKernelGathers() { return {2}; }
+SmallVector<int64_t> AddRmsNormOp::getKernelGathers() { return {1}; }
 
 #define GET_OP_CLASSES
 #include "tpc/Dialect/TP/IR/TPOps.cpp.inc"
@@ -2187,6 +2263,14 @@ bool RmsNormOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
 }
 bool RmsNormGradOp::isSplittableFactor(const ShardingRule &rule,
                                        int64_t factor) {
+  return isSplittableUnlessReplicated(rule, factor);
+}
+bool AddLayerNormOp::isSplittableFactor(const ShardingRule &rule,
+                                        int64_t factor) {
+  return isSplittableUnlessReplicated(rule, factor);
+}
+bool AddRmsNormOp::isSplittableFactor(const ShardingRule &rule,
+                                      int64_t factor) {
   return isSplittableUnlessReplicated(rule, factor);
 }
 
@@ -2474,6 +2558,39 @@ LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *,
   return inferLike<RmsNormGradOp>(
       location, types,
       {{adaptor.getInput(), "input"}, {adaptor.getGamma(), "gamma"}});
+}
+
+LogicalResult SwigluOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  return inferLike<SwigluOp>(location, types, {{adaptor.getGate(), "gate"}});
+}
+
+LogicalResult SwigluGradOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> location,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  return inferLike<SwigluGradOp>(
+      location, types, {{adaptor.getGate(), "gate"}, {adaptor.getUp(), "up"}});
+}
+
+LogicalResult AddLayerNormOp::inferReturnTypes(MLIRContext *,
+                                               std::optional<Location> location,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  return inferLike<AddLayerNormOp>(
+      location, types,
+      {{adaptor.getInput(), "input"}, {adaptor.getInput(), "input"}});
+}
+
+LogicalResult AddRmsNormOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> location,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  return inferLike<AddRmsNormOp>(
+      location, types,
+      {{adaptor.getInput(), "input"}, {adaptor.getInput(), "input"}});
 }
 
 LogicalResult SoftmaxGradOp::inferReturnTypes(MLIRContext *,

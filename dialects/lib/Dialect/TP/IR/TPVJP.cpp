@@ -216,12 +216,65 @@ LogicalResult SiluOp::buildVJP(OpBuilder &builder, ValueRange operands,
   return success();
 }
 
+LogicalResult SwigluOp::buildVJP(OpBuilder &builder, ValueRange operands,
+                                 ValueRange, ValueRange resultCotangents,
+                                 MutableArrayRef<Value> operandCotangents) {
+  auto grad = SwigluGradOp::create(builder, getLoc(), resultCotangents[0],
+                                   operands[0], operands[1]);
+  operandCotangents[0] = grad.getGateGrad();
+  operandCotangents[1] = grad.getUpGrad();
+  return success();
+}
+
+/// The VJP of a residual add then a norm: the residual stream's gradient
+/// (`sumCotangent`, the sum's own uses) and the norm's input gradient add
+/// in the norm's gradient kernel; input and residual both get the total.
+template <typename GradOp>
+static void addNormVJP(OpBuilder &builder, Location loc, Value sum, Value gamma,
+                       FloatAttr epsilon, Value sumCotangent,
+                       Value resultCotangent,
+                       MutableArrayRef<Value> operandCotangents,
+                       MutableArrayRef<Value> gainCotangents) {
+  Value total = sumCotangent;
+  if (resultCotangent) {
+    auto grad = GradOp::create(builder, loc, resultCotangent, sum, gamma,
+                               epsilon, sumCotangent);
+    total = grad.getInputGrad();
+    for (auto [i, cotangent] : llvm::enumerate(gainCotangents))
+      cotangent = grad->getResult(i + 1);
+  }
+  operandCotangents[0] = operandCotangents[1] = total;
+}
+
+LogicalResult
+AddLayerNormOp::buildVJP(OpBuilder &builder, ValueRange operands,
+                         ValueRange results, ValueRange resultCotangents,
+                         MutableArrayRef<Value> operandCotangents) {
+  addNormVJP<LayerNormGradOp>(builder, getLoc(), results[0], operands[2],
+                              getEpsilonAttr(), resultCotangents[0],
+                              resultCotangents[1], operandCotangents,
+                              operandCotangents.slice(2, 2));
+  return success();
+}
+
+LogicalResult AddRmsNormOp::buildVJP(OpBuilder &builder, ValueRange operands,
+                                     ValueRange results,
+                                     ValueRange resultCotangents,
+                                     MutableArrayRef<Value> operandCotangents) {
+  addNormVJP<RmsNormGradOp>(builder, getLoc(), results[0], operands[2],
+                            getEpsilonAttr(), resultCotangents[0],
+                            resultCotangents[1], operandCotangents,
+                            operandCotangents.slice(2, 1));
+  return success();
+}
+
 LogicalResult LayerNormOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                     ValueRange, ValueRange resultCotangents,
                                     MutableArrayRef<Value> operandCotangents) {
-  auto grad =
-      LayerNormGradOp::create(builder, getLoc(), resultCotangents[0],
-                              operands[0], operands[1], getEpsilonAttr());
+  auto grad = LayerNormGradOp::create(builder, getLoc(), resultCotangents[0],
+                                      operands[0], operands[1],
+                                      getEpsilonAttr(), /*residual_grad=*/
+                                      Value());
   operandCotangents[0] = grad.getInputGrad();
   operandCotangents[1] = grad.getGammaGrad();
   operandCotangents[2] = grad.getBetaGrad();
@@ -232,7 +285,8 @@ LogicalResult RmsNormOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                   ValueRange, ValueRange resultCotangents,
                                   MutableArrayRef<Value> operandCotangents) {
   auto grad = RmsNormGradOp::create(builder, getLoc(), resultCotangents[0],
-                                    operands[0], operands[1], getEpsilonAttr());
+                                    operands[0], operands[1], getEpsilonAttr(),
+                                    /*residual_grad=*/Value());
   operandCotangents[0] = grad.getInputGrad();
   operandCotangents[1] = grad.getGammaGrad();
   return success();

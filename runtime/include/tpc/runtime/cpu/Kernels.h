@@ -67,6 +67,9 @@ void scale(const float *in, float factor, float *out, int64_t count);
 void gelu(const float *in, float *out, int64_t count);
 /// x * sigmoid(x).
 void silu(const float *in, float *out, int64_t count);
+/// out = silu(gate) * up, computed as silu then mul compute it (the same
+/// float operations: bit-identical to the two kernels on f32).
+void swiglu(const float *gate, const float *up, float *out, int64_t count);
 
 /// Layer norm over the last dim of [rows, cols]: biased variance, like
 /// torch.nn.LayerNorm.
@@ -230,6 +233,10 @@ void embeddingGradBlock(const float *resultGrad, const int32_t *ids,
 void geluGrad(const float *resultGrad, const float *input, float *inputGrad,
               int64_t count);
 /// inputGrad = resultGrad * d silu(x)/dx.
+/// gateGrad = siluGrad(resultGrad * up, gate), upGrad = resultGrad *
+/// silu(gate): the unfused ops' float operations.
+void swigluGrad(const float *resultGrad, const float *gate, const float *up,
+                float *gateGrad, float *upGrad, int64_t count);
 void siluGrad(const float *resultGrad, const float *input, float *inputGrad,
               int64_t count);
 

@@ -311,6 +311,31 @@ def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu"> {
   let planOpKind = "SiluGrad";
 }
 
+def TP_SwigluOp : TP_ComputeOp<"swiglu", [TP_InferResultShapes, TP_HasVJP]> {
+  let planOpKind = "Swiglu";
+  let summary = "SwiGLU gate: silu(gate) * up";
+  let description = [{
+    LLaMA's gated MLP activation, elementwise on two tensors of one shape.
+    tp-fuse-elementwise forms it from `tp.mul(tp.silu(gate), up)`; its VJP,
+    tp.swiglu_grad, recomputes silu(gate), so the [tokens, ffn] silu output
+    is never kept for the backward.
+  }];
+  let arguments = (ins TP_FloatTensor:$gate, TP_FloatTensor:$up);
+  let results = (outs TP_FloatTensor:$result);
+}
+
+def TP_SwigluGradOp : TP_ComputeOp<"swiglu_grad", [TP_InferResultShapes]> {
+  let planOpKind = "SwigluGrad";
+  let summary = "Gradients of tp.swiglu w.r.t. gate and up";
+  let description = [{
+    `gate_grad = result_grad * up * silu'(gate)`,
+    `up_grad = result_grad * silu(gate)`.
+  }];
+  let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$gate,
+                       TP_FloatTensor:$up);
+  let results = (outs TP_FloatTensor:$gate_grad, TP_FloatTensor:$up_grad);
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation and attention pieces
 //===----------------------------------------------------------------------===//
@@ -333,9 +358,15 @@ def TP_LayerNormGradOp
         ["isSplittableFactor"], ["readsOperandAsStored"]> {
   let planOpKind = "LayerNormGrad";
   let summary = "Gradients of tp.layer_norm w.r.t. input, gamma and beta";
+  let description = [{
+    With `residual_grad` (the gradient reaching the normalised input by
+    the residual stream: tp.add_layer_norm's VJP), `input_grad` is the
+    norm's input gradient plus it, in one pass.
+  }];
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
                        TP_FloatTensor:$gamma,
-                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon,
+                       Optional<TP_FloatTensor>:$residual_grad);
   let results = (outs TP_FloatTensor:$input_grad, TP_FloatTensor:$gamma_grad,
                       TP_FloatTensor:$beta_grad);
 }
@@ -355,10 +386,48 @@ def TP_RmsNormGradOp : TP_ComputeOp<"rms_norm_grad", [TP_InferResultShapes,
         ["isSplittableFactor"], ["readsOperandAsStored"]> {
   let planOpKind = "RmsNormGrad";
   let summary = "Gradients of tp.rms_norm w.r.t. input and gamma";
+  let description = [{
+    With `residual_grad`, `input_grad` is the norm's input gradient plus
+    it (tp.add_rms_norm's VJP).
+  }];
   let arguments = (ins TP_FloatTensor:$result_grad, TP_FloatTensor:$input,
                        TP_FloatTensor:$gamma,
-                       DefaultValuedAttr<F64Attr, "1.0e-6">:$epsilon);
+                       DefaultValuedAttr<F64Attr, "1.0e-6">:$epsilon,
+                       Optional<TP_FloatTensor>:$residual_grad);
   let results = (outs TP_FloatTensor:$input_grad, TP_FloatTensor:$gamma_grad);
+}
+
+def TP_AddLayerNormOp : TP_ComputeOp<"add_layer_norm", [TP_InferResultShapes,
+        TP_HasVJP, DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
+        ["isSplittableFactor"], ["readsOperandAsStored"]> {
+  let planOpKind = "AddLayerNorm";
+  let summary = "Residual add, then layer normalisation of the sum";
+  let description = [{
+    `sum = input + residual` (same shape) and `result = layer_norm(sum,
+    gamma, beta)`: the residual stream and the next sublayer's normalised
+    input in one pass over the tokens. tp-fuse-elementwise forms it from a
+    tp.add whose sum a tp.layer_norm reads; its VJP is one
+    tp.layer_norm_grad that adds the residual stream's gradient.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$residual,
+                       TP_FloatTensor:$gamma, TP_FloatTensor:$beta,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs TP_FloatTensor:$sum, TP_FloatTensor:$result);
+}
+
+def TP_AddRmsNormOp : TP_ComputeOp<"add_rms_norm", [TP_InferResultShapes,
+        TP_HasVJP, DeclareOpInterfaceMethods<TP_SplitStatisticsOpInterface>],
+        ["isSplittableFactor"], ["readsOperandAsStored"]> {
+  let planOpKind = "AddRmsNorm";
+  let summary = "Residual add, then RMS normalisation of the sum (LLaMA)";
+  let description = [{
+    `sum = input + residual` and `result = rms_norm(sum, gamma)`, as
+    tp.add_layer_norm.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$residual,
+                       TP_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-6">:$epsilon);
+  let results = (outs TP_FloatTensor:$sum, TP_FloatTensor:$result);
 }
 
 def TP_SoftmaxOp : TP_ComputeOp<"softmax", [AllTypesMatch<["input", "result"]>,
