@@ -353,6 +353,68 @@ void checkSameShapes(const StepCheck &c) {
     c.requireShape(result, shape, "result");
 }
 
+/// The sizes of `lhs [b..., M, K] x rhs` with a 2-D rhs (`[K, N]`, or
+/// `[N, K]` with transpose_rhs): the result shape [b..., M, N].
+std::vector<int64_t> productShape(const StepCheck &c, const TensorType &lhs,
+                                  const TensorType &rhs) {
+  c.requireRank(lhs, 2, "lhs");
+  if (rhs.shape.size() != 2)
+    c.fail("the weight " + shapeString(rhs.shape) + " must be a matrix");
+  const bool tr = c.step.transpose_rhs();
+  const int64_t k = lhs.shape.back(), n = rhs.shape[tr ? 0 : 1];
+  if (rhs.shape[tr ? 1 : 0] != k)
+    c.fail("contraction sizes differ (" + shapeString(lhs.shape) + " x " +
+           shapeString(rhs.shape) + ")");
+  std::vector<int64_t> out(lhs.shape.begin(), lhs.shape.end() - 1);
+  out.push_back(n);
+  return out;
+}
+
+/// Linear (input, weight, bias) -> result [, preactivation, only with gelu].
+void checkLinear(const StepCheck &c) {
+  std::vector<int64_t> out = productShape(c, c.operands[0], c.operands[1]);
+  c.requireShape(c.operands[2], {out.back()}, "bias");
+  c.requireShape(c.results[0], out, "result");
+  if (!c.step.gelu() && c.results.size() == 2)
+    c.fail("only a GELU linear has a preactivation result");
+  if (c.results.size() == 2)
+    c.requireShape(c.results[1], out, "preactivation");
+}
+
+/// LinearGeluGrad (lhs, rhs, preactivation) -> (preactivation_grad,
+/// bias_grad).
+void checkLinearGeluGrad(const StepCheck &c) {
+  std::vector<int64_t> out = productShape(c, c.operands[0], c.operands[1]);
+  c.requireShape(c.operands[2], out, "preactivation");
+  c.requireShape(c.results[0], out, "preactivation_grad");
+  c.requireShape(c.results[1], {out.back()}, "bias_grad");
+}
+
+/// LinearCrossEntropy (input, weight, targets) -> loss, and its gradient
+/// (..., loss_grad) -> (input_grad, weight_grad).
+void checkLinearHead(const StepCheck &c) {
+  const TensorType &input = c.operands[0], &weight = c.operands[1];
+  c.requireRank(input, 1, "input");
+  if (weight.shape.size() != 2)
+    c.fail("the weight " + shapeString(weight.shape) + " must be a matrix");
+  const bool tr = c.step.transpose_rhs();
+  if (weight.shape[tr ? 1 : 0] != input.shape.back())
+    c.fail("input " + shapeString(input.shape) + " and weight " +
+           shapeString(weight.shape) + " differ in the hidden size");
+  c.requireShape(c.operands[2], {input.shape.begin(), input.shape.end() - 1},
+                 "targets");
+  if (c.step.chunk() < 1)
+    c.fail("chunk must be positive");
+  c.gridAxes(/*allowNone=*/true, "vocabulary grid axes");
+  if (c.operands.size() == 3) {
+    c.requireScalar(c.results[0], "loss");
+    return;
+  }
+  c.requireScalar(c.operands[3], "loss_grad");
+  c.requireShape(c.results[0], input.shape, "input_grad");
+  c.requireShape(c.results[1], weight.shape, "weight_grad");
+}
+
 void checkCrossEntropyGrad(const StepCheck &c) {
   c.requireRank(c.operands[0], 1, "logits");
   const auto &logits = c.operands[0].shape;
@@ -513,6 +575,12 @@ constexpr OpInfo withPrecisions(OpInfo info, uint8_t stored, uint8_t operands,
   return info;
 }
 
+/// `info` whose last `count` results may be absent.
+constexpr OpInfo withOptionalResults(OpInfo info, uint8_t count) {
+  info.optionalResults = count;
+  return info;
+}
+
 /// `info` for a kind plan format 1.`minor` added.
 constexpr OpInfo since(OpInfo info, uint8_t minor) {
   info.sinceMinor = minor;
@@ -639,6 +707,23 @@ constexpr std::array kOps = {
           10),
     since(onGrid(withPrecisions(op(OpKind::AddRmsNorm, 3, 2, checkAddNorm),
                                 0b100, 0, 0),
+                 kWithAxes),
+          10),
+    since(withOptionalResults(
+              withPrecision(op(OpKind::Linear, 3, 2, checkLinear)), 1),
+          10),
+    since(withPrecision(op(OpKind::LinearGeluGrad, 3, 2, checkLinearGeluGrad)),
+          10),
+    since(
+        onGrid(withPrecisions(withPrecision(op(OpKind::LinearCrossEntropy, 3, 1,
+                                               checkLinearHead, {F, F, I32})),
+                              0, 0, /*f32 results=*/0b1),
+               kWithAxes),
+        10),
+    since(onGrid(withPrecisions(
+                     withPrecision(op(OpKind::LinearCrossEntropyGrad, 4, 2,
+                                      checkLinearHead, {F, F, I32, F})),
+                     0, /*f32 operands=*/0b1000, 0),
                  kWithAxes),
           10),
 };

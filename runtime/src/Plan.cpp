@@ -327,16 +327,19 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
   if (plan.version_minor() < info->sinceMinor)
     fail(at + ": op kind " + opKindName(step.kind()) +
          " is not in plan format 1." + std::to_string(plan.version_minor()));
-  const size_t fewestOperands = info->numOperands - info->optionalOperands;
+  const size_t fewestOperands = info->numOperands - info->optionalOperands,
+               fewestResults = info->numResults - info->optionalResults;
+  auto range = [](size_t fewest, size_t most) {
+    return fewest == most
+               ? std::to_string(most)
+               : std::to_string(fewest) + " to " + std::to_string(most);
+  };
   if (step.operands()->size() < fewestOperands ||
       step.operands()->size() > info->numOperands ||
-      step.results()->size() != info->numResults)
-    fail(at + ": expected " +
-         (fewestOperands == info->numOperands
-              ? std::to_string(info->numOperands)
-              : std::to_string(fewestOperands) + " to " +
-                    std::to_string(info->numOperands)) +
-         " operands and " + std::to_string(info->numResults) +
+      step.results()->size() < fewestResults ||
+      step.results()->size() > info->numResults)
+    fail(at + ": expected " + range(fewestOperands, info->numOperands) +
+         " operands and " + range(fewestResults, info->numResults) +
          " results, got " + std::to_string(step.operands()->size()) + " and " +
          std::to_string(step.results()->size()));
   std::vector<TensorType> in, out;
@@ -939,6 +942,10 @@ void LoadedPlan::printJson(std::ostream &os) const {
         step["alpha"] = s->alpha();
       if (s->precision() != plan::Precision::F32)
         step["precision"] = plan::EnumNamePrecision(s->precision());
+      if (s->gelu())
+        step["gelu"] = true;
+      if (s->chunk() != 0)
+        step["chunk"] = s->chunk();
       if (s->kind() == OpKind::AllGather ||
           s->kind() == OpKind::ReduceScatter ||
           s->kind() == OpKind::LocalSplit || s->kind() == OpKind::AllToAll)

@@ -28,6 +28,9 @@ plan)
     "$bin/tpc-opt" "$tmp/$model.mlir" --tp-pipeline -o "$out/$model-train.tpplan"
     "$bin/tpc-opt" "$tmp/$model.mlir" --tp-pipeline="train=false" \
       -o "$out/$model-forward.tpplan"
+    # Mixed precision: bf16 activations, Convert steps (plan 1.10).
+    "$bin/tpc-opt" "$tmp/$model.mlir" --tp-pipeline="precision=bf16" \
+      -o "$out/$model-bf16.tpplan"
   done
   ;;
 safetensors)

@@ -2,7 +2,8 @@
 # Training numerics against PyTorch, for a small GPT-2 or LLaMA (GQA) model:
 #  1. every parameter's gradient (tp-run --dump-grads) against autograd, with
 #     and without layer recomputation, and with attention and the
-#     elementwise chains (SwiGLU, residual add + norm) unfused;
+#     elementwise chains (SwiGLU, residual add + norm) and the products'
+#     epilogues (bias, GELU, the cross-entropy head) unfused;
 #  2. 20 AdamW steps (warmup + cosine decay, global-norm clipping, weight
 #     decay on matrices) against torch.optim.AdamW's loss trajectory;
 #  3. the export loads with HuggingFace's from_pretrained, bit-exact, and
@@ -45,7 +46,7 @@ if [ "$fused" -ne 4 ]; then
 fi
 for variant in none layer unfused; do
   case $variant in
-    unfused) options="fuse-attention=false fuse-elementwise=false" ;;
+    unfused) options="fuse-attention=false fuse-elementwise=false fuse-products=false" ;;
     *) options="remat=$variant" ;;
   esac
   "$bin/tpc-opt" "$work/model.mlir" --tp-pipeline="$options" -o "$work/$variant.tpplan"

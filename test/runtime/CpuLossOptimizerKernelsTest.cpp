@@ -159,6 +159,37 @@ TEST(CpuKernels, CrossEntropyFromBlockStatsMatchesTheWholeRow) {
                std::runtime_error);
 }
 
+// A fused head's chunks: each chunk's statistics (as blocks of one rank's
+// columns), merged into one block, give the reference loss, alone and as
+// one of several ranks' blocks.
+TEST(CpuKernels, MergedChunkStatsMatchTheWholeRow) {
+  std::mt19937 rng(29);
+  for (auto [tokens, vocab, chunks, spread] : kVocabBlockCases) {
+    SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(vocab) + "/" +
+                 std::to_string(chunks));
+    std::vector<float> logits =
+        randomVector(tokens * vocab, rng, -spread, spread);
+    std::vector<int32_t> targets = randomTargets(tokens, vocab, rng);
+    std::vector<float> chunkStats =
+        allBlockStats(logits, targets, tokens, vocab, chunks);
+    std::vector<float> merged(size_t(3 * tokens));
+    mergeCrossEntropyStats(chunkStats.data(), chunks, tokens, merged.data());
+    double ref = refCrossEntropy(logits, tokens, vocab, targets);
+    EXPECT_NEAR(crossEntropyFromBlockStats(merged.data(), 1, tokens), ref,
+                1e-5 * std::max(1.0, std::abs(ref)));
+    // Two ranks, each merging its half of the chunks.
+    if (chunks % 2 != 0)
+      continue;
+    std::vector<float> halves(size_t(6 * tokens));
+    for (int64_t half = 0; half < 2; ++half)
+      mergeCrossEntropyStats(chunkStats.data() + 3 * tokens * chunks / 2 * half,
+                             chunks / 2, tokens,
+                             halves.data() + 3 * tokens * half);
+    EXPECT_NEAR(crossEntropyFromBlockStats(halves.data(), 2, tokens), ref,
+                1e-5 * std::max(1.0, std::abs(ref)));
+  }
+}
+
 TEST(CpuKernels, CrossEntropyGrad) {
   std::mt19937 rng(40);
   for (auto [tokens, vocab, spread] : kCrossEntropyCases) {

@@ -42,7 +42,8 @@ Operand bf16(Operand operand) {
 
 struct Attributes {
   bool transposeLhs = false, transposeRhs = false, causal = false,
-       inverse = false;
+       inverse = false, gelu = false;
+  int64_t chunk = 0;
   double epsilon = 0, factor = 0, theta = 0, alpha = 1, value = 0;
   double beta1 = 0, beta2 = 0, weightDecay = 0;
   fb::Precision precision = fb::Precision::F32;
@@ -101,6 +102,8 @@ std::vector<uint8_t> buildStep(const KernelCase &c) {
   step.add_precision(a.precision);
   step.add_dim(a.dim);
   step.add_ring_step(a.ringStep);
+  step.add_gelu(a.gelu);
+  step.add_chunk(a.chunk);
   if (!a.ints.empty())
     step.add_ints(ints);
   b.Finish(step.Finish());
@@ -637,6 +640,63 @@ const std::vector<KernelCase> &cases() {
          with([](Attributes &a) { a.epsilon = 1e-6; }),
          8e-3f,
          {kBf16, kBf16}},
+        // Products fused with their epilogues (tp-fuse-products).
+        {"LinearGelu",
+         OpKind::Linear,
+         {{{2, 5, 33}}, {{7, 33}}, {{7}}},
+         {{2, 5, 7}, {2, 5, 7}},
+         with([](Attributes &a) {
+           a.transposeRhs = true;
+           a.gelu = true;
+         }),
+         1e-4f},
+        {"LinearGeluInPlace",
+         OpKind::Linear,
+         {{{9, 33}}, {{33, 7}}, {{7}}},
+         {{9, 7}},
+         with([](Attributes &a) { a.gelu = true; }),
+         1e-4f},
+        {"LinearBias",
+         OpKind::Linear,
+         {{{9, 33}}, {{33, 7}}, {{7}}},
+         {{9, 7}},
+         none,
+         1e-4f},
+        {"LinearGeluGrad",
+         OpKind::LinearGeluGrad,
+         {{{2, 5, 33}}, {{7, 33}}, {{2, 5, 7}}},
+         {{2, 5, 7}, {7}},
+         with([](Attributes &a) { a.transposeRhs = true; }),
+         1e-4f},
+        // Chunks of 16 columns over 45 (a short last chunk), the weight
+        // [vocab, hidden] (tied embeddings) and [hidden, vocab].
+        {"LinearCrossEntropy",
+         OpKind::LinearCrossEntropy,
+         {{{2, 7, 24}}, {{45, 24}}, {{2, 7}, Fill::Ids, 45}},
+         {{}},
+         with([](Attributes &a) {
+           a.transposeRhs = true;
+           a.chunk = 16;
+         }),
+         1e-4f},
+        {"LinearCrossEntropyGrad",
+         OpKind::LinearCrossEntropyGrad,
+         {{{2, 7, 24}},
+          {{24, 45}},
+          {{2, 7}, Fill::Ids, 45},
+          {{}, Fill::Positive}},
+         {{2, 7, 24}, {24, 45}},
+         with([](Attributes &a) { a.chunk = 16; }),
+         1e-4f},
+        {"LinearCrossEntropyGradTied",
+         OpKind::LinearCrossEntropyGrad,
+         {{{14, 24}}, {{45, 24}}, {{14}, Fill::Ids, 45}, {{}, Fill::Positive}},
+         {{14, 24}, {45, 24}},
+         with([](Attributes &a) {
+           a.transposeRhs = true;
+           a.chunk = 16;
+         }),
+         1e-4f},
         // Mixed precision (plan 1.10): bf16 activations, each kernel
         // computing in f32 and rounding its results once. A GPU's f32
         // arithmetic may land on the other side of a rounding boundary:

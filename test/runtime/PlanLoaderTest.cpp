@@ -53,6 +53,7 @@ struct PlanSpec {
     std::vector<int64_t> ints = {};
     fb::Precision precision = fb::Precision::F32;
     bool causal = false;
+    bool gelu = false;
   };
   std::vector<S> steps = {
       {fb::OpKind::Embedding, {0, 1}, {2}},
@@ -118,6 +119,7 @@ struct PlanSpec {
       step.add_transpose_rhs(s.transposeRhs);
       step.add_precision(s.precision);
       step.add_causal(s.causal);
+      step.add_gelu(s.gelu);
       if (!ints.IsNull())
         step.add_ints(ints);
       ss.push_back(step.Finish());
@@ -405,6 +407,35 @@ TEST(PlanLoader, ChecksMixedPrecisionDTypes) {
   param.tensors[0].dtype = fb::DType::BF16;
   expectRejected(param, "views parameter 'wte' (or its optimizer state) with a "
                         "different size or dtype");
+}
+
+TEST(PlanLoader, ChecksFusedLinears) {
+  // The embedding's rows times the table, plus a bias of zeros: a Linear
+  // instead of the Matmul; with GELU it may also return the preactivation.
+  PlanSpec linear;
+  linear.arena = 512;
+  linear.tensors.push_back({fb::DType::F32, {5}, fb::Storage::Arena, 256, 0});
+  linear.tensors.push_back(
+      {fb::DType::F32, {2, 3, 5}, fb::Storage::Arena, 384, 0});
+  linear.steps[1] = {fb::OpKind::Linear, {2, 0, 5}, {3}, true};
+  linear.steps.insert(linear.steps.begin() + 1,
+                      {fb::OpKind::Constant, {}, {5}});
+  EXPECT_NO_THROW(load(linear.build()));
+  PlanSpec preactivation = linear;
+  preactivation.steps[2].results = {3, 6};
+  expectRejected(preactivation, "step 2 (Linear): only a GELU linear has a "
+                                "preactivation result");
+  PlanSpec gelu = linear;
+  gelu.steps[2].gelu = true;
+  EXPECT_NO_THROW(load(gelu.build()));
+  gelu.steps[2].results = {3, 6};
+  EXPECT_NO_THROW(load(gelu.build()));
+  PlanSpec bias = linear;
+  bias.tensors[5].shape = {4};
+  expectRejected(bias, "step 2 (Linear): bias has shape [4], expected [5]");
+  PlanSpec many = gelu;
+  many.steps[2].results = {3, 6, 6};
+  expectRejected(many, "expected 3 operands and 1 to 2 results, got 3 and 3");
 }
 
 TEST(PlanLoader, ChecksAttentionShapes) {

@@ -93,6 +93,11 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
       pm.addPass(createTPInsertRebalance(rebalance));
     }
   }
+  if (options.fuseProducts) {
+    TPFuseProductsOptions fuse;
+    fuse.vocabChunk = options.vocabChunk;
+    pm.addPass(createTPFuseProducts(fuse));
+  }
   if (options.precision == MatmulPrecision::TF32) {
     TPMatmulPrecisionOptions precision;
     precision.precision = options.precision.getValue();

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -468,6 +469,194 @@ void crossEntropyGrad(const Dispatch &d) {
                                       stats.data(), block.blocks, out.f32());
 }
 
+//===----------------------------------------------------------------------===//
+// Products fused with what follows them: each computes its unfused ops'
+// float operations (Linear and LinearGeluGrad are bit-identical to them on
+// f32; the chunked heads combine their softmax statistics per chunk).
+//===----------------------------------------------------------------------===//
+
+/// Linear: the product into the preactivation (the result when it is not
+/// returned), the bias added in place, then GELU into the result.
+void linear(const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &w = d.operands[1];
+  const TensorBinding &pre = d.results.back();
+  const float *l = in.f32(), *r = w.f32();
+  std::vector<float> rounded;
+  if (const cpu::Rounding rounding = roundingOf(d);
+      rounding != cpu::Rounding::None) {
+    rounded.resize(size_t(in.elements + w.elements));
+    cpu::round(rounding, l, rounded.data(), in.elements);
+    cpu::round(rounding, r, rounded.data() + in.elements, w.elements);
+    l = rounded.data();
+    r = rounded.data() + in.elements;
+  }
+  cpu::matmul(l, in.shape, false, r, w.shape, d.step.transpose_rhs(), pre.f32(),
+              pre.shape);
+  cpu::binary(cpu::BinaryKind::Add, pre.f32(), pre.shape, d.operands[2].f32(),
+              d.operands[2].shape, pre.f32(), pre.shape);
+  if (d.step.gelu())
+    cpu::gelu(pre.f32(), d.results[0].f32(), d.results[0].elements);
+}
+
+/// LinearGeluGrad: the product, GELU's gradient in place, then the sum over
+/// every dim but the last.
+void linearGeluGrad(const Dispatch &d) {
+  const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
+                      &dz = d.results[0];
+  const float *l = lhs.f32(), *r = rhs.f32();
+  std::vector<float> rounded;
+  if (const cpu::Rounding rounding = roundingOf(d);
+      rounding != cpu::Rounding::None) {
+    rounded.resize(size_t(lhs.elements + rhs.elements));
+    cpu::round(rounding, l, rounded.data(), lhs.elements);
+    cpu::round(rounding, r, rounded.data() + lhs.elements, rhs.elements);
+    l = rounded.data();
+    r = rounded.data() + lhs.elements;
+  }
+  cpu::matmul(l, lhs.shape, false, r, rhs.shape, d.step.transpose_rhs(),
+              dz.f32(), dz.shape);
+  cpu::geluGrad(dz.f32(), d.operands[2].f32(), dz.f32(), dz.elements);
+  std::vector<int64_t> rows(dz.shape.size() - 1);
+  std::iota(rows.begin(), rows.end(), 0);
+  cpu::reduce(dz.f32(), dz.shape, rows, /*mean=*/false, d.results[1].f32());
+}
+
+/// A chunked vocabulary head: the input as [tokens, hidden], the weight
+/// [hidden, vocab] or ([vocab, hidden]) transposed, this rank's block of the
+/// vocabulary, and scratch for one chunk's logits and weight columns.
+class ChunkedHead {
+public:
+  explicit ChunkedHead(const Dispatch &d)
+      : d(d), input(d.operands[0].f32()), weight(d.operands[1].f32()),
+        targets(d.operands[2].i32()), transposed(d.step.transpose_rhs()),
+        hidden(d.operands[0].shape.back()),
+        tokens(hidden ? d.operands[0].elements / hidden : 0),
+        vocab(d.operands[1].shape[transposed ? 0 : 1]),
+        chunk(std::min<int64_t>(d.step.chunk(), std::max<int64_t>(vocab, 1))),
+        block(vocabBlock(d, vocab)), logits(size_t(tokens * chunk)) {
+    if (!transposed)
+      columns.resize(size_t(hidden * chunk));
+    // Mixed precision on f32 tensors: the products' operands rounded once.
+    if (const cpu::Rounding rounding = roundingOf(d);
+        rounding != cpu::Rounding::None && !d.bf16Products) {
+      const int64_t in = d.operands[0].elements, w = d.operands[1].elements;
+      rounded.resize(size_t(in + w));
+      cpu::round(rounding, input, rounded.data(), in);
+      cpu::round(rounding, weight, rounded.data() + in, w);
+      input = rounded.data();
+      weight = rounded.data() + in;
+    }
+  }
+
+  int64_t chunks() const { return (vocab + chunk - 1) / chunk; }
+  int64_t width(int64_t c) const { return std::min(chunk, vocab - c * chunk); }
+  /// The global vocabulary index of chunk c's first column.
+  int64_t firstColumn(int64_t c) const { return block.first + c * chunk; }
+
+  /// Chunk c's weight as [width, hidden] (transposed) or [hidden, width],
+  /// and the shape to multiply it with.
+  std::pair<const float *, std::vector<int64_t>> weightChunk(int64_t c) {
+    const int64_t w = width(c);
+    if (transposed)
+      return {weight + c * chunk * hidden, {w, hidden}};
+    const std::vector<int64_t> whole = {hidden, vocab}, part = {hidden, w},
+                               offsets = {0, c * chunk};
+    cpu::slice(weight, whole, offsets, columns.data(), part);
+    return {columns.data(), part};
+  }
+
+  /// Chunk c's logits [tokens, width] in `logits`, rounded to bf16 when the
+  /// activations are (as a stored logits tensor would be).
+  void computeLogits(int64_t c) {
+    auto [w, shape] = weightChunk(c);
+    const std::vector<int64_t> in = {tokens, hidden}, out = {tokens, width(c)};
+    cpu::matmul(input, in, false, w, shape, transposed, logits.data(), out);
+    if (d.bf16Products)
+      cpu::round(cpu::Rounding::BF16, logits.data(), logits.data(),
+                 tokens * width(c));
+  }
+
+  /// Every token's {max, sum of exps, target logit} over this rank's
+  /// columns, all-gathered over the step's vocabulary axes: [blocks, tokens,
+  /// 3] in block order, as the unfused cross-entropy gathers them.
+  std::vector<float> gatheredStats() {
+    std::vector<float> chunkStats(size_t(3 * tokens * chunks()));
+    for (int64_t c = 0; c < chunks(); ++c) {
+      computeLogits(c);
+      cpu::crossEntropyBlockStats(logits.data(), tokens, width(c),
+                                  firstColumn(c), block.blocks * vocab, targets,
+                                  chunkStats.data() + 3 * tokens * c);
+    }
+    std::vector<float> stats(size_t(3 * tokens));
+    cpu::mergeCrossEntropyStats(chunkStats.data(), chunks(), tokens,
+                                stats.data());
+    if (d.ints().empty())
+      return stats;
+    std::vector<float> gathered(stats.size() * size_t(block.blocks));
+    std::vector<int> axes(d.ints().begin(), d.ints().end());
+    d.comm->allGather(axes, stats, gathered);
+    return gathered;
+  }
+
+  const Dispatch &d;
+  const float *input, *weight;
+  const int32_t *targets;
+  const bool transposed;
+  const int64_t hidden, tokens, vocab, chunk;
+  const VocabBlock block;
+  std::vector<float> logits, columns, rounded;
+};
+
+void linearCrossEntropy(const Dispatch &d) {
+  ChunkedHead head(d);
+  std::vector<float> stats = head.gatheredStats();
+  *d.results[0].f32() = cpu::crossEntropyFromBlockStats(
+      stats.data(), head.block.blocks, head.tokens);
+}
+
+/// Each chunk's logits gradient from the gathered statistics, then its
+/// share of the input gradient (accumulated over the chunks) and its
+/// columns of the weight gradient.
+void linearCrossEntropyGrad(const Dispatch &d) {
+  ChunkedHead head(d);
+  std::vector<float> stats = head.gatheredStats();
+  const float lossGrad = *d.operands[3].f32();
+  float *inputGrad = d.results[0].f32(), *weightGrad = d.results[1].f32();
+  cpu::fill(0.0f, inputGrad, d.results[0].elements);
+  const std::vector<int64_t> in = {head.tokens, head.hidden};
+  std::vector<float> columnGrad;
+  for (int64_t c = 0; c < head.chunks(); ++c) {
+    const int64_t w = head.width(c);
+    head.computeLogits(c);
+    float *grad = head.logits.data();
+    cpu::crossEntropyGradFromBlockStats(grad, head.targets, lossGrad,
+                                        head.tokens, w, head.firstColumn(c),
+                                        stats.data(), head.block.blocks, grad);
+    if (d.bf16Products) // as a stored bf16 logits gradient
+      cpu::round(cpu::Rounding::BF16, grad, grad, head.tokens * w);
+    auto [weight, shape] = head.weightChunk(c);
+    const std::vector<int64_t> chunkGrad = {head.tokens, w};
+    // input_grad += grad op(weight)^T
+    cpu::matmul(grad, chunkGrad, false, weight, shape, !head.transposed,
+                inputGrad, in, /*accumulate=*/true);
+    if (head.transposed) {
+      // Rows c * chunk.. of weight_grad [vocab, hidden]: grad^T input.
+      const std::vector<int64_t> rows = {w, head.hidden};
+      cpu::matmul(grad, chunkGrad, true, head.input, in, false,
+                  weightGrad + c * head.chunk * head.hidden, rows);
+      continue;
+    }
+    // Columns of weight_grad [hidden, vocab]: input^T grad.
+    const std::vector<int64_t> part = {head.hidden, w},
+                               whole = {head.hidden, head.vocab},
+                               offsets = {0, c * head.chunk};
+    columnGrad.resize(size_t(head.hidden * w));
+    cpu::matmul(head.input, in, true, grad, chunkGrad, false, columnGrad.data(),
+                part);
+    cpu::insert(columnGrad.data(), part, offsets, weightGrad, whole);
+  }
+}
+
 void normSquared(const Dispatch &d) {
   *d.results[0].f32() =
       cpu::normSquared(d.operands[0].f32(), d.operands[0].elements);
@@ -644,6 +833,10 @@ KernelTable makeKernels() {
   set(OpKind::SwigluGrad, swigluGrad);
   set(OpKind::AddLayerNorm, addLayerNorm);
   set(OpKind::AddRmsNorm, addRmsNorm);
+  set(OpKind::Linear, linear);
+  set(OpKind::LinearGeluGrad, linearGeluGrad);
+  set(OpKind::LinearCrossEntropy, linearCrossEntropy);
+  set(OpKind::LinearCrossEntropyGrad, linearCrossEntropyGrad);
   set(OpKind::Softmax, softmax);
   set(OpKind::SoftmaxGrad, softmaxGrad);
   set(OpKind::Attention, attention);

@@ -53,6 +53,26 @@ void crossEntropyBlockStats(const float *logits, int64_t tokens,
   });
 }
 
+void mergeCrossEntropyStats(const float *chunkStats, int64_t chunks,
+                            int64_t tokens, float *stats) {
+  parallelFor(tokens, rowGrain(chunks, 8192), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float m = chunkStats[3 * t];
+      for (int64_t c = 1; c < chunks; ++c)
+        m = std::max(m, chunkStats[3 * (c * tokens + t)]);
+      double sum = 0.0, target = 0.0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const float *chunk = chunkStats + 3 * (c * tokens + t);
+        sum += double(chunk[1]) * std::exp(double(chunk[0]) - double(m));
+        target += double(chunk[2]);
+      }
+      stats[3 * t] = m;
+      stats[3 * t + 1] = float(sum);
+      stats[3 * t + 2] = float(target);
+    }
+  });
+}
+
 float crossEntropyFromBlockStats(const float *stats, int64_t blocks,
                                  int64_t tokens) {
   if (tokens <= 0)

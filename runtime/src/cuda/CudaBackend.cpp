@@ -904,6 +904,191 @@ void crossEntropyGrad(CudaBackend &b, const Dispatch &d) {
                          f32(out), b.stream);
 }
 
+//===----------------------------------------------------------------------===//
+// Products fused with what follows them (cuBLAS products and our epilogue
+// kernels: the cpu backend's float operations; cuBLASLt's epilogues next)
+//===----------------------------------------------------------------------===//
+
+/// Row-major out[m, n] (row stride ldo) = op(lhs)[m, k] op(rhs)[k, n] +
+/// beta out, f32 tensors with rows `ldl` and `ldr` apart (a column block of
+/// a wider matrix), in the step's precision.
+void gemm(CudaBackend &b, const Dispatch &d, int64_t m, int64_t n, int64_t k,
+          const float *lhs, int64_t ldl, bool transposeLhs, const float *rhs,
+          int64_t ldr, bool transposeRhs, float *out, int64_t ldo, float beta) {
+  if (m == 0 || n == 0)
+    return;
+  const float alpha = 1.0f;
+  const cublasComputeType_t compute =
+      d.step.precision() == plan::Precision::TF32 && !d.bf16Products
+          ? CUBLAS_COMPUTE_32F_FAST_TF32
+          : CUBLAS_COMPUTE_32F;
+  // Column-major out^T = op(rhs)^T op(lhs)^T: cuBLAS multiplies rhs by lhs.
+  check(cublasGemmEx(b.blas, transposeRhs ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     transposeLhs ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m),
+                     int(k), &alpha, rhs, CUDA_R_32F, int(ldr), lhs, CUDA_R_32F,
+                     int(ldl), &beta, out, CUDA_R_32F, int(ldo), compute,
+                     CUBLAS_GEMM_DEFAULT),
+        "gemm");
+}
+
+/// A fused product's lhs [b..., M, K] as rows x K, and its n for a 2-D rhs.
+struct ProductSizes {
+  int64_t rows, k, n;
+  ProductSizes(const TensorBinding &lhs, const TensorBinding &rhs,
+               bool transposeRhs)
+      : rows(lhs.shape.back() ? lhs.elements / lhs.shape.back() : 0),
+        k(lhs.shape.back()), n(rhs.shape[transposeRhs ? 0 : 1]) {}
+};
+
+/// out [rows, n] += bias [n], broadcast over the rows (in place).
+void addBias(CudaBackend &b, const TensorBinding &out, const float *bias) {
+  cuda::Indexing index = indexing(out.shape);
+  const std::vector<int64_t> strides = stridesOf(out.shape);
+  for (size_t i = 0; i < strides.size(); ++i)
+    index.stride[i] = strides[i];
+  index.stride2[out.shape.size() - 1] = 1; // the bias: the last dim only
+  cuda::binary(cuda::Binary::Add, f32(out), bias, f32(out), out.elements, index,
+               b.stream);
+}
+
+void linear(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &w = d.operands[1];
+  const bool tr = d.step.transpose_rhs();
+  // The preactivation is the result when it is not returned (GELU in place).
+  const TensorBinding &pre = d.results.back();
+  const ProductSizes s(in, w, tr);
+  gemm(b, d, s.rows, s.n, s.k, f32(in), s.k, false, f32(w), tr ? s.k : s.n, tr,
+       f32(pre), s.n, 0.0f);
+  addBias(b, pre, f32(d.operands[2]));
+  if (d.step.gelu())
+    cuda::gelu(f32(pre), f32(d.results[0]), d.results[0].elements, b.stream);
+}
+
+void linearGeluGrad(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
+                      &dz = d.results[0], &db = d.results[1];
+  const bool tr = d.step.transpose_rhs();
+  const ProductSizes s(lhs, rhs, tr);
+  gemm(b, d, s.rows, s.n, s.k, f32(lhs), s.k, false, f32(rhs), tr ? s.k : s.n,
+       tr, f32(dz), s.n, 0.0f);
+  cuda::geluGrad(f32(dz), f32(d.operands[2]), f32(dz), dz.elements, b.stream);
+  // The sum over the rows: [rows] reduced, [n] kept.
+  const std::vector<int64_t> kept = {s.n}, reduced = {s.rows};
+  cuda::Indexing index = indexing(kept), inner = indexing(reduced);
+  index.stride[0] = 1;
+  inner.stride[0] = s.n;
+  cuda::reduce(f32(dz), f32(db), db.elements, index, inner, false, b.stream);
+}
+
+/// A chunked vocabulary head on the device (the cpu backend's ChunkedHead):
+/// chunk c's logits from the weight's rows or columns in place (a column
+/// block is a strided matrix), statistics merged per rank, then gathered.
+struct DeviceHead {
+  DeviceHead(CudaBackend &b, const Dispatch &d)
+      : b(b), d(d), tr(d.step.transpose_rhs()),
+        hidden(d.operands[0].shape.back()),
+        tokens(hidden ? d.operands[0].elements / hidden : 0),
+        vocab(d.operands[1].shape[tr ? 0 : 1]),
+        chunk(std::min<int64_t>(d.step.chunk(), std::max<int64_t>(vocab, 1))),
+        block(vocabBlock(d, vocab)) {
+    const int64_t chunks = (vocab + chunk - 1) / chunk;
+    const uint64_t logitsFloats = uint64_t(tokens * chunk),
+                   chunkStatFloats = uint64_t(3 * tokens * chunks),
+                   statFloats = uint64_t(3 * tokens),
+                   gatheredFloats = statFloats * uint64_t(block.blocks);
+    auto *base = static_cast<std::byte *>(b.scratch(
+        uint64_t(std::max<int64_t>(tokens, 1)) * sizeof(double) +
+        (logitsFloats + chunkStatFloats + statFloats + gatheredFloats) *
+            sizeof(float)));
+    rowLoss = reinterpret_cast<double *>(base);
+    logits = reinterpret_cast<float *>(rowLoss + std::max<int64_t>(tokens, 1));
+    chunkStats = logits + logitsFloats;
+    stats = chunkStats + chunkStatFloats;
+    gathered = stats + statFloats;
+  }
+  int64_t chunks() const { return (vocab + chunk - 1) / chunk; }
+  int64_t width(int64_t c) const { return std::min(chunk, vocab - c * chunk); }
+  /// Chunk c's weight: its rows (transposed) or column block.
+  const float *weightAt(int64_t c) const {
+    return f32(d.operands[1]) + (tr ? c * chunk * hidden : c * chunk);
+  }
+  int64_t weightStride() const { return tr ? hidden : vocab; }
+  void computeLogits(int64_t c) {
+    gemm(b, d, tokens, width(c), hidden, f32(d.operands[0]), hidden, false,
+         weightAt(c), weightStride(), tr, logits, width(c), 0.0f);
+    if (d.bf16Products) // as stored bf16 logits would be
+      cuda::roundBf16(logits, tokens * width(c), b.stream);
+  }
+  /// Every token's statistics over this rank's columns, merged over the
+  /// chunks and gathered over the step's vocabulary axes ([blocks, tokens,
+  /// 3] in block order, as the unfused cross-entropy gathers them).
+  const float *gatheredStats() {
+    for (int64_t c = 0; c < chunks(); ++c) {
+      computeLogits(c);
+      cuda::crossEntropyBlockStats(logits, i32(d.operands[2]), tokens, width(c),
+                                   block.first + c * chunk,
+                                   chunkStats + 3 * tokens * c, b.stream);
+    }
+    cuda::mergeCrossEntropyStats(chunkStats, chunks(), tokens, stats, b.stream);
+    if (d.ints().empty())
+      return stats;
+#ifdef TPC_HAVE_NCCL
+    const std::vector<int> axes = groupAxes(d);
+    commOf(d).countCollective("all_gather", axes,
+                              size_t(3 * tokens) * size_t(block.blocks));
+    check(ncclAllGather(stats, gathered, size_t(3 * tokens), ncclFloat,
+                        b.nccl->group(axes), b.stream),
+          "all-gather of the loss statistics");
+    return gathered;
+#else
+    throw std::logic_error("cuda: a vocabulary-parallel head runs staged");
+#endif
+  }
+
+  CudaBackend &b;
+  const Dispatch &d;
+  const bool tr;
+  const int64_t hidden, tokens, vocab, chunk;
+  const VocabBlock block;
+  double *rowLoss;
+  float *logits, *chunkStats, *stats, *gathered;
+};
+
+void linearCrossEntropy(CudaBackend &b, const Dispatch &d) {
+  DeviceHead head(b, d);
+  const float *stats = head.gatheredStats();
+  cuda::crossEntropyFromBlockStats(stats, head.block.blocks, head.tokens,
+                                   head.rowLoss, f32(d.results[0]), b.stream);
+}
+
+void linearCrossEntropyGrad(CudaBackend &b, const Dispatch &d) {
+  DeviceHead head(b, d);
+  const float *stats = head.gatheredStats();
+  const TensorBinding &inputGrad = d.results[0], &weightGrad = d.results[1];
+  const float *input = f32(d.operands[0]);
+  const int64_t h = head.hidden, t = head.tokens;
+  for (int64_t c = 0; c < head.chunks(); ++c) {
+    const int64_t w = head.width(c);
+    head.computeLogits(c);
+    cuda::crossEntropyGradFromBlockStats(
+        head.logits, i32(d.operands[2]), f32(d.operands[3]), stats,
+        head.block.blocks, t, w, head.block.first + c * head.chunk, head.logits,
+        b.stream);
+    if (d.bf16Products) // as a stored bf16 logits gradient would be
+      cuda::roundBf16(head.logits, t * w, b.stream);
+    // input_grad (+)= grad op(weight)^T
+    gemm(b, d, t, h, w, head.logits, w, false, head.weightAt(c),
+         head.weightStride(), !head.tr, f32(inputGrad), h,
+         c == 0 ? 0.0f : 1.0f);
+    if (head.tr) // rows of weight_grad [vocab, hidden]: grad^T input
+      gemm(b, d, w, h, t, head.logits, w, true, input, h, false,
+           f32(weightGrad) + c * head.chunk * h, h, 0.0f);
+    else // a column block of weight_grad [hidden, vocab]: input^T grad
+      gemm(b, d, h, w, t, input, h, true, head.logits, w, false,
+           f32(weightGrad) + c * head.chunk, head.vocab, 0.0f);
+  }
+}
+
 void normSquared(CudaBackend &b, const Dispatch &d) {
   auto *partial =
       static_cast<double *>(b.scratch(cuda::kNormPartials * sizeof(double)));
@@ -1123,6 +1308,10 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::SwigluGrad, swigluGrad);
   set(OpKind::AddLayerNorm, addNorm<true>);
   set(OpKind::AddRmsNorm, addNorm<false>);
+  set(OpKind::Linear, linear);
+  set(OpKind::LinearGeluGrad, linearGeluGrad);
+  set(OpKind::LinearCrossEntropy, linearCrossEntropy);
+  set(OpKind::LinearCrossEntropyGrad, linearCrossEntropyGrad);
   set(OpKind::Softmax, softmax);
   set(OpKind::SoftmaxGrad, softmaxGrad);
   set(OpKind::Attention, attention);
@@ -1156,7 +1345,8 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
         OpKind::AllToAll, OpKind::RingShiftStart, OpKind::RingShiftWait,
         OpKind::CrossEntropy, OpKind::CrossEntropyGrad, OpKind::LayerNorm,
         OpKind::LayerNormGrad, OpKind::RmsNorm, OpKind::RmsNormGrad,
-        OpKind::AddLayerNorm, OpKind::AddRmsNorm})
+        OpKind::AddLayerNorm, OpKind::AddRmsNorm, OpKind::LinearCrossEntropy,
+        OpKind::LinearCrossEntropyGrad})
     exchangesOverNccl[size_t(kind)] = true;
   set(OpKind::AllReduce, allReduce);
   set(OpKind::AllGather, allGather);

@@ -116,6 +116,12 @@ __global__ void toBf16Kernel(const float *in, uint16_t *out, int64_t count) {
   }
 }
 
+__global__ void roundBf16Kernel(float *data, int64_t count) {
+  TPC_GRID_STRIDE(i, count) {
+    data[i] = __bfloat162float(__float2bfloat16_rn(data[i]));
+  }
+}
+
 __global__ void fromBf16Kernel(const uint16_t *in, float *out, int64_t count) {
   TPC_GRID_STRIDE(i, count) { out[i] = __uint_as_float(uint32_t(in[i]) << 16); }
 }
@@ -660,6 +666,24 @@ __global__ void crossEntropyGradBlockKernel(const float *logits,
   }
 }
 
+__global__ void mergeStatsKernel(const float *chunkStats, int64_t chunks,
+                                 int64_t tokens, float *stats) {
+  TPC_GRID_STRIDE(t, tokens) {
+    float best = chunkStats[3 * t];
+    for (int64_t c = 1; c < chunks; ++c)
+      best = fmaxf(best, chunkStats[3 * (c * tokens + t)]);
+    double sum = 0.0, target = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float *chunk = chunkStats + 3 * (c * tokens + t);
+      sum += double(chunk[1]) * exp(double(chunk[0]) - double(best));
+      target += double(chunk[2]);
+    }
+    stats[3 * t] = best;
+    stats[3 * t + 1] = float(sum);
+    stats[3 * t + 2] = float(target);
+  }
+}
+
 __global__ void meanKernel(const double *values, int64_t count, float *out) {
   __shared__ double shared[kThreads / 32];
   double sum = 0.0;
@@ -1117,6 +1141,9 @@ void toBf16(const float *in, uint16_t *out, int64_t count,
             cudaStream_t stream) {
   toBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, count);
 }
+void roundBf16(float *data, int64_t count, cudaStream_t stream) {
+  roundBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(data, count);
+}
 void fromBf16(const uint16_t *in, float *out, int64_t count,
               cudaStream_t stream) {
   fromBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, count);
@@ -1303,6 +1330,12 @@ void crossEntropyBlockStats(const float *logits, const int32_t *targets,
   if (tokens > 0)
     crossEntropyBlockStatsKernel<<<unsigned(tokens), kThreads, 0, stream>>>(
         logits, targets, columns, firstColumn, stats);
+}
+void mergeCrossEntropyStats(const float *chunkStats, int64_t chunks,
+                            int64_t tokens, float *stats, cudaStream_t stream) {
+  if (tokens > 0)
+    mergeStatsKernel<<<blocksFor(tokens), kThreads, 0, stream>>>(
+        chunkStats, chunks, tokens, stats);
 }
 void crossEntropyFromBlockStats(const float *stats, int64_t blocks,
                                 int64_t tokens, double *rowLoss, float *out,

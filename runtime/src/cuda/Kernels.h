@@ -31,6 +31,9 @@ void scale(const float *in, float factor, float *out, int64_t count,
            cudaStream_t stream);
 /// out[i] = in[i] rounded to bfloat16 (to nearest even), as raw bits.
 void toBf16(const float *in, uint16_t *out, int64_t count, cudaStream_t stream);
+/// data[i] rounded to bfloat16 and back, in place (what storing a bf16
+/// tensor would keep).
+void roundBf16(float *data, int64_t count, cudaStream_t stream);
 /// out[i] = the bfloat16 in[i] (raw bits) as f32, exactly.
 void fromBf16(const uint16_t *in, float *out, int64_t count,
               cudaStream_t stream);
@@ -177,6 +180,10 @@ void crossEntropyBlockStats(const float *logits, const int32_t *targets,
                             int64_t tokens, int64_t columns,
                             int64_t firstColumn, float *stats,
                             cudaStream_t stream);
+/// Chunks of one block's statistics [chunks, tokens, 3] merged into one
+/// [tokens, 3] (cpu::mergeCrossEntropyStats).
+void mergeCrossEntropyStats(const float *chunkStats, int64_t chunks,
+                            int64_t tokens, float *stats, cudaStream_t stream);
 /// The mean loss into *out from every block's statistics, `stats` [blocks,
 /// tokens, 3] in block order; `rowLoss` holds one double per token.
 void crossEntropyFromBlockStats(const float *stats, int64_t blocks,

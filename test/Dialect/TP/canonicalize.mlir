@@ -153,3 +153,15 @@ func.func @convert_pairs(%a: tensor<4xbf16>, %b: tensor<4xf32>) -> (tensor<4xbf1
   %6 = tp.convert %5 : tensor<4xf32> -> tensor<4xbf16>
   return %1, %3, %4, %6 : tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
 }
+
+// A GELU linear's preactivation that nothing reads is dropped, its rebalance
+// dims with it.
+// CHECK-LABEL: func.func @linear_unused_preactivation
+// CHECK-NEXT: %[[Y:.*]] = tp.linear %arg0, %arg1, %arg2 {gelu, tp.layer = 1 : i64, tp.rebalance_dims = {{\[\[}}unit, @p]]} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: %[[K:.*]], %[[P:.*]] = tp.linear %arg0, %arg1, %arg2 {gelu}
+// CHECK-NEXT: return %[[Y]], %[[K]], %[[P]]
+func.func @linear_unused_preactivation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) {
+  %0:2 = tp.linear %x, %w, %b {gelu, tp.layer = 1 : i64, tp.rebalance_dims = [[unit, @p], [unit, @p]]} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
+  %1:2 = tp.linear %x, %w, %b {gelu} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
+  return %0#0, %1#0, %1#1 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>
+}

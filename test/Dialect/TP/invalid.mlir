@@ -1120,3 +1120,43 @@ func.func @norm_grad_residual_shape(%dy: tensor<4x8xf32>, %x: tensor<4x8xf32>, %
   %0:2 = "tp.rms_norm_grad"(%dy, %x, %g, %r) : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
   return
 }
+
+// -----
+
+func.func @linear_gelu_preactivation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{has a preactivation result only when it applies gelu}}
+  %0:2 = "tp.linear"(%x, %w, %b) : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)
+  return
+}
+
+// -----
+
+func.func @linear_bias(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{bias 'tensor<8xf32>' should have shape [16] (the output features)}}
+  %0 = "tp.linear"(%x, %w, %b) : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<8xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_contraction(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{contraction sizes differ: input 'tensor<4x8xf32>' and weight 'tensor<8x16xf32>'}}
+  %0 = "tp.linear"(%x, %w, %b) {transpose_rhs} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @head_chunk(%h: tensor<4x8xf32>, %w: tensor<8x16xf32>, %t: tensor<4xi32>) {
+  // expected-error @+1 {{chunk must be positive, got 0}}
+  %0 = tp.linear_cross_entropy %h, %w, %t {chunk = 0 : i64} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @head_targets(%h: tensor<4x8xf32>, %w: tensor<8x16xf32>, %t: tensor<5xi32>) {
+  // expected-error @+1 {{targets 'tensor<5xi32>' should have shape [4] (input without the hidden dim)}}
+  %0 = tp.linear_cross_entropy %h, %w, %t {chunk = 8 : i64} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<5xi32>) -> tensor<f32>
+  return
+}

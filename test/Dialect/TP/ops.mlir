@@ -268,3 +268,21 @@ func.func @fused_elementwise(%a: tensor<2x8x16xf32>, %b: tensor<2x8x16xf32>, %g:
   %5:2 = tp.rms_norm_grad %a, %b, %g, %a : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
   return
 }
+
+// -----
+
+// Products fused with their epilogues (tp-fuse-products).
+// CHECK-LABEL: func.func @fused_products
+// CHECK: tp.linear %arg0, %arg1, %arg2 {gelu, transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x16xf32>)
+// CHECK: tp.linear %arg0, %arg1, %arg2 {transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
+// CHECK: tp.linear_gelu_grad %arg0, %arg1, %{{.*}} {transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<16xf32>)
+// CHECK: tp.linear_cross_entropy %arg0, %arg1, %arg3 {chunk = 8 : i64, transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+// CHECK: tp.linear_cross_entropy_grad %arg0, %arg1, %arg3, %arg4 {chunk = 8 : i64, transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4xi32>, tensor<f32>) -> (tensor<2x4x8xf32>, tensor<16x8xf32>)
+func.func @fused_products(%x: tensor<2x4x8xf32>, %w: tensor<16x8xf32>, %b: tensor<16xf32>, %t: tensor<2x4xi32>, %dl: tensor<f32>) {
+  %0:2 = tp.linear %x, %w, %b {gelu, transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x16xf32>)
+  %1 = tp.linear %x, %w, %b {transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
+  %2:2 = tp.linear_gelu_grad %x, %w, %1 {transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<16xf32>)
+  %3 = tp.linear_cross_entropy %x, %w, %t {chunk = 8 : i64, transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  %4:2 = tp.linear_cross_entropy_grad %x, %w, %t, %dl {chunk = 8 : i64, transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4xi32>, tensor<f32>) -> (tensor<2x4x8xf32>, tensor<16x8xf32>)
+  return
+}

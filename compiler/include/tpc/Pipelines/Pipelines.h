@@ -66,6 +66,17 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Fuse the SwiGLU gate and residual add + norm, whose "
                      "VJPs fuse the gradients too (tp-fuse-elementwise)"),
       llvm::cl::init(true)};
+  Option<bool> fuseProducts{
+      *this, "fuse-products",
+      llvm::cl::desc("Fuse products with their bias, GELU and GELU gradient, "
+                     "and the vocabulary head with its cross-entropy "
+                     "(tp-fuse-products)"),
+      llvm::cl::init(true)};
+  Option<int64_t> vocabChunk{
+      *this, "vocab-chunk",
+      llvm::cl::desc("Vocabulary columns per chunk of a fused head (its "
+                     "logits are never stored whole)"),
+      llvm::cl::init(4096)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),

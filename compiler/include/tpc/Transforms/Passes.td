@@ -256,6 +256,27 @@ def TPFuseElementwise : Pass<"tp-fuse-elementwise", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPFuseProducts : Pass<"tp-fuse-products", "::mlir::ModuleOp"> {
+  let summary = "Fuse products with their epilogues on the per-rank program";
+  let description = [{
+    After tp-partition, where every collective is placed: `add(matmul(x, w),
+    bias)` (optionally then `gelu`) becomes `tp.linear` (cuBLASLt's bias and
+    GELU epilogues); `gelu_grad(matmul(a, b), pre)` with its bias gradient
+    (`reduce_sum` over all but the last dim) becomes `tp.linear_gelu_grad`
+    (DGELU_BGRAD); `cross_entropy(matmul(h, w))` with its gradient and the
+    gradient's two products becomes `tp.linear_cross_entropy` and
+    `tp.linear_cross_entropy_grad`, which recompute the logits `vocab-chunk`
+    columns at a time and never store the [tokens, vocab] logits. Only a
+    product the rank consumes itself fuses (a partial sum is all-reduced
+    first), so the communication is unchanged.
+  }];
+  let options = [
+    Option<"vocabChunk", "vocab-chunk", "int64_t", "4096",
+           "Vocabulary columns per chunk of a fused head">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPMixedPrecision : Pass<"tp-mixed-precision", "::mlir::ModuleOp"> {
   let summary = "Store activations in bf16 (Megatron-LM / autocast mixed "
                 "precision)";

@@ -328,13 +328,15 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
       {"transpose_lhs", &fb::StepBuilder::add_transpose_lhs},
       {"transpose_rhs", &fb::StepBuilder::add_transpose_rhs},
       {"causal", &fb::StepBuilder::add_causal},
-      {"inverse", &fb::StepBuilder::add_inverse}};
+      {"inverse", &fb::StepBuilder::add_inverse},
+      {"gelu", &fb::StepBuilder::add_gelu}};
   using DimSetter = void (fb::StepBuilder::*)(int64_t);
   static const std::pair<StringRef, DimSetter> dims[] = {
       {"dim", &fb::StepBuilder::add_dim},
       {"source_dim", &fb::StepBuilder::add_dim},
       {"target_dim", &fb::StepBuilder::add_target_dim},
-      {"ring_step", &fb::StepBuilder::add_ring_step}};
+      {"ring_step", &fb::StepBuilder::add_ring_step},
+      {"chunk", &fb::StepBuilder::add_chunk}};
 
   // Sets the field when the step is built (after its vectors).
   auto defer = [&](auto set, auto v) {

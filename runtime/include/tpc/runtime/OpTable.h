@@ -111,6 +111,9 @@ struct OpInfo {
   /// Whether Step.precision may round the operands of its products.
   bool mixedPrecision = false;
   uint8_t optionalOperands = 0;
+  /// The last `optionalResults` results may be absent (a Linear without
+  /// GELU has no preactivation).
+  uint8_t optionalResults = 0;
   /// Float operands and results by bit (bit i: operand or result i), as
   /// the tp dialect's MixedPrecisionOpInterface states them. Every kernel
   /// computes in f32 and rounds each result once into its dtype.

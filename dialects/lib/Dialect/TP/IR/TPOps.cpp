@@ -356,6 +356,324 @@ double MatmulOp::getProductFlops() {
 }
 
 //===----------------------------------------------------------------------===//
+// Products fused with what follows them (tp-fuse-products)
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The sizes of a product `lhs [b..., M, K] x rhs` with a 2-D `rhs`, `[K,
+/// N]` or, transposed, `[N, K]`.
+struct ProductDims {
+  ArrayRef<int64_t> batch; // b...
+  int64_t m, k, n;
+};
+} // namespace
+
+/// `lhs` times a 2-D `rhs` (as tp.linear and the fused gradients take
+/// them), or a diagnostic naming `lhsName` and `rhsName`.
+static FailureOr<ProductDims> verifyProduct(Operation *op, Named lhs, Named rhs,
+                                            bool transposeRhs) {
+  if (failed(verifyRankAtLeast(op, lhs, 2, "([b..., M, K])")))
+    return failure();
+  if (tensorTypeOf(rhs.value).getRank() != 2)
+    return op->emitOpError()
+           << rhs.name << " " << rhs.value.getType() << " must be a matrix";
+  ArrayRef<int64_t> l = shapeOf(lhs.value), r = shapeOf(rhs.value);
+  ProductDims dims{l.drop_back(2), l[l.size() - 2], l.back(),
+                   transposeRhs ? r[0] : r[1]};
+  if ((transposeRhs ? r[1] : r[0]) != dims.k)
+    return op->emitOpError() << "contraction sizes differ: " << lhs.name << " "
+                             << lhs.value.getType() << " and " << rhs.name
+                             << " " << rhs.value.getType();
+  return dims;
+}
+
+/// The factors of a product with a 2-D right side: batch..., m, n, k (the
+/// contraction, a reduction), and `lhs`'s and `rhs`'s operand factors.
+struct ProductFactors {
+  SmallVector<int64_t> batch;
+  int64_t m, n, k;
+  ProductFactors(ShardingRuleBuilder &builder, const ProductDims &dims)
+      : batch(builder.addFactors(dims.batch)), m(builder.addFactor(dims.m)),
+        n(builder.addFactor(dims.n)), k(builder.addFactor(dims.k)) {}
+  SmallVector<int64_t> lhs() const { return concat(batch, {m, k}); }
+  SmallVector<int64_t> rhs(bool transposed) const {
+    return transposed ? SmallVector<int64_t>{n, k} : SmallVector<int64_t>{k, n};
+  }
+  SmallVector<int64_t> out() const { return concat(batch, {m, n}); }
+};
+
+static FailureOr<ProductDims> linearDims(LinearOp op) {
+  return verifyProduct(op, {"input", op.getInput()}, {"weight", op.getWeight()},
+                       op.getTransposeRhs());
+}
+
+LogicalResult LinearOp::verify() {
+  FailureOr<ProductDims> dims = linearDims(*this);
+  if (failed(dims))
+    return failure();
+  if (failed(verifyShape(*this, {"bias", getBias()}, {dims->n},
+                         "(the output features)")) ||
+      failed(verifyShape(*this, {"result", getResult()},
+                         concat(dims->batch, {dims->m, dims->n}),
+                         "(batch..., M, N)")) ||
+      failed(verifySameElementType(
+          *this, {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  if (getPreactivation() && !getGelu())
+    return emitOpError() << "has a preactivation result only when it "
+                            "applies gelu";
+  if (Value pre = getPreactivation();
+      pre && pre.getType() != getResult().getType())
+    return emitOpError() << "preactivation " << pre.getType()
+                         << " must have the type of result "
+                         << getResult().getType();
+  return success();
+}
+
+namespace {
+/// A preactivation nothing reads is not stored: the GELU is applied in place.
+struct DropUnusedPreactivation : public OpRewritePattern<LinearOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(LinearOp op,
+                                PatternRewriter &rewriter) const override {
+    Value pre = op.getPreactivation();
+    if (!pre || !pre.use_empty())
+      return failure();
+    auto linear = LinearOp::create(
+        rewriter, op.getLoc(), TypeRange{op.getResult().getType()},
+        op.getInput(), op.getWeight(), op.getBias(), op.getTransposeRhsAttr(),
+        op.getGeluAttr(), op.getPrecisionAttr());
+    // Discardable marks carry over; per-result rebalance dims lose the
+    // preactivation's entry.
+    StringRef rebalanceDims = TPDialect::RebalanceDimsAttrHelper::getNameStr();
+    for (NamedAttribute attr : op->getDiscardableAttrs()) {
+      Attribute value = attr.getValue();
+      if (auto perResult = dyn_cast<ArrayAttr>(value);
+          perResult && attr.getName() == rebalanceDims)
+        value = rewriter.getArrayAttr(perResult.getValue().take_front());
+      linear->setDiscardableAttr(attr.getName(), value);
+    }
+    rewriter.replaceAllUsesWith(op.getResult(), linear.getResult());
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+} // namespace
+
+void LinearOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                           MLIRContext *context) {
+  results.add<DropUnusedPreactivation>(context);
+}
+
+ShardingRule LinearOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  ProductFactors f(builder, *linearDims(*this));
+  builder.addOperand(f.lhs());
+  builder.addOperand(f.rhs(getTransposeRhs()));
+  builder.addOperand({f.n});
+  builder.addResult(f.out());
+  if (getPreactivation())
+    builder.addResult(f.out());
+  return builder.build();
+}
+
+/// The bias and GELU follow the whole sum: the contraction cannot split.
+bool LinearOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
+  return rule.getKind(factor) == FactorKind::Parallel;
+}
+
+double LinearOp::getProductFlops() {
+  ProductDims dims = *linearDims(*this);
+  double batch = 1;
+  for (int64_t size : dims.batch)
+    batch *= double(size);
+  return 2 * batch * double(dims.m) * double(dims.n) * double(dims.k);
+}
+
+static FailureOr<ProductDims> linearGeluGradDims(LinearGeluGradOp op) {
+  return verifyProduct(op, {"lhs", op.getLhs()}, {"rhs", op.getRhs()},
+                       op.getTransposeRhs());
+}
+
+LogicalResult LinearGeluGradOp::verify() {
+  FailureOr<ProductDims> dims = linearGeluGradDims(*this);
+  if (failed(dims))
+    return failure();
+  SmallVector<int64_t> out = concat(dims->batch, {dims->m, dims->n});
+  if (failed(verifyShape(*this, {"preactivation", getPreactivation()}, out,
+                         "(batch..., M, N)")) ||
+      failed(verifyShape(*this, {"preactivation_grad", getPreactivationGrad()},
+                         out, "(batch..., M, N)")) ||
+      failed(verifyShape(*this, {"bias_grad", getBiasGrad()}, {dims->n},
+                         "(the output features)")) ||
+      failed(verifySameElementType(
+          *this,
+          {{"lhs", getLhs()}, {"preactivation_grad", getPreactivationGrad()}})))
+    return failure();
+  return success();
+}
+
+ShardingRule LinearGeluGradOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  ProductFactors f(builder, *linearGeluGradDims(*this));
+  builder.addOperand(f.lhs());
+  builder.addOperand(f.rhs(getTransposeRhs()));
+  builder.addOperand(f.out());
+  builder.addResult(f.out());
+  builder.addResult({f.n});
+  return builder.build();
+}
+
+/// The GELU gradient follows the whole product: the contraction cannot
+/// split; the tokens may (the bias gradient is then a partial sum).
+bool LinearGeluGradOp::isSplittableFactor(const ShardingRule &rule,
+                                          int64_t factor) {
+  return rule.indexesResult(factor, 0);
+}
+bool LinearGeluGradOp::readsOperandAsStored(unsigned) { return false; }
+// The bias gradient accumulates in f32 from bf16 activations.
+bool LinearGeluGradOp::hasFreeResultType(unsigned index) { return index == 1; }
+
+double LinearGeluGradOp::getProductFlops() {
+  ProductDims dims = *linearGeluGradDims(*this);
+  double batch = 1;
+  for (int64_t size : dims.batch)
+    batch *= double(size);
+  return 2 * batch * double(dims.m) * double(dims.n) * double(dims.k);
+}
+
+namespace {
+/// A linear head's sizes: input [tokens..., H], weight [H, V] (or [V, H]).
+struct HeadDims {
+  ArrayRef<int64_t> tokens;
+  int64_t hidden, vocab;
+};
+} // namespace
+
+static FailureOr<HeadDims> verifyHead(Operation *op, Value input, Value weight,
+                                      Value targets, bool transposeRhs,
+                                      int64_t chunk) {
+  Named in{"input", input};
+  if (failed(verifyRankAtLeast(op, in, 1, "([tokens..., hidden])")))
+    return failure();
+  if (tensorTypeOf(weight).getRank() != 2)
+    return op->emitOpError()
+           << "weight " << weight.getType() << " must be a matrix";
+  ArrayRef<int64_t> i = shapeOf(input), wt = shapeOf(weight);
+  HeadDims dims{i.drop_back(), i.back(), transposeRhs ? wt[0] : wt[1]};
+  if ((transposeRhs ? wt[1] : wt[0]) != dims.hidden)
+    return op->emitOpError()
+           << "input " << input.getType() << " and weight " << weight.getType()
+           << " differ in the hidden size";
+  if (failed(verifyShape(op, {"targets", targets}, dims.tokens,
+                         "(input without the hidden dim)")))
+    return failure();
+  if (chunk < 1)
+    return op->emitOpError() << "chunk must be positive, got " << chunk;
+  return dims;
+}
+
+/// The head's rule: token factors index input and targets (and the input
+/// gradient), the hidden factor input and weight, the vocabulary factor the
+/// weight (`vocabKind`: statistics for the loss, a reduction for the input
+/// gradient).
+static ShardingRule headRule(Operation *op, const HeadDims &dims,
+                             bool transposeRhs, FactorKind vocabKind,
+                             bool gradient) {
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> tokens = builder.addFactors(dims.tokens);
+  int64_t hidden = builder.addFactor(dims.hidden);
+  int64_t vocab = builder.addFactor(dims.vocab, vocabKind);
+  SmallVector<int64_t> weight = transposeRhs
+                                    ? SmallVector<int64_t>{vocab, hidden}
+                                    : SmallVector<int64_t>{hidden, vocab};
+  builder.addOperand(concat(tokens, hidden));
+  builder.addOperand(weight);
+  builder.addOperand(tokens);
+  if (gradient) {
+    builder.addOperand(ArrayRef<int64_t>{});
+    builder.addResult(concat(tokens, hidden));
+    builder.addResult(weight);
+  } else {
+    builder.addResult(ArrayRef<int64_t>{});
+  }
+  return builder.build();
+}
+
+static FailureOr<HeadDims> headDims(LinearCrossEntropyOp op) {
+  return verifyHead(op, op.getInput(), op.getWeight(), op.getTargets(),
+                    op.getTransposeRhs(), op.getChunk());
+}
+static FailureOr<HeadDims> headDims(LinearCrossEntropyGradOp op) {
+  return verifyHead(op, op.getInput(), op.getWeight(), op.getTargets(),
+                    op.getTransposeRhs(), op.getChunk());
+}
+
+LogicalResult LinearCrossEntropyOp::verify() {
+  if (failed(headDims(*this)) ||
+      failed(verifySameElementType(
+          *this, {{"input", getInput()}, {"weight", getWeight()}})))
+    return failure();
+  return success();
+}
+ShardingRule LinearCrossEntropyOp::getShardingRule() {
+  return headRule(*this, *headDims(*this), getTransposeRhs(), FactorKind::Stats,
+                  /*gradient=*/false);
+}
+/// The tokens (a rescaled mean) and the vocabulary (per-rank statistics)
+/// may split; the hidden size, contracted before the softmax, may not.
+bool LinearCrossEntropyOp::isSplittableFactor(const ShardingRule &rule,
+                                              int64_t factor) {
+  if (rule.getKind(factor) == FactorKind::Stats)
+    return true;
+  int64_t tokenDims = tensorTypeOf(getTargets()).getRank();
+  for (int64_t d = 0; d < tokenDims; ++d)
+    if (rule.indexesOperandDim(2, d, factor))
+      return true;
+  return false;
+}
+double LinearCrossEntropyOp::getProductFlops() {
+  HeadDims dims = *headDims(*this);
+  double tokens = 1;
+  for (int64_t size : dims.tokens)
+    tokens *= double(size);
+  return 2 * tokens * double(dims.hidden) * double(dims.vocab);
+}
+
+LogicalResult LinearCrossEntropyGradOp::verify() {
+  if (failed(headDims(*this)) ||
+      failed(verifySameElementType(
+          *this, {{"input", getInput()}, {"weight", getWeight()}})))
+    return failure();
+  if (getInputGrad().getType() != getInput().getType() ||
+      getWeightGrad().getType() != getWeight().getType())
+    return emitOpError() << "input_grad and weight_grad must have the types "
+                            "of input and weight";
+  return success();
+}
+ShardingRule LinearCrossEntropyGradOp::getShardingRule() {
+  return headRule(*this, *headDims(*this), getTransposeRhs(),
+                  FactorKind::Reduction, /*gradient=*/true);
+}
+bool LinearCrossEntropyGradOp::isSplittableFactor(const ShardingRule &rule,
+                                                  int64_t factor) {
+  // The hidden factor indexes both input_grad and weight_grad.
+  return !(rule.indexesResult(factor, 0) && rule.indexesResult(factor, 1));
+}
+// The incoming loss gradient is an f32 scalar.
+bool LinearCrossEntropyGradOp::readsOperandAsStored(unsigned index) {
+  return index == 3;
+}
+double LinearCrossEntropyGradOp::getProductFlops() {
+  HeadDims dims = *headDims(*this);
+  double tokens = 1;
+  for (int64_t size : dims.tokens)
+    tokens *= double(size);
+  // The logits again, then both gradients.
+  return 6 * tokens * double(dims.hidden) * double(dims.vocab);
+}
+
+//===----------------------------------------------------------------------===//
 // Elementwise binary ops with broadcasting
 //===----------------------------------------------------------------------===//
 
@@ -2142,6 +2460,56 @@ void CrossEntropyGradOp::scaleTokenMean(OpBuilder &builder, double factor) {
   getLossGradMutable().assign(scale.getResult());
 }
 
+/// A fused head's vocabulary axes: those splitting the weight's vocabulary
+/// dim (the per-rank columns whose statistics the kernel gathers).
+static FailureOr<SmallVector<int64_t>>
+headVocabAxes(Operation *op, Value weight, bool transposeRhs) {
+  if (isPartialLayout(weight.getType()))
+    return op->emitOpError() << "tp-partition: a partial weight";
+  return splitAxesOf(weight.getType(), transposeRhs ? 0 : 1);
+}
+FailureOr<SmallVector<int64_t>> LinearCrossEntropyOp::getVocabParallelAxes() {
+  return headVocabAxes(*this, getWeight(), getTransposeRhs());
+}
+FailureOr<SmallVector<int64_t>>
+LinearCrossEntropyGradOp::getVocabParallelAxes() {
+  return headVocabAxes(*this, getWeight(), getTransposeRhs());
+}
+SmallVector<int64_t> LinearCrossEntropyOp::getKernelGathers() {
+  return {kCrossEntropyStatsPerToken};
+}
+SmallVector<int64_t> LinearCrossEntropyGradOp::getKernelGathers() {
+  return {kCrossEntropyStatsPerToken};
+}
+
+/// The grid axes splitting a head input's token dims.
+static int64_t headTokenShards(Value input, ArrayRef<int64_t> gridShape) {
+  int64_t rank = cast<RankedTensorType>(input.getType()).getRank(), shards = 1;
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    for (int64_t axis : splitAxesOf(input.getType(), d))
+      shards *= gridShape[axis];
+  return shards;
+}
+int64_t LinearCrossEntropyOp::getTokenShards(ArrayRef<int64_t> gridShape) {
+  return headTokenShards(getInput(), gridShape);
+}
+void LinearCrossEntropyOp::scaleTokenMean(OpBuilder &builder, double factor) {
+  builder.setInsertionPointAfter(*this);
+  auto scale = ScaleOp::create(builder, getLoc(), getResult(),
+                               builder.getF64FloatAttr(factor));
+  getResult().replaceAllUsesExcept(scale.getResult(), scale);
+}
+int64_t LinearCrossEntropyGradOp::getTokenShards(ArrayRef<int64_t> gridShape) {
+  return headTokenShards(getInput(), gridShape);
+}
+void LinearCrossEntropyGradOp::scaleTokenMean(OpBuilder &builder,
+                                              double factor) {
+  builder.setInsertionPoint(*this);
+  auto scale = ScaleOp::create(builder, getLoc(), getLossGrad(),
+                               builder.getF64FloatAttr(factor));
+  getLossGradMutable().assign(scale.getResult());
+}
+
 SmallVector<int64_t> CrossEntropyOp::getKernelGathers() {
   return {kCrossEntropyStatsPerToken};
 }
@@ -2558,6 +2926,33 @@ LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *,
   return inferLike<RmsNormGradOp>(
       location, types,
       {{adaptor.getInput(), "input"}, {adaptor.getGamma(), "gamma"}});
+}
+
+LogicalResult LinearGeluGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  ResultTypes results(location, types, getOperationName());
+  RankedTensorType pre =
+      results.operand(adaptor.getPreactivation(), "preactivation");
+  if (!pre)
+    return failure();
+  (void)results.addLike(pre);
+  return results.add(pre.getShape().back(), pre.getElementType());
+}
+
+LogicalResult
+LinearCrossEntropyOp::inferReturnTypes(MLIRContext *context,
+                                       std::optional<Location> location,
+                                       Adaptor, SmallVectorImpl<Type> &types) {
+  return ResultTypes(location, types, getOperationName()).addF32Scalar(context);
+}
+
+LogicalResult LinearCrossEntropyGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  return inferLike<LinearCrossEntropyGradOp>(
+      location, types,
+      {{adaptor.getInput(), "input"}, {adaptor.getWeight(), "weight"}});
 }
 
 LogicalResult SwigluOp::inferReturnTypes(MLIRContext *,

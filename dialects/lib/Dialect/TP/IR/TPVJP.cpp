@@ -140,6 +140,54 @@ LogicalResult MatmulOp::buildVJP(OpBuilder &builder, ValueRange operands,
   return success();
 }
 
+LogicalResult LinearOp::buildVJP(OpBuilder &builder, ValueRange operands,
+                                 ValueRange results,
+                                 ValueRange resultCotangents,
+                                 MutableArrayRef<Value> operandCotangents) {
+  if (results.size() > 1 && resultCotangents[1])
+    return emitOpError() << "tp-autodiff: the loss must not depend on "
+                            "tp.linear's preactivation";
+  VJPEmitter e(builder, getLoc());
+  Value x = operands[0], w = operands[1], dz = resultCotangents[0];
+  if (getGelu()) {
+    // Without a stored preactivation, the backward recomputes it.
+    Value pre = results.size() > 1
+                    ? results[1]
+                    : LinearOp::create(
+                          builder, getLoc(), TypeRange{results[0].getType()},
+                          operands[0], operands[1], operands[2],
+                          getTransposeRhsAttr(), nullptr, getPrecisionAttr())
+                          .getResult();
+    dz = GeluGradOp::create(builder, getLoc(), dz, pre);
+  }
+  ArrayRef<int64_t> xShape = shapeOf(x);
+  operandCotangents[2] = e.sumTo(dz, shapeOf(operands[2]));
+  // As tp.matmul's VJP: dx = dz op(W)^T; dW from the rows folded.
+  const bool tb = getTransposeRhs();
+  operandCotangents[0] = e.matmul(dz, w, false, !tb, 1.0);
+  int64_t rows = 1;
+  for (int64_t d : xShape.drop_back())
+    rows *= d;
+  Value x2 = e.reshape(x, {rows, xShape.back()});
+  Value dz2 = e.reshape(dz, {rows, shapeOf(dz).back()});
+  operandCotangents[1] = tb ? e.matmul(dz2, x2, true, false, 1.0)
+                            : e.matmul(x2, dz2, true, false, 1.0);
+  return success();
+}
+
+LogicalResult
+LinearCrossEntropyOp::buildVJP(OpBuilder &builder, ValueRange operands,
+                               ValueRange, ValueRange resultCotangents,
+                               MutableArrayRef<Value> operandCotangents) {
+  auto grad = LinearCrossEntropyGradOp::create(
+      builder, getLoc(), operands[0], operands[1], operands[2],
+      resultCotangents[0], getTransposeRhsAttr(), getChunkAttr(),
+      getPrecisionAttr());
+  operandCotangents[0] = grad.getInputGrad();
+  operandCotangents[1] = grad.getWeightGrad();
+  return success();
+}
+
 LogicalResult AddOp::buildVJP(OpBuilder &builder, ValueRange operands,
                               ValueRange, ValueRange resultCotangents,
                               MutableArrayRef<Value> operandCotangents) {

@@ -207,6 +207,12 @@ void crossEntropyBlockStats(const float *logits, int64_t tokens,
 
 /// The mean loss from every block's statistics, `stats` [blocks, tokens, 3]
 /// (in block order, so every rank computes the same value).
+/// Merges `chunks` blocks of per-token statistics (crossEntropyBlockStats's
+/// [chunks, tokens, 3], each over other columns of one block) into one
+/// [tokens, 3]: the largest max, the sums of exps rescaled to it (in
+/// double), the target logits summed (one chunk holds each target).
+void mergeCrossEntropyStats(const float *chunkStats, int64_t chunks,
+                            int64_t tokens, float *stats);
 float crossEntropyFromBlockStats(const float *stats, int64_t blocks,
                                  int64_t tokens);
 

@@ -245,6 +245,99 @@ def TP_MatmulOp : TP_ComputeOp<"matmul", [TP_InferShapesFreeElementType,
   let results = (outs TP_FloatTensor:$result);
 }
 
+// Products fused with what follows them, formed by tp-fuse-products on the
+// per-rank program (where every collective is known: a product whose result
+// is summed across ranks before its bias is never fused). The contraction
+// cannot split: the epilogue needs the whole sum.
+
+def TP_LinearOp : TP_ComputeOp<"linear", [TP_HasVJP, TP_HasMatrixProducts],
+    ["isSplittableFactor"]> {
+  let planOpKind = "Linear";
+  let summary = "Matrix product plus bias, optionally then GELU";
+  let description = [{
+    `preactivation = input weight + bias` and `result = gelu(preactivation)`
+    with `gelu`, else `result = preactivation`: cuBLASLt's bias and GELU
+    epilogues. A GELU linear may return `preactivation` too, for the
+    backward's GELU gradient (GELU_AUX_BIAS); without a use it is dropped. `input` is `[b..., M, K]`, `weight` `[K, N]`
+    (`[N, K]` with `transpose_rhs`), `bias` `[N]`. The product accumulates
+    in f32 and the epilogue computes in f32; each result is rounded once.
+    `precision` rounds the product's operands as on tp.matmul.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$weight,
+                       TP_FloatTensor:$bias, UnitAttr:$transpose_rhs,
+                       UnitAttr:$gelu,
+                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision);
+  let results = (outs TP_FloatTensor:$result,
+                      Optional<TP_FloatTensor>:$preactivation);
+  let hasCanonicalizer = 1;
+}
+
+def TP_LinearGeluGradOp : TP_ComputeOp<"linear_gelu_grad", [
+    TP_InferShapesFreeElementType, TP_HasMatrixProducts], ["isSplittableFactor"],
+    ["readsOperandAsStored", "hasFreeResultType"]> {
+  let planOpKind = "LinearGeluGrad";
+  let summary = "The gradient at a GELU's input and its bias, from a product";
+  let description = [{
+    `preactivation_grad = gelu'(preactivation) * (lhs rhs)` and `bias_grad`
+    its sum over every dim but the last: the gradient reaching a linear +
+    bias + GELU (tp.linear with `gelu`) through the product `lhs rhs` that
+    computes the gradient at its output (the next linear's input
+    gradient), as cuBLASLt's DGELU_BGRAD epilogue. `lhs` is `[b..., M, K]`,
+    `rhs` `[K, N]` (`[N, K]` with `transpose_rhs`), `preactivation`
+    `[b..., M, N]`; `bias_grad` `[N]` may be stored wider than the
+    activations (an f32 gradient from bf16 ones).
+  }];
+  let arguments = (ins TP_FloatTensor:$lhs, TP_FloatTensor:$rhs,
+                       TP_FloatTensor:$preactivation, UnitAttr:$transpose_rhs,
+                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision);
+  let results = (outs TP_FloatTensor:$preactivation_grad,
+                      TP_FloatTensor:$bias_grad);
+}
+
+def TP_LinearCrossEntropyOp : TP_ComputeOp<"linear_cross_entropy", [
+    TP_InferResultShapes, TP_HasVJP, TP_HasMatrixProducts,
+    DeclareOpInterfaceMethods<TP_VocabParallelOpInterface, ["getKernelGathers"]>,
+    DeclareOpInterfaceMethods<TP_TokenMeanOpInterface>],
+    ["isSplittableFactor"]> {
+  let planOpKind = "LinearCrossEntropy";
+  let summary = "Mean cross-entropy of a linear head, never storing the logits";
+  let description = [{
+    `cross_entropy(input weight, targets)` (`weight^T` with `transpose_rhs`)
+    computed over `chunk` vocabulary columns at a time with an online
+    softmax, so the `[tokens, vocab]` logits are never stored: `input` is
+    `[b..., H]`, `weight` `[H, V]` (`[V, H]`), `targets` `[b...]`. Split
+    along the vocabulary (Megatron-LM's vocabulary-parallel head), each
+    rank computes its columns' statistics and all-gathers them, as
+    tp.cross_entropy does. The logits are rounded to the activations' type
+    before the softmax, as a stored logits tensor would be.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$weight,
+                       TP_IndexTensor:$targets, UnitAttr:$transpose_rhs,
+                       I64Attr:$chunk,
+                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision);
+  let results = (outs TP_F32Scalar:$loss);
+}
+
+def TP_LinearCrossEntropyGradOp : TP_ComputeOp<"linear_cross_entropy_grad", [
+    TP_InferResultShapes, TP_HasMatrixProducts,
+    DeclareOpInterfaceMethods<TP_VocabParallelOpInterface, ["getKernelGathers"]>,
+    DeclareOpInterfaceMethods<TP_TokenMeanOpInterface>],
+    ["isSplittableFactor"], ["readsOperandAsStored"]> {
+  let planOpKind = "LinearCrossEntropyGrad";
+  let summary = "Gradients of tp.linear_cross_entropy w.r.t. input and weight";
+  let description = [{
+    With `logits_grad = cross_entropy_grad(input weight, targets,
+    loss_grad)` recomputed `chunk` columns at a time (never stored):
+    `input_grad = logits_grad weight^T` and `weight_grad = input^T
+    logits_grad` (both in `weight`'s layout), each accumulating in f32.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$weight,
+                       TP_IndexTensor:$targets, TP_F32Scalar:$loss_grad,
+                       UnitAttr:$transpose_rhs, I64Attr:$chunk,
+                       OptionalAttr<TypeAttrOf<AnyTypeOf<[BF16, TF32]>>>:$precision);
+  let results = (outs TP_FloatTensor:$input_grad, TP_FloatTensor:$weight_grad);
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
