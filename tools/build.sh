@@ -10,6 +10,11 @@ build=${BUILD_DIR:-$root/build}
 "$root/tools/install-deps.sh"
 
 extra=()
+# The CUDA backend's cuDNN attention needs cudnn-frontend's headers (a
+# pinned PyPI wheel): fetched where the backend is built.
+if [ "${SANITIZE:-0}" != 1 ] && command -v nvcc > /dev/null; then
+  "$root/tools/fetch-cudnn-frontend.sh" > /dev/null
+fi
 if [ "${SANITIZE:-0}" = 1 ]; then
   # No CUDA backend here: the sanitizers cover the host code the CPU tests
   # run, and the GPU code is built (and its CPU side tested) by the main

@@ -48,7 +48,7 @@ cp -r "$pmix/lib/pmix" "$out/pmix2/lib/"
 
 # Libraries the target machine has (or must supply itself): glibc's, the C++
 # runtime (theirs is at least as new) and CUDA's (the driver's and cuBLAS).
-keep_theirs='^(ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libcudart|libnccl|libnvidia)\.'
+keep_theirs='^(ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libcudart|libnccl|libcudnn|libnvrtc|libnvidia)\.'
 copy_deps() { # FILE...: copies each library FILE loads that they lack
   ldd "$@" 2>/dev/null | awk '/=> \// { print $3 }' | sort -u |
     while read -r lib; do
@@ -74,10 +74,22 @@ done
 
 cat > "$out/env.sh" <<'SH'
 # Sourced on the GPU machine: tp-run, mpirun and their libraries from this
-# folder; cuBLAS and NCCL from the CUDA toolkit or PyTorch's nvidia-cublas
-# and nvidia-nccl wheels.
+# folder; cuBLAS(Lt), NCCL, cuDNN (loaded at run time) and the CUDA runtime
+# cudnn-frontend loads from the CUDA toolkit or PyTorch's nvidia-* wheels.
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cublas=$(python3 -c 'import os, nvidia.cublas as c, nvidia.nccl as n; print(":".join(os.path.join(list(m.__path__)[0], "lib") for m in (c, n)))' 2>/dev/null || true)
+cublas=$(python3 - <<'PY' 2>/dev/null || true
+import glob, os
+import nvidia
+dirs = []
+for root in nvidia.__path__:
+    for name in ("libcublas.so.13", "libnccl.so.2", "libcudnn.so.9",
+                 "libcudart.so.13", "libnvrtc.so.13"):
+        for path in glob.glob(os.path.join(root, "**", name), recursive=True):
+            if os.path.dirname(path) not in dirs:
+                dirs.append(os.path.dirname(path))
+print(":".join(dirs))
+PY
+)
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
   [ -e "$dir/libcublas.so.13" ] && cublas="$dir${cublas:+:$cublas}"
 done

@@ -21,8 +21,9 @@ packages=(
   libsentencepiece-dev sentencepiece
   # English text the main example trains on.
   fortunes
-  # Numerical references for tests.
-  python3-torch python3-numpy python3-venv
+  # Numerical references for tests; pip fetches pinned wheels (the
+  # references' venv, cudnn-frontend's headers).
+  python3-torch python3-numpy python3-venv python3-pip
 )
 
 missing=()

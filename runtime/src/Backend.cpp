@@ -4,12 +4,19 @@
 #include "cuda/CudaBackend.h"
 #endif
 
+#include <cblas.h>
+
 #include <stdexcept>
 
 namespace tpc::runtime {
 
 std::string Backend::collectivePath() const {
   return hostVisible() ? "MPI on host memory" : "MPI staged through the host";
+}
+
+std::string Backend::kernelLibraries() const {
+  return std::string("products: OpenBLAS (") + openblas_get_corename() +
+         "); the rest: tpc's kernels";
 }
 
 std::vector<std::string> deviceNames() {

@@ -57,7 +57,8 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   Backend &backend = config.backend ? *config.backend : cpuBackend();
   ProgramRunner runner(plan, "train_step", params, config.comm, backend);
   log << "device: " << backend.name()
-      << " (collectives: " << backend.collectivePath() << ")\n";
+      << " (collectives: " << backend.collectivePath() << ")\n"
+      << "kernels: " << backend.kernelLibraries() << "\n";
   Rebalancer rebalancer(plan, params, config.comm, config.rebalance);
   std::vector<int64_t> shape = runner.tokensShape();
   TrainResult result;

@@ -17,7 +17,8 @@
 #  4. a run stopped and resumed from its checkpoint ends bit-identical;
 #  5. generation with bf16 KV caches (half the f32 caches' bytes) draws the
 #     f32 plan's greedy tokens here, its log-probabilities within 5e-2.
-# With DEVICE (cuda) every run is on that device; skipped (77) without it.
+# With DEVICE (cuda) every run is on that device, whose metrics must name
+# cuBLASLt's products and cuDNN's fused attention; skipped (77) without it.
 #
 #   mixed-precision.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama [DEVICE]
 set -euo pipefail
@@ -60,6 +61,18 @@ train 1 "$work/one.tpplan" "$work/one" "${flags[@]}"
 "$python" "$here/training_reference.py" train-bf16 --model "$work" --batch $batch \
   --seq $seq "${flags[@]}" --weight-decay 0.01 --actual "$work/one.json" \
   --noise-factor 2 --mean-rtol 2e-3 --rtol 2e-2
+
+if [ "$device" = cuda ]; then
+  # The GPU's fast paths are the ones in use (the log names any shape that
+  # fell back).
+  "$python" - "$work/one.json" <<'PY'
+import json, sys
+kernels = json.load(open(sys.argv[1]))["device"]["kernels"]
+print(f"kernels: {kernels}")
+if "cuBLASLt" not in kernels or "fused flash attention" not in kernels:
+    sys.exit("expected cuBLASLt products and cuDNN's fused attention")
+PY
+fi
 
 echo "== the plan"
 "$bin/tp-run" "$work/one.tpplan" --print-plan > "$work/one.plan.json"

@@ -668,6 +668,40 @@ const std::vector<KernelCase> &cases() {
          {{2, 5, 7}, {7}},
          with([](Attributes &a) { a.transposeRhs = true; }),
          1e-4f},
+        // bf16 storage: cuBLASLt's bias, GELU (keeping the preactivation)
+        // and GELU-gradient epilogues on the stored operands; an f32 bias
+        // gradient of bf16 activations is summed apart.
+        {"LinearGeluBf16",
+         OpKind::Linear,
+         {bf16({{2, 5, 32}}), bf16({{16, 32}}), bf16({{16}})},
+         {{2, 5, 16}, {2, 5, 16}},
+         with([](Attributes &a) {
+           a.transposeRhs = true;
+           a.gelu = true;
+         }),
+         8e-3f,
+         {kBf16, kBf16}},
+        {"LinearBiasBf16",
+         OpKind::Linear,
+         {bf16({{9, 32}}), bf16({{32, 24}}), bf16({{24}})},
+         {{9, 24}},
+         none,
+         8e-3f,
+         {kBf16}},
+        {"LinearGeluGradBf16",
+         OpKind::LinearGeluGrad,
+         {bf16({{2, 5, 32}}), bf16({{16, 32}}), bf16({{2, 5, 16}})},
+         {{2, 5, 16}, {16}},
+         with([](Attributes &a) { a.transposeRhs = true; }),
+         1e-2f,
+         {kBf16, kBf16}},
+        {"LinearGeluGradBf16IntoF32",
+         OpKind::LinearGeluGrad,
+         {bf16({{3, 150, 32}}), bf16({{32, 24}}), bf16({{3, 150, 24}})},
+         {{3, 150, 24}, {24}},
+         none,
+         1e-2f,
+         {kBf16, kF32}},
         // Chunks of 16 columns over 45 (a short last chunk), the weight
         // [vocab, hidden] (tied embeddings) and [hidden, vocab].
         {"LinearCrossEntropy",
@@ -697,6 +731,42 @@ const std::vector<KernelCase> &cases() {
            a.chunk = 16;
          }),
          1e-4f},
+        // bf16 storage: the products on the stored operands, the chunk's
+        // logits and gradient rounded to bf16 as stored ones would be, the
+        // weight gradient f32.
+        {"LinearCrossEntropyBf16",
+         OpKind::LinearCrossEntropy,
+         {bf16({{2, 7, 24}}), bf16({{45, 24}}), {{2, 7}, Fill::Ids, 45}},
+         {{}},
+         with([](Attributes &a) {
+           a.transposeRhs = true;
+           a.chunk = 16;
+         }),
+         1e-3f,
+         {kF32}},
+        {"LinearCrossEntropyGradBf16",
+         OpKind::LinearCrossEntropyGrad,
+         {bf16({{2, 7, 24}}),
+          bf16({{24, 45}}),
+          {{2, 7}, Fill::Ids, 45},
+          {{}, Fill::Positive}},
+         {{2, 7, 24}, {24, 45}},
+         with([](Attributes &a) { a.chunk = 16; }),
+         1e-2f,
+         {kBf16, kF32}},
+        {"LinearCrossEntropyGradTiedBf16",
+         OpKind::LinearCrossEntropyGrad,
+         {bf16({{14, 24}}),
+          bf16({{45, 24}}),
+          {{14}, Fill::Ids, 45},
+          {{}, Fill::Positive}},
+         {{14, 24}, {45, 24}},
+         with([](Attributes &a) {
+           a.transposeRhs = true;
+           a.chunk = 16;
+         }),
+         1e-2f,
+         {kBf16, kF32}},
         // Mixed precision (plan 1.10): bf16 activations, each kernel
         // computing in f32 and rounding its results once. A GPU's f32
         // arithmetic may land on the other side of a rounding boundary:
@@ -806,6 +876,35 @@ const std::vector<KernelCase> &cases() {
          with([](Attributes &a) {
            a.causal = true;
            a.alpha = 0.35;
+         }),
+         2e-2f,
+         {kBf16, kBf16, kBf16}},
+        // Head dims cuDNN's fused attention takes (multiples of 8):
+        // grouped-query heads forward, the gradient with its key heads
+        // summed over their group.
+        {"AttentionBf16Cudnn",
+         OpKind::Attention,
+         {bf16({{2, 2, 3, 37, 32}}), bf16({{2, 2, 1, 37, 32}}),
+          bf16({{2, 2, 1, 37, 32}})},
+         {{2, 2, 3, 37, 32}, {2, 2, 3, 37}},
+         with([](Attributes &a) {
+           a.causal = true;
+           a.alpha = 0.2;
+         }),
+         1e-2f,
+         {kBf16, kF32}},
+        {"AttentionGradBf16Cudnn",
+         OpKind::AttentionGrad,
+         {bf16({{2, 2, 2, 19, 16}}),
+          bf16({{2, 2, 2, 19, 16}}),
+          bf16({{2, 2, 1, 19, 16}}),
+          bf16({{2, 2, 1, 19, 16}}),
+          bf16({{2, 2, 2, 19, 16}}),
+          {{2, 2, 2, 19}, Fill::Positive}},
+         {{2, 2, 2, 19, 16}, {2, 2, 1, 19, 16}, {2, 2, 1, 19, 16}},
+         with([](Attributes &a) {
+           a.causal = true;
+           a.alpha = 0.25;
          }),
          2e-2f,
          {kBf16, kBf16, kBf16}},

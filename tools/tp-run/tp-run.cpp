@@ -478,7 +478,8 @@ commStatsJson(const std::map<std::string, CommStats> &stats, int64_t runs) {
 /// The device the programs ran on and how its collectives travelled.
 nlohmann::ordered_json deviceJson() {
   return {{"name", backend->name()},
-          {"collectives", backend->collectivePath()}};
+          {"collectives", backend->collectivePath()},
+          {"kernels", backend->kernelLibraries()}};
 }
 
 nlohmann::ordered_json

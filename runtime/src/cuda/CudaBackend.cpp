@@ -1,5 +1,9 @@
 #include "CudaBackend.h"
 
+#include "BlasLt.h"
+#ifdef TPC_HAVE_CUDNN
+#include "CudnnAttention.h"
+#endif
 #include "Kernels.h"
 
 #include "../CollectiveLayout.h"
@@ -17,8 +21,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <initializer_list>
+#include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -192,6 +199,7 @@ public:
   std::string collectivePath() const override {
     return hasNccl() ? "NCCL" : Backend::collectivePath();
   }
+  std::string kernelLibraries() const override;
   bool hasNccl() const {
 #ifdef TPC_HAVE_NCCL
     return nccl != nullptr;
@@ -259,6 +267,37 @@ public:
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  /// Products through cuBLASLt (null with TPC_CUBLASLT=0: cuBLAS's only).
+  std::unique_ptr<cuda::BlasLt> lt;
+  /// Runs `product` through cuBLASLt; false when the caller's cuBLAS path
+  /// must (the first time a shape falls back, the log says why).
+  bool runLt(const device::RowMajorProduct &product,
+             const cuda::LtOperands &operands) {
+    if (!lt)
+      return false;
+    std::string note;
+    const bool ran = lt->run(product, operands, stream, note);
+    if (!note.empty() && localRank == 0)
+      std::cerr << "cuda: " << note << "\n";
+    return ran;
+  }
+  /// cuDNN's fused attention as this GPU has it (whyNoCudnnAttention).
+  device::AttentionLibrary attentionLibrary;
+#ifdef TPC_HAVE_CUDNN
+  /// Null when cuDNN cannot run attention here.
+  std::unique_ptr<cuda::CudnnAttention> cudnn;
+  /// Runs `run(note)` (a CudnnAttention call); false when tpc's kernel must.
+  template <class Run> bool runCudnn(Run &&run) {
+    std::string note;
+    const bool ran = run(note);
+    if (!note.empty() && localRank == 0)
+      std::cerr << "cuda: " << note << "\n";
+    return ran;
+  }
+  cuda::Workspace cudnnWorkspace() {
+    return [this](uint64_t bytes) { return scratch(bytes); };
+  }
+#endif
   /// Device workspace of at least `bytes` (kernels' per-row statistics and
   /// partial sums); grows to the largest request, then stays.
   void *scratch(uint64_t bytes) {
@@ -394,6 +433,32 @@ void matmul(CudaBackend &b, const Dispatch &d) {
   const plan::Precision precision = d.step.precision();
   const void *a = rhs.data, *bm = lhs.data;
   const bool bf16Tensors = lhs.dtype == plan::DType::BF16;
+  const int64_t strideA = uniformStride(rhsAt), strideB = uniformStride(lhsAt);
+  const int64_t batches = int64_t(lhsAt.size());
+  // cuBLASLt takes the stored operands as they are (bf16 products of f32
+  // tensors, precision = bf16, round copies below instead).
+  if (strideA >= 0 && strideB >= 0 && lhs.dtype == rhs.dtype &&
+      (bf16Tensors || precision != plan::Precision::BF16)) {
+    device::RowMajorProduct p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.transposeLhs = tl;
+    p.transposeRhs = tr;
+    p.ldLhs = tl ? m : k;
+    p.ldRhs = tr ? k : n;
+    p.ldOut = n;
+    p.batches = batches;
+    p.strideLhs = strideB;
+    p.strideRhs = strideA;
+    p.strideOut = m * n;
+    p.inType = lhs.dtype;
+    p.outType = out.dtype;
+    p.tf32 = precision == plan::Precision::TF32 && !bf16Tensors;
+    if (b.runLt(p, {lhs.data, rhs.data, out.data, nullptr, nullptr,
+                    static_cast<float>(d.step.alpha())}))
+      return;
+  }
   cudaDataType_t inType = bf16Tensors ? CUDA_R_16BF : CUDA_R_32F;
   const cudaDataType_t outType =
       out.dtype == plan::DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -422,8 +487,6 @@ void matmul(CudaBackend &b, const Dispatch &d) {
   auto at = [&](const void *base, int64_t offset) {
     return static_cast<const char *>(base) + offset * int64_t(inBytes);
   };
-  const int64_t strideA = uniformStride(rhsAt), strideB = uniformStride(lhsAt);
-  const int64_t batches = int64_t(lhsAt.size());
   if (strideA >= 0 && strideB >= 0) {
     check(cublasGemmStridedBatchedEx(
               b.blas, opA, opB, int(n), int(m), int(k), &alpha, a, inType, lda,
@@ -624,12 +687,103 @@ cuda::AttentionDims attentionDims(const Dispatch &d, size_t first) {
   return a;
 }
 
+#ifdef TPC_HAVE_CUDNN
+/// The one element type of `tensors`, or nullopt when they differ.
+std::optional<plan::DType>
+sharedType(std::initializer_list<const TensorBinding *> tensors) {
+  const plan::DType type = (*tensors.begin())->dtype;
+  for (const TensorBinding *t : tensors)
+    if (t->dtype != type)
+      return std::nullopt;
+  return type;
+}
+
+/// The cuDNN graph key of an attention step whose query, key and value are
+/// operands `first`..`first + 2`, or nullopt when tpc's kernel runs it
+/// (device::whyOwnAttention).
+std::optional<device::SdpaKey>
+cudnnAttentionKey(const CudaBackend &b, const Dispatch &d, size_t first,
+                  std::optional<plan::DType> type, bool positions) {
+  const TensorBinding &q = d.operands[first], &k = d.operands[first + 1],
+                      &v = d.operands[first + 2];
+  const device::AttentionStep step{q.shape, k.shape,         v.shape,
+                                   type,    d.step.causal(), positions};
+  if (!device::whyOwnAttention(b.attentionLibrary, step).empty())
+    return std::nullopt;
+  device::SdpaKey key;
+  key.dims = *device::sdpaDims(q.shape, k.shape, v.shape);
+  key.causal = d.step.causal();
+  key.alpha = static_cast<float>(d.step.alpha());
+  key.type = *type;
+  key.backward = first != 0;
+  return key;
+}
+#endif
+
+bool attentionCudnn(CudaBackend &b, const Dispatch &d) {
+#ifdef TPC_HAVE_CUDNN
+  if (!b.cudnn || d.results[1].dtype != plan::DType::F32)
+    return false;
+  const std::optional<device::SdpaKey> key =
+      cudnnAttentionKey(b, d, 0,
+                        sharedType({&d.operands[0], &d.operands[1],
+                                    &d.operands[2], &d.results[0]}),
+                        d.operands.size() == 4);
+  if (!key)
+    return false;
+  const cuda::SdpaForward tensors{d.operands[0].data, d.operands[1].data,
+                                  d.operands[2].data, d.results[0].data,
+                                  f32(d.results[1])};
+  return b.runCudnn([&](std::string &note) {
+    return b.cudnn->forward(*key, tensors, b.cudnnWorkspace(), note);
+  });
+#else
+  (void)b;
+  (void)d;
+  return false;
+#endif
+}
+
+bool attentionGradCudnn(CudaBackend &b, const Dispatch &d) {
+#ifdef TPC_HAVE_CUDNN
+  if (!b.cudnn || d.operands[5].dtype != plan::DType::F32)
+    return false;
+  const std::optional<device::SdpaKey> key = cudnnAttentionKey(
+      b, d, 1,
+      sharedType({&d.operands[0], &d.operands[1], &d.operands[2],
+                  &d.operands[3], &d.operands[4], &d.results[0], &d.results[1],
+                  &d.results[2]}),
+      false);
+  if (!key)
+    return false;
+  const cuda::SdpaBackward tensors{
+      d.operands[0].data, d.operands[1].data, d.operands[2].data,
+      d.operands[3].data, d.operands[4].data, f32(d.operands[5]),
+      d.results[0].data,  d.results[1].data,  d.results[2].data};
+  return b.runCudnn([&](std::string &note) {
+    return b.cudnn->backward(*key, tensors, b.cudnnWorkspace(), note);
+  });
+#else
+  (void)b;
+  (void)d;
+  return false;
+#endif
+}
+
 void attention(CudaBackend &b, const Dispatch &d) {
+  if (attentionCudnn(b, d))
+    return;
+  if (CudaBackend::hasBf16(d))
+    return b.runWidened(d);
   cuda::attention(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
                   attentionDims(d, 0), f32(d.results[0]), f32(d.results[1]),
                   b.stream);
 }
 void attentionGrad(CudaBackend &b, const Dispatch &d) {
+  if (attentionGradCudnn(b, d))
+    return;
+  if (CudaBackend::hasBf16(d))
+    return b.runWidened(d);
   const int64_t rows = std::max<int64_t>(d.operands[5].elements, 1);
   auto *delta = static_cast<float *>(b.scratch(uint64_t(rows) * sizeof(float)));
   cuda::attentionGrad(f32(d.operands[0]), f32(d.operands[1]),
@@ -905,8 +1059,10 @@ void crossEntropyGrad(CudaBackend &b, const Dispatch &d) {
 }
 
 //===----------------------------------------------------------------------===//
-// Products fused with what follows them (cuBLAS products and our epilogue
-// kernels: the cpu backend's float operations; cuBLASLt's epilogues next)
+// Products fused with what follows them: cuBLASLt's epilogues on the stored
+// operands where it has an algorithm, else cuBLAS products and our epilogue
+// kernels (the cpu backend's float operations), on f32 copies of bf16
+// tensors.
 //===----------------------------------------------------------------------===//
 
 /// Row-major out[m, n] (row stride ldo) = op(lhs)[m, k] op(rhs)[k, n] +
@@ -951,7 +1107,55 @@ void addBias(CudaBackend &b, const TensorBinding &out, const float *bias) {
                b.stream);
 }
 
+/// The row-major product of a fused linear's input [b..., M, K] and 2-D
+/// weight, on the tensors' stored types; nullopt when cuBLASLt cannot take
+/// them as they are (operands of two types, or f32 ones rounded to bf16).
+std::optional<device::RowMajorProduct> fusedProduct(const Dispatch &d,
+                                                    const TensorBinding &out) {
+  const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1];
+  if (lhs.dtype != rhs.dtype ||
+      (lhs.dtype == plan::DType::F32 &&
+       d.step.precision() == plan::Precision::BF16 && !d.bf16Products))
+    return std::nullopt;
+  const bool tr = d.step.transpose_rhs();
+  const ProductSizes s(lhs, rhs, tr);
+  device::RowMajorProduct p;
+  p.m = s.rows;
+  p.n = s.n;
+  p.k = s.k;
+  p.transposeRhs = tr;
+  p.ldLhs = s.k;
+  p.ldRhs = tr ? s.k : s.n;
+  p.ldOut = s.n;
+  p.ldAux = s.n;
+  p.inType = lhs.dtype;
+  p.outType = out.dtype;
+  p.tf32 = d.step.precision() == plan::Precision::TF32 &&
+           lhs.dtype == plan::DType::F32 && !d.bf16Products;
+  return p;
+}
+
+/// Linear through one cuBLASLt product with its bias (and GELU) epilogue.
+bool linearLt(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &out = d.results[0], &bias = d.operands[2];
+  std::optional<device::RowMajorProduct> p = fusedProduct(d, out);
+  const bool keepsPreactivation = d.results.size() == 2;
+  if (!p || (keepsPreactivation && d.results[1].dtype != out.dtype))
+    return false;
+  p->epilogue = !d.step.gelu()       ? device::Epilogue::Bias
+                : keepsPreactivation ? device::Epilogue::BiasGeluAux
+                                     : device::Epilogue::BiasGelu;
+  p->biasType = bias.dtype;
+  return b.runLt(*p,
+                 {d.operands[0].data, d.operands[1].data, out.data, bias.data,
+                  keepsPreactivation ? d.results[1].data : nullptr});
+}
+
 void linear(CudaBackend &b, const Dispatch &d) {
+  if (linearLt(b, d))
+    return;
+  if (CudaBackend::hasBf16(d))
+    return b.runWidened(d);
   const TensorBinding &in = d.operands[0], &w = d.operands[1];
   const bool tr = d.step.transpose_rhs();
   // The preactivation is the result when it is not returned (GELU in place).
@@ -964,7 +1168,37 @@ void linear(CudaBackend &b, const Dispatch &d) {
     cuda::gelu(f32(pre), f32(d.results[0]), d.results[0].elements, b.stream);
 }
 
+/// LinearGeluGrad through one cuBLASLt product with its DGELU epilogue,
+/// the bias gradient from the epilogue when it has the result's type, else
+/// summed apart (an f32 gradient of bf16 activations).
+bool linearGeluGradLt(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &dz = d.results[0], &db = d.results[1],
+                      &pre = d.operands[2];
+  std::optional<device::RowMajorProduct> p = fusedProduct(d, dz);
+  if (!p || pre.dtype != dz.dtype)
+    return false;
+  const bool epilogueSums = db.dtype == dz.dtype;
+  p->epilogue = epilogueSums ? device::Epilogue::GeluGradBiasGrad
+                             : device::Epilogue::GeluGrad;
+  p->biasType = db.dtype;
+  if (!b.runLt(*p, {d.operands[0].data, d.operands[1].data, dz.data,
+                    epilogueSums ? db.data : nullptr, pre.data}))
+    return false;
+  if (!epilogueSums) {
+    const int64_t chunks = cuda::rowSumChunks(p->m);
+    auto *partials = static_cast<float *>(
+        b.scratch(uint64_t(chunks * p->n) * sizeof(float)));
+    cuda::sumRows(dz.data, dz.dtype == plan::DType::BF16, p->m, p->n, partials,
+                  f32(db), b.stream);
+  }
+  return true;
+}
+
 void linearGeluGrad(CudaBackend &b, const Dispatch &d) {
+  if (linearGeluGradLt(b, d))
+    return;
+  if (CudaBackend::hasBf16(d))
+    return b.runWidened(d);
   const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
                       &dz = d.results[0], &db = d.results[1];
   const bool tr = d.step.transpose_rhs();
@@ -1281,6 +1515,11 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   blasWorkspace = std::make_unique<DeviceBuffer>(kBlasWorkspaceBytes, usage);
   check(cublasSetWorkspace(blas, blasWorkspace->data(), kBlasWorkspaceBytes),
         "setting the workspace");
+  // cuBLASLt shares the workspace: both run in this stream's order.
+  if (const char *wanted = std::getenv("TPC_CUBLASLT");
+      !wanted || std::string(wanted) != "0")
+    lt = std::make_unique<cuda::BlasLt>(blasWorkspace->data(),
+                                        kBlasWorkspaceBytes);
   // Each product's compute type follows its step's precision (f32 unless
   // the plan asks for TF32 or bf16).
   auto set = [&](OpKind kind, CudaKernel kernel) {
@@ -1337,8 +1576,16 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::Convert, convert);
   // bf16 kernels of their own: products on the tensor cores (bf16 in,
   // bf16 or f32 out), conversions and copies. The rest run widened.
-  for (OpKind kind : {OpKind::Matmul, OpKind::Convert, OpKind::Reshape})
+  for (OpKind kind :
+       {OpKind::Matmul, OpKind::Convert, OpKind::Reshape, OpKind::Linear,
+        OpKind::LinearGeluGrad, OpKind::Attention, OpKind::AttentionGrad})
     bf16Kernels[size_t(kind)] = true;
+#ifdef TPC_HAVE_CUDNN
+  attentionLibrary = cuda::CudnnAttention::probe(ordinal);
+  if (device::whyNoCudnnAttention(attentionLibrary).empty())
+    cudnn = std::make_unique<cuda::CudnnAttention>(
+        stream, attentionLibrary.computeCapability);
+#endif
 #ifdef TPC_HAVE_NCCL
   for (OpKind kind :
        {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter,
@@ -1363,6 +1610,22 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
       throw std::logic_error(
           std::string("the cuda backend has no kernel for ") +
           opKindName(info.kind));
+}
+
+std::string CudaBackend::kernelLibraries() const {
+  std::string products =
+      lt ? lt->description() +
+               " (bias, GELU and GELU-gradient epilogues), cuBLAS otherwise"
+         : "cuBLAS (TPC_CUBLASLT=0)";
+  std::string attention;
+  if (std::string why = device::whyNoCudnnAttention(attentionLibrary);
+      !why.empty())
+    attention = "tpc's kernels (" + why + ")";
+  else
+    attention = "cuDNN " + std::to_string(attentionLibrary.version) +
+                " fused flash attention for bf16, tpc's kernels for f32 and "
+                "KV-cache steps";
+  return "products: " + products + "; attention: " + attention;
 }
 
 void CudaBackend::runWidened(const Dispatch &d) {
@@ -1456,7 +1719,11 @@ CudaBackend::~CudaBackend() {
   if (commStream)
     cudaStreamDestroy(commStream);
 #endif
+#ifdef TPC_HAVE_CUDNN
+  cudnn.reset();
+#endif
   workspace.reset();
+  lt.reset();
   if (blas)
     cublasDestroy(blas);
   blasWorkspace.reset();

@@ -126,6 +126,38 @@ __global__ void fromBf16Kernel(const uint16_t *in, float *out, int64_t count) {
   TPC_GRID_STRIDE(i, count) { out[i] = __uint_as_float(uint32_t(in[i]) << 16); }
 }
 
+/// One thread per column of a chunk of rows (consecutive threads read
+/// consecutive columns).
+template <class T>
+__global__ void sumRowChunksKernel(const T *in, int64_t rows, int64_t cols,
+                                   float *partials) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  if (col >= cols)
+    return;
+  const int64_t first = chunk * kRowSumChunk,
+                last = min(rows, first + kRowSumChunk);
+  float sum = 0.0f;
+  for (int64_t row = first; row < last; ++row) {
+    if constexpr (sizeof(T) == 2)
+      sum += __uint_as_float(uint32_t(in[row * cols + col]) << 16);
+    else
+      sum += in[row * cols + col];
+  }
+  partials[chunk * cols + col] = sum;
+}
+
+__global__ void sumChunksKernel(const float *partials, int64_t chunks,
+                                int64_t cols, float *out) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols)
+    return;
+  float sum = 0.0f;
+  for (int64_t chunk = 0; chunk < chunks; ++chunk)
+    sum += partials[chunk * cols + col];
+  out[col] = sum;
+}
+
 __global__ void fillKernel(float value, float *out, int64_t count) {
   TPC_GRID_STRIDE(i, count) { out[i] = value; }
 }
@@ -1147,6 +1179,26 @@ void roundBf16(float *data, int64_t count, cudaStream_t stream) {
 void fromBf16(const uint16_t *in, float *out, int64_t count,
               cudaStream_t stream) {
   fromBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, count);
+}
+void sumRows(const void *in, bool bf16, int64_t rows, int64_t cols,
+             float *partials, float *out, cudaStream_t stream) {
+  if (cols == 0)
+    return;
+  const int64_t chunks = rowSumChunks(rows);
+  const unsigned columnBlocks = unsigned((cols + kThreads - 1) / kThreads);
+  if (chunks == 0) {
+    fill(0.0f, out, cols, stream);
+    return;
+  }
+  const dim3 grid(columnBlocks, unsigned(chunks));
+  if (bf16)
+    sumRowChunksKernel<<<grid, kThreads, 0, stream>>>(
+        static_cast<const uint16_t *>(in), rows, cols, partials);
+  else
+    sumRowChunksKernel<<<grid, kThreads, 0, stream>>>(
+        static_cast<const float *>(in), rows, cols, partials);
+  sumChunksKernel<<<columnBlocks, kThreads, 0, stream>>>(partials, chunks, cols,
+                                                         out);
 }
 void fill(float value, float *out, int64_t count, cudaStream_t stream) {
   fillKernel<<<blocksFor(count), kThreads, 0, stream>>>(value, out, count);

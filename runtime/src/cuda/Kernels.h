@@ -64,6 +64,20 @@ void scatter(const float *in, float *out, int64_t base, int64_t count,
 void reduce(const float *in, float *out, int64_t count, const Indexing &index,
             const Indexing &inner, bool mean, cudaStream_t stream);
 
+/// The rows per partial sum of sumRows.
+inline constexpr int64_t kRowSumChunk = 128;
+/// The partial sums sumRows needs per column (its `partials` holds
+/// rowSumChunks(rows) * cols floats).
+inline int64_t rowSumChunks(int64_t rows) {
+  return (rows + kRowSumChunk - 1) / kRowSumChunk;
+}
+/// out[c] = the sum over the rows of in [rows, cols] (f32, or bf16 raw
+/// bits), accumulated in f32: each chunk of kRowSumChunk rows in order,
+/// then the chunks in order, so every run adds in the same order (no
+/// atomics).
+void sumRows(const void *in, bool bf16, int64_t rows, int64_t cols,
+             float *partials, float *out, cudaStream_t stream);
+
 void softmax(const float *x, float *y, int64_t rows, int64_t cols, bool causal,
              cudaStream_t stream);
 void softmaxGrad(const float *resultGrad, const float *result, float *out,

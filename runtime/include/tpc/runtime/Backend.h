@@ -138,6 +138,9 @@ public:
   /// How steps that use the grid reach other ranks, for the progress line
   /// ("host memory", "MPI staged through the host", "NCCL").
   virtual std::string collectivePath() const;
+  /// Which libraries and kernels compute the steps, chosen at start-up, for
+  /// the progress log and metrics ("products: OpenBLAS (Haswell), ...").
+  virtual std::string kernelLibraries() const;
 };
 
 /// Every device name, also one this build lacks (deviceBackend then says
