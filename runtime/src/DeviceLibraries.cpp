@@ -116,6 +116,8 @@ std::string describe(const GemmKey &key) {
     os << " (" << typeName(p.biasType) << " bias)";
   if (p.tf32)
     os << ", tf32";
+  if (p.accumulate)
+    os << ", accumulating";
   os << ", aligned " << key.alignLhs << '/' << key.alignRhs << '/'
      << key.alignOut;
   return os.str();

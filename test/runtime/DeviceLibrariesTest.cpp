@@ -201,6 +201,7 @@ TEST(DeviceLibraries, GemmKeysTellEveryFieldApart) {
   vary([](RowMajorProduct &p) { p.inType = DType::F32; });
   vary([](RowMajorProduct &p) { p.outType = DType::F32; });
   vary([](RowMajorProduct &p) { p.tf32 = true; });
+  vary([](RowMajorProduct &p) { p.accumulate = true; });
   vary([](RowMajorProduct &p) { p.epilogue = Epilogue::BiasGelu; });
   vary([](RowMajorProduct &p) { p.biasType = DType::F32; });
   vary([](RowMajorProduct &p) { p.epilogue = Epilogue::GeluGrad; });

@@ -211,7 +211,7 @@ bool BlasLt::run(const RowMajorProduct &product, const LtOperands &operands,
   if (product.hasAux())
     setDesc<uintptr_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                        reinterpret_cast<uintptr_t>(operands.aux));
-  const float beta = 0.0f;
+  const float beta = product.accumulate ? 1.0f : 0.0f;
   check(cublasLtMatmul(state->handle, desc, &operands.alpha, operands.rhs,
                        plan.a.get(), operands.lhs, plan.b.get(), &beta,
                        operands.out, plan.d.get(), operands.out, plan.d.get(),

@@ -1217,48 +1217,106 @@ void linearGeluGrad(CudaBackend &b, const Dispatch &d) {
 /// A chunked vocabulary head on the device (the cpu backend's ChunkedHead):
 /// chunk c's logits from the weight's rows or columns in place (a column
 /// block is a strided matrix), statistics merged per rank, then gathered.
+/// With bf16 input and weight (bf16 storage) the products run on them
+/// through cuBLASLt (bf16 in, f32 out); `native` is then false where
+/// cuBLASLt has no algorithm, and the caller runs the step widened.
 struct DeviceHead {
   DeviceHead(CudaBackend &b, const Dispatch &d)
       : b(b), d(d), tr(d.step.transpose_rhs()),
-        hidden(d.operands[0].shape.back()),
+        bf16(d.operands[0].dtype == plan::DType::BF16 &&
+             d.operands[1].dtype == plan::DType::BF16),
+        rounds(bf16 || d.bf16Products), hidden(d.operands[0].shape.back()),
         tokens(hidden ? d.operands[0].elements / hidden : 0),
         vocab(d.operands[1].shape[tr ? 0 : 1]),
         chunk(std::min<int64_t>(d.step.chunk(), std::max<int64_t>(vocab, 1))),
         block(vocabBlock(d, vocab)) {
     const int64_t chunks = (vocab + chunk - 1) / chunk;
-    const uint64_t logitsFloats = uint64_t(tokens * chunk),
-                   chunkStatFloats = uint64_t(3 * tokens * chunks),
-                   statFloats = uint64_t(3 * tokens),
-                   gatheredFloats = statFloats * uint64_t(block.blocks);
-    auto *base = static_cast<std::byte *>(b.scratch(
-        uint64_t(std::max<int64_t>(tokens, 1)) * sizeof(double) +
-        (logitsFloats + chunkStatFloats + statFloats + gatheredFloats) *
-            sizeof(float)));
+    const bool grad = d.step.kind() == OpKind::LinearCrossEntropyGrad;
+    // Each piece 256-byte aligned (cuBLASLt's preferred alignment).
+    auto bytes = [](uint64_t n) { return (n + 255) / 256 * 256; };
+    const uint64_t rowLossBytes =
+                       bytes(uint64_t(std::max<int64_t>(tokens, 1)) * 8),
+                   logitsBytes = bytes(uint64_t(tokens * chunk) * 4),
+                   chunkStatBytes = bytes(uint64_t(3 * tokens * chunks) * 4),
+                   statBytes = bytes(uint64_t(3 * tokens) * 4),
+                   gatheredBytes =
+                       bytes(uint64_t(3 * tokens * block.blocks) * 4),
+                   gradBf16Bytes =
+                       bf16 && grad ? bytes(uint64_t(tokens * chunk) * 2) : 0,
+                   accumulatorBytes =
+                       bf16 && grad && d.results[0].dtype == plan::DType::BF16
+                           ? bytes(uint64_t(tokens * hidden) * 4)
+                           : 0;
+    auto *base = static_cast<std::byte *>(
+        b.scratch(rowLossBytes + logitsBytes + chunkStatBytes + statBytes +
+                  gatheredBytes + gradBf16Bytes + accumulatorBytes));
     rowLoss = reinterpret_cast<double *>(base);
-    logits = reinterpret_cast<float *>(rowLoss + std::max<int64_t>(tokens, 1));
-    chunkStats = logits + logitsFloats;
-    stats = chunkStats + chunkStatFloats;
-    gathered = stats + statFloats;
+    base += rowLossBytes;
+    logits = reinterpret_cast<float *>(base);
+    base += logitsBytes;
+    chunkStats = reinterpret_cast<float *>(base);
+    base += chunkStatBytes;
+    stats = reinterpret_cast<float *>(base);
+    base += statBytes;
+    gathered = reinterpret_cast<float *>(base);
+    base += gatheredBytes;
+    gradBf16 = gradBf16Bytes ? reinterpret_cast<uint16_t *>(base) : nullptr;
+    base += gradBf16Bytes;
+    accumulator = accumulatorBytes ? reinterpret_cast<float *>(base) : nullptr;
   }
   int64_t chunks() const { return (vocab + chunk - 1) / chunk; }
   int64_t width(int64_t c) const { return std::min(chunk, vocab - c * chunk); }
   /// Chunk c's weight: its rows (transposed) or column block.
+  int64_t weightOffset(int64_t c) const {
+    return tr ? c * chunk * hidden : c * chunk;
+  }
   const float *weightAt(int64_t c) const {
-    return f32(d.operands[1]) + (tr ? c * chunk * hidden : c * chunk);
+    return f32(d.operands[1]) + weightOffset(c);
   }
   int64_t weightStride() const { return tr ? hidden : vocab; }
-  void computeLogits(int64_t c) {
-    gemm(b, d, tokens, width(c), hidden, f32(d.operands[0]), hidden, false,
-         weightAt(c), weightStride(), tr, logits, width(c), 0.0f);
-    if (d.bf16Products) // as stored bf16 logits would be
+  /// A bf16 product through cuBLASLt: out[m, n] (+)= op(lhs) op(rhs).
+  bool product(int64_t m, int64_t n, int64_t k, const void *lhs, int64_t ldl,
+               bool transposeLhs, const void *rhs, int64_t ldr,
+               bool transposeRhs, void *out, plan::DType outType, int64_t ldo,
+               bool accumulate) {
+    device::RowMajorProduct p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.transposeLhs = transposeLhs;
+    p.transposeRhs = transposeRhs;
+    p.ldLhs = ldl;
+    p.ldRhs = ldr;
+    p.ldOut = ldo;
+    p.inType = plan::DType::BF16;
+    p.outType = outType;
+    p.accumulate = accumulate;
+    return b.runLt(p, {lhs, rhs, out});
+  }
+  /// Chunk c's logits into `logits` (rounded to bf16 as stored bf16 logits
+  /// would be); false where cuBLASLt has no algorithm for a bf16 product.
+  bool computeLogits(int64_t c) {
+    if (bf16) {
+      if (!product(tokens, width(c), hidden, d.operands[0].data, hidden, false,
+                   d.operands[1].bf16() + weightOffset(c), weightStride(), tr,
+                   logits, plan::DType::F32, width(c), false))
+        return false;
+    } else {
+      gemm(b, d, tokens, width(c), hidden, f32(d.operands[0]), hidden, false,
+           weightAt(c), weightStride(), tr, logits, width(c), 0.0f);
+    }
+    if (rounds)
       cuda::roundBf16(logits, tokens * width(c), b.stream);
+    return true;
   }
   /// Every token's statistics over this rank's columns, merged over the
   /// chunks and gathered over the step's vocabulary axes ([blocks, tokens,
-  /// 3] in block order, as the unfused cross-entropy gathers them).
+  /// 3] in block order, as the unfused cross-entropy gathers them); null
+  /// where a bf16 product has no cuBLASLt algorithm.
   const float *gatheredStats() {
     for (int64_t c = 0; c < chunks(); ++c) {
-      computeLogits(c);
+      if (!computeLogits(c))
+        return nullptr;
       cuda::crossEntropyBlockStats(logits, i32(d.operands[2]), tokens, width(c),
                                    block.first + c * chunk,
                                    chunkStats + 3 * tokens * c, b.stream);
@@ -1281,39 +1339,92 @@ struct DeviceHead {
 
   CudaBackend &b;
   const Dispatch &d;
-  const bool tr;
+  const bool tr, bf16, rounds;
   const int64_t hidden, tokens, vocab, chunk;
   const VocabBlock block;
   double *rowLoss;
   float *logits, *chunkStats, *stats, *gathered;
+  /// bf16 storage: a chunk's logits gradient in bf16, and the f32 sum of
+  /// a bf16 input gradient over the chunks (rounded once at the end).
+  uint16_t *gradBf16;
+  float *accumulator;
 };
 
+/// Whether a head step's tensors suit DeviceHead as they are: all f32, or
+/// bf16 input and weight (their products through cuBLASLt).
+bool headTakesStoredTypes(const Dispatch &d) {
+  return !CudaBackend::hasBf16(d) ||
+         (d.operands[0].dtype == plan::DType::BF16 &&
+          d.operands[1].dtype == plan::DType::BF16);
+}
+
 void linearCrossEntropy(CudaBackend &b, const Dispatch &d) {
+  if (!headTakesStoredTypes(d))
+    return b.runWidened(d);
   DeviceHead head(b, d);
   const float *stats = head.gatheredStats();
+  if (!stats)
+    return b.runWidened(d);
   cuda::crossEntropyFromBlockStats(stats, head.block.blocks, head.tokens,
                                    head.rowLoss, f32(d.results[0]), b.stream);
 }
 
+/// The gradient's products for chunk c on bf16 storage: input_grad (f32
+/// sum) += grad op(weight)^T, and chunk c of weight_grad; false where
+/// cuBLASLt has no algorithm.
+bool headGradProductsBf16(DeviceHead &head, int64_t c, void *inputGradF32) {
+  const Dispatch &d = head.d;
+  const TensorBinding &weightGrad = d.results[1];
+  const int64_t h = head.hidden, t = head.tokens, w = head.width(c);
+  cuda::toBf16(head.logits, head.gradBf16, t * w, head.b.stream);
+  if (!head.product(t, h, w, head.gradBf16, w, false,
+                    d.operands[1].bf16() + head.weightOffset(c),
+                    head.weightStride(), !head.tr, inputGradF32,
+                    plan::DType::F32, h, c > 0))
+    return false;
+  const size_t gradBytes = dtypeSize(weightGrad.dtype);
+  if (head.tr) // rows of weight_grad [vocab, hidden]: grad^T input
+    return head.product(
+        w, h, t, head.gradBf16, w, true, d.operands[0].data, h, false,
+        weightGrad.data + size_t(c * head.chunk * h) * gradBytes,
+        weightGrad.dtype, h, false);
+  // a column block of weight_grad [hidden, vocab]: input^T grad
+  return head.product(h, w, t, d.operands[0].data, h, true, head.gradBf16, w,
+                      false,
+                      weightGrad.data + size_t(c * head.chunk) * gradBytes,
+                      weightGrad.dtype, head.vocab, false);
+}
+
 void linearCrossEntropyGrad(CudaBackend &b, const Dispatch &d) {
+  if (!headTakesStoredTypes(d))
+    return b.runWidened(d);
   DeviceHead head(b, d);
   const float *stats = head.gatheredStats();
+  if (!stats)
+    return b.runWidened(d);
   const TensorBinding &inputGrad = d.results[0], &weightGrad = d.results[1];
-  const float *input = f32(d.operands[0]);
   const int64_t h = head.hidden, t = head.tokens;
+  float *inputGradF32 = head.accumulator ? head.accumulator : f32(inputGrad);
   for (int64_t c = 0; c < head.chunks(); ++c) {
     const int64_t w = head.width(c);
-    head.computeLogits(c);
+    if (!head.computeLogits(c))
+      return b.runWidened(d);
     cuda::crossEntropyGradFromBlockStats(
         head.logits, i32(d.operands[2]), f32(d.operands[3]), stats,
         head.block.blocks, t, w, head.block.first + c * head.chunk, head.logits,
         b.stream);
-    if (d.bf16Products) // as a stored bf16 logits gradient would be
+    if (head.rounds) // as a stored bf16 logits gradient would be
       cuda::roundBf16(head.logits, t * w, b.stream);
+    if (head.bf16) {
+      if (!headGradProductsBf16(head, c, inputGradF32))
+        return b.runWidened(d);
+      continue;
+    }
     // input_grad (+)= grad op(weight)^T
     gemm(b, d, t, h, w, head.logits, w, false, head.weightAt(c),
          head.weightStride(), !head.tr, f32(inputGrad), h,
          c == 0 ? 0.0f : 1.0f);
+    const float *input = f32(d.operands[0]);
     if (head.tr) // rows of weight_grad [vocab, hidden]: grad^T input
       gemm(b, d, w, h, t, head.logits, w, true, input, h, false,
            f32(weightGrad) + c * head.chunk * h, h, 0.0f);
@@ -1321,6 +1432,8 @@ void linearCrossEntropyGrad(CudaBackend &b, const Dispatch &d) {
       gemm(b, d, h, w, t, input, h, true, head.logits, w, false,
            f32(weightGrad) + c * head.chunk, head.vocab, 0.0f);
   }
+  if (head.accumulator) // the bf16 input gradient, rounded once
+    cuda::toBf16(head.accumulator, inputGrad.bf16(), t * h, b.stream);
 }
 
 void normSquared(CudaBackend &b, const Dispatch &d) {

@@ -42,7 +42,7 @@ enum class Epilogue : uint8_t {
 };
 std::string_view epilogueName(Epilogue epilogue);
 
-/// out[m, n] = alpha op(lhs)[m, k] op(rhs)[k, n], then the epilogue, in
+/// out[m, n] (+)= alpha op(lhs)[m, k] op(rhs)[k, n], then the epilogue, in
 /// row-major terms: each matrix's rows `ld*` elements apart (a column block
 /// of a wider matrix has a larger one), `batches` products `stride*`
 /// elements apart.
@@ -56,6 +56,8 @@ struct RowMajorProduct {
   plan::DType inType = plan::DType::F32, outType = plan::DType::F32;
   /// TF32 products of f32 operands (the plan's precision = tf32).
   bool tf32 = false;
+  /// out += the product (beta 1) instead of out = it.
+  bool accumulate = false;
   Epilogue epilogue = Epilogue::None;
   /// The bias or bias gradient's element type (cuBLASLt's is the
   /// result's).
