@@ -98,6 +98,29 @@ func.func @head(%h: tensor<2x4x8xf32>, %w: tensor<48x8xf32>, %t: tensor<2x4xi32>
 
 // An untied [hidden, vocab] head in an evaluation (no gradient), and one
 // whose logits are also returned, which stays unfused.
+
+// -----
+
+// bf16 storage: the weight's gradient accumulates in f32 (its product's
+// type), the input's stays bf16.
+// CHECK-LABEL: func.func @head_bf16
+// CHECK: tp.linear_cross_entropy %arg0, %arg1, %arg2 {chunk = 32 : i64, transpose_rhs} : (tensor<2x4x8xbf16>, tensor<48x8xbf16>, tensor<2x4xi32>) -> tensor<f32>
+// CHECK: tp.linear_cross_entropy_grad %arg0, %arg1, %arg2, %arg3 {chunk = 32 : i64, transpose_rhs} : (tensor<2x4x8xbf16>, tensor<48x8xbf16>, tensor<2x4xi32>, tensor<f32>) -> (tensor<2x4x8xbf16>, tensor<48x8xf32>)
+// CHECK-NOT: tp.matmul
+func.func @head_bf16(%h: tensor<2x4x8xbf16>, %w: tensor<48x8xbf16>, %t: tensor<2x4xi32>, %dl: tensor<f32>)
+    -> (tensor<f32>, tensor<2x4x8xbf16>, tensor<48x8xf32>) {
+  %logits = tp.matmul %h, %w {transpose_rhs} : (tensor<2x4x8xbf16>, tensor<48x8xbf16>) -> tensor<2x4x48xbf16>
+  %loss = tp.cross_entropy %logits, %t : (tensor<2x4x48xbf16>, tensor<2x4xi32>) -> tensor<f32>
+  %g = tp.cross_entropy_grad %logits, %t, %dl : (tensor<2x4x48xbf16>, tensor<2x4xi32>, tensor<f32>) -> tensor<2x4x48xbf16>
+  %dh = tp.matmul %g, %w : (tensor<2x4x48xbf16>, tensor<48x8xbf16>) -> tensor<2x4x8xbf16>
+  %g2 = tp.reshape %g : (tensor<2x4x48xbf16>) -> tensor<8x48xbf16>
+  %h2 = tp.reshape %h : (tensor<2x4x8xbf16>) -> tensor<8x8xbf16>
+  %dw = tp.matmul %g2, %h2 {transpose_lhs} : (tensor<8x48xbf16>, tensor<8x8xbf16>) -> tensor<48x8xf32>
+  return %loss, %dh, %dw : tensor<f32>, tensor<2x4x8xbf16>, tensor<48x8xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @heads
 // CHECK: tp.linear_cross_entropy %arg0, %arg1, %arg2 {chunk = 16 : i64} : (tensor<8x8xf32>, tensor<8x16xf32>, tensor<8xi32>) -> tensor<f32>
 // CHECK: tp.cross_entropy

@@ -216,7 +216,8 @@ struct FuseLinearCrossEntropy : public OpRewritePattern<CrossEntropyOp> {
             m.getType() == input.getType() && !inputProduct)
           inputProduct = m;
         else if (m.getTransposeLhs() && !m.getTransposeRhs() &&
-                 m.getType() == weight.getType() && !weightProduct &&
+                 m.getType().getShape() == tensorType(weight).getShape() &&
+                 !weightProduct &&
                  throughReshapes(transposed ? m.getLhs() : m.getRhs()) ==
                      grad.getResult() &&
                  throughReshapes(transposed ? m.getRhs() : m.getLhs()) == input)
@@ -239,11 +240,14 @@ struct FuseLinearCrossEntropy : public OpRewritePattern<CrossEntropyOp> {
     if (grad) {
       // At the logits gradient: both products follow it.
       rewriter.setInsertionPoint(grad);
+      // The weight gradient keeps its product's type (f32 under bf16
+      // storage).
       auto fusedGrad = LinearCrossEntropyGradOp::create(
           rewriter,
           rewriter.getFusedLoc(
               {grad.getLoc(), inputProduct.getLoc(), weightProduct.getLoc()}),
-          input, weight, grad.getTargets(), grad.getLossGrad(),
+          TypeRange{inputProduct.getType(), weightProduct.getType()}, input,
+          weight, grad.getTargets(), grad.getLossGrad(),
           matmul.getTransposeRhsAttr(), chunkAttr, matmul.getPrecisionAttr());
       keepMarks(grad, fusedGrad);
       rewriter.replaceOp(inputProduct, fusedGrad.getInputGrad());

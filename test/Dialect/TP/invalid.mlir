@@ -1160,3 +1160,11 @@ func.func @head_targets(%h: tensor<4x8xf32>, %w: tensor<8x16xf32>, %t: tensor<5x
   %0 = tp.linear_cross_entropy %h, %w, %t {chunk = 8 : i64} : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<5xi32>) -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @linear_cross_entropy_grad_weight(%h: tensor<4x8xbf16>, %w: tensor<8x16xbf16>, %t: tensor<4xi32>, %dl: tensor<f32>) {
+  // expected-error @+1 {{input_grad must have the type of input and weight_grad the shape of weight}}
+  %0:2 = "tp.linear_cross_entropy_grad"(%h, %w, %t, %dl) {chunk = 8 : i64} : (tensor<4x8xbf16>, tensor<8x16xbf16>, tensor<4xi32>, tensor<f32>) -> (tensor<4x8xbf16>, tensor<16x8xf32>)
+  return
+}

@@ -646,9 +646,9 @@ LogicalResult LinearCrossEntropyGradOp::verify() {
           *this, {{"input", getInput()}, {"weight", getWeight()}})))
     return failure();
   if (getInputGrad().getType() != getInput().getType() ||
-      getWeightGrad().getType() != getWeight().getType())
-    return emitOpError() << "input_grad and weight_grad must have the types "
-                            "of input and weight";
+      shapeOf(getWeightGrad()) != shapeOf(getWeight()))
+    return emitOpError() << "input_grad must have the type of input and "
+                            "weight_grad the shape of weight";
   return success();
 }
 ShardingRule LinearCrossEntropyGradOp::getShardingRule() {
@@ -663,6 +663,9 @@ bool LinearCrossEntropyGradOp::isSplittableFactor(const ShardingRule &rule,
 // The incoming loss gradient is an f32 scalar.
 bool LinearCrossEntropyGradOp::readsOperandAsStored(unsigned index) {
   return index == 3;
+}
+bool LinearCrossEntropyGradOp::hasFreeResultType(unsigned index) {
+  return index == 1;
 }
 double LinearCrossEntropyGradOp::getProductFlops() {
   HeadDims dims = *headDims(*this);

@@ -319,10 +319,10 @@ def TP_LinearCrossEntropyOp : TP_ComputeOp<"linear_cross_entropy", [
 }
 
 def TP_LinearCrossEntropyGradOp : TP_ComputeOp<"linear_cross_entropy_grad", [
-    TP_InferResultShapes, TP_HasMatrixProducts,
+    TP_InferShapesFreeElementType, TP_HasMatrixProducts,
     DeclareOpInterfaceMethods<TP_VocabParallelOpInterface, ["getKernelGathers"]>,
     DeclareOpInterfaceMethods<TP_TokenMeanOpInterface>],
-    ["isSplittableFactor"], ["readsOperandAsStored"]> {
+    ["isSplittableFactor"], ["readsOperandAsStored", "hasFreeResultType"]> {
   let planOpKind = "LinearCrossEntropyGrad";
   let summary = "Gradients of tp.linear_cross_entropy w.r.t. input and weight";
   let description = [{
@@ -330,6 +330,8 @@ def TP_LinearCrossEntropyGradOp : TP_ComputeOp<"linear_cross_entropy_grad", [
     loss_grad)` recomputed `chunk` columns at a time (never stored):
     `input_grad = logits_grad weight^T` and `weight_grad = input^T
     logits_grad` (both in `weight`'s layout), each accumulating in f32.
+    `weight_grad` may be stored wider than the activations (an f32
+    gradient of bf16 ones).
   }];
   let arguments = (ins TP_FloatTensor:$input, TP_FloatTensor:$weight,
                        TP_IndexTensor:$targets, TP_F32Scalar:$loss_grad,
