@@ -19,8 +19,8 @@
 # and TORCH_DEVICE (default cuda: staged-cpu and cpu try the script on a
 # CPU), PEAK_TFLOPS (f32,tf32,bf16 dense peaks; default by GPU name, H100 and
 # H200 SXM: 67,495,989), DEADLINE (epoch seconds after which no run starts;
-# later ones are recorded as skipped) and RUN_TIMEOUT (seconds per run,
-# default 300).
+# later ones are recorded as skipped), RUN_TIMEOUT (seconds per run,
+# default 300) and SKIP (PyTorch runs to leave out, MODE:PRECISION ...).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$(cd "$1" && pwd)
@@ -29,7 +29,7 @@ runs=${RUNS:-gpt2-small:8:1024 gpt2-small:16:1024 llama-1b:4:2048}
 modes=${MODES:-eager compile} precisions=${PRECISIONS:-f32 bf16}
 tpc_precisions=${TPC_PRECISIONS:-f32 bf16} attention=${ATTENTION:-sdpa}
 device=${DEVICE:-cuda} torch_device=${TORCH_DEVICE:-cuda}
-deadline=${DEADLINE:-0} run_timeout=${RUN_TIMEOUT:-300}
+deadline=${DEADLINE:-0} run_timeout=${RUN_TIMEOUT:-300} skip=" ${SKIP:-} "
 warmup=3
 [ -f "$build/env.sh" ] && source "$build/env.sh"
 bin=$build/bin
@@ -91,6 +91,7 @@ for run in $runs; do
   done
   for mode in $modes; do
     for precision in $precisions; do
+      [[ $skip == *" $mode:$precision "* ]] && continue
       if ! in_time; then
         record "$model" "$batch" "$seq" torch "$mode" "$precision" '{"skipped": "deadline"}'
         continue

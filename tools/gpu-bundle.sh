@@ -38,6 +38,8 @@ mkdir -p "$out/bin" "$out/lib" "$out/lib/$arch/openmpi/lib" "$out/share" \
 touch "$out/$marker"
 cp "$build"/bin/{tp-run,tpc-tokenize,tpc-import,tpc-opt} \
   "$build/test/tpc-runtime-tests" "$out/bin/"
+# Symbols only weigh: the bundle must fit the device tool's carry limit.
+strip --strip-unneeded "$out"/bin/{tp-run,tpc-tokenize,tpc-import,tpc-opt,tpc-runtime-tests}
 cp /usr/bin/orterun "$out/bin/mpirun"
 cp /usr/bin/orted "$out/bin/"
 cp -r "$ompi/lib/openmpi3" "$out/lib/$arch/openmpi/lib/"
