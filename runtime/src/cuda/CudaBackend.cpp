@@ -505,7 +505,30 @@ void matmul(CudaBackend &b, const Dispatch &d) {
           "gemm");
 }
 
+cuda::Storage storageOf(const TensorBinding &t) {
+  return t.dtype == plan::DType::BF16 ? cuda::Storage::BF16
+                                      : cuda::Storage::F32;
+}
+
+/// The one storage of every float tensor of an elementwise step, or nullopt
+/// when they differ (the step then runs widened).
+std::optional<cuda::Storage> sharedStorage(const Dispatch &d) {
+  std::optional<plan::DType> type;
+  for (std::span<const TensorBinding> tensors : {d.operands, d.results})
+    for (const TensorBinding &t : tensors) {
+      if (t.dtype != plan::DType::F32 && t.dtype != plan::DType::BF16)
+        continue;
+      if (type && *type != t.dtype)
+        return std::nullopt;
+      type = t.dtype;
+    }
+  return type ? storageOf(d.results[0]) : cuda::Storage::F32;
+}
+
 template <cuda::Binary kKind> void binary(CudaBackend &b, const Dispatch &d) {
+  const std::optional<cuda::Storage> storage = sharedStorage(d);
+  if (!storage)
+    return b.runWidened(d);
   const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
                       &out = d.results[0];
   cuda::Indexing index = indexing(out.shape);
@@ -517,29 +540,49 @@ template <cuda::Binary kKind> void binary(CudaBackend &b, const Dispatch &d) {
   };
   align(lhs.shape, index.stride);
   align(rhs.shape, index.stride2);
-  cuda::binary(kKind, f32(lhs), f32(rhs), f32(out), out.elements, index,
-               b.stream);
+  const bool sameShapes = std::ranges::equal(lhs.shape, out.shape) &&
+                          std::ranges::equal(rhs.shape, out.shape);
+  cuda::binary(kKind, *storage, lhs.data, rhs.data, out.data, out.elements,
+               index, sameShapes, b.stream);
+}
+
+/// An elementwise step on its tensors' one storage (or widened): `run`
+/// launches the kernel.
+template <class Run>
+void elementwise(CudaBackend &b, const Dispatch &d, Run &&run) {
+  const std::optional<cuda::Storage> storage = sharedStorage(d);
+  if (!storage)
+    return b.runWidened(d);
+  run(*storage, d.results[0].elements);
 }
 
 void scale(CudaBackend &b, const Dispatch &d) {
-  cuda::scale(f32(d.operands[0]), static_cast<float>(d.step.factor()),
-              f32(d.results[0]), d.results[0].elements, b.stream);
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::scale(s, d.operands[0].data, static_cast<float>(d.step.factor()),
+                d.results[0].data, n, b.stream);
+  });
 }
 void gelu(CudaBackend &b, const Dispatch &d) {
-  cuda::gelu(f32(d.operands[0]), f32(d.results[0]), d.results[0].elements,
-             b.stream);
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::gelu(s, d.operands[0].data, d.results[0].data, n, b.stream);
+  });
 }
 void silu(CudaBackend &b, const Dispatch &d) {
-  cuda::silu(f32(d.operands[0]), f32(d.results[0]), d.results[0].elements,
-             b.stream);
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::silu(s, d.operands[0].data, d.results[0].data, n, b.stream);
+  });
 }
 void geluGrad(CudaBackend &b, const Dispatch &d) {
-  cuda::geluGrad(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
-                 d.results[0].elements, b.stream);
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::geluGrad(s, d.operands[0].data, d.operands[1].data, d.results[0].data,
+                   n, b.stream);
+  });
 }
 void siluGrad(CudaBackend &b, const Dispatch &d) {
-  cuda::siluGrad(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
-                 d.results[0].elements, b.stream);
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::siluGrad(s, d.operands[0].data, d.operands[1].data, d.results[0].data,
+                   n, b.stream);
+  });
 }
 void constant(CudaBackend &b, const Dispatch &d) {
   cuda::fill(static_cast<float>(d.step.value()), f32(d.results[0]),
@@ -569,8 +612,9 @@ void convert(CudaBackend &b, const Dispatch &d) {
 }
 
 /// out = in permuted: out dim i is in dim perm[i].
-void permute(CudaBackend &b, const float *in, std::span<const int64_t> inShape,
-             std::span<const int64_t> perm, float *out) {
+void permute(CudaBackend &b, cuda::Storage storage, const void *in,
+             std::span<const int64_t> inShape, std::span<const int64_t> perm,
+             void *out) {
   std::vector<int64_t> inStrides = stridesOf(inShape), outShape;
   for (int64_t p : perm)
     outShape.push_back(inShape[size_t(p)]);
@@ -580,7 +624,7 @@ void permute(CudaBackend &b, const float *in, std::span<const int64_t> inShape,
     index.stride[i] = inStrides[size_t(perm[i])];
     count *= outShape[i];
   }
-  cuda::gather(in, 0, out, count, index, b.stream);
+  cuda::gather(storage, in, 0, out, count, index, b.stream);
 }
 
 /// out = in[offsets...] (a block of `in` of out's shape).
@@ -593,7 +637,8 @@ void sliceAt(CudaBackend &b, const TensorBinding &in,
     index.stride[i] = inStrides[i];
     base += offsets[i] * inStrides[i];
   }
-  cuda::gather(f32(in), base, f32(out), out.elements, index, b.stream);
+  cuda::gather(storageOf(in), in.data, base, out.data, out.elements, index,
+               b.stream);
 }
 
 /// out[offsets...] = block; the rest of out is left as it is.
@@ -606,12 +651,13 @@ void insertAt(CudaBackend &b, const TensorBinding &block,
     index.stride[i] = outStrides[i];
     base += offsets[i] * outStrides[i];
   }
-  cuda::scatter(f32(block), f32(out), base, block.elements, index, b.stream);
+  cuda::scatter(storageOf(block), block.data, out.data, base, block.elements,
+                index, b.stream);
 }
 
 void transpose(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
-  permute(b, f32(in), in.shape, d.ints(), f32(out));
+  permute(b, storageOf(in), in.data, in.shape, d.ints(), out.data);
 }
 
 void slice(CudaBackend &b, const Dispatch &d) {
@@ -620,7 +666,8 @@ void slice(CudaBackend &b, const Dispatch &d) {
 
 void pad(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
-  cuda::fill(0.0f, f32(out), out.elements, b.stream);
+  // Zeros are zero bits in f32 and bf16 alike.
+  check(cudaMemsetAsync(out.data, 0, size_t(out.bytes()), b.stream), "pad");
   insertAt(b, d.operands[0], d.ints(), out);
 }
 
@@ -638,7 +685,8 @@ template <bool kMean> void reduce(CudaBackend &b, const Dispatch &d) {
   cuda::Indexing index = indexing(kept), inner = indexing(reduced);
   std::copy(keptStrides.begin(), keptStrides.end(), index.stride);
   std::copy(reducedStrides.begin(), reducedStrides.end(), inner.stride);
-  cuda::reduce(f32(in), f32(out), out.elements, index, inner, kMean, b.stream);
+  cuda::reduce(storageOf(in), in.data, storageOf(out), out.data, out.elements,
+               index, inner, kMean, b.stream);
 }
 
 void softmax(CudaBackend &b, const Dispatch &d) {
@@ -943,13 +991,17 @@ template <bool kLayer> void addNorm(CudaBackend &b, const Dispatch &d) {
 }
 
 void swiglu(CudaBackend &b, const Dispatch &d) {
-  cuda::swiglu(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
-               d.results[0].elements, b.stream);
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::swiglu(s, d.operands[0].data, d.operands[1].data, d.results[0].data,
+                 n, b.stream);
+  });
 }
 void swigluGrad(CudaBackend &b, const Dispatch &d) {
-  cuda::swigluGrad(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
-                   f32(d.results[0]), f32(d.results[1]), d.results[0].elements,
-                   b.stream);
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::swigluGrad(s, d.operands[0].data, d.operands[1].data,
+                     d.operands[2].data, d.results[0].data, d.results[1].data,
+                     n, b.stream);
+  });
 }
 
 void rotary(CudaBackend &b, const Dispatch &d) {
@@ -1518,7 +1570,7 @@ void allGather(CudaBackend &b, const Dispatch &d) {
                       b.nccl->group(axes), b.stream),
         "all-gather");
   const std::vector<int64_t> view = {n, outer, size, inner};
-  permute(b, gathered, view, kSwap01, f32(out));
+  permute(b, cuda::Storage::F32, gathered, view, kSwap01, f32(out));
 }
 
 void reduceScatter(CudaBackend &b, const Dispatch &d) {
@@ -1531,7 +1583,7 @@ void reduceScatter(CudaBackend &b, const Dispatch &d) {
   auto *blocks = static_cast<float *>(
       b.scratch(uint64_t(std::max<int64_t>(in.elements, 1)) * sizeof(float)));
   const std::vector<int64_t> view = {outer, n, size / n, inner};
-  permute(b, f32(in), view, kSwap01, blocks);
+  permute(b, cuda::Storage::F32, f32(in), view, kSwap01, blocks);
   check(ncclReduceScatter(blocks, out.data, size_t(out.elements), ncclFloat,
                           ncclSum, b.nccl->group(axes), b.stream),
         "reduce-scatter");
@@ -1547,7 +1599,7 @@ void allToAll(CudaBackend &b, const Dispatch &d) {
   auto *send = static_cast<float *>(b.scratch(
       uint64_t(std::max<int64_t>(2 * in.elements, 1)) * sizeof(float)));
   float *received = send + in.elements;
-  permute(b, f32(in), layout.chunked, layout.toFront, send);
+  permute(b, cuda::Storage::F32, f32(in), layout.chunked, layout.toFront, send);
   const size_t chunk = size_t(in.elements / n);
   ncclComm_t comm = b.nccl->group(axes);
   check(ncclGroupStart(), "all-to-all");
@@ -1560,7 +1612,8 @@ void allToAll(CudaBackend &b, const Dispatch &d) {
           "all-to-all receive");
   }
   check(ncclGroupEnd(), "all-to-all");
-  permute(b, received, layout.received, layout.fromFront, f32(out));
+  permute(b, cuda::Storage::F32, received, layout.received, layout.fromFront,
+          f32(out));
 }
 
 void ringShiftStart(CudaBackend &b, const Dispatch &d) {
@@ -1688,10 +1741,39 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::RingInsert, ringInsert);
   set(OpKind::Convert, convert);
   // bf16 kernels of their own: products on the tensor cores (bf16 in,
-  // bf16 or f32 out), conversions and copies. The rest run widened.
-  for (OpKind kind :
-       {OpKind::Matmul, OpKind::Convert, OpKind::Reshape, OpKind::Linear,
-        OpKind::LinearGeluGrad, OpKind::Attention, OpKind::AttentionGrad})
+  // bf16 or f32 out) with their epilogues, cuDNN's attention, elementwise
+  // kinds (16-byte loads), moves and reductions on their tensors' storage,
+  // conversions and copies. The rest (norms, rotary, embeddings, the
+  // unfused loss, collectives) run widened; so does a kind above whose
+  // tensors' types it does not take.
+  for (OpKind kind : {OpKind::Matmul,
+                      OpKind::Convert,
+                      OpKind::Reshape,
+                      OpKind::Linear,
+                      OpKind::LinearGeluGrad,
+                      OpKind::Attention,
+                      OpKind::AttentionGrad,
+                      OpKind::LinearCrossEntropy,
+                      OpKind::LinearCrossEntropyGrad,
+                      OpKind::Add,
+                      OpKind::Sub,
+                      OpKind::Mul,
+                      OpKind::Div,
+                      OpKind::Scale,
+                      OpKind::Gelu,
+                      OpKind::Silu,
+                      OpKind::GeluGrad,
+                      OpKind::SiluGrad,
+                      OpKind::Swiglu,
+                      OpKind::SwigluGrad,
+                      OpKind::Transpose,
+                      OpKind::Slice,
+                      OpKind::Pad,
+                      OpKind::ReduceSum,
+                      OpKind::ReduceMean,
+                      OpKind::LocalSplit,
+                      OpKind::RingSlice,
+                      OpKind::RingInsert})
     bf16Kernels[size_t(kind)] = true;
 #ifdef TPC_HAVE_CUDNN
   attentionLibrary = cuda::CudnnAttention::probe(ordinal);

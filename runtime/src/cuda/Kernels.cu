@@ -82,33 +82,144 @@ __device__ void maxAndSumOfExps(const float *in, int64_t count, float *shared,
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-__global__ void binaryKernel(Binary kind, const float *lhs, const float *rhs,
-                             float *out, int64_t count, Indexing index) {
+/// A stored element as f32: f32 as it is, bf16 (raw bits) exactly.
+__device__ inline float toFloat(float x) { return x; }
+__device__ inline float toFloat(uint16_t x) {
+  return __uint_as_float(uint32_t(x) << 16);
+}
+/// An f32 value stored as T: bf16 rounded to nearest even.
+template <class T> __device__ inline T fromFloat(float x);
+template <> __device__ inline float fromFloat<float>(float x) { return x; }
+template <> __device__ inline uint16_t fromFloat<uint16_t>(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+__device__ inline float applyBinary(Binary kind, float x, float y) {
+  switch (kind) {
+  case Binary::Add:
+    return x + y;
+  case Binary::Sub:
+    return x - y;
+  case Binary::Mul:
+    return x * y;
+  case Binary::Div:
+    return x / y;
+  }
+  return 0.0f;
+}
+
+/// Broadcasting binary ops: each output element's operands by strides.
+template <class T>
+__global__ void binaryKernel(Binary kind, const T *lhs, const T *rhs, T *out,
+                             int64_t count, Indexing index) {
   TPC_GRID_STRIDE(i, count) {
     int64_t a, b;
     offsetsOf(i, index, a, b);
-    const float x = lhs[a], y = rhs[b];
-    switch (kind) {
-    case Binary::Add:
-      out[i] = x + y;
-      break;
-    case Binary::Sub:
-      out[i] = x - y;
-      break;
-    case Binary::Mul:
-      out[i] = x * y;
-      break;
-    case Binary::Div:
-      out[i] = x / y;
-      break;
-    }
+    out[i] = fromFloat<T>(applyBinary(kind, toFloat(lhs[a]), toFloat(rhs[b])));
   }
 }
 
-__global__ void scaleKernel(const float *in, float factor, float *out,
-                            int64_t count) {
-  TPC_GRID_STRIDE(i, count) { out[i] = in[i] * factor; }
+/// The pointers of an elementwise kernel: kIn inputs and kOut outputs of
+/// one storage type and shape.
+template <class T, int kIn, int kOut> struct MapArgs {
+  const T *in[kIn];
+  T *out[kOut];
+};
+
+/// Elementwise over same-shape tensors: `f(x, y)` computes kOut f32 values
+/// from kIn. With `vectorised` (every pointer 16-byte aligned) each thread
+/// moves 16 bytes per tensor at a time (8 bf16 or 4 f32 elements), the
+/// remainder element by element. Each element's arithmetic is the same
+/// either way; outputs may alias inputs (each element is read first).
+template <class T, int kIn, int kOut, class F>
+__global__ void mapKernel(MapArgs<T, kIn, kOut> args, int64_t count,
+                          bool vectorised, F f) {
+  constexpr int kWidth = int(16 / sizeof(T));
+  const int64_t packs = vectorised ? count / kWidth : 0;
+  TPC_GRID_STRIDE(p, packs) {
+    uint4 in[kIn], out[kOut];
+    for (int k = 0; k < kIn; ++k)
+      in[k] = reinterpret_cast<const uint4 *>(args.in[k])[p];
+    for (int j = 0; j < kWidth; ++j) {
+      float x[kIn], y[kOut];
+      for (int k = 0; k < kIn; ++k)
+        x[k] = toFloat(reinterpret_cast<const T *>(&in[k])[j]);
+      f(x, y);
+      for (int o = 0; o < kOut; ++o)
+        reinterpret_cast<T *>(&out[o])[j] = fromFloat<T>(y[o]);
+    }
+    for (int o = 0; o < kOut; ++o)
+      reinterpret_cast<uint4 *>(args.out[o])[p] = out[o];
+  }
+  const int64_t done = packs * kWidth;
+  TPC_GRID_STRIDE(t, count - done) {
+    const int64_t i = done + t;
+    float x[kIn], y[kOut];
+    for (int k = 0; k < kIn; ++k)
+      x[k] = toFloat(args.in[k][i]);
+    f(x, y);
+    for (int o = 0; o < kOut; ++o)
+      args.out[o][i] = fromFloat<T>(y[o]);
+  }
 }
+
+constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+struct BinaryOp {
+  Binary kind;
+  __device__ void operator()(const float *x, float *y) const {
+    y[0] = applyBinary(kind, x[0], x[1]);
+  }
+};
+struct ScaleOp {
+  float factor;
+  __device__ void operator()(const float *x, float *y) const {
+    y[0] = x[0] * factor;
+  }
+};
+struct GeluOp {
+  __device__ void operator()(const float *in, float *y) const {
+    const float x = in[0];
+    y[0] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
+  }
+};
+/// (result_grad, input) -> input_grad.
+struct GeluGradOp {
+  __device__ void operator()(const float *in, float *y) const {
+    const float x = in[1];
+    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    y[0] = in[0] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+};
+struct SiluOp {
+  __device__ void operator()(const float *in, float *y) const {
+    const float x = in[0];
+    y[0] = x / (1.0f + expf(-x));
+  }
+};
+struct SiluGradOp {
+  __device__ void operator()(const float *in, float *y) const {
+    const float x = in[1], s = 1.0f / (1.0f + expf(-x));
+    y[0] = in[0] * s * (1.0f + x * (1.0f - s));
+  }
+};
+/// (gate, up) -> silu(gate) * up.
+struct SwigluOp {
+  __device__ void operator()(const float *in, float *y) const {
+    const float x = in[0];
+    y[0] = x / (1.0f + expf(-x)) * in[1];
+  }
+};
+/// (result_grad, gate, up) -> (gate_grad, up_grad).
+struct SwigluGradOp {
+  __device__ void operator()(const float *in, float *y) const {
+    const float x = in[1], s = 1.0f / (1.0f + expf(-x)), dy = in[0];
+    y[0] = dy * in[2] * s * (1.0f + x * (1.0f - s));
+    y[1] = dy * x * s;
+  }
+};
 
 __global__ void toBf16Kernel(const float *in, uint16_t *out, int64_t count) {
   TPC_GRID_STRIDE(i, count) {
@@ -162,66 +273,13 @@ __global__ void fillKernel(float value, float *out, int64_t count) {
   TPC_GRID_STRIDE(i, count) { out[i] = value; }
 }
 
-constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-
-__global__ void geluKernel(const float *in, float *out, int64_t count) {
-  TPC_GRID_STRIDE(i, count) {
-    const float x = in[i];
-    out[i] =
-        0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
-  }
-}
-
-__global__ void geluGradKernel(const float *grad, const float *in, float *out,
-                               int64_t count) {
-  TPC_GRID_STRIDE(i, count) {
-    const float x = in[i];
-    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    out[i] = grad[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-  }
-}
-
-__global__ void siluKernel(const float *in, float *out, int64_t count) {
-  TPC_GRID_STRIDE(i, count) {
-    const float x = in[i];
-    out[i] = x / (1.0f + expf(-x));
-  }
-}
-
-__global__ void siluGradKernel(const float *grad, const float *in, float *out,
-                               int64_t count) {
-  TPC_GRID_STRIDE(i, count) {
-    const float x = in[i], s = 1.0f / (1.0f + expf(-x));
-    out[i] = grad[i] * s * (1.0f + x * (1.0f - s));
-  }
-}
-
-__global__ void swigluKernel(const float *gate, const float *up, float *out,
-                             int64_t count) {
-  TPC_GRID_STRIDE(i, count) {
-    const float x = gate[i];
-    out[i] = x / (1.0f + expf(-x)) * up[i];
-  }
-}
-
-__global__ void swigluGradKernel(const float *grad, const float *gate,
-                                 const float *up, float *gateGrad,
-                                 float *upGrad, int64_t count) {
-  TPC_GRID_STRIDE(i, count) {
-    const float x = gate[i], s = 1.0f / (1.0f + expf(-x)), dy = grad[i];
-    gateGrad[i] = dy * up[i] * s * (1.0f + x * (1.0f - s));
-    upGrad[i] = dy * x * s;
-  }
-}
-
 //===----------------------------------------------------------------------===//
 // Layout
 //===----------------------------------------------------------------------===//
 
-__global__ void gatherKernel(const float *in, int64_t base, float *out,
-                             int64_t count, Indexing index) {
+template <class T>
+__global__ void gatherKernel(const T *in, int64_t base, T *out, int64_t count,
+                             Indexing index) {
   TPC_GRID_STRIDE(i, count) {
     int64_t from, unused;
     offsetsOf(i, index, from, unused);
@@ -229,8 +287,9 @@ __global__ void gatherKernel(const float *in, int64_t base, float *out,
   }
 }
 
-__global__ void scatterKernel(const float *in, float *out, int64_t base,
-                              int64_t count, Indexing index) {
+template <class T>
+__global__ void scatterKernel(const T *in, T *out, int64_t base, int64_t count,
+                              Indexing index) {
   TPC_GRID_STRIDE(i, count) {
     int64_t to, unused;
     offsetsOf(i, index, to, unused);
@@ -246,10 +305,10 @@ __global__ void scatterKernel(const float *in, float *out, int64_t base,
 /// Outputs whose reduced terms are contiguous in memory (the innermost
 /// reduced dim has stride 1): one warp per output, lanes over the terms, then
 /// a fixed shuffle tree.
-__global__ void reduceContiguousKernel(const float *in, float *out,
-                                       int64_t count, Indexing index,
-                                       Indexing inner, int64_t reduced,
-                                       bool mean) {
+template <class In, class Out>
+__global__ void reduceContiguousKernel(const In *in, Out *out, int64_t count,
+                                       Indexing index, Indexing inner,
+                                       int64_t reduced, bool mean) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
@@ -260,12 +319,12 @@ __global__ void reduceContiguousKernel(const float *in, float *out,
     for (int64_t j = lane; j < reduced; j += 32) {
       int64_t offset, unused2;
       offsetsOf(j, inner, offset, unused2);
-      sum += in[base + offset];
+      sum += toFloat(in[base + offset]);
     }
     for (int width = 16; width > 0; width /= 2)
       sum += __shfl_down_sync(0xffffffffu, sum, width);
     if (lane == 0)
-      out[i] = float(mean ? sum / double(reduced) : sum);
+      out[i] = fromFloat<Out>(float(mean ? sum / double(reduced) : sum));
   }
 }
 
@@ -281,7 +340,8 @@ static unsigned tilesFor(int64_t outputs) {
 /// Every other reduction: a block sums kTileOutputs consecutive outputs
 /// (adjacent in memory in the common case, so a warp's reads coalesce), each
 /// over kTileLanes lanes of terms, whose partial sums it adds in lane order.
-__global__ void reduceTiledKernel(const float *in, float *out, int64_t count,
+template <class In, class Out>
+__global__ void reduceTiledKernel(const In *in, Out *out, int64_t count,
                                   Indexing index, Indexing inner,
                                   int64_t reduced, bool mean) {
   __shared__ double partial[kTileLanes][kTileOutputs];
@@ -297,7 +357,7 @@ __global__ void reduceTiledKernel(const float *in, float *out, int64_t count,
       for (int64_t j = lane; j < reduced; j += kTileLanes) {
         int64_t offset, unused2;
         offsetsOf(j, inner, offset, unused2);
-        sum += in[base + offset];
+        sum += toFloat(in[base + offset]);
       }
     }
     partial[lane][column] = sum;
@@ -305,7 +365,7 @@ __global__ void reduceTiledKernel(const float *in, float *out, int64_t count,
     if (lane == 0 && i < count) {
       for (int l = 1; l < kTileLanes; ++l)
         sum += partial[l][column];
-      out[i] = float(mean ? sum / double(reduced) : sum);
+      out[i] = fromFloat<Out>(float(mean ? sum / double(reduced) : sum));
     }
     __syncthreads();
   }
@@ -1159,15 +1219,87 @@ __global__ void attentionKeyValueGradKernel(
 // Launchers
 //===----------------------------------------------------------------------===//
 
-void binary(Binary kind, const float *lhs, const float *rhs, float *out,
-            int64_t count, const Indexing &index, cudaStream_t stream) {
-  binaryKernel<<<blocksFor(count), kThreads, 0, stream>>>(kind, lhs, rhs, out,
-                                                          count, index);
+namespace {
+/// Launches mapKernel on T storage, vectorised when every pointer is
+/// 16-byte aligned.
+template <class T, int kIn, int kOut, class F>
+void mapAs(const void *const (&in)[kIn], void *const (&out)[kOut],
+           int64_t count, cudaStream_t stream, F f) {
+  if (count == 0)
+    return;
+  MapArgs<T, kIn, kOut> args;
+  bool aligned = true;
+  for (int k = 0; k < kIn; ++k) {
+    args.in[k] = static_cast<const T *>(in[k]);
+    aligned &= reinterpret_cast<uintptr_t>(in[k]) % 16 == 0;
+  }
+  for (int o = 0; o < kOut; ++o) {
+    args.out[o] = static_cast<T *>(out[o]);
+    aligned &= reinterpret_cast<uintptr_t>(out[o]) % 16 == 0;
+  }
+  constexpr int64_t kWidth = int64_t(16 / sizeof(T));
+  const int64_t work = aligned ? count / kWidth + count % kWidth : count;
+  mapKernel<<<blocksFor(work), kThreads, 0, stream>>>(args, count, aligned, f);
 }
-void scale(const float *in, float factor, float *out, int64_t count,
-           cudaStream_t stream) {
-  scaleKernel<<<blocksFor(count), kThreads, 0, stream>>>(in, factor, out,
-                                                         count);
+template <int kIn, int kOut, class F>
+void map(Storage storage, const void *const (&in)[kIn],
+         void *const (&out)[kOut], int64_t count, cudaStream_t stream, F f) {
+  if (storage == Storage::BF16)
+    mapAs<uint16_t>(in, out, count, stream, f);
+  else
+    mapAs<float>(in, out, count, stream, f);
+}
+
+} // namespace
+
+void binary(Binary kind, Storage storage, const void *lhs, const void *rhs,
+            void *out, int64_t count, const Indexing &index, bool sameShapes,
+            cudaStream_t stream) {
+  if (sameShapes) {
+    map(storage, {lhs, rhs}, {out}, count, stream, BinaryOp{kind});
+    return;
+  }
+  if (count == 0)
+    return;
+  if (storage == Storage::BF16)
+    binaryKernel<<<blocksFor(count), kThreads, 0, stream>>>(
+        kind, static_cast<const uint16_t *>(lhs),
+        static_cast<const uint16_t *>(rhs), static_cast<uint16_t *>(out), count,
+        index);
+  else
+    binaryKernel<<<blocksFor(count), kThreads, 0, stream>>>(
+        kind, static_cast<const float *>(lhs), static_cast<const float *>(rhs),
+        static_cast<float *>(out), count, index);
+}
+void scale(Storage storage, const void *in, float factor, void *out,
+           int64_t count, cudaStream_t stream) {
+  map(storage, {in}, {out}, count, stream, ScaleOp{factor});
+}
+void gelu(Storage storage, const void *in, void *out, int64_t count,
+          cudaStream_t stream) {
+  map(storage, {in}, {out}, count, stream, GeluOp{});
+}
+void silu(Storage storage, const void *in, void *out, int64_t count,
+          cudaStream_t stream) {
+  map(storage, {in}, {out}, count, stream, SiluOp{});
+}
+void geluGrad(Storage storage, const void *grad, const void *input, void *out,
+              int64_t count, cudaStream_t stream) {
+  map(storage, {grad, input}, {out}, count, stream, GeluGradOp{});
+}
+void siluGrad(Storage storage, const void *grad, const void *input, void *out,
+              int64_t count, cudaStream_t stream) {
+  map(storage, {grad, input}, {out}, count, stream, SiluGradOp{});
+}
+void swiglu(Storage storage, const void *gate, const void *up, void *out,
+            int64_t count, cudaStream_t stream) {
+  map(storage, {gate, up}, {out}, count, stream, SwigluOp{});
+}
+void swigluGrad(Storage storage, const void *grad, const void *gate,
+                const void *up, void *gateGrad, void *upGrad, int64_t count,
+                cudaStream_t stream) {
+  map(storage, {grad, gate, up}, {gateGrad, upGrad}, count, stream,
+      SwigluGradOp{});
 }
 void toBf16(const float *in, uint16_t *out, int64_t count,
             cudaStream_t stream) {
@@ -1203,58 +1335,69 @@ void sumRows(const void *in, bool bf16, int64_t rows, int64_t cols,
 void fill(float value, float *out, int64_t count, cudaStream_t stream) {
   fillKernel<<<blocksFor(count), kThreads, 0, stream>>>(value, out, count);
 }
-void gelu(const float *in, float *out, int64_t count, cudaStream_t stream) {
-  geluKernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, count);
+void gather(Storage storage, const void *in, int64_t base, void *out,
+            int64_t count, const Indexing &index, cudaStream_t stream) {
+  if (count == 0)
+    return;
+  if (storage == Storage::BF16)
+    gatherKernel<<<blocksFor(count), kThreads, 0, stream>>>(
+        static_cast<const uint16_t *>(in), base, static_cast<uint16_t *>(out),
+        count, index);
+  else
+    gatherKernel<<<blocksFor(count), kThreads, 0, stream>>>(
+        static_cast<const float *>(in), base, static_cast<float *>(out), count,
+        index);
 }
-void silu(const float *in, float *out, int64_t count, cudaStream_t stream) {
-  siluKernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, count);
+void scatter(Storage storage, const void *in, void *out, int64_t base,
+             int64_t count, const Indexing &index, cudaStream_t stream) {
+  if (count == 0)
+    return;
+  if (storage == Storage::BF16)
+    scatterKernel<<<blocksFor(count), kThreads, 0, stream>>>(
+        static_cast<const uint16_t *>(in), static_cast<uint16_t *>(out), base,
+        count, index);
+  else
+    scatterKernel<<<blocksFor(count), kThreads, 0, stream>>>(
+        static_cast<const float *>(in), static_cast<float *>(out), base, count,
+        index);
 }
-void geluGrad(const float *grad, const float *input, float *out, int64_t count,
-              cudaStream_t stream) {
-  geluGradKernel<<<blocksFor(count), kThreads, 0, stream>>>(grad, input, out,
-                                                            count);
-}
-void siluGrad(const float *grad, const float *input, float *out, int64_t count,
-              cudaStream_t stream) {
-  siluGradKernel<<<blocksFor(count), kThreads, 0, stream>>>(grad, input, out,
-                                                            count);
-}
-void swiglu(const float *gate, const float *up, float *out, int64_t count,
-            cudaStream_t stream) {
-  swigluKernel<<<blocksFor(count), kThreads, 0, stream>>>(gate, up, out, count);
-}
-void swigluGrad(const float *grad, const float *gate, const float *up,
-                float *gateGrad, float *upGrad, int64_t count,
-                cudaStream_t stream) {
-  swigluGradKernel<<<blocksFor(count), kThreads, 0, stream>>>(
-      grad, gate, up, gateGrad, upGrad, count);
-}
-void gather(const float *in, int64_t base, float *out, int64_t count,
-            const Indexing &index, cudaStream_t stream) {
-  gatherKernel<<<blocksFor(count), kThreads, 0, stream>>>(in, base, out, count,
-                                                          index);
-}
-void scatter(const float *in, float *out, int64_t base, int64_t count,
-             const Indexing &index, cudaStream_t stream) {
-  scatterKernel<<<blocksFor(count), kThreads, 0, stream>>>(in, out, base, count,
-                                                           index);
-}
-void reduce(const float *in, float *out, int64_t count, const Indexing &index,
-            const Indexing &inner, bool mean, cudaStream_t stream) {
+
+namespace {
+template <class In, class Out>
+void reduceAs(const void *in, void *out, int64_t count, const Indexing &index,
+              const Indexing &inner, bool mean, cudaStream_t stream) {
   int64_t reduced = 1;
   for (int d = 0; d < inner.rank; ++d)
     reduced *= inner.size[d];
-  if (count == 0)
-    return;
   const bool contiguous = inner.rank > 0 && inner.stride[inner.rank - 1] == 1 &&
                           inner.size[inner.rank - 1] >= 32;
   if (contiguous) {
     reduceContiguousKernel<<<blocksFor(count * 32), kThreads, 0, stream>>>(
-        in, out, count, index, inner, reduced, mean);
+        static_cast<const In *>(in), static_cast<Out *>(out), count, index,
+        inner, reduced, mean);
     return;
   }
   reduceTiledKernel<<<tilesFor(count), kTileThreads, 0, stream>>>(
-      in, out, count, index, inner, reduced, mean);
+      static_cast<const In *>(in), static_cast<Out *>(out), count, index, inner,
+      reduced, mean);
+}
+} // namespace
+
+void reduce(Storage inStorage, const void *in, Storage outStorage, void *out,
+            int64_t count, const Indexing &index, const Indexing &inner,
+            bool mean, cudaStream_t stream) {
+  if (count == 0)
+    return;
+  const bool bf16In = inStorage == Storage::BF16,
+             bf16Out = outStorage == Storage::BF16;
+  if (bf16In && bf16Out)
+    reduceAs<uint16_t, uint16_t>(in, out, count, index, inner, mean, stream);
+  else if (bf16In)
+    reduceAs<uint16_t, float>(in, out, count, index, inner, mean, stream);
+  else if (bf16Out)
+    reduceAs<float, uint16_t>(in, out, count, index, inner, mean, stream);
+  else
+    reduceAs<float, float>(in, out, count, index, inner, mean, stream);
 }
 void softmax(const float *x, float *y, int64_t rows, int64_t cols, bool causal,
              cudaStream_t stream) {

@@ -23,12 +23,47 @@ struct Indexing {
 };
 
 enum class Binary : int { Add, Sub, Mul, Div };
+/// How a tensor's elements are stored: f32, or bf16 as raw bits. Typed
+/// kernels load each element as f32, compute in f32 and round each result
+/// once into its storage (the CPU backend's mixed-precision rule).
+enum class Storage : int { F32, BF16 };
+
 /// out[i] = lhs[a(i)] op rhs[b(i)]: `index.size` is out's shape, `stride`
-/// lhs's and `stride2` rhs's strides (0 on broadcast dims).
-void binary(Binary kind, const float *lhs, const float *rhs, float *out,
-            int64_t count, const Indexing &index, cudaStream_t stream);
-void scale(const float *in, float factor, float *out, int64_t count,
-           cudaStream_t stream);
+/// lhs's and `stride2` rhs's strides (0 on broadcast dims). With
+/// `sameShapes` (no broadcast) it moves 16 bytes per tensor at a time.
+void binary(Binary kind, Storage storage, const void *lhs, const void *rhs,
+            void *out, int64_t count, const Indexing &index, bool sameShapes,
+            cudaStream_t stream);
+inline void binary(Binary kind, const float *lhs, const float *rhs, float *out,
+                   int64_t count, const Indexing &index, cudaStream_t stream) {
+  binary(kind, Storage::F32, lhs, rhs, out, count, index, false, stream);
+}
+/// Elementwise kinds over same-shape tensors of one storage, 16 bytes per
+/// tensor at a time where every pointer is 16-byte aligned.
+void scale(Storage storage, const void *in, float factor, void *out,
+           int64_t count, cudaStream_t stream);
+void gelu(Storage storage, const void *in, void *out, int64_t count,
+          cudaStream_t stream);
+void silu(Storage storage, const void *in, void *out, int64_t count,
+          cudaStream_t stream);
+void geluGrad(Storage storage, const void *resultGrad, const void *input,
+              void *out, int64_t count, cudaStream_t stream);
+void siluGrad(Storage storage, const void *resultGrad, const void *input,
+              void *out, int64_t count, cudaStream_t stream);
+/// out = silu(gate) * up; and its gradients (cpu::swiglu, swigluGrad).
+void swiglu(Storage storage, const void *gate, const void *up, void *out,
+            int64_t count, cudaStream_t stream);
+void swigluGrad(Storage storage, const void *resultGrad, const void *gate,
+                const void *up, void *gateGrad, void *upGrad, int64_t count,
+                cudaStream_t stream);
+inline void gelu(const float *in, float *out, int64_t count,
+                 cudaStream_t stream) {
+  gelu(Storage::F32, in, out, count, stream);
+}
+inline void geluGrad(const float *resultGrad, const float *input, float *out,
+                     int64_t count, cudaStream_t stream) {
+  geluGrad(Storage::F32, resultGrad, input, out, count, stream);
+}
 /// out[i] = in[i] rounded to bfloat16 (to nearest even), as raw bits.
 void toBf16(const float *in, uint16_t *out, int64_t count, cudaStream_t stream);
 /// data[i] rounded to bfloat16 and back, in place (what storing a bf16
@@ -38,31 +73,35 @@ void roundBf16(float *data, int64_t count, cudaStream_t stream);
 void fromBf16(const uint16_t *in, float *out, int64_t count,
               cudaStream_t stream);
 void fill(float value, float *out, int64_t count, cudaStream_t stream);
-void gelu(const float *in, float *out, int64_t count, cudaStream_t stream);
-void silu(const float *in, float *out, int64_t count, cudaStream_t stream);
-void geluGrad(const float *resultGrad, const float *input, float *out,
-              int64_t count, cudaStream_t stream);
-void siluGrad(const float *resultGrad, const float *input, float *out,
-              int64_t count, cudaStream_t stream);
-/// out = silu(gate) * up; and its gradients (cpu::swiglu, swigluGrad).
-void swiglu(const float *gate, const float *up, float *out, int64_t count,
-            cudaStream_t stream);
-void swigluGrad(const float *resultGrad, const float *gate, const float *up,
-                float *gateGrad, float *upGrad, int64_t count,
-                cudaStream_t stream);
 
 /// out[i] = in[j(i)]: `index.size` is out's shape, `stride` in's stride of
 /// each out dim (a permutation or a slice), plus `base`.
-void gather(const float *in, int64_t base, float *out, int64_t count,
-            const Indexing &index, cudaStream_t stream);
+void gather(Storage storage, const void *in, int64_t base, void *out,
+            int64_t count, const Indexing &index, cudaStream_t stream);
+inline void gather(const float *in, int64_t base, float *out, int64_t count,
+                   const Indexing &index, cudaStream_t stream) {
+  gather(Storage::F32, in, base, out, count, index, stream);
+}
 /// out[j(i)] = in[i] over in's elements (a pad's interior); the rest of out
 /// is left as it is. `index.size` is in's shape, `stride` out's strides.
-void scatter(const float *in, float *out, int64_t base, int64_t count,
-             const Indexing &index, cudaStream_t stream);
+void scatter(Storage storage, const void *in, void *out, int64_t base,
+             int64_t count, const Indexing &index, cudaStream_t stream);
+inline void scatter(const float *in, float *out, int64_t base, int64_t count,
+                    const Indexing &index, cudaStream_t stream) {
+  scatter(Storage::F32, in, out, base, count, index, stream);
+}
 /// Sum (or mean) of `reduced` elements per output element: `index.size` and
-/// `stride` walk the kept dims (out's shape), `inner` the reduced ones.
-void reduce(const float *in, float *out, int64_t count, const Indexing &index,
-            const Indexing &inner, bool mean, cudaStream_t stream);
+/// `stride` walk the kept dims (out's shape), `inner` the reduced ones;
+/// accumulated in double, in a fixed order.
+void reduce(Storage inStorage, const void *in, Storage outStorage, void *out,
+            int64_t count, const Indexing &index, const Indexing &inner,
+            bool mean, cudaStream_t stream);
+inline void reduce(const float *in, float *out, int64_t count,
+                   const Indexing &index, const Indexing &inner, bool mean,
+                   cudaStream_t stream) {
+  reduce(Storage::F32, in, Storage::F32, out, count, index, inner, mean,
+         stream);
+}
 
 /// The rows per partial sum of sumRows.
 inline constexpr int64_t kRowSumChunk = 128;
