@@ -921,14 +921,33 @@ template <bool kLayer> void normGradSplit(CudaBackend &b, const Dispatch &d) {
 }
 #endif
 
+/// Whether a norm step runs on its stored tensors: activations (and their
+/// gradients) of one storage, gains and parameter gradients f32, the
+/// features on this rank (a feature-split norm runs f32 tensors only).
+bool normTakesStoredTypes(const Dispatch &d,
+                          std::initializer_list<const TensorBinding *> acts,
+                          std::initializer_list<const TensorBinding *> f32s) {
+  if (!CudaBackend::hasBf16(d))
+    return true;
+  if (!d.ints().empty())
+    return false;
+  const plan::DType type = (*acts.begin())->dtype;
+  return std::all_of(
+             acts.begin(), acts.end(),
+             [&](const TensorBinding *t) { return t->dtype == type; }) &&
+         std::all_of(f32s.begin(), f32s.end(), [](const TensorBinding *t) {
+           return t->dtype == plan::DType::F32;
+         });
+}
+
 void layerNorm(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
 #ifdef TPC_HAVE_NCCL
   if (!d.ints().empty())
     return normSplit(b, d, f32(d.operands[2]));
 #endif
-  cuda::norm(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
-             f32(out), rowsOf(out), out.shape.back(),
+  cuda::norm(storageOf(out), d.operands[0].data, f32(d.operands[1]),
+             f32(d.operands[2]), out.data, rowsOf(out), out.shape.back(),
              static_cast<float>(d.step.epsilon()), b.stream);
 }
 void rmsNorm(CudaBackend &b, const Dispatch &d) {
@@ -937,23 +956,37 @@ void rmsNorm(CudaBackend &b, const Dispatch &d) {
   if (!d.ints().empty())
     return normSplit(b, d, nullptr);
 #endif
-  cuda::norm(f32(d.operands[0]), f32(d.operands[1]), nullptr, f32(out),
-             rowsOf(out), out.shape.back(),
+  cuda::norm(storageOf(out), d.operands[0].data, f32(d.operands[1]), nullptr,
+             out.data, rowsOf(out), out.shape.back(),
              static_cast<float>(d.step.epsilon()), b.stream);
 }
-/// out = lhs + rhs, tensors of one shape.
+/// LayerNorm and RmsNorm steps.
+template <bool kLayer> void normStep(CudaBackend &b, const Dispatch &d) {
+  if (!normTakesStoredTypes(
+          d, {&d.operands[0], &d.results[0]},
+          {&d.operands[1], kLayer ? &d.operands[2] : &d.operands[1]}))
+    return b.runWidened(d);
+  if (kLayer)
+    layerNorm(b, d);
+  else
+    rmsNorm(b, d);
+}
+/// out = lhs + rhs, tensors of one shape and storage.
 void addSameShape(CudaBackend &b, const TensorBinding &lhs,
                   const TensorBinding &rhs, const TensorBinding &out) {
-  cuda::Indexing index = indexing(out.shape);
-  const std::vector<int64_t> strides = stridesOf(out.shape);
-  for (size_t i = 0; i < strides.size(); ++i)
-    index.stride[i] = index.stride2[i] = strides[i];
-  cuda::binary(cuda::Binary::Add, f32(lhs), f32(rhs), f32(out), out.elements,
-               index, b.stream);
+  cuda::binary(cuda::Binary::Add, storageOf(out), lhs.data, rhs.data, out.data,
+               out.elements, cuda::Indexing{}, /*sameShapes=*/true, b.stream);
 }
 
 template <bool kLayer> void normGrad(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &out = d.results[0];
+  const bool residual = d.operands.size() == 4;
+  if (!normTakesStoredTypes(
+          d,
+          {&d.operands[0], &d.operands[1], &out,
+           residual ? &d.operands[3] : &out},
+          {&d.operands[2], &d.results[1], kLayer ? &d.results[2] : &out}))
+    return b.runWidened(d);
 #ifdef TPC_HAVE_NCCL
   if (!d.ints().empty()) {
     normGradSplit<kLayer>(b, d);
@@ -963,19 +996,24 @@ template <bool kLayer> void normGrad(CudaBackend &b, const Dispatch &d) {
     const int64_t rows = rowsOf(out);
     auto *stats = static_cast<float *>(
         b.scratch(uint64_t(std::max<int64_t>(rows, 1)) * 2 * sizeof(float)));
-    cuda::normGrad(
-        f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]), f32(out),
-        f32(d.results[1]), kLayer ? f32(d.results[2]) : nullptr, stats, rows,
-        out.shape.back(), static_cast<float>(d.step.epsilon()), b.stream);
+    cuda::normGrad(storageOf(out), d.operands[0].data, d.operands[1].data,
+                   f32(d.operands[2]), out.data, f32(d.results[1]),
+                   kLayer ? f32(d.results[2]) : nullptr, stats, rows,
+                   out.shape.back(), static_cast<float>(d.step.epsilon()),
+                   b.stream);
   }
   // The residual stream's gradient (operand 3), added in place.
-  if (d.operands.size() == 4)
+  if (residual)
     addSameShape(b, out, d.operands[3], out);
 }
 
 /// AddLayerNorm and AddRmsNorm: the residual sum (result 0), then the norm
 /// of it as the standalone kind runs it (split features included).
 template <bool kLayer> void addNorm(CudaBackend &b, const Dispatch &d) {
+  if (!normTakesStoredTypes(
+          d, {&d.operands[0], &d.operands[1], &d.results[0], &d.results[1]},
+          {&d.operands[2], kLayer ? &d.operands[3] : &d.operands[2]}))
+    return b.runWidened(d);
   addSameShape(b, d.operands[0], d.operands[1], d.results[0]);
   const std::array<TensorBinding, 3> operands = {
       d.results[0], d.operands[2], kLayer ? d.operands[3] : TensorBinding{}};
@@ -1009,8 +1047,11 @@ void rotary(CudaBackend &b, const Dispatch &d) {
   int64_t dim = out.shape.back(), seq = out.shape[out.shape.size() - 2];
   int64_t outer = seq * dim ? out.elements / (seq * dim) : 0;
   const bool atPositions = d.operands.size() == 2;
-  cuda::rotary(f32(d.operands[0]), f32(out), outer, seq, dim, d.step.theta(),
-               d.step.inverse(), atPositions ? i32(d.operands[1]) : nullptr,
+  if (d.operands[0].dtype != out.dtype)
+    return b.runWidened(d);
+  cuda::rotary(storageOf(out), d.operands[0].data, out.data, outer, seq, dim,
+               d.step.theta(), d.step.inverse(),
+               atPositions ? i32(d.operands[1]) : nullptr,
                atPositions ? d.operands[1].shape[0] : 0, b.stream);
 }
 
@@ -1030,9 +1071,12 @@ void cacheWrite(CudaBackend &b, const Dispatch &d) {
 // Vocabulary-parallel: this rank's rows of the table (CollectiveLayout).
 void embedding(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &table = d.operands[0], &ids = d.operands[1];
+  if (table.dtype != plan::DType::F32) // a bf16 table: widened
+    return b.runWidened(d);
   const VocabBlock block = vocabBlock(d, table.shape[0]);
   cuda::embedding(f32(table), block.first, table.shape[0], table.shape[1],
-                  i32(ids), ids.elements, f32(d.results[0]), b.stream);
+                  i32(ids), ids.elements, storageOf(d.results[0]),
+                  d.results[0].data, b.stream);
 }
 void embeddingGrad(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &table = d.results[0], &ids = d.operands[1];
@@ -1670,6 +1714,52 @@ constexpr bool hasNcclSupport() {
 #endif
 }
 
+/// The kinds whose kernels take bf16 tensors themselves: products on the
+/// tensor cores (bf16 in, bf16 or f32 out) with their epilogues, cuDNN's
+/// attention, elementwise kinds (16-byte loads), moves, reductions, norms
+/// (not feature-split), rotary and embedding lookups on their tensors'
+/// storage, conversions and copies. The rest (embedding gradients, the
+/// unfused loss, KV-cache writes, collectives) run widened; so does a kind
+/// here whose tensors' types its kernel does not take.
+constexpr OpKind kBf16NativeKinds[] = {
+    OpKind::Matmul,
+    OpKind::Convert,
+    OpKind::Reshape,
+    OpKind::Linear,
+    OpKind::LinearGeluGrad,
+    OpKind::Attention,
+    OpKind::AttentionGrad,
+    OpKind::LinearCrossEntropy,
+    OpKind::LinearCrossEntropyGrad,
+    OpKind::Add,
+    OpKind::Sub,
+    OpKind::Mul,
+    OpKind::Div,
+    OpKind::Scale,
+    OpKind::Gelu,
+    OpKind::Silu,
+    OpKind::GeluGrad,
+    OpKind::SiluGrad,
+    OpKind::Swiglu,
+    OpKind::SwigluGrad,
+    OpKind::Transpose,
+    OpKind::Slice,
+    OpKind::Pad,
+    OpKind::ReduceSum,
+    OpKind::ReduceMean,
+    OpKind::LocalSplit,
+    OpKind::RingSlice,
+    OpKind::RingInsert,
+    OpKind::LayerNorm,
+    OpKind::RmsNorm,
+    OpKind::LayerNormGrad,
+    OpKind::RmsNormGrad,
+    OpKind::AddLayerNorm,
+    OpKind::AddRmsNorm,
+    OpKind::Rotary,
+    OpKind::Embedding,
+};
+
 CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   check(cudaSetDevice(ordinal), "selecting the GPU");
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
@@ -1705,9 +1795,9 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::Silu, silu);
   set(OpKind::GeluGrad, geluGrad);
   set(OpKind::SiluGrad, siluGrad);
-  set(OpKind::LayerNorm, layerNorm);
+  set(OpKind::LayerNorm, normStep<true>);
   set(OpKind::LayerNormGrad, normGrad<true>);
-  set(OpKind::RmsNorm, rmsNorm);
+  set(OpKind::RmsNorm, normStep<false>);
   set(OpKind::RmsNormGrad, normGrad<false>);
   set(OpKind::Swiglu, swiglu);
   set(OpKind::SwigluGrad, swigluGrad);
@@ -1740,40 +1830,7 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::RingSlice, ringSlice);
   set(OpKind::RingInsert, ringInsert);
   set(OpKind::Convert, convert);
-  // bf16 kernels of their own: products on the tensor cores (bf16 in,
-  // bf16 or f32 out) with their epilogues, cuDNN's attention, elementwise
-  // kinds (16-byte loads), moves and reductions on their tensors' storage,
-  // conversions and copies. The rest (norms, rotary, embeddings, the
-  // unfused loss, collectives) run widened; so does a kind above whose
-  // tensors' types it does not take.
-  for (OpKind kind : {OpKind::Matmul,
-                      OpKind::Convert,
-                      OpKind::Reshape,
-                      OpKind::Linear,
-                      OpKind::LinearGeluGrad,
-                      OpKind::Attention,
-                      OpKind::AttentionGrad,
-                      OpKind::LinearCrossEntropy,
-                      OpKind::LinearCrossEntropyGrad,
-                      OpKind::Add,
-                      OpKind::Sub,
-                      OpKind::Mul,
-                      OpKind::Div,
-                      OpKind::Scale,
-                      OpKind::Gelu,
-                      OpKind::Silu,
-                      OpKind::GeluGrad,
-                      OpKind::SiluGrad,
-                      OpKind::Swiglu,
-                      OpKind::SwigluGrad,
-                      OpKind::Transpose,
-                      OpKind::Slice,
-                      OpKind::Pad,
-                      OpKind::ReduceSum,
-                      OpKind::ReduceMean,
-                      OpKind::LocalSplit,
-                      OpKind::RingSlice,
-                      OpKind::RingInsert})
+  for (OpKind kind : kBf16NativeKinds)
     bf16Kernels[size_t(kind)] = true;
 #ifdef TPC_HAVE_CUDNN
   attentionLibrary = cuda::CudnnAttention::probe(ordinal);

@@ -401,60 +401,63 @@ __global__ void softmaxGradKernel(const float *grad, const float *result,
 }
 
 /// Per row: the mean (0 for RMS) and 1 / sqrt(variance or mean square + eps).
-__device__ void rowStatistics(const float *in, int64_t cols, bool rms,
+template <class T>
+__device__ void rowStatistics(const T *in, int64_t cols, bool rms,
                               float epsilon, float *shared, float &mean,
                               float &rstd) {
   float sum = 0.0f;
   if (!rms) {
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      sum += in[j];
+      sum += toFloat(in[j]);
     mean = blockSum(sum, shared) / float(cols);
   } else {
     mean = 0.0f;
   }
   float squares = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float centred = in[j] - mean;
+    const float centred = toFloat(in[j]) - mean;
     squares += centred * centred;
   }
   rstd = rsqrtf(blockSum(squares, shared) / float(cols) + epsilon);
 }
 
-__global__ void normKernel(const float *x, const float *gamma,
-                           const float *beta, float *y, int64_t cols,
-                           float epsilon) {
+/// Activations x and y stored as T; the gain and bias f32.
+template <class T>
+__global__ void normKernel(const T *x, const float *gamma, const float *beta,
+                           T *y, int64_t cols, float epsilon) {
   __shared__ float shared[kThreads / 32];
   const int64_t offset = int64_t(blockIdx.x) * cols;
   float mean, rstd;
   rowStatistics(x + offset, cols, beta == nullptr, epsilon, shared, mean, rstd);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float normalised = (x[offset + j] - mean) * rstd * gamma[j];
-    y[offset + j] = beta ? normalised + beta[j] : normalised;
+    const float normalised = (toFloat(x[offset + j]) - mean) * rstd * gamma[j];
+    y[offset + j] = fromFloat<T>(beta ? normalised + beta[j] : normalised);
   }
 }
 
 /// inputGrad = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) with
 /// dxhat = dy gamma (the mean(dxhat) term only for layer norm).
-__global__ void normGradRowsKernel(const float *grad, const float *x,
-                                   const float *gamma, float *inputGrad,
-                                   float *rowStats, int64_t cols, bool rms,
-                                   float epsilon) {
+template <class T>
+__global__ void
+normGradRowsKernel(const T *grad, const T *x, const float *gamma, T *inputGrad,
+                   float *rowStats, int64_t cols, bool rms, float epsilon) {
   __shared__ float shared[kThreads / 32];
   const int64_t row = blockIdx.x, offset = row * cols;
   float mean, rstd;
   rowStatistics(x + offset, cols, rms, epsilon, shared, mean, rstd);
   float sumDxhat = 0.0f, sumDxhatXhat = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float dxhat = grad[offset + j] * gamma[j];
+    const float dxhat = toFloat(grad[offset + j]) * gamma[j];
     sumDxhat += dxhat;
-    sumDxhatXhat += dxhat * (x[offset + j] - mean) * rstd;
+    sumDxhatXhat += dxhat * (toFloat(x[offset + j]) - mean) * rstd;
   }
   const float meanDxhat = rms ? 0.0f : blockSum(sumDxhat, shared) / float(cols);
   const float meanDxhatXhat = blockSum(sumDxhatXhat, shared) / float(cols);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float xhat = (x[offset + j] - mean) * rstd;
-    const float dxhat = grad[offset + j] * gamma[j];
-    inputGrad[offset + j] = rstd * (dxhat - meanDxhat - xhat * meanDxhatXhat);
+    const float xhat = (toFloat(x[offset + j]) - mean) * rstd;
+    const float dxhat = toFloat(grad[offset + j]) * gamma[j];
+    inputGrad[offset + j] =
+        fromFloat<T>(rstd * (dxhat - meanDxhat - xhat * meanDxhatXhat));
   }
   if (threadIdx.x == 0) {
     rowStats[2 * row] = mean;
@@ -465,7 +468,8 @@ __global__ void normGradRowsKernel(const float *grad, const float *x,
 /// gammaGrad[c] = sum over rows of dy xhat, betaGrad[c] = sum of dy: a block
 /// per kTileOutputs columns, kTileLanes lanes of rows each, the lanes'
 /// partial sums added in lane order (fixed, so reproducible).
-__global__ void normGradColumnsKernel(const float *grad, const float *x,
+template <class T>
+__global__ void normGradColumnsKernel(const T *grad, const T *x,
                                       const float *rowStats, float *gammaGrad,
                                       float *betaGrad, int64_t rows,
                                       int64_t cols) {
@@ -478,8 +482,9 @@ __global__ void normGradColumnsKernel(const float *grad, const float *x,
     float g = 0.0f, b = 0.0f;
     if (c < cols) {
       for (int64_t r = lane; r < rows; r += kTileLanes) {
-        const float dy = grad[r * cols + c];
-        g += dy * (x[r * cols + c] - rowStats[2 * r]) * rowStats[2 * r + 1];
+        const float dy = toFloat(grad[r * cols + c]);
+        g += dy * (toFloat(x[r * cols + c]) - rowStats[2 * r]) *
+             rowStats[2 * r + 1];
         b += dy;
       }
     }
@@ -606,10 +611,10 @@ __global__ void normSplitGradRowsKernel(const float *grad, const float *x,
   }
 }
 
-__global__ void rotaryKernel(const float *x, float *y, int64_t outer,
-                             int64_t seq, int64_t dim, double theta,
-                             bool inverse, const int32_t *positions,
-                             int64_t perPositionRow) {
+template <class T>
+__global__ void rotaryKernel(const T *x, T *y, int64_t outer, int64_t seq,
+                             int64_t dim, double theta, bool inverse,
+                             const int32_t *positions, int64_t perPositionRow) {
   const int64_t half = dim / 2, count = outer * seq * half;
   TPC_GRID_STRIDE(i, count) {
     const int64_t k = i % half, row = i / half;
@@ -621,11 +626,11 @@ __global__ void rotaryKernel(const float *x, float *y, int64_t outer,
     if (inverse)
       angle = -angle;
     const float c = float(cos(angle)), s = float(sin(angle));
-    const float *in = x + row * dim;
-    float *out = y + row * dim;
-    const float a = in[k], b = in[k + half];
-    out[k] = a * c - b * s;
-    out[k + half] = b * c + a * s;
+    const T *in = x + row * dim;
+    T *out = y + row * dim;
+    const float a = toFloat(in[k]), b = toFloat(in[k + half]);
+    out[k] = fromFloat<T>(a * c - b * s);
+    out[k + half] = fromFloat<T>(b * c + a * s);
   }
 }
 
@@ -645,15 +650,17 @@ __global__ void cacheWriteKernel(float *cache, const float *update,
 // Embeddings and the loss
 //===----------------------------------------------------------------------===//
 
+/// The f32 table's rows into activations stored as T.
+template <class T>
 __global__ void embeddingKernel(const float *table, int64_t firstRow,
                                 int64_t rows, int64_t hidden,
-                                const int32_t *ids, int64_t tokens,
-                                float *out) {
+                                const int32_t *ids, int64_t tokens, T *out) {
   TPC_GRID_STRIDE(i, tokens * hidden) {
     const int64_t t = i / hidden, h = i % hidden;
     // The loader checked the token file against the vocabulary.
     const int64_t row = int64_t(ids[t]) - firstRow;
-    out[i] = row >= 0 && row < rows ? table[row * hidden + h] : 0.0f;
+    out[i] =
+        fromFloat<T>(row >= 0 && row < rows ? table[row * hidden + h] : 0.0f);
   }
 }
 
@@ -1410,24 +1417,52 @@ void softmaxGrad(const float *grad, const float *result, float *out,
     softmaxGradKernel<<<unsigned(rows), kThreads, 0, stream>>>(grad, result,
                                                                out, cols);
 }
-void norm(const float *x, const float *gamma, const float *beta, float *y,
-          int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
-  if (rows > 0 && cols > 0)
-    normKernel<<<unsigned(rows), kThreads, 0, stream>>>(x, gamma, beta, y, cols,
-                                                        epsilon);
+namespace {
+template <class T>
+void normAs(const void *x, const float *gamma, const float *beta, void *y,
+            int64_t rows, int64_t cols, float epsilon, cudaStream_t stream) {
+  normKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+      static_cast<const T *>(x), gamma, beta, static_cast<T *>(y), cols,
+      epsilon);
 }
-void normGrad(const float *grad, const float *input, const float *gamma,
-              float *inputGrad, float *gammaGrad, float *betaGrad,
-              float *rowStats, int64_t rows, int64_t cols, float epsilon,
-              cudaStream_t stream) {
-  if (cols == 0)
-    return;
+template <class T>
+void normGradAs(const void *grad, const void *input, const float *gamma,
+                void *inputGrad, float *gammaGrad, float *betaGrad,
+                float *rowStats, int64_t rows, int64_t cols, float epsilon,
+                cudaStream_t stream) {
   if (rows > 0)
     normGradRowsKernel<<<unsigned(rows), kThreads, 0, stream>>>(
-        grad, input, gamma, inputGrad, rowStats, cols, betaGrad == nullptr,
+        static_cast<const T *>(grad), static_cast<const T *>(input), gamma,
+        static_cast<T *>(inputGrad), rowStats, cols, betaGrad == nullptr,
         epsilon);
   normGradColumnsKernel<<<tilesFor(cols), kTileThreads, 0, stream>>>(
-      grad, input, rowStats, gammaGrad, betaGrad, rows, cols);
+      static_cast<const T *>(grad), static_cast<const T *>(input), rowStats,
+      gammaGrad, betaGrad, rows, cols);
+}
+} // namespace
+
+void norm(Storage storage, const void *x, const float *gamma, const float *beta,
+          void *y, int64_t rows, int64_t cols, float epsilon,
+          cudaStream_t stream) {
+  if (rows == 0 || cols == 0)
+    return;
+  if (storage == Storage::BF16)
+    normAs<uint16_t>(x, gamma, beta, y, rows, cols, epsilon, stream);
+  else
+    normAs<float>(x, gamma, beta, y, rows, cols, epsilon, stream);
+}
+void normGrad(Storage storage, const void *grad, const void *input,
+              const float *gamma, void *inputGrad, float *gammaGrad,
+              float *betaGrad, float *rowStats, int64_t rows, int64_t cols,
+              float epsilon, cudaStream_t stream) {
+  if (cols == 0)
+    return;
+  if (storage == Storage::BF16)
+    normGradAs<uint16_t>(grad, input, gamma, inputGrad, gammaGrad, betaGrad,
+                         rowStats, rows, cols, epsilon, stream);
+  else
+    normGradAs<float>(grad, input, gamma, inputGrad, gammaGrad, betaGrad,
+                      rowStats, rows, cols, epsilon, stream);
 }
 void normSplitPartials(const float *x, int64_t rows, int64_t cols, bool rms,
                        float *partials, cudaStream_t stream) {
@@ -1470,15 +1505,22 @@ void normSplitGrad(const float *grad, const float *x, const float *gamma,
     normSplitGradRowsKernel<<<blocksFor(rows * cols), kThreads, 0, stream>>>(
         grad, x, gamma, rowStats, gathered, blocks, rows, cols, rms, inputGrad);
 }
-void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
-            double theta, bool inverse, const int32_t *positions,
+void rotary(Storage storage, const void *x, void *y, int64_t outer, int64_t seq,
+            int64_t dim, double theta, bool inverse, const int32_t *positions,
             int64_t positionRows, cudaStream_t stream) {
   if (outer * seq * (dim / 2) == 0)
     return;
   const int64_t perPositionRow =
       positions && positionRows > 0 ? outer / positionRows : 1;
-  rotaryKernel<<<blocksFor(outer * seq * (dim / 2)), kThreads, 0, stream>>>(
-      x, y, outer, seq, dim, theta, inverse, positions, perPositionRow);
+  const unsigned blocks = blocksFor(outer * seq * (dim / 2));
+  if (storage == Storage::BF16)
+    rotaryKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const uint16_t *>(x), static_cast<uint16_t *>(y), outer,
+        seq, dim, theta, inverse, positions, perPositionRow);
+  else
+    rotaryKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const float *>(x), static_cast<float *>(y), outer, seq, dim,
+        theta, inverse, positions, perPositionRow);
 }
 void cacheWrite(float *cache, const float *update, int64_t outer,
                 int64_t cacheRows, int64_t rows, int64_t dim,
@@ -1491,10 +1533,17 @@ void cacheWrite(float *cache, const float *update, int64_t outer,
       outer / positionRows);
 }
 void embedding(const float *table, int64_t firstRow, int64_t rows,
-               int64_t hidden, const int32_t *ids, int64_t tokens, float *out,
-               cudaStream_t stream) {
-  embeddingKernel<<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
-      table, firstRow, rows, hidden, ids, tokens, out);
+               int64_t hidden, const int32_t *ids, int64_t tokens,
+               Storage storage, void *out, cudaStream_t stream) {
+  if (tokens * hidden == 0)
+    return;
+  if (storage == Storage::BF16)
+    embeddingKernel<<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
+        table, firstRow, rows, hidden, ids, tokens,
+        static_cast<uint16_t *>(out));
+  else
+    embeddingKernel<<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
+        table, firstRow, rows, hidden, ids, tokens, static_cast<float *>(out));
 }
 void embeddingGrad(const float *grad, const int32_t *ids, int64_t tokens,
                    int64_t firstRow, int64_t rows, int64_t hidden,

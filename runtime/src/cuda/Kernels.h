@@ -159,14 +159,17 @@ void attentionGrad(const float *resultGrad, const float *query,
                    float *rowDelta, float *queryGrad, float *keyGrad,
                    float *valueGrad, cudaStream_t stream);
 
-/// `beta` null: RMS norm.
-void norm(const float *x, const float *gamma, const float *beta, float *y,
-          int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
-/// `betaGrad` null: RMS norm. `rowStats` holds 2 floats per row.
-void normGrad(const float *resultGrad, const float *input, const float *gamma,
-              float *inputGrad, float *gammaGrad, float *betaGrad,
-              float *rowStats, int64_t rows, int64_t cols, float epsilon,
-              cudaStream_t stream);
+/// `beta` null: RMS norm. x and y stored as `storage`, gamma and beta f32.
+void norm(Storage storage, const void *x, const float *gamma, const float *beta,
+          void *y, int64_t rows, int64_t cols, float epsilon,
+          cudaStream_t stream);
+/// `betaGrad` null: RMS norm. `rowStats` holds 2 floats per row. The
+/// activations and their gradients stored as `storage`; gamma and the
+/// parameter gradients f32.
+void normGrad(Storage storage, const void *resultGrad, const void *input,
+              const float *gamma, void *inputGrad, float *gammaGrad,
+              float *betaGrad, float *rowStats, int64_t rows, int64_t cols,
+              float epsilon, cudaStream_t stream);
 /// Norms whose features are split over a group (cpu::layerNormSplit and
 /// the others): each rank reduces its `cols` features to per-row partials,
 /// the backend all-gathers them, and every rank combines all blocks' in
@@ -198,8 +201,8 @@ void normSplitGrad(const float *grad, const float *x, const float *gamma,
                    float *gammaGrad, float *betaGrad, cudaStream_t stream);
 /// `positions` null: row s of every outer index at position s; else at
 /// positions[n, s] ([positionRows, seq], cpu::rotaryAt).
-void rotary(const float *x, float *y, int64_t outer, int64_t seq, int64_t dim,
-            double theta, bool inverse, const int32_t *positions,
+void rotary(Storage storage, const void *x, void *y, int64_t outer, int64_t seq,
+            int64_t dim, double theta, bool inverse, const int32_t *positions,
             int64_t positionRows, cudaStream_t stream);
 /// cpu::cacheWrite; a position outside the cache writes nothing (the host
 /// checks positions before a run).
@@ -212,8 +215,8 @@ void cacheWrite(float *cache, const float *update, int64_t outer,
 /// unless vocabulary-parallel); a token whose row another rank holds gets
 /// zeros (cpu::embeddingBlock).
 void embedding(const float *table, int64_t firstRow, int64_t rows,
-               int64_t hidden, const int32_t *ids, int64_t tokens, float *out,
-               cudaStream_t stream);
+               int64_t hidden, const int32_t *ids, int64_t tokens,
+               Storage storage, void *out, cudaStream_t stream);
 /// The gradient of those rows (cpu::embeddingGradBlock).
 void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
                    int64_t firstRow, int64_t rows, int64_t hidden,
