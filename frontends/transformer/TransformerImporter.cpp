@@ -7,6 +7,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Verifier.h"
 #include "tpc/Dialect/TP/IR/TPOps.h"
+#include "tpc/Support/InputFiles.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include <cmath>
@@ -207,7 +208,7 @@ static llvm::Error checkSizes(ArrayRef<SizedTensor> tensors) {
 
 llvm::Expected<TransformerConfig>
 tpc::frontend::parseTransformerConfig(llvm::StringRef json) {
-  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(json);
+  llvm::Expected<llvm::json::Value> parsed = tpc::parseJsonBounded(json);
   if (!parsed)
     return configError("not valid JSON: " + llvm::toString(parsed.takeError()));
   const llvm::json::Object *object = parsed->getAsObject();

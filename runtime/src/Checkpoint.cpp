@@ -32,6 +32,9 @@ void syncPath(const std::string &path) {
   }
 }
 
+/// A manifest lists a few dozen fields and one entry per file.
+constexpr uint64_t kMaxManifestBytes = uint64_t(64) << 20;
+
 /// Version 2 added the XXH3 checksum of each file.
 constexpr int kCheckpointVersion = 2;
 
@@ -54,11 +57,10 @@ int64_t checkManifest(const fs::path &dir, const LoadedPlan &plan) {
   };
   nlohmann::json manifest;
   {
-    std::ifstream in(path);
-    if (!in)
-      throw fail("cannot read");
+    const std::string text =
+        readRegularFile(path, kMaxManifestBytes, "checkpoint manifest");
     try {
-      manifest = nlohmann::json::parse(in);
+      manifest = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception &error) {
       throw fail(std::string("invalid JSON: ") + error.what());
     }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <stdexcept>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace tpc::runtime {
@@ -109,6 +110,84 @@ void checkWritableDirectory(const std::string &path, const std::string &flag) {
   if (!isWritableDirectory(ancestor))
     throw std::runtime_error(what + "cannot be created: " + ancestor.string() +
                              " is not a writable directory");
+}
+
+std::string formatBytes(uint64_t bytes) {
+  constexpr const char *kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024)
+    return std::to_string(bytes) + " bytes";
+  double value = double(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), value < 10 ? "%.1f %s" : "%.0f %s", value,
+                kUnits[unit]);
+  return text;
+}
+
+namespace {
+/// An open descriptor of a checked regular file, closed on every path.
+struct RegularFile {
+  int fd = -1;
+  uint64_t size = 0;
+  ~RegularFile() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+void openRegularFile(RegularFile &file, const std::string &path,
+                     uint64_t maxBytes, std::string_view what) {
+  auto fail = [&](const std::string &why) {
+    return std::runtime_error(path + ": " + why);
+  };
+  file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (file.fd < 0)
+    throw fail("cannot open the " + std::string(what) + ": " +
+               std::strerror(errno));
+  struct stat st;
+  if (::fstat(file.fd, &st) != 0)
+    throw fail("cannot stat the " + std::string(what) + ": " +
+               std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw fail("is not a regular file (a " + std::string(what) +
+               " is read from one)");
+  file.size = uint64_t(st.st_size);
+  if (file.size > maxBytes)
+    throw fail("is " + formatBytes(file.size) + ", more than the " +
+               formatBytes(maxBytes) + " a " + std::string(what) + " may have");
+}
+} // namespace
+
+uint64_t checkRegularFile(const std::string &path, uint64_t maxBytes,
+                          std::string_view what) {
+  RegularFile file;
+  openRegularFile(file, path, maxBytes, what);
+  return file.size;
+}
+
+std::string readRegularFile(const std::string &path, uint64_t maxBytes,
+                            std::string_view what) {
+  RegularFile file;
+  openRegularFile(file, path, maxBytes, what);
+  std::string data(file.size, '\0');
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::read(file.fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      throw std::runtime_error(path + ": cannot read the " + std::string(what) +
+                               ": " + std::strerror(errno));
+    if (n == 0)
+      break; // It shrank while we read: keep what there is.
+    done += size_t(n);
+  }
+  data.resize(done);
+  return data;
 }
 
 double shortestDouble(float value) {

@@ -2,6 +2,7 @@
 
 #include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/DType.h"
+#include "tpc/runtime/Files.h"
 #include "tpc/runtime/OpTable.h"
 
 #include <nlohmann/json.hpp>
@@ -784,16 +785,8 @@ LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
 }
 
 LoadedPlan LoadedPlan::load(const std::string &path, int64_t worldSize) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file)
-    fail(path + ": cannot open the plan file");
-  std::streamoff size = file.tellg();
-  if (size < 0 || size > (int64_t(1) << 31))
-    fail(path + ": plan file size is invalid or above 2 GiB");
-  std::vector<char> bytes(size);
-  file.seekg(0);
-  if (!file.read(bytes.data(), size))
-    fail(path + ": cannot read the plan file");
+  const std::string bytes =
+      readRegularFile(path, uint64_t(1) << 31, "plan file");
   return fromBytes(bytes.data(), bytes.size(), worldSize, path);
 }
 

@@ -1,10 +1,17 @@
 #include "tpc/runtime/SentencePiece.h"
 
+#include "tpc/runtime/Files.h"
+
 #include <sentencepiece_processor.h>
 
 #include <stdexcept>
 
 namespace tpc::runtime {
+
+namespace {
+/// LLaMA's is 0.5 MB, the largest published ones a few MB.
+constexpr uint64_t kMaxSentencePieceBytes = uint64_t(1) << 30;
+} // namespace
 
 struct SentencePieceTokenizer::Impl {
   sentencepiece::SentencePieceProcessor processor;
@@ -20,7 +27,10 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 SentencePieceTokenizer SentencePieceTokenizer::load(const std::string &path) {
   auto impl = std::make_unique<Impl>();
-  const sentencepiece::util::Status status = impl->processor.Load(path);
+  const std::string model =
+      readRegularFile(path, kMaxSentencePieceBytes, "SentencePiece model");
+  const sentencepiece::util::Status status =
+      impl->processor.LoadFromSerializedProto(model);
   if (!status.ok())
     throw std::runtime_error(
         path + ": not a SentencePiece model: " + status.ToString());

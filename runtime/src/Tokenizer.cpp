@@ -1,6 +1,7 @@
 #include "tpc/runtime/Tokenizer.h"
 
 #include "JsonErrorText.h"
+#include "tpc/runtime/Files.h"
 
 #include <nlohmann/json.hpp>
 
@@ -577,20 +578,11 @@ std::string quote(std::string_view token) {
   return out + "'";
 }
 
+/// tokenizer.json files of published models are tens of MB at most.
+constexpr uint64_t kMaxTokenizerFileBytes = uint64_t(1) << 30;
+
 std::string readFile(const std::string &path) {
-  std::FILE *file = std::fopen(path.c_str(), "rb");
-  if (!file)
-    throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  std::string data;
-  char buf[1 << 16];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, file)) > 0)
-    data.append(buf, got);
-  int error = std::ferror(file) ? errno : 0;
-  std::fclose(file);
-  if (error)
-    throw std::runtime_error(path + ": cannot read: " + std::strerror(error));
-  return data;
+  return readRegularFile(path, kMaxTokenizerFileBytes, "tokenizer file");
 }
 
 // ---------------------------------------------------------------------------

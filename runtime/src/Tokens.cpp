@@ -34,11 +34,12 @@ void checkTokenIds(std::span<const int32_t> tokens, int64_t vocab,
 }
 
 std::vector<int32_t> readTokenFile(const std::string &path) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  // Tokens are 4 bytes each and ids are int32: 2^31 of them at most.
+  const uint64_t size =
+      checkRegularFile(path, 16 + (uint64_t(4) << 31), "token file");
+  std::ifstream file(path, std::ios::binary);
   if (!file)
     throw std::runtime_error(path + ": cannot open the token file");
-  const uint64_t size = static_cast<uint64_t>(file.tellg());
-  file.seekg(0);
   unsigned char header[16];
   if (size < 16 || !file.read(reinterpret_cast<char *>(header), 16))
     throw std::runtime_error(path + ": too short for a token file header (" +

@@ -1,5 +1,6 @@
 // Token files and parameter loading, with real files in a temp directory.
 #include "tpc/runtime/Executor.h"
+#include "tpc/runtime/Files.h"
 #include "tpc/runtime/Init.h"
 #include "tpc/runtime/Safetensors.h"
 #include "tpc/runtime/Tokens.h"
@@ -114,6 +115,30 @@ TEST(Tokens, RejectsBadFiles) {
   }
   expectError([&] { readTokenFile(path); }, "above 2^31-1");
   expectError([&] { readTokenFile(tempPath("none.tokens")); }, "cannot open");
+}
+
+// Untrusted paths: a device never ends and a directory is not a file; both
+// are refused before anything is read, and so is a file over the limit.
+TEST(Files, ReadsOnlyBoundedRegularFiles) {
+  expectError([&] { readTokenFile("/dev/zero"); },
+              "/dev/zero: is not a regular file (a token file is read from "
+              "one)");
+  expectError([&] { readRegularFile("/dev/zero", 1 << 20, "prompts file"); },
+              "is not a regular file");
+  expectError([&] { readRegularFile("/tmp", 1 << 20, "prompts file"); },
+              "/tmp: is not a regular file");
+  const std::string path = tempPath("five.txt");
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << "12345";
+  }
+  EXPECT_EQ(readRegularFile(path, 5, "prompts file"), "12345");
+  EXPECT_EQ(checkRegularFile(path, 5, "prompts file"), 5u);
+  expectError([&] { readRegularFile(path, 4, "prompts file"); },
+              "five.txt: is 5 bytes, more than the 4 bytes a prompts file "
+              "may have");
+  EXPECT_EQ(formatBytes(3 * (uint64_t(1) << 30)), "3.0 GiB");
+  EXPECT_EQ(formatBytes(17 << 20), "17 MiB");
 }
 
 TEST(ParamStore, InitialisesByPlanAndLoadsSafetensors) {

@@ -59,6 +59,9 @@ TPC_ASAN_DEFAULT_OPTIONS(":detect_leaks=0") // an MPI program
 
 namespace {
 
+/// One prompt per line; a generation batch is a few hundred of them.
+constexpr uint64_t kMaxPromptsBytes = uint64_t(256) << 20;
+
 struct Options {
   std::string plan, data, weights, program, metrics, dump, dumpGrads;
   int64_t offset = 0;
@@ -377,9 +380,13 @@ Options parseArgs(int argc, char **argv) {
     if (o.samples != 1)
       usageError("--prompts makes one sample of each line; it does not "
                  "combine with --samples");
-    std::ifstream file(o.promptsFile, std::ios::binary);
-    if (!file)
-      usageError("--prompts " + o.promptsFile + ": cannot open the file");
+    std::string text;
+    try {
+      text = readRegularFile(o.promptsFile, kMaxPromptsBytes, "prompts file");
+    } catch (const std::runtime_error &error) {
+      usageError(std::string("--prompts ") + error.what());
+    }
+    std::istringstream file(text);
     for (std::string line; std::getline(file, line);) {
       if (!line.empty() && line.back() == '\r')
         line.pop_back();

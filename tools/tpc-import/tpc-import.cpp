@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mlir/IR/MLIRContext.h"
+#include "tpc/Support/InputFiles.h"
 #include "transformer/TransformerImporter.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -41,9 +42,10 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv, "tpc-import: HuggingFace config.json -> tp dialect\n");
 
-  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(configPath);
+  // HF config.json files are a few kilobytes.
+  auto buffer = tpc::readBoundedInput(configPath, 16 << 20, "config.json");
   if (!buffer)
-    return fail(configPath + ": " + buffer.getError().message());
+    return fail(llvm::toString(buffer.takeError()));
   auto config = tpc::frontend::parseTransformerConfig((*buffer)->getBuffer());
   if (!config)
     return fail(configPath + ": " + llvm::toString(config.takeError()));

@@ -28,20 +28,11 @@
 #include <vector>
 
 namespace {
+/// The token file holds 2^31 ids at most; text is a few bytes per token.
+constexpr uint64_t kMaxInputBytes = uint64_t(16) << 30;
+
 std::string readInput(const std::string &path) {
-  std::FILE *file = std::fopen(path.c_str(), "rb");
-  if (!file)
-    throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  std::string bytes;
-  char buf[1 << 16];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, file)) > 0)
-    bytes.append(buf, got);
-  int error = std::ferror(file) ? errno : 0;
-  std::fclose(file);
-  if (error)
-    throw std::runtime_error(path + ": cannot read: " + std::strerror(error));
-  return bytes;
+  return tpc::runtime::readRegularFile(path, kMaxInputBytes, "text input");
 }
 } // namespace
 

@@ -235,6 +235,11 @@ public:
       return signalPassFailure();
     }
     const int64_t ranks = options.grid.getValue().sizes.front();
+    if (llvm::Error error = cluster->checkWorld(ranks, options.cluster)) {
+      emitError(UnknownLoc::get(&getContext()), "tp-pipeline: ")
+          << llvm::toString(std::move(error));
+      return signalPassFailure();
+    }
     const double budget = options.memoryBudget > 0
                               ? double(options.memoryBudget)
                               : cluster->deviceFor(ranks).memoryBytes;

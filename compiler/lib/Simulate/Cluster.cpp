@@ -2,11 +2,15 @@
 
 #include "tpc/Simulate/Cluster.h"
 
+#include "tpc/Support/InputFiles.h"
+
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cmath>
+#include <cstdio>
 
 using namespace mlir;
 using namespace mlir::tp;
@@ -76,6 +80,29 @@ double ClusterModel::exchangeSeconds(ArrayRef<int64_t> ranks, int64_t ringSteps,
 }
 
 namespace {
+/// The physical range a field may take: a description with 1e-308 FLOP/s or
+/// a latency of 1e300 s would have mode=auto pick a plan "at INF ms per
+/// step".
+struct Range {
+  double min, max;
+  const char *unit;
+};
+constexpr Range kFlops{1e6, 1e19, "FLOP/s"};
+constexpr Range kMemoryBytes{1e6, 1e15, "bytes"};
+constexpr Range kDeviceBandwidth{1e6, 1e15, "bytes/s"};
+constexpr Range kLinkBandwidth{1e3, 1e14, "bytes/s"};
+constexpr Range kSeconds{0, 10, "seconds"};
+constexpr Range kHalfFlops{0, 1e15, "flops"};
+constexpr Range kEfficiency{1e-3, 1, "of the peak"};
+constexpr int64_t kMaxRanks = int64_t(1) << 24;
+
+/// 1e+06, 0.5, 5e-324: numbers as people write them in the file.
+std::string general(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
 /// Reads fields of one JSON object, failing with the field's path.
 class Reader {
 public:
@@ -86,26 +113,31 @@ public:
   llvm::Error fail(const llvm::Twine &field, const llvm::Twine &why) const {
     return llvm::createStringError(path + ": " + where + field + " " + why);
   }
-  /// Reads a positive number into `out`.
-  llvm::Error positive(llvm::StringRef field, double &out) const {
+  /// Reads a number in `range` into `out`.
+  llvm::Error number(llvm::StringRef field, double &out, Range range) const {
     std::optional<double> value = object.getNumber(field);
     if (!value)
       return fail(field, "must be a number");
-    if (!(*value > 0) || !std::isfinite(*value))
-      return fail(field, "must be positive, got " + std::to_string(*value));
+    if (!(*value >= range.min && *value <= range.max))
+      return fail(field, "must be between " + general(range.min) + " and " +
+                             general(range.max) + " " + range.unit + ", got " +
+                             general(*value));
     out = *value;
     return llvm::Error::success();
   }
   /// The same when the field is there; `out` keeps its default otherwise.
-  llvm::Error optionalPositive(llvm::StringRef field, double &out) const {
-    return object.get(field) ? positive(field, out) : llvm::Error::success();
+  llvm::Error optionalNumber(llvm::StringRef field, double &out,
+                             Range range) const {
+    return object.get(field) ? number(field, out, range)
+                             : llvm::Error::success();
   }
-  llvm::Error optionalNonNegative(llvm::StringRef field, double &out) const {
-    if (!object.get(field))
-      return llvm::Error::success();
-    std::optional<double> value = object.getNumber(field);
-    if (!value || !(*value >= 0) || !std::isfinite(*value))
-      return fail(field, "must be a non-negative number");
+  /// Reads an integer in [min, max].
+  llvm::Error integer(llvm::StringRef field, int64_t &out, int64_t min,
+                      int64_t max) const {
+    std::optional<int64_t> value = object.getInteger(field);
+    if (!value || *value < min || *value > max)
+      return fail(field, llvm::formatv("must be an integer between {0} and {1}",
+                                       min, max));
     out = *value;
     return llvm::Error::success();
   }
@@ -139,7 +171,7 @@ public:
 
 llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
                                                     llvm::StringRef path) {
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  llvm::Expected<llvm::json::Value> json = tpc::parseJsonBounded(text);
   if (!json)
     return llvm::createStringError(
         path + ": not JSON: " + llvm::toString(json.takeError()));
@@ -153,12 +185,10 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
   ClusterModel cluster;
   if (llvm::Error error = top.string("name", cluster.name))
     return std::move(error);
-  if (root->get("devices")) {
-    std::optional<int64_t> devices = root->getInteger("devices");
-    if (!devices || *devices < 1)
-      return top.fail("devices", "must be a positive integer");
-    cluster.devices = *devices;
-  }
+  if (root->get("devices"))
+    if (llvm::Error error =
+            top.integer("devices", cluster.devices, 1, kMaxRanks))
+      return std::move(error);
 
   auto device = top.child("device");
   if (!device)
@@ -173,24 +203,25 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
   auto peak = device->child("peak_flops");
   if (!peak)
     return peak.takeError();
-  if (llvm::Error error = device->positive("memory_bytes", d.memoryBytes))
+  if (llvm::Error error =
+          device->number("memory_bytes", d.memoryBytes, kMemoryBytes))
+    return std::move(error);
+  if (llvm::Error error = device->number("memory_bandwidth", d.memoryBandwidth,
+                                         kDeviceBandwidth))
     return std::move(error);
   if (llvm::Error error =
-          device->positive("memory_bandwidth", d.memoryBandwidth))
-    return std::move(error);
-  if (llvm::Error error =
-          device->optionalNonNegative("op_overhead_seconds", d.opOverhead))
+          device->optionalNumber("op_overhead_seconds", d.opOverhead, kSeconds))
     return std::move(error);
   if (llvm::Error error = peak->onlyFields({"f32", "tf32", "bf16"}))
     return std::move(error);
-  if (llvm::Error error = peak->positive("f32", d.peakF32))
+  if (llvm::Error error = peak->number("f32", d.peakF32, kFlops))
     return std::move(error);
   // A device without faster modes runs them at its f32 rate (a CPU rounds
   // the operands and runs SGEMM).
   d.peakTF32 = d.peakBF16 = d.peakF32;
-  if (llvm::Error error = peak->optionalPositive("tf32", d.peakTF32))
+  if (llvm::Error error = peak->optionalNumber("tf32", d.peakTF32, kFlops))
     return std::move(error);
-  if (llvm::Error error = peak->optionalPositive("bf16", d.peakBF16))
+  if (llvm::Error error = peak->optionalNumber("bf16", d.peakBF16, kFlops))
     return std::move(error);
   if (device->object.get("gemm_efficiency")) {
     auto efficiency = device->child("gemm_efficiency");
@@ -198,12 +229,10 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
       return efficiency.takeError();
     if (llvm::Error error = efficiency->onlyFields({"max", "half_flops"}))
       return std::move(error);
-    if (llvm::Error error = efficiency->positive("max", d.gemmMax))
+    if (llvm::Error error = efficiency->number("max", d.gemmMax, kEfficiency))
       return std::move(error);
-    if (d.gemmMax > 1)
-      return efficiency->fail("max", "must be at most 1 (of the peak)");
-    if (llvm::Error error =
-            efficiency->optionalNonNegative("half_flops", d.gemmHalfFlops))
+    if (llvm::Error error = efficiency->optionalNumber(
+            "half_flops", d.gemmHalfFlops, kHalfFlops))
       return std::move(error);
   }
 
@@ -223,31 +252,31 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
     NetworkLevel parsed;
     if (llvm::Error error = level.string("level", parsed.name))
       return std::move(error);
-    if (llvm::Error error = level.positive("bandwidth", parsed.bandwidth))
+    if (llvm::Error error =
+            level.number("bandwidth", parsed.bandwidth, kLinkBandwidth))
       return std::move(error);
     if (llvm::Error error =
-            level.optionalNonNegative("latency", parsed.latency))
+            level.optionalNumber("latency", parsed.latency, kSeconds))
       return std::move(error);
     if (object->get("links")) {
-      std::optional<int64_t> links = object->getInteger("links");
-      if (!links || *links < 1)
-        return level.fail("links", "must be a positive integer");
+      if (llvm::Error error =
+              level.integer("links", parsed.links, 1, kMaxRanks))
+        return std::move(error);
       if (index == 0)
         return level.fail("links", "is for a level with one inside it (the "
                                    "innermost level's links are its ranks')");
-      parsed.links = *links;
     }
     const bool outermost = index + 1 == network->size();
     if (object->get("ranks")) {
-      std::optional<int64_t> ranks = object->getInteger("ranks");
-      if (!ranks || *ranks < 1)
-        return level.fail("ranks", "must be a positive integer");
-      if (*ranks <= previous || *ranks % previous != 0)
+      int64_t ranks;
+      if (llvm::Error error = level.integer("ranks", ranks, 1, kMaxRanks))
+        return std::move(error);
+      if (ranks <= previous || ranks % previous != 0)
         return level.fail("ranks", "must be a multiple of the inner level's " +
                                        llvm::Twine(previous) +
                                        " ranks, and larger");
-      parsed.ranks = *ranks;
-      previous = *ranks;
+      parsed.ranks = ranks;
+      previous = ranks;
     } else if (!outermost) {
       return level.fail("ranks", "is needed on every level but the last");
     }
@@ -258,11 +287,23 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
   return cluster;
 }
 
+llvm::Error ClusterModel::checkWorld(int64_t worldRanks,
+                                     llvm::StringRef path) const {
+  for (auto [index, level] : llvm::enumerate(levels))
+    if (level.ranks > 0 && level.ranks < worldRanks &&
+        worldRanks % level.ranks != 0)
+      return llvm::createStringError(llvm::formatv(
+          "{0}: network[{1}].ranks ({2} per {3}) does not divide the {4} "
+          "ranks of the grid: the last {3} would be partly filled",
+          path, index, level.ranks, level.name, worldRanks));
+  return llvm::Error::success();
+}
+
 llvm::Expected<ClusterModel> mlir::tp::loadCluster(llvm::StringRef path) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
-      llvm::MemoryBuffer::getFile(path);
+  // A cluster of 100,000 ranks' levels is a few kilobytes.
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> file =
+      tpc::readBoundedInput(path, 16 << 20, "cluster file");
   if (!file)
-    return llvm::createStringError(
-        path + ": cannot read: " + file.getError().message());
+    return file.takeError();
   return parseCluster((*file)->getBuffer(), path);
 }

@@ -31,6 +31,11 @@ struct TPSimulate : public tp::impl::TPSimulateBase<TPSimulate> {
       return signalPassFailure();
     }
     SmallVector<int64_t> gridShape = gridShapeOf(module);
+    if (llvm::Error error =
+            cluster->checkWorld(llvm::product_of(gridShape), clusterPath)) {
+      module.emitError("tp-simulate: ") << llvm::toString(std::move(error));
+      return signalPassFailure();
+    }
     for (auto func : module.getOps<func::FuncOp>()) {
       FailureOr<StepPrediction> p = simulateStep(func, gridShape, *cluster);
       if (failed(p))

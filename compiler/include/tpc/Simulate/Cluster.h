@@ -76,6 +76,10 @@ struct ClusterModel {
   /// in all over the level that connects `ranks`.
   double exchangeSeconds(ArrayRef<int64_t> ranks, int64_t ringSteps,
                          double bytes) const;
+
+  /// Fails unless each level's group size divides `worldRanks` (or spans
+  /// them all): the description is of a machine this grid fills.
+  llvm::Error checkWorld(int64_t worldRanks, llvm::StringRef path) const;
 };
 
 /// Reads a cluster description; the error names the file and the field in

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,21 @@ void checkWritableFile(const std::string &path, const std::string &flag);
 /// (its nearest existing ancestor is a writable directory). Throws
 /// std::runtime_error ("<flag> <path>: ...").
 void checkWritableDirectory(const std::string &path, const std::string &flag);
+
+/// Checks that `path` names a regular file (not a device, FIFO or
+/// directory: /dev/zero never ends) of at most `maxBytes` bytes and returns
+/// its size, before anything reads it. Throws std::runtime_error
+/// ("<path>: ...", naming `what` the file is meant to be).
+uint64_t checkRegularFile(const std::string &path, uint64_t maxBytes,
+                          std::string_view what);
+
+/// Reads all of `path` after checkRegularFile; a file that grows while it is
+/// read is still cut off at `maxBytes`.
+std::string readRegularFile(const std::string &path, uint64_t maxBytes,
+                            std::string_view what);
+
+/// Byte counts for messages: "3.0 GiB", "17 MiB", "512 bytes".
+std::string formatBytes(uint64_t bytes);
 
 /// The double closest to the shortest decimal that reads back as `value`
 /// (0.001f -> 0.001, not 0.0010000000474974513), for JSON written for
