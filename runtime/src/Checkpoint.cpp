@@ -7,16 +7,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -159,16 +163,29 @@ std::string planFingerprint(const LoadedPlan &plan) {
   return os.str();
 }
 
-CheckpointDirLock::CheckpointDirLock(const std::string &dir) {
+CheckpointDirLock::CheckpointDirLock(const std::string &dir,
+                                     const std::string &resume) {
   std::error_code error;
   fs::create_directories(dir, error);
   if (error)
     throw std::runtime_error(
         dir + ": cannot create the checkpoint directory: " + error.message());
   const std::string path = (fs::path(dir) / ".lock").string();
-  fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a link: one planted at .lock would have the PID written
+  // over its target, or a file created outside the directory.
+  fd = ::open(path.c_str(),
+              O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0)
-    throw std::runtime_error(path + ": cannot open the lock file");
+    throw std::runtime_error(path + ": cannot open the lock file: " +
+                             (errno == ELOOP
+                                  ? std::string("it is a symbolic link")
+                                  : std::string(std::strerror(errno))));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fd = -1;
+    throw std::runtime_error(path + ": the lock file is not a regular file");
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char owner[32] = {};
     ssize_t n = ::pread(fd, owner, sizeof(owner) - 1, 0);
@@ -187,8 +204,18 @@ CheckpointDirLock::CheckpointDirLock(const std::string &dir) {
   }
   const std::string pid = std::to_string(getpid()) + "\n";
   if (::ftruncate(fd, 0) != 0 ||
-      ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+      ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
+    ::close(fd);
+    fd = -1;
     throw std::runtime_error(path + ": cannot write the lock file");
+  }
+  try {
+    refuseAnotherRunsCheckpoints(dir, resume);
+  } catch (...) {
+    ::close(fd);
+    fd = -1;
+    throw;
+  }
   // What writeCheckpoint and writeFileAtomically name their temporaries:
   // ".step-NNNNNNNN.tmp-PID", "step-NNNNNNNN.old-PID", "latest.tmp.PID".
   for (const fs::directory_entry &entry : fs::directory_iterator(dir, error)) {
@@ -207,6 +234,36 @@ CheckpointDirLock::CheckpointDirLock(const std::string &dir) {
 CheckpointDirLock::~CheckpointDirLock() {
   if (fd >= 0)
     ::close(fd); // releases the lock; the file stays for the next run
+}
+
+void CheckpointDirLock::refuseAnotherRunsCheckpoints(
+    const std::string &dir, const std::string &resume) {
+  std::error_code error;
+  // What names another run's state: its newest step directory, or `latest`.
+  std::string newest;
+  bool hasLatest = false;
+  for (const fs::directory_entry &entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    hasLatest |= name == "latest";
+    if (name.size() == stepName(0).size() && name.rfind("step-", 0) == 0 &&
+        name.find_first_not_of("0123456789", 5) == name.npos)
+      newest = std::max(newest, name);
+  }
+  if (newest.empty() && hasLatest)
+    newest = "latest";
+  if (newest.empty())
+    return;
+  // Continuing this directory's run: --resume names it or one of its steps.
+  if (!resume.empty()) {
+    const fs::path here = fs::weakly_canonical(dir, error);
+    const fs::path from = fs::weakly_canonical(resume, error);
+    if (from == here || from.parent_path() == here)
+      return;
+  }
+  throw std::runtime_error(
+      dir + ": already holds another run's checkpoints (" + newest +
+      "); continue that run with --resume " + dir +
+      ", or give an empty directory (writing here would mix the two runs)");
 }
 
 std::string checkpointPath(const std::string &dir, int64_t step) {

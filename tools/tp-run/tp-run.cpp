@@ -881,7 +881,7 @@ std::optional<Prepared> prepare(const Options &o) {
   }
   std::unique_ptr<CheckpointDirLock> lock;
   if (!o.checkpointDir.empty() && isFirstRank()) {
-    lock = std::make_unique<CheckpointDirLock>(o.checkpointDir);
+    lock = std::make_unique<CheckpointDirLock>(o.checkpointDir, o.resume);
     for (const std::string &leftover : lock->removedLeftovers())
       std::cout << "removed a leftover of a killed run: " << leftover << "\n";
   }

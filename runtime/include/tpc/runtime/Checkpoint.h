@@ -40,15 +40,19 @@ std::string planFingerprint(const LoadedPlan &plan);
 std::string checkpointPath(const std::string &dir, int64_t step);
 
 /// An exclusive lock on a checkpoint directory for the life of a run (flock
-/// on DIR/.lock, released when the process ends, even if killed), so two
-/// runs never write the same checkpoints. Taking it also removes what runs
-/// that were killed while writing left behind (temporary step directories
-/// and files); no live run can own them once the lock is held.
+/// on DIR/.lock, never through a symbolic link, released when the process
+/// ends, even if killed), so two runs never write the same checkpoints.
+/// Taking it also removes what runs that were killed while writing left
+/// behind (temporary step directories and files); no live run can own them
+/// once the lock is held.
 class CheckpointDirLock {
 public:
   /// Creates `dir` if needed. Throws std::runtime_error ("<dir>: in use by
-  /// another run (pid N)") if another process holds the lock.
-  explicit CheckpointDirLock(const std::string &dir);
+  /// another run (pid N)") if another process holds the lock, and when `dir`
+  /// already holds checkpoints that this run does not continue (`resume`,
+  /// the run's --resume, is not `dir` or one of its steps): its step
+  /// directories would be overwritten and `latest` rewound, mixing two runs.
+  CheckpointDirLock(const std::string &dir, const std::string &resume);
   ~CheckpointDirLock();
   CheckpointDirLock(const CheckpointDirLock &) = delete;
   CheckpointDirLock &operator=(const CheckpointDirLock &) = delete;
@@ -57,6 +61,9 @@ public:
   const std::vector<std::string> &removedLeftovers() const { return removed; }
 
 private:
+  static void refuseAnotherRunsCheckpoints(const std::string &dir,
+                                           const std::string &resume);
+
   int fd = -1;
   std::vector<std::string> removed;
 };
