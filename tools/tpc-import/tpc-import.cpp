@@ -42,6 +42,8 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv, "tpc-import: HuggingFace config.json -> tp dialect\n");
 
+  if (llvm::Error error = tpc::checkOutputFile(outputPath, "-o"))
+    return fail(llvm::toString(std::move(error)));
   // HF config.json files are a few kilobytes.
   auto buffer = tpc::readBoundedInput(configPath, 16 << 20, "config.json");
   if (!buffer)

@@ -20,6 +20,7 @@
 #include "mlir/Transforms/Passes.h"
 #include "tpc/Dialect/TP/IR/TPDialect.h"
 #include "tpc/Pipelines/Pipelines.h"
+#include "tpc/Support/InputFiles.h"
 #include "tpc/Target/Plan/PlanEmitter.h"
 #include "tpc/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
@@ -156,6 +157,12 @@ int main(int argc, char **argv) {
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
       argc, argv, "tpc optimizer driver: tp dialect passes and pipelines\n",
       registry);
+  // A compile may take minutes: an output it cannot write fails first.
+  if (llvm::Error error = tpc::checkOutputFile(outputFilename, "-o")) {
+    llvm::errs() << "tpc-opt: error: " << llvm::toString(std::move(error))
+                 << "\n";
+    return 1;
+  }
   if (StringRef(outputFilename).ends_with(".tpplan"))
     return asMainReturnCode(emitPlan(inputFilename, outputFilename, registry));
   return asMainReturnCode(

@@ -6,6 +6,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 
 using namespace llvm;
 
@@ -57,6 +58,25 @@ tpc::readBoundedInput(StringRef path, uint64_t maxBytes, StringRef what) {
       return tooLarge();
   }
   return MemoryBuffer::getMemBufferCopy(data, path);
+}
+
+Error tpc::checkOutputFile(StringRef path, StringRef flag) {
+  if (path == "-")
+    return Error::success();
+  auto fail = [&](const Twine &why) {
+    return createStringError(inconvertibleErrorCode(),
+                             flag + " " + path + ": " + why);
+  };
+  if (sys::fs::is_directory(path))
+    return fail("is a directory");
+  SmallString<256> dir(sys::path::parent_path(path));
+  if (dir.empty())
+    dir = ".";
+  if (!sys::fs::is_directory(dir))
+    return fail("the directory " + dir + " does not exist");
+  if (sys::fs::access(dir, sys::fs::AccessMode::Write))
+    return fail("the directory " + dir + " is not writable");
+  return Error::success();
 }
 
 Expected<json::Value> tpc::parseJsonBounded(StringRef text,

@@ -33,6 +33,12 @@ readBoundedInput(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what);
 llvm::Expected<llvm::json::Value>
 parseJsonBounded(llvm::StringRef text, unsigned maxNesting = kMaxJsonNesting);
 
+/// Checks, before any work, that `path` ("-": standard output) can be
+/// written atomically (a temporary beside it, renamed over it): it is not a
+/// directory, and its directory exists and is writable. The error names
+/// `flag` and the path in one line.
+llvm::Error checkOutputFile(llvm::StringRef path, llvm::StringRef flag);
+
 } // namespace tpc
 
 #endif // TPC_SUPPORT_INPUTFILES_H
