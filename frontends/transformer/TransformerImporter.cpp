@@ -596,43 +596,58 @@ func::FuncOp ModelEmitter::build(ModuleOp module, StringRef name,
   func::ReturnOp::create(b, loc, results);
   func.setFunctionType(b.getFunctionType(body->getArgumentTypes(),
                                          ValueRange(results).getTypes()));
-  func.setResultAttr(0, tp::TPDialect::OutputAttrHelper::getNameStr(),
-                     b.getStringAttr(withLoss ? "loss" : "logits"));
+  // All attributes at once: each setArgAttr call builds a new array of every
+  // argument's attributes, which the context keeps, so a call per argument
+  // grows memory with the square of the layers.
+  auto named = [&](StringRef name, Attribute value) {
+    return b.getNamedAttr(name, value);
+  };
+  SmallVector<DictionaryAttr> resultAttrs(results.size());
+  resultAttrs[0] =
+      b.getDictionaryAttr(named(tp::TPDialect::OutputAttrHelper::getNameStr(),
+                                b.getStringAttr(withLoss ? "loss" : "logits")));
+  SmallVector<SmallVector<NamedAttribute>> argAttrs(body->getNumArguments());
   for (auto [idx, cache] : llvm::enumerate(caches)) {
-    func.setArgAttr(cache.first.getArgNumber(),
-                    tp::TPDialect::CacheAttrHelper::getNameStr(),
-                    b.getStringAttr(cache.second));
-    func.setResultAttr(idx + 1, tp::TPDialect::UpdatesAttrHelper::getNameStr(),
-                       b.getI64IntegerAttr(cache.first.getArgNumber()));
+    argAttrs[cache.first.getArgNumber()].push_back(
+        named(tp::TPDialect::CacheAttrHelper::getNameStr(),
+              b.getStringAttr(cache.second)));
+    resultAttrs[idx + 1] = b.getDictionaryAttr(
+        named(tp::TPDialect::UpdatesAttrHelper::getNameStr(),
+              b.getI64IntegerAttr(cache.first.getArgNumber())));
   }
 
   // Argument attributes: HF name and initialisation for parameters, the
   // role for data inputs.
   for (auto [idx, spec] : llvm::enumerate(params)) {
-    func.setArgAttr(idx, tp::TPDialect::ParamAttrHelper::getNameStr(),
-                    b.getStringAttr(spec.name));
+    SmallVector<NamedAttribute> &attrs = argAttrs[idx];
+    attrs.push_back(named(tp::TPDialect::ParamAttrHelper::getNameStr(),
+                          b.getStringAttr(spec.name)));
     StringRef init = spec.init == Init::Normal  ? "normal"
                      : spec.init == Init::Zeros ? "zeros"
                                                 : "ones";
-    func.setArgAttr(idx, tp::TPDialect::InitAttrHelper::getNameStr(),
-                    b.getStringAttr(init));
+    attrs.push_back(named(tp::TPDialect::InitAttrHelper::getNameStr(),
+                          b.getStringAttr(init)));
     if (spec.init == Init::Normal)
-      func.setArgAttr(idx, tp::TPDialect::InitStdAttrHelper::getNameStr(),
-                      b.getF64FloatAttr(spec.stddev));
+      attrs.push_back(named(tp::TPDialect::InitStdAttrHelper::getNameStr(),
+                            b.getF64FloatAttr(spec.stddev)));
     if (!spec.hfShape.empty())
-      func.setArgAttr(idx, tp::TPDialect::HfShapeAttrHelper::getNameStr(),
-                      b.getDenseI64ArrayAttr(spec.hfShape));
+      attrs.push_back(named(tp::TPDialect::HfShapeAttrHelper::getNameStr(),
+                            b.getDenseI64ArrayAttr(spec.hfShape)));
   }
-  func.setArgAttr(params.size(), tp::TPDialect::InputAttrHelper::getNameStr(),
-                  b.getStringAttr("tokens"));
+  auto input = [&](size_t idx, StringRef role) {
+    argAttrs[idx].push_back(named(tp::TPDialect::InputAttrHelper::getNameStr(),
+                                  b.getStringAttr(role)));
+  };
+  input(params.size(), "tokens");
   if (withLoss)
-    func.setArgAttr(params.size() + 1,
-                    tp::TPDialect::InputAttrHelper::getNameStr(),
-                    b.getStringAttr("targets"));
+    input(params.size() + 1, "targets");
   if (positions)
-    func.setArgAttr(params.size() + 1,
-                    tp::TPDialect::InputAttrHelper::getNameStr(),
-                    b.getStringAttr("positions"));
+    input(params.size() + 1, "positions");
+  SmallVector<DictionaryAttr> argDicts;
+  for (SmallVector<NamedAttribute> &attrs : argAttrs)
+    argDicts.push_back(b.getDictionaryAttr(attrs));
+  func.setAllArgAttrs(argDicts);
+  func.setAllResultAttrs(resultAttrs);
   return func;
 }
 

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FunctionAttrs.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Verifier.h"
@@ -195,12 +196,15 @@ FailureOr<func::FuncOp> TPAutodiff::buildGradients(func::FuncOp loss) {
       &getContext(), block.getArgumentTypes(), ValueRange(results).getTypes()));
   // @loss's result attributes describe one result; start afresh.
   grads.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
-  grads.setResultAttr(0, TPDialect::OutputAttrHelper::getNameStr(),
-                      b.getStringAttr("loss"));
+  SmallVector<Attribute> outputs(results.size()), gradOf(results.size());
+  outputs[0] = b.getStringAttr("loss");
   for (auto [n, i] : llvm::enumerate(indices))
-    grads.setResultAttr(
-        n + 1, TPDialect::GradOfAttrHelper::getNameStr(),
-        grads.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()));
+    gradOf[n + 1] =
+        grads.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr());
+  setResultAttrsInBulk(grads, TPDialect::OutputAttrHelper::getNameStr(),
+                       outputs);
+  setResultAttrsInBulk(grads, TPDialect::GradOfAttrHelper::getNameStr(),
+                       gradOf);
   return grads;
 }
 
@@ -290,11 +294,14 @@ LogicalResult TPAutodiff::buildTrainStep(func::FuncOp gradients) {
   step.setFunctionType(FunctionType::get(ctx, block.getArgumentTypes(),
                                          ValueRange(results).getTypes()));
   step.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
-  step.setResultAttr(0, TPDialect::OutputAttrHelper::getNameStr(),
-                     b.getStringAttr("loss"));
+  SmallVector<Attribute> outputs(results.size()), updates(results.size());
+  outputs[0] = b.getStringAttr("loss");
   for (unsigned i = 0; i < 3 * numParams; ++i)
-    step.setResultAttr(1 + i, TPDialect::UpdatesAttrHelper::getNameStr(),
-                       b.getI64IntegerAttr(i));
+    updates[1 + i] = b.getI64IntegerAttr(i);
+  setResultAttrsInBulk(step, TPDialect::OutputAttrHelper::getNameStr(),
+                       outputs);
+  setResultAttrsInBulk(step, TPDialect::UpdatesAttrHelper::getNameStr(),
+                       updates);
   return success();
 }
 

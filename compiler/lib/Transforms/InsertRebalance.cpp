@@ -21,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FunctionAttrs.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
@@ -29,6 +30,7 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include <cmath>
+#include <map>
 #include <numeric>
 
 namespace mlir::tp {
@@ -527,10 +529,18 @@ struct TPInsertRebalance
                           << " parameter dimensions, " << dims
                           << " tensor dimensions";
     }
-    // Function types follow their arguments and returned values.
+    // Function types follow their arguments and returned values; argument
+    // tags are set in one rewrite per function.
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
+      if (auto it = argumentTags.find(func); it != argumentTags.end()) {
+        SmallVector<Attribute> tags(func.getNumArguments());
+        for (auto &[idx, dims] : it->second)
+          tags[idx] = ArrayAttr::get(&getContext(), dims);
+        setArgAttrsInBulk(
+            func, TPDialect::RebalanceDimsAttrHelper::getNameStr(), tags);
+      }
       Operation *terminator = func.front().getTerminator();
       func.setType(FunctionType::get(&getContext(),
                                      func.front().getArgumentTypes(),
@@ -557,11 +567,14 @@ struct TPInsertRebalance
     if (auto argument = dyn_cast<BlockArgument>(value)) {
       auto func = cast<func::FuncOp>(argument.getOwner()->getParentOp());
       unsigned idx = argument.getArgNumber();
-      SmallVector<Attribute> dims = unitDims(value);
-      if (auto old = func.getArgAttrOfType<ArrayAttr>(idx, name))
-        dims.assign(old.begin(), old.end());
+      auto [it, inserted] = argumentTags[func].try_emplace(idx);
+      SmallVector<Attribute> &dims = it->second;
+      if (inserted) {
+        dims = unitDims(value);
+        if (auto old = func.getArgAttrOfType<ArrayAttr>(idx, name))
+          dims.assign(old.begin(), old.end());
+      }
       dims[dim] = point;
-      func.setArgAttr(idx, name, ArrayAttr::get(ctx, dims));
       return;
     }
     auto result = cast<OpResult>(value);
@@ -578,6 +591,10 @@ struct TPInsertRebalance
     perResult[result.getResultNumber()] = ArrayAttr::get(ctx, dims);
     op->setAttr(name, ArrayAttr::get(ctx, perResult));
   }
+
+  /// Argument tags, set once per function at the end (FunctionAttrs.h).
+  DenseMap<func::FuncOp, std::map<unsigned, SmallVector<Attribute>>>
+      argumentTags;
 };
 
 } // namespace

@@ -1,5 +1,6 @@
 //===- Partition.cpp - global view -> per-rank program --------------------===//
 
+#include "FunctionAttrs.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AttrTypeSubElements.h"
 #include "tpc/Dialect/TP/IR/TPOps.h"
@@ -170,12 +171,15 @@ void TPPartition::runOnOperation() {
   });
   // Parameters and inputs (a batch split) keep their layout for the plan:
   // the runtime loads, initialises or feeds each rank's block of them.
-  for (auto func : module.getOps<func::FuncOp>())
+  for (auto func : module.getOps<func::FuncOp>()) {
+    SmallVector<Attribute> layouts(func.getNumArguments());
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (DistAttr dist = getDistLayout(func.getArgumentTypes()[i]))
         if (func.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()) ||
             func.getArgAttr(i, TPDialect::InputAttrHelper::getNameStr()))
-          func.setArgAttr(i, TPDialect::LayoutAttrHelper::getNameStr(), dist);
+          layouts[i] = dist;
+    setArgAttrsInBulk(func, TPDialect::LayoutAttrHelper::getNameStr(), layouts);
+  }
 
   // Every type that carries a layout, wherever it appears (results, block
   // arguments, function signatures), becomes its local shard. The grid
