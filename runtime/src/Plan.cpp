@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -136,6 +137,7 @@ private:
   void checkTensors();
   void checkInputs();
   void checkStep(const plan::Step &step, size_t index);
+  void checkArenaLiveRanges();
 
   const plan::Plan &plan;
   const plan::Program &program;
@@ -168,6 +170,7 @@ void ProgramChecker::check() {
       fail(where + ": result tensor " + std::to_string(result) +
            " is never computed");
   }
+  checkArenaLiveRanges();
 }
 
 void ProgramChecker::checkTensors() {
@@ -435,6 +438,105 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
          std::to_string(static_cast<int>(step.precision())) +
          " is not a matmul's or attention's f32, tf32 or bf16");
   info->check(StepCheck(plan, program, step, at, in, out));
+}
+
+/// No two arena tensors that are live at once may share a byte: a compiler
+/// bug or a tampered plan (with a recomputed checksum) would otherwise run
+/// silently wrong. A tensor is live from the step that writes it to the last
+/// step that reads it, or to the end if the program returns it; a view or an
+/// in-place update at its operand's offset shares that operand's storage
+/// and extends its life. At a step, its operands and results are all live.
+/// Sizes are the planned ones (a rebalance point's capacity).
+void ProgramChecker::checkArenaLiveRanges() {
+  struct Buffer {
+    uint64_t begin, end; // bytes
+    size_t firstStep, lastStep;
+    uint32_t tensor; // the first tensor in it, for messages
+  };
+  const auto &tensorList = *program.tensors();
+  auto arenaBytes = [&](uint32_t id) -> std::pair<uint64_t, uint64_t> {
+    const plan::Tensor &t = *tensorList.Get(id);
+    uint64_t bytes = dtypeSize(t.dtype());
+    for (int64_t d : *t.shape())
+      bytes *= uint64_t(d);
+    return {t.offset(), t.offset() + bytes};
+  };
+  auto inArena = [&](uint32_t id) {
+    return tensorList.Get(id)->storage() == Storage::Arena;
+  };
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  std::vector<size_t> bufferOf(tensorList.size(), kNone);
+  std::vector<Buffer> buffers;
+  const size_t numSteps = program.steps()->size();
+  for (size_t s = 0; s < numSteps; ++s) {
+    const plan::Step &step = *program.steps()->Get(s);
+    for (uint32_t id : *step.operands())
+      if (bufferOf[id] != kNone)
+        buffers[bufferOf[id]].lastStep = s;
+    const OpInfo *info = findOpInfo(step.kind());
+    for (uint32_t id : *step.results()) {
+      if (!inArena(id) || bufferOf[id] != kNone) {
+        if (bufferOf[id] != kNone)
+          buffers[bufferOf[id]].lastStep = s;
+        continue;
+      }
+      auto [begin, end] = arenaBytes(id);
+      // A view or in-place update placed at an operand's bytes is that
+      // operand's storage.
+      size_t shared = kNone;
+      if (info->placement != ResultPlacement::Arena)
+        for (uint32_t operand : *step.operands())
+          if (bufferOf[operand] != kNone &&
+              arenaBytes(operand).first == begin &&
+              end <= buffers[bufferOf[operand]].end)
+            shared = bufferOf[operand];
+      if (shared != kNone) {
+        bufferOf[id] = shared;
+        buffers[shared].lastStep = s;
+        continue;
+      }
+      bufferOf[id] = buffers.size();
+      buffers.push_back({begin, end, s, s, id});
+    }
+  }
+  for (uint32_t id : *program.results())
+    if (bufferOf[id] != kNone)
+      buffers[bufferOf[id]].lastStep = numSteps;
+
+  // Sweep the steps with the live buffers ordered by offset: they are
+  // disjoint, so a new one can only collide with its neighbours.
+  std::vector<std::vector<size_t>> startsAt(numSteps), endsAt(numSteps + 1);
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    if (buffers[b].begin == buffers[b].end)
+      continue; // no bytes (a rank left no block of a point)
+    startsAt[buffers[b].firstStep].push_back(b);
+    endsAt[buffers[b].lastStep].push_back(b);
+  }
+  std::map<uint64_t, size_t> live; // begin -> buffer
+  auto collide = [&](size_t a, size_t b) {
+    const Buffer &x = buffers[a], &y = buffers[b];
+    fail(where + ": tensors " + std::to_string(x.tensor) + " and " +
+         std::to_string(y.tensor) + " share arena bytes [" +
+         std::to_string(std::max(x.begin, y.begin)) + ", " +
+         std::to_string(std::min(x.end, y.end)) +
+         ") while both are live (steps " + std::to_string(x.firstStep) + "-" +
+         std::to_string(x.lastStep) + " and " + std::to_string(y.firstStep) +
+         "-" + std::to_string(y.lastStep) + ")");
+  };
+  for (size_t s = 0; s <= numSteps; ++s) {
+    if (s < numSteps)
+      for (size_t b : startsAt[s]) {
+        auto next = live.lower_bound(buffers[b].begin);
+        if (next != live.end() && buffers[next->second].begin < buffers[b].end)
+          collide(next->second, b);
+        if (next != live.begin() &&
+            buffers[std::prev(next)->second].end > buffers[b].begin)
+          collide(std::prev(next)->second, b);
+        live.emplace(buffers[b].begin, b);
+      }
+    for (size_t b : endsAt[s])
+      live.erase(buffers[b].begin);
+  }
 }
 
 void checkVersion(const plan::Plan &p, const std::string &what) {

@@ -92,6 +92,23 @@ Slowdown parseSlowdown(const std::string &text) {
   return slow;
 }
 
+std::vector<Slowdown> parseSlowdowns(const std::vector<std::string> &texts) {
+  std::vector<Slowdown> slowdowns;
+  for (const std::string &text : texts)
+    slowdowns.push_back(parseSlowdown(text));
+  for (size_t i = 0; i < slowdowns.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      const Slowdown &a = slowdowns[j], &b = slowdowns[i];
+      if (a.rank == b.rank && a.from <= b.to && b.from <= a.to)
+        throw std::invalid_argument(
+            "--slow " + texts[j] + " and --slow " + texts[i] +
+            " both slow rank " + std::to_string(a.rank) + " at step " +
+            std::to_string(std::max(a.from, b.from)) +
+            "; give each rank one factor per step (FROM_STEP:TO_STEP)");
+    }
+  return slowdowns;
+}
+
 Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
                        GridComm *comm, RebalanceOptions options)
     : plan(plan), params(params), comm(comm), options(std::move(options)) {

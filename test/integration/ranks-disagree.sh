@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ranks given different plans, data or options must fail fast with one line
-# each, never deadlock in a collective: tp-run compares checksums of all
-# three across ranks before the first step. mpirun's MPMD form
+# each, never deadlock in a collective: tp-run compares every option the
+# parser knows (its value, or for paths whether it is given) before anything
+# a rank may do alone, then checksums of the files. mpirun's MPMD form
 # ("-np 1 A : -np 1 B") gives each rank its own command line.
 #
 #   ranks-disagree.sh BUILD_DIR MPIEXEC WORK_DIR
@@ -23,7 +24,8 @@ for seq in 8 16; do
     -o "$work/s$seq.tpplan" 2>/dev/null
 done
 
-# expect NAME WHAT RANK0-ARGS -- RANK1-ARGS
+# expect NAME WHAT RANK0-ARGS -- RANK1-ARGS (WHAT: the message after
+# "the ranks were given different ")
 expect() {
   local name=$1 what=$2
   shift 2
@@ -40,7 +42,7 @@ expect() {
     exit 1
   fi
   for rank in 0 1; do
-    if ! grep -qx "tp-run: error: rank $rank: the ranks were given different $what; every rank must run the same command on the same files" \
+    if ! grep -qxF "tp-run: error: rank $rank: the ranks were given different $what" \
         "$work/$name.txt"; then
       cat "$work/$name.txt"
       echo "ranks-disagree: $name: rank $rank did not report different $what" >&2
@@ -50,44 +52,72 @@ expect() {
   echo "ranks-disagree: $name: exit status $status, both ranks named the $what"
 }
 
-options="options (steps, schedule, program, offset, weights, resume, rebalancing, evaluation, generation or device)"
-expect data "token data" \
+files="; every rank must run the same command on the same files"
+option() { # the message for option $1 ($2: " (given on some ranks only)")
+  echo "options: $1${2:-}; every rank must run the same command"
+}
+expect data "token data$files" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s8.tpplan" --data "$work/b.tokens" --steps 2
-expect plans "plan files" \
+expect plans "plan files$files" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s16.tpplan" --data "$work/a.tokens" --steps 2
-expect steps "$options" \
+expect steps "$(option --steps)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 3
-expect lr "$options" \
+expect lr "$(option --lr)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 1e-3 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --lr 2e-3
-expect slow "$options" \
+expect slow "$(option --slow)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:2 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --slow 1:3
-expect speeds "$options" \
+expect speeds "$(option --rank-speeds)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rank-speeds 1,0.5 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rank-speeds 1,0.6
-expect gain "$options" \
+expect gain "$(option --rebalance-min-gain)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rebalance-min-gain 0.1 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --rebalance-min-gain 0.2
 
-expect eval "$options" \
+expect eval "$(option --eval-every)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --eval-every 1 --eval-data "$work/a.tokens" --eval-tokens 16 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --eval-every 2 --eval-data "$work/a.tokens" --eval-tokens 16
-expect heldout "held-out token data" \
+expect heldout "held-out token data$files" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --eval-every 1 --eval-data "$work/a.tokens" --eval-tokens 16 -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --eval-every 1 --eval-data "$work/b.tokens" --eval-tokens 16
-expect seed "$options" \
+expect seed "$(option --seed)" \
   "$work/s8.tpplan" --generate 2 --prompt ab --temperature 1 --seed 1 -- \
   "$work/s8.tpplan" --generate 2 --prompt ab --temperature 1 --seed 2
 
 # One rank on the CPU, the other on a device the host cannot address: they
 # would reach different collectives (a GPU's connect) and must not start.
-expect device "$options" \
+expect device "$(option --device)" \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --device cpu -- \
   "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 --device staged-cpu
+
+# Options only rank 0 acts on (outputs, printing the plan) are agreed too:
+# given on one rank alone, the other would wait in a collective for ever.
+for output in "--export $work/hf" "--metrics $work/m.json" \
+  "--checkpoint-dir $work/ckpt" "--plot $work/loss.svg"; do
+  flag=${output%% *}
+  expect "output${flag}" "$(option "$flag" " (given on some ranks only)")" \
+    "$work/s8.tpplan" --data "$work/a.tokens" --steps 2 $output -- \
+    "$work/s8.tpplan" --data "$work/a.tokens" --steps 2
+done
+for output in "--dump $work/d.safetensors" "--dump-grads $work/g.safetensors"; do
+  flag=${output%% *}
+  expect "output${flag}" "$(option "$flag" " (given on some ranks only)")" \
+    "$work/s8.tpplan" --data "$work/a.tokens" $output -- \
+    "$work/s8.tpplan" --data "$work/a.tokens"
+done
+expect print-plan "$(option --print-plan)" \
+  "$work/s8.tpplan" --data "$work/a.tokens" --print-plan -- \
+  "$work/s8.tpplan" --data "$work/a.tokens"
+# Paths may differ where contents are compared: the same tokens under
+# another name train.
+cp "$work/a.tokens" "$work/a-copy.tokens"
+timeout 60 "$mpiexec" --oversubscribe -np 1 "$bin/tp-run" "$work/s8.tpplan" \
+  --data "$work/a.tokens" --steps 2 --threads 1 : -np 1 "$bin/tp-run" \
+  "$work/s8.tpplan" --data "$work/a-copy.tokens" --steps 2 | grep -q "step 2/2"
 
 # The same command on both ranks still trains.
 timeout 60 "$mpiexec" --oversubscribe -np 2 "$bin/tp-run" "$work/s8.tpplan" \

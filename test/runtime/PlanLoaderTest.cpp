@@ -199,6 +199,9 @@ TEST(PlanLoader, ChecksKvCachesAndOptionalOperands) {
   spec.caches = {{"h.0.key", {2, 3, 4}}};
   spec.tensors.push_back({fb::DType::F32, {2, 3, 4}, fb::Storage::Cache, 0, 0});
   spec.steps.push_back({fb::OpKind::CacheWrite, {5, 2, 1}, {5}});
+  // The write reads tensor 2 after the softmax: their bytes must differ.
+  spec.arena = 512;
+  spec.tensors[4].offset = 256;
   EXPECT_NO_THROW(load(spec.build()));
 
   PlanSpec missing = spec;
@@ -610,6 +613,38 @@ TEST(PlanLoader, RejectsTensorsOutsideTheArena) {
   misaligned.tensors[3].offset = 2; // kernels load whole f32 elements
   expectRejected(misaligned,
                  "starts at byte 2, not a multiple of its element size");
+}
+
+// Tensors live at once never share arena bytes (a compiler bug or a
+// tampered plan with a recomputed checksum would run silently wrong); a
+// view at its operand's bytes shares them by design, and a tensor may take
+// the bytes of one that died before it was written.
+TEST(PlanLoader, RejectsLiveTensorsThatShareArenaBytes) {
+  PlanSpec spec; // tensor 4 reuses tensor 2's bytes: 2 died at step 1
+  EXPECT_NO_THROW(load(spec.build()));
+  PlanSpec overlapping = spec;
+  overlapping.tensors[4].offset = 136;
+  expectRejected(overlapping,
+                 "program 'forward': tensors 3 and 4 share arena bytes [136, "
+                 "248) while both are live (steps 1-2 and 2-3)");
+  // Tensor 2 read again by the last step: now it lives while 4 is written.
+  PlanSpec readLater = spec;
+  readLater.tensors.push_back(
+      {fb::DType::F32, {2, 3, 4}, fb::Storage::Arena, 128, 0});
+  readLater.steps.push_back({fb::OpKind::Scale, {2}, {5}});
+  readLater.results = {4, 5};
+  expectRejected(readLater, "tensors 2 and 4 share arena bytes [0, 96) while "
+                            "both are live (steps 0-3 and 2-4)");
+  // A reshape's result at its operand's bytes is the same storage.
+  PlanSpec view = spec;
+  view.tensors.push_back({fb::DType::F32, {6, 5}, fb::Storage::Arena, 0, 0});
+  view.steps.push_back({fb::OpKind::Reshape, {4}, {5}});
+  view.results = {5};
+  EXPECT_NO_THROW(load(view.build()));
+  // The same bytes as a result of its own are not.
+  view.steps.back().kind = fb::OpKind::Scale;
+  view.tensors.back().shape = {2, 3, 5};
+  expectRejected(view, "tensors 4 and 5 share arena bytes [0, 120)");
 }
 
 TEST(PlanLoader, RejectsHugeOrNegativeShapes) {

@@ -49,6 +49,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <streambuf>
 #include <sys/resource.h>
@@ -97,7 +98,53 @@ struct Options {
   std::string rebalance = "off";
   std::vector<std::string> slow;
   RebalanceOptions rebalanceOptions;
+  /// Every option as the ranks must agree on it, built from the parser's
+  /// own list (agreedOptions), so a new option cannot be left out.
+  std::vector<std::pair<std::string, std::string>> agreed;
 };
+
+/// How the ranks' agreement treats an option. By default its value must be
+/// the same on every rank. Paths of files whose contents are compared (the
+/// plan, token data) or that only rank 0 writes may differ, but all ranks
+/// must give them or none: rank 0 alone exporting, dumping or printing the
+/// plan would leave the others waiting in a collective. Thread counts are
+/// each rank's own.
+enum class Agreement { Value, Presence, Local };
+
+Agreement agreementOf(const std::string &name) {
+  static const std::set<std::string> presence = {
+      "plan",     "--data",           "--eval-data", "--weights",
+      "--resume", "--metrics",        "--dump",      "--dump-grads",
+      "--export", "--checkpoint-dir", "--plot",      "--prompts"};
+  if (name == "--threads")
+    return Agreement::Local;
+  return presence.count(name) ? Agreement::Presence : Agreement::Value;
+}
+
+/// (name, what must agree) for every option the parser knows, in its order.
+std::vector<std::pair<std::string, std::string>>
+agreedOptions(const CLI::App &app) {
+  std::vector<std::pair<std::string, std::string>> agreed;
+  for (const CLI::Option *option : app.get_options()) {
+    std::string name = option->get_name();
+    if (name == "--help")
+      continue;
+    std::string value;
+    switch (agreementOf(name)) {
+    case Agreement::Local:
+      continue;
+    case Agreement::Presence:
+      value = option->count() ? "given" : "not given";
+      break;
+    case Agreement::Value:
+      for (const std::string &result : option->results())
+        value += std::to_string(result.size()) + ":" + result + ";";
+      break;
+    }
+    agreed.emplace_back(std::move(name), std::move(value));
+  }
+  return agreed;
+}
 
 /// Whether the run rebalances, emulates a straggler or splits by known
 /// speeds: each needs training steps and records a `rebalance` section.
@@ -349,9 +396,17 @@ Options parseArgs(int argc, char **argv) {
   } catch (const CLI::CallForHelp &) {
     std::cout << app.help();
     std::exit(0);
+  } catch (const CLI::ArgumentMismatch &error) {
+    // CLI11 says "--threads: At Most 1 required but received 2".
+    for (const CLI::Option *option : app.get_options())
+      if (option->get_items_expected_max() == 1 && option->count() > 1)
+        usageError(option->get_name() + " is given " +
+                   std::to_string(option->count()) + " times; give it once");
+    usageError(error.what());
   } catch (const CLI::ParseError &error) {
     usageError(error.what());
   }
+  o.agreed = agreedOptions(app);
 
   if (o.plan.empty())
     usageError("missing the plan file (usage: tp-run PLAN --data TOKENS ...; "
@@ -364,9 +419,16 @@ Options parseArgs(int argc, char **argv) {
                      !o.dumpGrads.empty() || !o.program.empty()))
     usageError("--generate runs @forward on its prompt; it does not combine "
                "with --steps, --data, --dump, --dump-grads or --program");
-  if (generating && int(!o.prompt.empty()) + int(!o.promptIds.empty()) +
-                            int(!o.promptsFile.empty()) !=
-                        1)
+  std::vector<std::string> promptFlags;
+  for (auto [value, flag] : {std::pair{&o.prompt, "--prompt"},
+                             {&o.promptIds, "--prompt-ids"},
+                             {&o.promptsFile, "--prompts"}})
+    if (!value->empty())
+      promptFlags.push_back(flag);
+  if (promptFlags.size() > 1)
+    usageError(promptFlags[0] + " and " + promptFlags[1] +
+               " each give the prompt; give one");
+  if (generating && promptFlags.empty())
     usageError("--generate needs one of --prompt TEXT, --prompt-ids IDS and "
                "--prompts FILE");
   if (!generating &&
@@ -430,8 +492,7 @@ Options parseArgs(int argc, char **argv) {
   if (o.evalFraction && !(*o.evalFraction > 0))
     usageError("--eval-fraction must be above 0");
   o.rebalanceOptions.policy = parseRebalancePolicy(o.rebalance);
-  for (const std::string &slow : o.slow)
-    o.rebalanceOptions.slow.push_back(parseSlowdown(slow));
+  o.rebalanceOptions.slow = parseSlowdowns(o.slow);
   if (!training && rebalancingAsked(o))
     usageError("--rebalance, --slow and --rank-speeds need --steps");
   return o;
@@ -889,41 +950,26 @@ std::optional<Prepared> prepare(const Options &o) {
                   std::move(evalStream), evalBatches,       std::move(lock)};
 }
 
-/// What every rank must agree on before the first collective: a rank given
-/// another plan, data or schedule would otherwise deadlock or train on
-/// garbage. Returns the first thing that differs, or an empty string.
+/// What every rank must agree on besides its options (checked before, in
+/// main): the contents of the files they read, and what each derived from
+/// its own machine or files. A rank given another plan or data would
+/// otherwise deadlock or train on garbage. Returns the first thing that
+/// differs, or an empty string.
 std::string disagreement(const Comm &world, const Options &o,
                          const Prepared &p) {
-  std::ostringstream schedule;
-  schedule << std::setprecision(17) << o.steps << ' ' << o.lr << ' '
-           << o.minLr.value_or(-1) << ' ' << o.warmup.value_or(-1) << ' '
-           << o.decaySteps.value_or(-1) << ' ' << o.clip << ' '
-           << o.checkpointEvery << ' ' << o.offset << ' ' << o.repeat << ' '
-           << o.program << ' ' << o.weights.empty() << o.resume.empty() << ' '
-           << o.rebalance << ' ' << o.rebalanceOptions.window << ' '
-           << o.rebalanceOptions.patience << ' ' << o.rebalanceOptions.threshold
-           << ' ' << o.rebalanceOptions.minGain << ' ' << backend->name();
-  schedule << " eval " << o.evalEvery << ' ' << p.evalBatches << " generate "
-           << o.generate << ' ' << o.samples << ' ' << o.noKvCache << ' '
-           << o.ignoreEos << ' ' << o.prompt << ' ' << o.promptIds << ' '
-           << o.promptLines.size() << ' ';
+  std::ostringstream derived;
+  derived << backend->name() << ' ' << p.evalBatches << ' '
+          << o.promptLines.size() << ' ';
   for (const std::string &line : o.promptLines)
-    schedule << line.size() << ':' << line;
-  schedule << ' ' << o.sampling.temperature << ' ' << o.sampling.topK << ' '
-           << o.sampling.topP << ' ' << o.seed;
-  for (const std::string &slow : o.slow)
-    schedule << ' ' << slow;
-  for (double speed : o.rebalanceOptions.rankSpeeds)
-    schedule << " speed " << speed;
-  const std::string options = schedule.str();
+    derived << line.size() << ':' << line;
+  const std::string settings = derived.str();
   const std::pair<uint64_t, const char *> checks[] = {
       {p.plan.contentChecksum(), "plan files"},
       {contentChecksum(std::as_bytes(std::span(p.stream))), "token data"},
       {contentChecksum(std::as_bytes(std::span(p.evalStream))),
        "held-out token data"},
-      {contentChecksum(std::as_bytes(std::span(options))),
-       "options (steps, schedule, program, offset, weights, resume, "
-       "rebalancing, evaluation, generation or device)"}};
+      {contentChecksum(std::as_bytes(std::span(settings))),
+       "devices, prompts or held-out batches"}};
   for (const auto &[checksum, what] : checks)
     if (!world.allEqual(checksum))
       return what;
@@ -1373,23 +1419,51 @@ int main(int argc, char **argv) {
   if (world.rank() != 0)
     std::cout.rdbuf(new NullBuffer); // kept to the end: cout flushes at exit
 
+  // Each start-up stage ends with the ranks agreeing that all of them got
+  // through it: one that failed alone would leave the others waiting in a
+  // collective.
+  auto startedTogether = [&](bool ok) {
+    if (world.allSucceeded(ok))
+      return true;
+    if (ok)
+      std::cerr << ("tp-run: error: rank " + std::to_string(world.rank()) +
+                    ": stopping: another rank failed to start\n")
+                << std::flush;
+    return false;
+  };
   Options options;
-  std::optional<Prepared> prepared;
   bool ok = true;
   try {
     options = parseArgs(argc, argv);
+  } catch (const std::exception &error) {
+    printError(world, error);
+    ok = false;
+  }
+  if (!startedTogether(ok))
+    return 1;
+  // Before anything a rank may do alone (print the plan, write a file):
+  // every option, one collective each, so the message names the one that
+  // differs.
+  for (const auto &[name, value] : options.agreed)
+    if (!world.allEqual(contentChecksum(std::as_bytes(std::span(value))))) {
+      std::cerr << ("tp-run: error: rank " + std::to_string(world.rank()) +
+                    ": the ranks were given different options: " + name +
+                    (agreementOf(name) == Agreement::Presence
+                         ? " (given on some ranks only)"
+                         : "") +
+                    "; every rank must run the same command\n")
+                << std::flush;
+      return 1;
+    }
+  std::optional<Prepared> prepared;
+  try {
     prepared = prepare(options);
   } catch (const std::exception &error) {
     printError(world, error);
     ok = false;
   }
-  if (!world.allSucceeded(ok)) {
-    if (ok)
-      std::cerr << ("tp-run: error: rank " + std::to_string(world.rank()) +
-                    ": stopping: another rank failed to start\n")
-                << std::flush;
+  if (!startedTogether(ok))
     return 1;
-  }
   if (!prepared)
     return 0; // --print-plan
   if (std::string what = disagreement(world, options, *prepared);

@@ -36,6 +36,9 @@ struct Slowdown {
 /// Parses RANK:FACTOR[:FROM_STEP[:TO_STEP]]; throws std::invalid_argument
 /// naming the part that is wrong.
 Slowdown parseSlowdown(const std::string &text);
+/// Parses each --slow; throws std::invalid_argument when two slow the same
+/// rank at the same step (which factor would hold is not obvious).
+std::vector<Slowdown> parseSlowdowns(const std::vector<std::string> &texts);
 
 struct RebalanceOptions {
   RebalancePolicy policy = RebalancePolicy::Off;
