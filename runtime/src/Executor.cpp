@@ -1,5 +1,7 @@
 #include "tpc/runtime/Executor.h"
 
+#include "tpc/runtime/Files.h"
+
 #include "tpc/runtime/Comm.h"
 #include "tpc/runtime/DType.h"
 #include "tpc/runtime/Init.h"
@@ -14,6 +16,7 @@
 #include <map>
 #include <stdexcept>
 #include <thread>
+#include <unistd.h>
 
 namespace tpc::runtime {
 
@@ -187,13 +190,25 @@ ParamStore ParamStore::allocate(const LoadedPlan &loaded,
   store.assignment = BlockAssignment::even(loaded.plan());
   store.coords_ = coords;
   const std::vector<int64_t> capacity = capacityBlocks(loaded.plan());
+  std::vector<std::vector<int64_t>> shapes;
+  uint64_t bytes = 0;
   for (const plan::Param *param : *loaded.plan().params()) {
-    std::vector<int64_t> shape =
-        rebalanceDim(*param) >= 0
-            ? paramLocalShape(loaded.plan(), *param, capacity)
-            : paramBlock(loaded, *param, coords).shape;
-    store.values.emplace_back(size_t(product(shape)), 0.0f);
+    shapes.push_back(rebalanceDim(*param) >= 0
+                         ? paramLocalShape(loaded.plan(), *param, capacity)
+                         : paramBlock(loaded, *param, coords).shape);
+    bytes += uint64_t(product(shapes.back())) * sizeof(float);
   }
+  // A plan may ask for more than the machine has: say so in words before
+  // the allocation fails (or the OOM killer comes).
+  const uint64_t memory =
+      uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGE_SIZE));
+  if (bytes > memory)
+    throw std::runtime_error(
+        "the plan's parameters need " + formatBytes(bytes) +
+        " on this rank, more than the " + formatBytes(memory) +
+        " of memory this machine has (a larger grid splits them further)");
+  for (const std::vector<int64_t> &shape : shapes)
+    store.values.emplace_back(size_t(product(shape)), 0.0f);
   return store;
 }
 

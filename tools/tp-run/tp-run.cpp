@@ -1404,7 +1404,12 @@ void printError(const Comm &world, const std::exception &error) {
   line << "tp-run: error: ";
   if (world.size() > 1)
     line << "rank " << world.rank() << ": ";
-  line << error.what() << "\n";
+  // std::bad_alloc says only "std::bad_alloc".
+  if (dynamic_cast<const std::bad_alloc *>(&error))
+    line << "out of memory: this machine cannot hold the run's parameters, "
+            "optimizer state, activations or data (std::bad_alloc)\n";
+  else
+    line << error.what() << "\n";
   std::cerr << line.str() << std::flush;
 }
 
