@@ -91,6 +91,31 @@ public:
     return text;
   }
 
+  /// A token id or a list of them (eos_token_id); nullopt when absent.
+  std::optional<std::vector<int64_t>> tokenIds(llvm::StringRef key) {
+    const llvm::json::Value *value = object.get(key);
+    if (!value || value->getAsNull())
+      return std::nullopt;
+    std::vector<int64_t> ids;
+    auto take = [&](const llvm::json::Value &item) {
+      std::optional<int64_t> id = item.getAsInteger();
+      if (!id || *id < 0 || *id > tp::kMaxTensorElements)
+        return false;
+      ids.push_back(*id);
+      return true;
+    };
+    bool ok = true;
+    if (const llvm::json::Array *list = value->getAsArray())
+      ok = llvm::all_of(*list, take);
+    else
+      ok = take(*value);
+    if (!ok) {
+      fail(formatv("field '{0}' must be a token id or a list of them", key));
+      return std::nullopt;
+    }
+    return ids;
+  }
+
   void fail(const llvm::Twine &message) {
     if (error.empty())
       error = message.str();
@@ -206,8 +231,8 @@ static llvm::Error checkSizes(ArrayRef<SizedTensor> tensors) {
   return llvm::Error::success();
 }
 
-llvm::Expected<TransformerConfig>
-tpc::frontend::parseTransformerConfig(llvm::StringRef json) {
+llvm::Expected<TransformerConfig> tpc::frontend::parseTransformerConfig(
+    llvm::StringRef json, std::optional<llvm::StringRef> generationJson) {
   llvm::Expected<llvm::json::Value> parsed = tpc::parseJsonBounded(json);
   if (!parsed)
     return configError("not valid JSON: " + llvm::toString(parsed.takeError()));
@@ -233,9 +258,37 @@ tpc::frontend::parseTransformerConfig(llvm::StringRef json) {
                                "imports gpt2 and llama)",
                                *modelType));
   }
+  std::optional<std::vector<int64_t>> eos = reader.tokenIds("eos_token_id");
   if (reader.failed())
     return reader.takeError();
   bool gpt2 = config.kind == ModelKind::GPT2;
+  // What generate() stops at: generation_config.json wins over config.json,
+  // and the config classes' defaults fill in (GPT2Config: 50256,
+  // LlamaConfig: 2).
+  if (generationJson) {
+    llvm::Expected<llvm::json::Value> parsed =
+        tpc::parseJsonBounded(*generationJson);
+    if (!parsed)
+      return configError("generation_config.json: not valid JSON: " +
+                         llvm::toString(parsed.takeError()));
+    const llvm::json::Object *object = parsed->getAsObject();
+    if (!object)
+      return configError(
+          "generation_config.json: the top level must be a JSON object");
+    ConfigReader generation(*object);
+    std::optional<std::vector<int64_t>> ids =
+        generation.tokenIds("eos_token_id");
+    if (generation.failed())
+      return configError("generation_config.json: " +
+                         llvm::toString(generation.takeError()));
+    if (ids)
+      eos = ids;
+  }
+  if (!eos)
+    eos = std::vector<int64_t>{gpt2 ? 50256 : 2};
+  for (int64_t id : *eos)
+    if (id < config.vocabSize && !llvm::is_contained(config.eosTokenIds, id))
+      config.eosTokenIds.push_back(id);
   if (config.numLayers > kMaxLayers)
     return configError(formatv("'{0}' ({1}) is more than the limit of {2} "
                                "layers",
@@ -697,6 +750,8 @@ tpc::frontend::importTransformer(MLIRContext &context,
       attrs.getStringAttr(config.kind == ModelKind::GPT2 ? "gpt2" : "llama"));
   (*module)->setAttr(tp::TPDialect::HfConfigAttrHelper::getNameStr(),
                      attrs.getStringAttr(config.json));
+  (*module)->setAttr(tp::TPDialect::EosTokenIdsAttrHelper::getNameStr(),
+                     attrs.getDenseI64ArrayAttr(config.eosTokenIds));
   // The head counts, under their config names, so that a scheme that splits
   // heads over ranks names the one the grid does not divide.
   SmallVector<NamedAttribute> headCounts;

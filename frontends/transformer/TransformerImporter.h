@@ -14,7 +14,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/Support/Error.h"
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace tpc::frontend {
 
@@ -43,12 +45,20 @@ struct TransformerConfig {
   bool attentionBias;    // LLaMA only (GPT-2 always has biases)
   bool mlpBias;          // LLaMA only
   bool scaleAttnWeights; // GPT-2 only
+  /// The ids generation stops at, resolved as HuggingFace's generate()
+  /// does: generation_config.json's eos_token_id, else config.json's, else
+  /// the model type's default (GPT-2 50256, LLaMA 2); those outside the
+  /// vocabulary are dropped (no step can produce them).
+  std::vector<int64_t> eosTokenIds;
   /// The config.json text, kept for export.
   std::string json;
 };
 
-/// Parses and validates config.json. Errors are one line and name the field.
-llvm::Expected<TransformerConfig> parseTransformerConfig(llvm::StringRef json);
+/// Parses and validates config.json and, when given, the model's
+/// generation_config.json. Errors are one line and name the field.
+llvm::Expected<TransformerConfig>
+parseTransformerConfig(llvm::StringRef json,
+                       std::optional<llvm::StringRef> generationJson = {});
 
 /// Emits the model's tp module for `batch` sequences of `seq` tokens:
 /// @forward and @loss; with `kvCache` > 0 also the generation programs

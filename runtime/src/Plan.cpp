@@ -883,6 +883,16 @@ LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
         what);
   checkAlignment(*result.root, what);
   checkPlan(*result.root, worldSize, what);
+  if (const auto *ids = result.root->eos_token_ids()) {
+    if (result.root->version_minor() < kPlanEosMinor)
+      fail(what + ": eos_token_ids is not in plan format 1." +
+           std::to_string(result.root->version_minor()));
+    const int64_t vocab = result.vocabularySize();
+    for (int64_t id : *ids)
+      if (id < 0 || id >= vocab)
+        fail(what + ": end-of-sequence id " + std::to_string(id) +
+             " is outside the vocabulary of " + std::to_string(vocab));
+  }
   return result;
 }
 
@@ -898,17 +908,56 @@ uint64_t LoadedPlan::contentChecksum() const {
 }
 
 int64_t LoadedPlan::vocabularySize() const {
-  for (const plan::Program *program : *root->programs())
+  for (const plan::Program *program : *root->programs()) {
+    // The table may reach the lookup through steps of its own (2D gathers
+    // it, bf16 converts it): follow first operands back to the parameter.
+    std::vector<const plan::Step *> producer(program->tensors()->size());
+    for (const plan::Step *step : *program->steps())
+      for (uint32_t result : *step->results())
+        producer[result] = step;
     for (const plan::Step *step : *program->steps()) {
       if (step->kind() != OpKind::Embedding)
         continue;
-      // The loader checked the operand, its storage and the index.
-      const plan::Tensor &table =
-          *program->tensors()->Get(step->operands()->Get(0));
-      if (table.storage() == Storage::Param)
-        return root->params()->Get(table.index())->shape()->Get(0);
+      // The loader checked every operand, storage and index.
+      uint32_t id = step->operands()->Get(0);
+      for (size_t hops = 0; hops < producer.size(); ++hops) {
+        const plan::Tensor &table = *program->tensors()->Get(id);
+        if (table.storage() == Storage::Param)
+          return root->params()->Get(table.index())->shape()->Get(0);
+        const plan::Step *from = producer[id];
+        if (!from || from->operands()->size() == 0)
+          break;
+        id = from->operands()->Get(0);
+      }
     }
+  }
   return 0;
+}
+
+std::vector<int32_t> LoadedPlan::endTokenIds() const {
+  std::vector<int32_t> ids;
+  const int64_t vocab = vocabularySize();
+  auto add = [&](int64_t id) {
+    if (id >= 0 && id < vocab)
+      ids.push_back(int32_t(id));
+  };
+  if (const auto *resolved = root->eos_token_ids()) {
+    for (int64_t id : *resolved)
+      add(id);
+    return ids;
+  }
+  const auto *text = root->hf_config();
+  if (!text || text->size() == 0)
+    return ids;
+  const auto config = nlohmann::json::parse(text->str(), nullptr,
+                                            /*allow_exceptions=*/false);
+  if (!config.is_object() || !config.contains("eos_token_id"))
+    return ids;
+  const auto &eos = config["eos_token_id"];
+  for (const auto &id : eos.is_array() ? eos : nlohmann::json::array({eos}))
+    if (id.is_number_integer())
+      add(id.get<int64_t>());
+  return ids;
 }
 
 const plan::Program *LoadedPlan::program(const std::string &name) const {
@@ -954,6 +1003,8 @@ void LoadedPlan::printJson(std::ostream &os) const {
     json["content_checksum"] = checksumHex(p.content_checksum()->xxh3());
   json["grid"] = array(p.grid());
   json["model_type"] = p.model_type() ? p.model_type()->str() : "";
+  if (p.eos_token_ids())
+    json["eos_token_ids"] = array(p.eos_token_ids());
   json["params"] = Json::array();
   for (const plan::Param *param : *p.params()) {
     Json entry = {{"name", param->name()->str()},

@@ -278,6 +278,13 @@ assert m["prefill_chunks"] == 1, m["prefill_chunks"]' "$work/one-chunk.json"
 echo "== past the plan's sequence, errors"
 generate long 1 "$work/one.tpplan" --generate 40 --no-kv-cache
 [ "$("$python" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["generated_ids"]))' "$work/long.json")" = 40 ]
+# Past @forward's positions each step sees the last seq tokens only: the
+# progress log says from which token, once.
+[ "$(grep -c "a context is longer than @forward's $seq positions" "$work/long.log")" = 1 ] ||
+  { cat "$work/long.log"; echo "generation: no note of the cropped context" >&2; exit 1; }
+# A 5-token prompt: the context passes seq tokens at token seq - 5 + 2.
+grep -q "^note: from token $((seq - 5 + 2)) on," "$work/long.log" ||
+  { cat "$work/long.log"; echo "generation: the note names the wrong token" >&2; exit 1; }
 check_error() { # EXPECTED FLAGS...
   local expected=$1
   shift

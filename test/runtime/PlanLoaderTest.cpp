@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -78,7 +79,8 @@ struct PlanSpec {
     std::string name;
     std::vector<int64_t> shape;
   };
-  std::vector<Cache> caches = {}; // (1.9) KV caches
+  std::vector<Cache> caches = {};                  // (1.9) KV caches
+  std::optional<std::vector<int64_t>> eosTokenIds; // (1.11)
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
@@ -143,7 +145,8 @@ struct PlanSpec {
                        b.CreateVector(grid), 0, 0, b.CreateVector(params),
                        b.CreateVector(programs), checksum ? &unsealed : nullptr,
                        points.empty() ? 0 : b.CreateVector(pointTable),
-                       caches.empty() ? 0 : b.CreateVector(cacheTable));
+                       caches.empty() ? 0 : b.CreateVector(cacheTable),
+                       eosTokenIds ? b.CreateVector(*eosTokenIds) : 0);
     fb::FinishPlanBuffer(b, plan);
     std::vector<uint8_t> bytes(b.GetBufferPointer(),
                                b.GetBufferPointer() + b.GetSize());
@@ -645,6 +648,26 @@ TEST(PlanLoader, RejectsLiveTensorsThatShareArenaBytes) {
   view.steps.back().kind = fb::OpKind::Scale;
   view.tensors.back().shape = {2, 3, 5};
   expectRejected(view, "tensors 4 and 5 share arena bytes [0, 120)");
+}
+
+// End-of-sequence ids (1.11) lie in the vocabulary (the embedding's 5 rows
+// here); plans before 1.11 fall back to config.json's eos_token_id.
+TEST(PlanLoader, ChecksEndTokenIds) {
+  PlanSpec spec;
+  spec.eosTokenIds = std::vector<int64_t>{4, 0};
+  EXPECT_EQ(load(spec.build()).endTokenIds(), (std::vector<int32_t>{4, 0}));
+  PlanSpec outside = spec;
+  outside.eosTokenIds = std::vector<int64_t>{1, 5};
+  expectRejected(outside,
+                 "end-of-sequence id 5 is outside the vocabulary of 5");
+  PlanSpec negative = spec;
+  negative.eosTokenIds = std::vector<int64_t>{-1};
+  expectRejected(negative, "end-of-sequence id -1 is outside");
+  PlanSpec older = spec;
+  older.minor = kPlanEosMinor - 1;
+  expectRejected(older, "eos_token_ids is not in plan format 1.10");
+  PlanSpec none;
+  EXPECT_TRUE(load(none.build()).endTokenIds().empty());
 }
 
 TEST(PlanLoader, RejectsHugeOrNegativeShapes) {

@@ -291,8 +291,9 @@ Options parseArgs(int argc, char **argv) {
       ->group(generationGroup);
   app.add_flag("--ignore-eos", o.ignoreEos,
                "Generate all N tokens; by default a sample ends at the "
-               "model's end-of-sequence token (eos_token_id in its "
-               "config.json), as HuggingFace's generate() does")
+               "model's end-of-sequence token (eos_token_id of its "
+               "generation_config.json or config.json, else the model "
+               "type's default), as HuggingFace's generate() does")
       ->group(generationGroup);
   app.add_flag("--no-kv-cache", o.noKvCache,
                "Generate with @forward over the whole prefix each step even "
@@ -1068,26 +1069,6 @@ void timedStep(std::vector<double> &stepSeconds, Step &&step) {
           .count());
 }
 
-/// The model's end-of-sequence ids: eos_token_id of its config.json (an id
-/// or a list of them), those inside the vocabulary.
-std::vector<int32_t> endTokenIds(const LoadedPlan &plan) {
-  std::vector<int32_t> ids;
-  const auto *text = plan.plan().hf_config();
-  if (!text || text->size() == 0)
-    return ids;
-  const auto config = nlohmann::json::parse(text->str(), nullptr,
-                                            /*allow_exceptions=*/false);
-  if (!config.is_object() || !config.contains("eos_token_id"))
-    return ids;
-  const auto &eos = config["eos_token_id"];
-  const int64_t vocab = plan.vocabularySize();
-  for (const auto &id : eos.is_array() ? eos : nlohmann::json::array({eos}))
-    if (id.is_number_integer() && id.get<int64_t>() >= 0 &&
-        id.get<int64_t>() < vocab)
-      ids.push_back(int32_t(id.get<int64_t>()));
-  return ids;
-}
-
 /// The samples (--samples, or --prompts' lines) must fit the generation
 /// programs' batch.
 void checkSamples(const Options &o, const Generated &out, int64_t batch) {
@@ -1113,8 +1094,20 @@ void generateWithForward(const Options &o, Prepared &p, Generated &out) {
   const size_t logitsIndex = logitsResult(o, p.plan, runner, "forward");
   const int64_t vocab = runner.resultShape(logitsIndex)[2];
   std::vector<int32_t> window(size_t(batch * seq));
+  bool cropped = false;
   for (int64_t n = 0; n < o.generate && !out.done(); ++n)
     timedStep(out.stepSeconds, [&] {
+      // HuggingFace attends to the whole context; past the plan's seq
+      // tokens this sees only the last seq, so the two part ways: say so.
+      if (!cropped && out.longest() > seq) {
+        cropped = true;
+        std::cout << "note: from token " << n + 1
+                  << " on, a context is longer than @forward's " << seq
+                  << " positions: each step sees its last " << seq
+                  << " tokens only, where HuggingFace sees them all (the KV "
+                     "caches of tpc-import --kv-cache keep them)\n"
+                  << std::flush;
+      }
       // The last seq tokens of each sample's context in its row, zeros
       // after them: causal attention leaves the padding unseen.
       std::fill(window.begin(), window.end(), 0);
@@ -1291,7 +1284,7 @@ int generateRun(const Options &o, Prepared &p) {
   };
 
   Generated out(prompts, o.seed,
-                o.ignoreEos ? std::vector<int32_t>() : endTokenIds(p.plan));
+                o.ignoreEos ? std::vector<int32_t>() : p.plan.endTokenIds());
   const bool kvCache =
       !o.noKvCache && p.plan.program("prefill") && p.plan.program("decode");
   auto start = std::chrono::steady_clock::now();

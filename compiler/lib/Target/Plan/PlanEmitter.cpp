@@ -666,6 +666,10 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
   };
   auto modelType = stringAttr(TPDialect::ModelTypeAttrHelper::getNameStr());
   auto hfConfig = stringAttr(TPDialect::HfConfigAttrHelper::getNameStr());
+  flatbuffers::Offset<flatbuffers::Vector<int64_t>> eosTokenIds;
+  if (auto ids = module->getAttrOfType<DenseI64ArrayAttr>(
+          TPDialect::EosTokenIdsAttrHelper::getNameStr()))
+    eosTokenIds = builder.CreateVector(ids.asArrayRef().data(), ids.size());
   std::vector<flatbuffers::Offset<fb::Param>> paramTable;
   for (const ParamInfo &param : params)
     paramTable.push_back(buildParam(param));
@@ -685,7 +689,7 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
       hfConfig, builder.CreateVector(paramTable),
       builder.CreateVector(programs), &kUnsealed,
       pointTable.empty() ? 0 : builder.CreateVector(pointTable),
-      cacheTable.empty() ? 0 : builder.CreateVector(cacheTable));
+      cacheTable.empty() ? 0 : builder.CreateVector(cacheTable), eosTokenIds);
   fb::FinishPlanBuffer(builder, plan);
   sealChecksum(builder.GetBufferPointer(), builder.GetSize());
   os.write(reinterpret_cast<const char *>(builder.GetBufferPointer()),

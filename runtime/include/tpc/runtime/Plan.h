@@ -18,12 +18,14 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 10;
+inline constexpr uint32_t kPlanVersionMinor = 11;
 /// The first minor version whose plans carry Plan.content_checksum.
 inline constexpr uint32_t kPlanChecksumMinor = 2;
 /// The first minor version with bf16 activations and KV caches (mixed
 /// precision) and the Convert op kind.
 inline constexpr uint32_t kPlanBf16Minor = 10;
+/// The minor version that added Plan.eos_token_ids.
+inline constexpr uint32_t kPlanEosMinor = 11;
 
 class PlanError : public std::runtime_error {
 public:
@@ -74,6 +76,10 @@ public:
   /// The vocabulary size: rows of the table the token ids index (the
   /// embedding's parameter, whole), or 0 if no program embeds tokens.
   int64_t vocabularySize() const;
+  /// The ids generation stops at: the plan's eos_token_ids (1.11, resolved
+  /// by tpc-import as HuggingFace does), or for older plans the eos_token_id
+  /// of the config.json it carries; only ids inside the vocabulary.
+  std::vector<int32_t> endTokenIds() const;
 
   /// Writes the plan as JSON (stable key order) for tests and debugging.
   void printJson(std::ostream &os) const;

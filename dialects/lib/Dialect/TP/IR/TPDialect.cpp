@@ -102,6 +102,8 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
        "a string"},
       {D::HeadCountsAttrHelper::getNameStr(), Placement::Module,
        isA<DictionaryAttr>, "a dictionary"},
+      {D::EosTokenIdsAttrHelper::getNameStr(), Placement::Module,
+       isA<DenseI64ArrayAttr>, "an array<i64>"},
   };
   return specs;
 }

@@ -72,6 +72,8 @@ def TP_Dialect : Dialect {
     // The module.
     "::mlir::StringAttr":$model_type,     // "gpt2" | "llama"
     "::mlir::StringAttr":$hf_config,      // the config.json, verbatim
+    // The ids generation stops at (HF's resolution of eos_token_id).
+    "::mlir::DenseI64ArrayAttr":$eos_token_ids,
     "::mlir::DictionaryAttr":$head_counts // heads a grid must divide
   );
   let hasOperationAttrVerify = 1;
