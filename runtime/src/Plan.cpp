@@ -934,6 +934,27 @@ int64_t LoadedPlan::vocabularySize() const {
   return 0;
 }
 
+std::optional<OptimizerSettings>
+optimizerSettings(const plan::Program &program) {
+  std::optional<OptimizerSettings> settings;
+  for (const plan::Step *step : *program.steps()) {
+    if (step->kind() != OpKind::AdamW)
+      continue;
+    if (!settings) {
+      settings.emplace();
+      settings->beta1 = step->beta1();
+      settings->beta2 = step->beta2();
+      settings->epsilon = step->epsilon();
+    }
+    ++settings->parameters;
+    if (step->weight_decay() > 0) {
+      ++settings->decayedParameters;
+      settings->weightDecay = step->weight_decay();
+    }
+  }
+  return settings;
+}
+
 std::vector<int32_t> LoadedPlan::endTokenIds() const {
   std::vector<int32_t> ids;
   const int64_t vocab = vocabularySize();

@@ -24,3 +24,14 @@
 // OPTIONS: --grid=<shape>
 // OPTIONS: --mode=<value>
 // OPTIONS: --seq-parallel
+// The hundreds of options the LLVM libraries register (AMDGPU, ARM, PGO)
+// are not listed: MLIR's driver options and the passes are.
+// RUN: tpc-opt --help | FileCheck %s --check-prefix=NO-LLVM --implicit-check-not=amdgpu --implicit-check-not=aarch64
+// NO-LLVM: --mlir-timing
+// NO-LLVM: -o <filename>
+// RUN: tpc-import --help | FileCheck %s --check-prefix=IMPORT --implicit-check-not=amdgpu --implicit-check-not=mlir-
+// IMPORT: tpc-import options:
+// IMPORT: --batch=<long>
+// IMPORT: --kv-cache=<long>
+// IMPORT: -o <filename>
+// IMPORT: --seq=<long>

@@ -809,6 +809,15 @@ int trainRun(const Options &o, Prepared &p) {
             ? result.tokensPerStep * result.records.size() / stepSeconds
             : 0.0;
     json["hyperparameters"] = hyperparametersJson(config.hyperparameters);
+    // What the compiler fixed in the plan (tp-autodiff's options).
+    if (auto adamw = optimizerSettings(*p.plan.program("train_step")))
+      json["optimizer"] = {{"kind", "adamw"},
+                           {"beta1", adamw->beta1},
+                           {"beta2", adamw->beta2},
+                           {"epsilon", adamw->epsilon},
+                           {"weight_decay", adamw->weightDecay},
+                           {"decayed_parameters", adamw->decayedParameters},
+                           {"parameters", adamw->parameters}};
     // With --eval-every, @loss runs from its own arena and inputs, held
     // alongside the step's.
     const uint64_t inputBytes = result.inputBytes + result.evalInputBytes;

@@ -20,20 +20,29 @@
 
 namespace cl = llvm::cl;
 
+/// tpc-import's own options: --help shows only these, not the hundreds the
+/// LLVM libraries register.
+static cl::OptionCategory importCategory("tpc-import options");
+
 static cl::opt<std::string> configPath(cl::Positional, cl::Required,
-                                       cl::desc("<config.json>"));
+                                       cl::desc("<config.json>"),
+                                       cl::cat(importCategory));
 static cl::opt<int64_t> batch("batch", cl::Required,
-                              cl::desc("Sequences per step"));
+                              cl::desc("Sequences per step"),
+                              cl::cat(importCategory));
 static cl::opt<int64_t> seq("seq", cl::Required,
-                            cl::desc("Tokens per sequence"));
+                            cl::desc("Tokens per sequence"),
+                            cl::cat(importCategory));
 static cl::opt<int64_t> kvCache(
     "kv-cache", cl::init(0),
     cl::desc("Also emit the generation programs @prefill (--seq tokens) and "
              "@decode (one token) with KV caches of this many positions "
-             "(0: none)"));
+             "(0: none)"),
+    cl::cat(importCategory));
 static cl::opt<std::string> outputPath("o", cl::init("-"),
                                        cl::desc("Output .mlir file"),
-                                       cl::value_desc("filename"));
+                                       cl::value_desc("filename"),
+                                       cl::cat(importCategory));
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "tpc-import: error: " << message << "\n";
@@ -42,6 +51,7 @@ static int fail(const llvm::Twine &message) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(importCategory);
   cl::ParseCommandLineOptions(
       argc, argv, "tpc-import: HuggingFace config.json -> tp dialect\n");
 

@@ -136,6 +136,11 @@ static LogicalResult emitText(int argc, char **argv, StringRef inputFilename,
 }
 
 int main(int argc, char **argv) {
+  // The LLVM libraries register hundreds of options of their own (AMDGPU,
+  // ARM, profiling) before main: --help shows only what is registered from
+  // here on, MLIR's driver options and the passes.
+  static llvm::cl::OptionCategory driverCategory("tpc-opt");
+  llvm::cl::HideUnrelatedOptions(driverCategory);
   registerTransformsPasses();
   tp::registerTPCPasses();
   tp::registerPipelines();

@@ -47,6 +47,12 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   if (rebalanceTuned && !options.rebalance)
     return emitError("tp-pipeline: rebalance-granularity and "
                      "rebalance-headroom need rebalance=true");
+  bool optimizerTuned = options.beta1.hasValue() || options.beta2.hasValue() ||
+                        options.epsilon.hasValue() ||
+                        options.weightDecay.hasValue();
+  if (optimizerTuned && !options.train)
+    return emitError("tp-pipeline: beta1, beta2, epsilon and weight-decay "
+                     "are AdamW's and need train=true");
   // Simplify the forward first, so that the backward is built from the
   // folded form (e.g. attention's scale already inside the matmul's alpha).
   pm.addPass(createCanonicalizerPass());
@@ -62,6 +68,10 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   if (options.train) {
     TPAutodiffOptions autodiff;
     autodiff.remat = options.remat.getValue();
+    autodiff.beta1 = options.beta1;
+    autodiff.beta2 = options.beta2;
+    autodiff.epsilon = options.epsilon;
+    autodiff.weightDecay = options.weightDecay;
     pm.addPass(createTPAutodiff(autodiff));
   }
   pm.addPass(createCanonicalizerPass());

@@ -276,7 +276,13 @@ LogicalResult TPAutodiff::buildTrainStep(func::FuncOp gradients) {
   SmallVector<Value> newParams, newExpAvg, newExpAvgSq;
   for (unsigned i = 0; i < numParams; ++i) {
     Value p = block.getArgument(i);
-    double decay = tensorType(p).getRank() >= 2 ? double(weightDecay) : 0.0;
+    // Matrices decay, biases and norm weights do not, by the parameter's
+    // HF shape: GPT-2's fused QKV bias is [3 * h] there, viewed as [3, h].
+    int64_t rank = tensorType(p).getRank();
+    if (auto hfShape = step.getArgAttrOfType<DenseI64ArrayAttr>(
+            i, TPDialect::HfShapeAttrHelper::getNameStr()))
+      rank = hfShape.size();
+    double decay = rank >= 2 ? double(weightDecay) : 0.0;
     auto update = AdamWOp::create(
         b, loc, p, grads[i], expAvg(i), expAvgSq(i), lr, stepArg, clip,
         llvm::APFloat(double(beta1)), llvm::APFloat(double(beta2)),
@@ -306,6 +312,20 @@ LogicalResult TPAutodiff::buildTrainStep(func::FuncOp gradients) {
 }
 
 void TPAutodiff::runOnOperation() {
+  // AdamW diverges or never moves outside these ranges.
+  auto outside = [&](StringRef name, double value, StringRef range) {
+    getOperation().emitError()
+        << "tp-autodiff: " << name << " must be " << range << ", got " << value;
+    signalPassFailure();
+  };
+  if (!(beta1 >= 0 && beta1 < 1))
+    return outside("beta1", beta1, "in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1))
+    return outside("beta2", beta2, "in [0, 1)");
+  if (!(epsilon > 0 && epsilon < 1))
+    return outside("epsilon", epsilon, "in (0, 1)");
+  if (!(weightDecay >= 0 && weightDecay < 1))
+    return outside("weight-decay", weightDecay, "in [0, 1)");
   auto loss = getOperation().lookupSymbol<func::FuncOp>("loss");
   if (!loss) {
     getOperation().emitError() << "tp-autodiff: the module has no @loss";

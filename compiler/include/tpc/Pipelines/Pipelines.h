@@ -81,6 +81,18 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),
                      llvm::cl::init(true)};
+  // AdamW's settings, fixed in the plan's steps (tp-autodiff's options);
+  // the learning-rate schedule and clipping are tp-run's.
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> epsilon{*this, "epsilon", llvm::cl::desc("AdamW epsilon"),
+                         llvm::cl::init(1e-8)};
+  Option<double> weightDecay{
+      *this, "weight-decay",
+      llvm::cl::desc("AdamW weight decay, applied to parameters of rank >= 2"),
+      llvm::cl::init(0.01)};
   Option<RematMode> remat{*this, "remat",
                           llvm::cl::desc("Activation recomputation"),
                           llvm::cl::init(RematMode::None), rematModeValues()};

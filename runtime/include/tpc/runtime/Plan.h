@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <stdexcept>
@@ -89,6 +90,20 @@ private:
   size_t size = 0;                                // bytes of the plan file
   const plan::Plan *root = nullptr;
 };
+
+/// AdamW's settings, which the compiler fixes in the plan's AdamW steps
+/// (tp-autodiff's beta1, beta2, epsilon, weight-decay), for run reports.
+struct OptimizerSettings {
+  double beta1 = 0, beta2 = 0, epsilon = 0;
+  /// The decay of the parameters that decay (rank >= 2), and how many of
+  /// the steps' parameters do.
+  double weightDecay = 0;
+  int64_t decayedParameters = 0, parameters = 0;
+};
+/// The settings of `program`'s AdamW steps (the first one's betas and
+/// epsilon, which tp-autodiff gives every step), or nullopt without any.
+std::optional<OptimizerSettings>
+optimizerSettings(const plan::Program &program);
 
 /// The parameter's shape in safetensors files (checkpoints, exports, HF
 /// weights): `hf_shape` when the plan views it in another shape, else `shape`.
