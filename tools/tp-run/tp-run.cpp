@@ -249,7 +249,10 @@ Options parseArgs(int argc, char **argv) {
   app.add_option("--steps", o.steps, "Train until this step")
       ->check(numberCheck(true, 1))
       ->group(trainingGroup);
-  app.add_option("--lr", o.lr, "Peak learning rate (default 3e-4)")
+  app.add_option("--lr", o.lr,
+                 "Peak learning rate (default 3e-4); AdamW's betas, epsilon "
+                 "and weight decay are compiled into the plan (tp-pipeline's "
+                 "beta1=, beta2=, epsilon=, weight-decay=)")
       ->check(numberCheck(false, 0))
       ->group(trainingGroup);
   app.add_option("--min-lr", o.minLr, "Final learning rate (default lr/10)")
