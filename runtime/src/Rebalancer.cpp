@@ -514,21 +514,65 @@ RebalanceEvent Rebalancer::apply(int64_t step, const BlockAssignment &next,
   return event;
 }
 
-std::optional<RebalanceEvent>
-Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
-                      const std::vector<double> &pointSeconds) {
-  if (!enabled())
-    return std::nullopt;
+bool replanPays(double before, double after, double minGain, bool always) {
+  return always || after <= before * (1.0 - minGain);
+}
+
+PolicyDecision decideRebalance(const PolicyState &state,
+                               const RebalanceOptions &options) {
+  using Action = RebalanceAction;
+  if (options.policy == RebalancePolicy::Off)
+    return {};
+  // Once the ranks run at one speed again, every block is computed and
+  // every moved block goes home: exact, and @gradients runs again.
+  if (state.recovered) {
+    if (state.resized)
+      return {Action::RestoreBlocks, "the straggler recovered", true};
+    if (!state.even && state.recoveredCount >= state.patience)
+      return {Action::MigrateHome, "the straggler recovered", true};
+    return {};
+  }
+  if (options.policy == RebalancePolicy::Auto &&
+      state.resizedCount >= options.persistent)
+    // Resized for long: the straggler is here to stay, so move its blocks
+    // (exact) instead of leaving them out.
+    return {Action::Migrate,
+            "resized for " + std::to_string(state.resizedCount) +
+                " windows: the straggler persists",
+            true};
+  if (state.resizedCount >= options.persistent)
+    // The speeds of ranks computing different work compare only roughly:
+    // every so often, compute every block for a window and look again.
+    return {Action::Probe, "probe: every block computed for a window", true};
+  if (state.probed && state.overCount >= 1)
+    return {Action::Resize, "the straggler persists after the probe", true};
+  if (state.overCount < state.patience)
+    return {};
+  const std::string over =
+      " for " + std::to_string(state.overCount) + " windows";
+  switch (options.policy) {
+  case RebalancePolicy::Migrate:
+    return {Action::Migrate, "imbalance" + over, false};
+  case RebalancePolicy::Resize:
+    return {Action::Resize, "imbalance" + over, false};
+  case RebalancePolicy::Auto:
+    // Blocks already moved are corrected by moving them (exactly), also
+    // back once the straggler recovers; only the even split is resized.
+    if (state.imbalance >= options.heavy)
+      return {Action::Migrate, "heavy imbalance" + over, false};
+    if (!state.holdsEvenShares)
+      return {Action::Migrate, "imbalance after a migration" + over, false};
+    return {Action::Resize, "light imbalance" + over, false};
+  case RebalancePolicy::Off:
+    break;
+  }
+  return {};
+}
+
+Rebalancer::WindowMeasurement Rebalancer::measureWindow(int64_t step) {
   const BlockAssignment &blocks = params.blocks();
   const size_t points = blocks.numPoints();
-  // Per step: the compute seconds, those on each point's blocks, the step's.
-  window.push_back(computeSeconds);
-  for (size_t p = 0; p < points; ++p)
-    window.push_back(p < pointSeconds.size() ? pointSeconds[p] : 0.0);
-  window.push_back(stepSeconds);
   const size_t stride = 2 + points, k = window.size() / stride;
-  if (int64_t(k) < options.window)
-    return std::nullopt;
   // One small all-gather of every rank's window.
   const std::vector<float> all =
       gatherRanks(std::vector<float>(window.begin(), window.end()));
@@ -542,9 +586,10 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
                      values.end());
     return values[values.size() / 2];
   };
-  const int64_t first = step - int64_t(k) + 1;
+  WindowMeasurement m;
+  m.firstStep = step - int64_t(k) + 1;
   for (size_t s = 0; s < k; ++s) {
-    StepTimes entry{first + int64_t(s), {}};
+    StepTimes entry{m.firstStep + int64_t(s), {}};
     for (int r = 0; r < ranks; ++r)
       entry.seconds.push_back(at(r, s, 0));
     times.push_back(std::move(entry));
@@ -552,7 +597,7 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
   // The cost model, from per-step medians (a step that a page fault or
   // another process stretched does not count): per rank, the compute
   // outside the blocks and the time of one block of each point.
-  StepCosts costs;
+  StepCosts &costs = m.costs;
   std::vector<double> median;
   for (int r = 0; r < ranks; ++r) {
     std::vector<double> totals, fixed;
@@ -576,24 +621,20 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
     }
   }
 
-  const int64_t slowest =
+  m.slowestRank =
       std::max_element(median.begin(), median.end()) - median.begin();
   double others = 0;
   for (int r = 0; r < ranks; ++r)
-    if (r != slowest)
+    if (r != m.slowestRank)
       others += median[size_t(r)];
-  others = ranks > 1 ? others / (ranks - 1) : median[size_t(slowest)];
-  const double imbalance = median[size_t(slowest)] / others - 1.0;
-  char text[96];
-  std::snprintf(text, sizeof text, "slowest rank %lld +%.0f%%",
-                static_cast<long long>(slowest), imbalance * 100);
-  statusLine = text;
+  others = ranks > 1 ? others / (ranks - 1) : median[size_t(m.slowestRank)];
+  m.imbalance = median[size_t(m.slowestRank)] / others - 1.0;
 
   // Relative speeds from the compute outside the blocks: the same work on
   // every rank (norms, embedding and loss shares, the optimizer on
   // replicated weights), so its time compares the ranks whatever blocks
   // they hold. Without such work, from the blocks' own cost.
-  std::vector<double> speeds;
+  std::vector<double> &speeds = m.speeds;
   const double leastFixed =
       *std::min_element(costs.fixed.begin(), costs.fixed.end());
   for (int r = 0; r < ranks; ++r) {
@@ -622,136 +663,149 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
     for (int r = 0; r < ranks; ++r)
       costs.perBlock[size_t(r)][p] = work / speeds[size_t(r)];
   }
-  const double slowestSpeed = *std::min_element(speeds.begin(), speeds.end());
-  windowRecords.push_back({step, slowest, imbalance, costs.fixed, speeds});
+  m.slowestSpeed = *std::min_element(speeds.begin(), speeds.end());
+  windowRecords.push_back(
+      {step, m.slowestRank, m.imbalance, costs.fixed, speeds});
   costs = memberCosts(costs);
-  if (options.policy == RebalancePolicy::Off)
-    return std::nullopt;
-  // A straggler counts from `threshold` of step imbalance, for `patience`
-  // windows; recovery when the speeds are within it again.
-  const bool recovered = slowestSpeed >= 1.0 / (1.0 + options.threshold);
-
-  // Priorities over the window just ended, for a resize.
-  std::vector<std::vector<double>> scores;
-  if (options.policy != RebalancePolicy::Migrate)
-    scores = blockScores();
-
-  const bool resizedNow = blocks.isResized();
-  // The first window holds the first step (allocation, cold caches) and
-  // counts for nothing.
-  const bool warmup = first == 1;
   // What this window's blocks measured: the median over its steps of the
   // slowest rank's step (the ranks meet every step, so nearly one time).
-  const int64_t windowIndex = int64_t(windowRecords.size());
-  if (!warmup) {
-    std::vector<double> stepTimes;
-    for (size_t s = 0; s < k; ++s) {
-      double slowestStep = 0;
-      for (int r = 0; r < ranks; ++r)
-        slowestStep = std::max(slowestStep, at(r, s, 1 + points));
-      stepTimes.push_back(slowestStep);
-    }
-    evidence.record(blocks, medianOf(stepTimes), windowIndex, options.minGain);
+  std::vector<double> stepTimes;
+  for (size_t s = 0; s < k; ++s) {
+    double slowestStep = 0;
+    for (int r = 0; r < ranks; ++r)
+      slowestStep = std::max(slowestStep, at(r, s, 1 + points));
+    stepTimes.push_back(slowestStep);
   }
-  overCount = imbalance > options.threshold && !warmup ? overCount + 1 : 0;
-  resizedCount = resizedNow ? resizedCount + 1 : 0;
+  m.stepSeconds = medianOf(stepTimes);
+  return m;
+}
 
-  std::optional<RebalanceEvent> event;
-  // Re-plans to `next` if the model predicts a step faster by at least the
-  // minimum gain (or `always`, to restore left-out blocks).
-  auto decide = [&](const BlockAssignment &next, const char *action,
-                    const std::string &because, bool always = false) {
-    if (next == blocks)
-      return false;
-    const double before = costs.step(blocks, true),
-                 after = costs.step(next, true);
-    if (!always && after > before * (1.0 - options.minGain))
-      return false;
-    // A move back to blocks measured no faster than these, under the same
-    // conditions, follows a model the measurements refute.
-    if (std::string_view(action) == "migrate" &&
-        evidence.contradicts(blocks, next, windowIndex)) {
-      char kept[96];
-      std::snprintf(kept, sizeof kept,
-                    " | kept: %.2f ms measured here, %.2f ms there",
-                    *evidence.measured(blocks, windowIndex) * 1e3,
-                    *evidence.measured(next, windowIndex) * 1e3);
-      statusLine += kept;
-      return false;
-    }
-    char why[200];
-    std::snprintf(why, sizeof why,
-                  "%s: slowest rank %lld +%.0f%%, predicted step %.2f -> "
-                  "%.2f ms",
-                  because.c_str(), static_cast<long long>(slowest),
-                  imbalance * 100, before * 1e3, after * 1e3);
-    // Before apply(): `blocks` is the assignment apply() replaces.
-    event = apply(step, next, action, why + settleAfter(blocks, next));
-    event->slowestRank = slowest;
-    event->imbalance = imbalance;
-    event->speeds = speeds;
-    overCount = 0;
-    resizedCount = 0;
-    return true;
-  };
-  // Once the ranks run at one speed again, every block is computed and
-  // every moved block goes home: exact, and @gradients runs again.
-  recoveredCount = recovered && !warmup ? recoveredCount + 1 : 0;
+std::optional<RebalanceEvent>
+Rebalancer::applyDecision(int64_t step, const PolicyDecision &decision,
+                          const WindowMeasurement &window,
+                          int64_t windowIndex) {
+  const BlockAssignment &blocks = params.blocks();
+  BlockAssignment next = blocks;
+  const char *action = "resize";
+  switch (decision.action) {
+  case RebalanceAction::None:
+    return std::nullopt;
+  case RebalanceAction::RestoreBlocks:
+  case RebalanceAction::Probe:
+    next = restored();
+    break;
+  case RebalanceAction::MigrateHome:
+    next = BlockAssignment::even(plan.plan());
+    action = "migrate";
+    break;
+  case RebalanceAction::Migrate:
+    next = migratedAssignment(blocks, window.costs);
+    action = "migrate";
+    break;
+  case RebalanceAction::Resize:
+    next = resized(window.costs, scores);
+    break;
+  }
+  if (next == blocks)
+    return std::nullopt;
+  const double before = window.costs.step(blocks, true),
+               after = window.costs.step(next, true);
+  if (!replanPays(before, after, options.minGain, decision.always))
+    return std::nullopt;
+  // A move back to blocks measured no faster than these, under the same
+  // conditions, follows a model the measurements refute.
+  if (std::string_view(action) == "migrate" &&
+      evidence.contradicts(blocks, next, windowIndex)) {
+    char kept[96];
+    std::snprintf(kept, sizeof kept,
+                  " | kept: %.2f ms measured here, %.2f ms there",
+                  *evidence.measured(blocks, windowIndex) * 1e3,
+                  *evidence.measured(next, windowIndex) * 1e3);
+    statusLine += kept;
+    return std::nullopt;
+  }
+  char why[200];
+  std::snprintf(why, sizeof why,
+                "%s: slowest rank %lld +%.0f%%, predicted step %.2f -> "
+                "%.2f ms",
+                decision.reason.c_str(),
+                static_cast<long long>(window.slowestRank),
+                window.imbalance * 100, before * 1e3, after * 1e3);
+  // Before apply(): `blocks` is the assignment apply() replaces.
+  std::optional<RebalanceEvent> event =
+      apply(step, next, action, why + settleAfter(blocks, next));
+  event->slowestRank = window.slowestRank;
+  event->imbalance = window.imbalance;
+  event->speeds = window.speeds;
+  return event;
+}
+
+std::optional<RebalanceEvent>
+Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
+                      const std::vector<double> &pointSeconds) {
+  if (!enabled())
+    return std::nullopt;
+  const BlockAssignment &blocks = params.blocks();
+  const size_t points = blocks.numPoints();
+  // Per step: the compute seconds, those on each point's blocks, the step's.
+  window.push_back(computeSeconds);
+  for (size_t p = 0; p < points; ++p)
+    window.push_back(p < pointSeconds.size() ? pointSeconds[p] : 0.0);
+  window.push_back(stepSeconds);
+  if (int64_t(window.size() / (2 + points)) < options.window)
+    return std::nullopt;
+
+  // Measure: the window's timings, exchanged, as the cost model.
+  const WindowMeasurement measured = measureWindow(step);
+  char text[96];
+  std::snprintf(text, sizeof text, "slowest rank %lld +%.0f%%",
+                static_cast<long long>(measured.slowestRank),
+                measured.imbalance * 100);
+  statusLine = text;
+  if (options.policy == RebalancePolicy::Off)
+    return std::nullopt;
+
+  // The state the policy decides on; the counters carry across windows.
+  PolicyState state;
+  state.imbalance = measured.imbalance;
+  // A straggler counts from `threshold` of step imbalance, for `patience`
+  // windows; recovery when the speeds are within it again.
+  state.recovered = measured.slowestSpeed >= 1.0 / (1.0 + options.threshold);
+  // The first window holds the first step (allocation, cold caches) and
+  // counts for nothing.
+  state.warmup = measured.firstStep == 1;
+  state.resized = blocks.isResized();
+  state.holdsEvenShares = blocks.holdsEvenShares();
+  state.even = blocks.isEven();
+  // Priorities over the window just ended, for a resize.
+  if (options.policy != RebalancePolicy::Migrate)
+    scores = blockScores();
+  const int64_t windowIndex = int64_t(windowRecords.size());
+  if (!state.warmup)
+    evidence.record(blocks, measured.stepSeconds, windowIndex, options.minGain);
+  overCount = measured.imbalance > options.threshold && !state.warmup
+                  ? overCount + 1
+                  : 0;
+  resizedCount = state.resized ? resizedCount + 1 : 0;
+  recoveredCount = state.recovered && !state.warmup ? recoveredCount + 1 : 0;
+  state.overCount = overCount;
+  state.resizedCount = resizedCount;
+  state.recoveredCount = recoveredCount;
   // From the even split a straggler is answered within `patience`
   // windows; once blocks are moved, moving them again waits as long as the
   // reversals so far say.
-  const int64_t patience =
-      blocks.holdsEvenShares() ? options.patience : settlePatience;
-  const bool probed = probing;
+  state.patience = blocks.holdsEvenShares() ? options.patience : settlePatience;
+  state.probed = probing;
   probing = false;
-  if (recovered) {
-    if (resizedNow)
-      decide(restored(), "resize", "the straggler recovered",
-             /*always=*/true);
-    else if (!blocks.isEven() && recoveredCount >= patience)
-      decide(BlockAssignment::even(plan.plan()), "migrate",
-             "the straggler recovered", /*always=*/true);
-  } else if (options.policy == RebalancePolicy::Auto &&
-             resizedCount >= options.persistent) {
-    // Resized for long: the straggler is here to stay, so move its blocks
-    // (exact) instead of leaving them out.
-    decide(migratedAssignment(blocks, costs), "migrate",
-           "resized for " + std::to_string(resizedCount) +
-               " windows: the straggler persists",
-           /*always=*/true);
-  } else if (resizedCount >= options.persistent) {
-    // The speeds of ranks computing different work compare only roughly:
-    // every so often, compute every block for a window and look again.
-    if (decide(restored(), "resize", "probe: every block computed for a window",
-               /*always=*/true))
-      probing = true;
-  } else if (probed && overCount >= 1) {
-    decide(resized(costs, scores), "resize",
-           "the straggler persists after the probe", /*always=*/true);
-  } else if (overCount >= patience) {
-    const std::string over = " for " + std::to_string(overCount) + " windows";
-    switch (options.policy) {
-    case RebalancePolicy::Migrate:
-      decide(migratedAssignment(blocks, costs), "migrate", "imbalance" + over);
-      break;
-    case RebalancePolicy::Resize:
-      decide(resized(costs, scores), "resize", "imbalance" + over);
-      break;
-    case RebalancePolicy::Auto:
-      // Blocks already moved are corrected by moving them (exactly), also
-      // back once the straggler recovers; only the even split is resized.
-      if (imbalance >= options.heavy)
-        decide(migratedAssignment(blocks, costs), "migrate",
-               "heavy imbalance" + over);
-      else if (!blocks.holdsEvenShares())
-        decide(migratedAssignment(blocks, costs), "migrate",
-               "imbalance after a migration" + over);
-      else
-        decide(resized(costs, scores), "resize", "light imbalance" + over);
-      break;
-    case RebalancePolicy::Off:
-      break;
-    }
+
+  // Decide, then apply.
+  const PolicyDecision decision = decideRebalance(state, options);
+  std::optional<RebalanceEvent> event =
+      applyDecision(step, decision, measured, windowIndex);
+  if (event) {
+    overCount = 0;
+    resizedCount = 0;
+    probing = decision.action == RebalanceAction::Probe;
   }
   // The state the next steps run in (after this window's re-plan).
   const BlockAssignment &now = params.blocks();

@@ -322,3 +322,129 @@ TEST(StepEvidence, ForgetsOtherBlocksWhenTheConditionsChange) {
   EXPECT_FALSE(evidence.measured(even, 8).has_value());
   EXPECT_FALSE(evidence.contradicts(off, even, 8));
 }
+
+// The policy, branch by branch: decideRebalance is a pure function of the
+// window's state and the options (docs/rebalancing.md).
+namespace {
+RebalanceOptions policyOptions(RebalancePolicy policy) {
+  RebalanceOptions options;
+  options.policy = policy;
+  options.patience = 2;
+  options.persistent = 4;
+  options.heavy = 0.5;
+  return options;
+}
+PolicyState straggling(int64_t overCount, double imbalance = 0.3) {
+  PolicyState state;
+  state.imbalance = imbalance;
+  state.overCount = overCount;
+  state.patience = 2;
+  return state;
+}
+} // namespace
+
+TEST(RebalancePolicy, OffNeverActs) {
+  EXPECT_EQ(
+      decideRebalance(straggling(9, 5.0), policyOptions(RebalancePolicy::Off))
+          .action,
+      RebalanceAction::None);
+}
+
+TEST(RebalancePolicy, WaitsForPatienceThenFollowsThePolicy) {
+  for (RebalancePolicy policy :
+       {RebalancePolicy::Migrate, RebalancePolicy::Resize,
+        RebalancePolicy::Auto})
+    EXPECT_EQ(decideRebalance(straggling(1), policyOptions(policy)).action,
+              RebalanceAction::None);
+  PolicyDecision migrate =
+      decideRebalance(straggling(2), policyOptions(RebalancePolicy::Migrate));
+  EXPECT_EQ(migrate.action, RebalanceAction::Migrate);
+  EXPECT_EQ(migrate.reason, "imbalance for 2 windows");
+  EXPECT_FALSE(migrate.always); // only if the model predicts a gain
+  EXPECT_EQ(
+      decideRebalance(straggling(3), policyOptions(RebalancePolicy::Resize))
+          .action,
+      RebalanceAction::Resize);
+  // A longer patience (the settle rule after reversals) waits longer.
+  PolicyState settled = straggling(3);
+  settled.patience = 8;
+  EXPECT_EQ(
+      decideRebalance(settled, policyOptions(RebalancePolicy::Migrate)).action,
+      RebalanceAction::None);
+}
+
+TEST(RebalancePolicy, AutoMigratesHeavyOrMovedAndResizesLight) {
+  const RebalanceOptions options = policyOptions(RebalancePolicy::Auto);
+  PolicyDecision heavy = decideRebalance(straggling(2, 0.5), options);
+  EXPECT_EQ(heavy.action, RebalanceAction::Migrate);
+  EXPECT_EQ(heavy.reason, "heavy imbalance for 2 windows");
+  PolicyDecision light = decideRebalance(straggling(2, 0.3), options);
+  EXPECT_EQ(light.action, RebalanceAction::Resize);
+  EXPECT_EQ(light.reason, "light imbalance for 2 windows");
+  PolicyState moved = straggling(2, 0.3);
+  moved.holdsEvenShares = false;
+  moved.even = false;
+  PolicyDecision again = decideRebalance(moved, options);
+  EXPECT_EQ(again.action, RebalanceAction::Migrate);
+  EXPECT_EQ(again.reason, "imbalance after a migration for 2 windows");
+}
+
+TEST(RebalancePolicy, ResizedForLongProbesOrMigrates) {
+  PolicyState resized = straggling(0);
+  resized.resized = true;
+  resized.resizedCount = 4;
+  PolicyDecision probe =
+      decideRebalance(resized, policyOptions(RebalancePolicy::Resize));
+  EXPECT_EQ(probe.action, RebalanceAction::Probe);
+  EXPECT_TRUE(probe.always);
+  PolicyDecision persists =
+      decideRebalance(resized, policyOptions(RebalancePolicy::Auto));
+  EXPECT_EQ(persists.action, RebalanceAction::Migrate);
+  EXPECT_EQ(persists.reason, "resized for 4 windows: the straggler persists");
+  EXPECT_TRUE(persists.always);
+  resized.resizedCount = 3;
+  EXPECT_EQ(
+      decideRebalance(resized, policyOptions(RebalancePolicy::Resize)).action,
+      RebalanceAction::None);
+  // After a probe window, a straggler still there is resized at once.
+  PolicyState probed = straggling(1);
+  probed.probed = true;
+  PolicyDecision after =
+      decideRebalance(probed, policyOptions(RebalancePolicy::Resize));
+  EXPECT_EQ(after.action, RebalanceAction::Resize);
+  EXPECT_EQ(after.reason, "the straggler persists after the probe");
+  EXPECT_TRUE(after.always);
+}
+
+TEST(RebalancePolicy, RecoveryRestoresBlocksAndSendsMovedOnesHome) {
+  const RebalanceOptions options = policyOptions(RebalancePolicy::Auto);
+  PolicyState recovered;
+  recovered.recovered = true;
+  recovered.resized = true;
+  recovered.resizedCount = 9; // recovery wins over a long resize
+  PolicyDecision restore = decideRebalance(recovered, options);
+  EXPECT_EQ(restore.action, RebalanceAction::RestoreBlocks);
+  EXPECT_TRUE(restore.always);
+  PolicyState migrated;
+  migrated.recovered = true;
+  migrated.even = false;
+  migrated.holdsEvenShares = false;
+  migrated.patience = 4;
+  migrated.recoveredCount = 3;
+  EXPECT_EQ(decideRebalance(migrated, options).action, RebalanceAction::None);
+  migrated.recoveredCount = 4;
+  PolicyDecision home = decideRebalance(migrated, options);
+  EXPECT_EQ(home.action, RebalanceAction::MigrateHome);
+  EXPECT_EQ(home.reason, "the straggler recovered");
+  // Recovered on the even split: nothing to do.
+  PolicyState even;
+  even.recovered = true;
+  even.recoveredCount = 10;
+  EXPECT_EQ(decideRebalance(even, options).action, RebalanceAction::None);
+}
+
+TEST(RebalancePolicy, AReplanPaysItsMinimumGain) {
+  EXPECT_TRUE(replanPays(10.0, 9.0, 0.1, false));
+  EXPECT_FALSE(replanPays(10.0, 9.1, 0.1, false));
+  EXPECT_TRUE(replanPays(10.0, 12.0, 0.1, /*always=*/true));
+}

@@ -94,6 +94,52 @@ struct StepCosts {
 BlockAssignment migratedAssignment(const BlockAssignment &now,
                                    const StepCosts &costs);
 
+/// What the policy knows after a window: the imbalance, the counters the
+/// rebalancer keeps across windows and the state of the blocks. Plain data,
+/// so that every branch of the policy is a unit test.
+struct PolicyState {
+  /// The slowest rank's median step over the others' mean, minus 1.
+  double imbalance = 0;
+  /// The ranks run at one speed again (within the threshold).
+  bool recovered = false;
+  /// The window held the first step, which counts for nothing.
+  bool warmup = false;
+  /// The blocks: some left out (resized), each member holding its even
+  /// share (none moved), and the even split itself (nothing moved, none
+  /// left out).
+  bool resized = false, holdsEvenShares = true, even = true;
+  /// Windows in a row over the threshold, resized, and recovered; the
+  /// patience that applies now (the options' from the even split, the
+  /// settle rule's once blocks moved); the last window was a probe.
+  int64_t overCount = 0, resizedCount = 0, recoveredCount = 0, patience = 1;
+  bool probed = false;
+};
+
+/// What the policy asks for. Each re-plan is made only if the cost model
+/// predicts it gains (unless `always`: restoring exactness).
+enum class RebalanceAction {
+  None,
+  RestoreBlocks, // compute every held block again (ends a resize)
+  MigrateHome,   // every block back to its even place
+  Migrate,       // move blocks to faster ranks (exact)
+  Resize,        // slow ranks compute fewer blocks (approximate)
+  Probe,         // compute every block for one window, then look again
+};
+struct PolicyDecision {
+  RebalanceAction action = RebalanceAction::None;
+  std::string reason; // for the event and the log
+  bool always = false;
+};
+
+/// The rebalancing policy (docs/rebalancing.md): a pure function of the
+/// window's state and the options.
+PolicyDecision decideRebalance(const PolicyState &state,
+                               const RebalanceOptions &options);
+
+/// Whether a re-plan predicted to take the step from `before` to `after`
+/// seconds is worth making: it saves `minGain` of the step, or `always`.
+bool replanPays(double before, double after, double minGain, bool always);
+
 /// The measured step times of the block assignments a run has been in,
 /// keyed by the blocks each rank computes of each point. The cost model
 /// takes a rank's speed as fixed, but a rank sharing its core with another
@@ -176,6 +222,25 @@ public:
   const std::string &status() const { return statusLine; }
 
 private:
+  /// A window's timings, every rank's, turned into the cost model.
+  struct WindowMeasurement {
+    int64_t firstStep = 0;
+    StepCosts costs; // per member of the rebalance axis
+    std::vector<double> speeds;
+    int64_t slowestRank = 0;
+    double imbalance = 0, slowestSpeed = 1;
+    /// The median over the window's steps of the slowest rank's step.
+    double stepSeconds = 0;
+  };
+  /// Exchanges the window's timings (collective) and measures them.
+  WindowMeasurement measureWindow(int64_t step);
+  /// Carries out `decision` if it pays and the evidence does not refute
+  /// it; the event it made, if any.
+  std::optional<RebalanceEvent> applyDecision(int64_t step,
+                                              const PolicyDecision &decision,
+                                              const WindowMeasurement &window,
+                                              int64_t windowIndex);
+
   /// Every block stays; slower ranks compute only their priority blocks.
   BlockAssignment resized(const StepCosts &costs,
                           const std::vector<std::vector<double>> &scores) const;
@@ -221,6 +286,7 @@ private:
   std::vector<int64_t> lastGained; // per member, blocks it gained then
   bool probing = false;            // the last window restored every block
   std::vector<std::vector<float>> snapshot; // weights at the last window
+  std::vector<std::vector<double>> scores;  // the last window's priorities
   StepEvidence evidence;
   std::string statusLine;
 };
