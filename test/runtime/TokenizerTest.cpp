@@ -5,7 +5,7 @@
 // Inputs/bpe/make_fixtures.py: a small byte-level BPE trained with
 // `tokenizers` and GPT2Tokenizer's encodings of tricky strings.
 #include "tpc/runtime/Tokenizer.h"
-#include "tpc/runtime/Plot.h"
+#include "Plot.h"
 
 #include <gtest/gtest.h>
 
@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 using namespace tpc::runtime;
+using tpc::tools::writeLossCurveSvg;
 namespace fs = std::filesystem;
 
 namespace {

@@ -25,7 +25,7 @@
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/Files.h"
 #include "tpc/runtime/Plan.h"
-#include "tpc/runtime/Plot.h"
+#include "Plot.h"
 #include "tpc/runtime/Safetensors.h"
 #include "tpc/runtime/Sampling.h"
 #include "tpc/runtime/SanitizerDefaults.h"
@@ -55,6 +55,7 @@
 #include <sys/resource.h>
 
 using namespace tpc::runtime;
+using tpc::tools::writeLossCurveSvg;
 
 TPC_ASAN_DEFAULT_OPTIONS(":detect_leaks=0") // an MPI program
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace tpc::runtime {
+namespace tpc::tools {
 
 /// Writes an SVG line chart of loss against step, atomically (temp file +
 /// rename): gridlines and tick labels on both axes, the axis titles "step"
@@ -26,4 +26,4 @@ void writeLossCurveSvg(const std::string &path,
                        const std::vector<int64_t> &evalSteps = {},
                        const std::vector<double> &evalLosses = {});
 
-} // namespace tpc::runtime
+} // namespace tpc::tools

@@ -1,4 +1,4 @@
-#include "tpc/runtime/Plot.h"
+#include "Plot.h"
 
 #include "tpc/runtime/Files.h"
 
@@ -12,7 +12,9 @@
 #include <tuple>
 #include <unistd.h>
 
-namespace tpc::runtime {
+namespace tpc::tools {
+
+using runtime::writeFileAtomically;
 
 namespace {
 
@@ -279,4 +281,4 @@ void writeLossCurveSvg(const std::string &path,
   writeFileAtomically(path, svg);
 }
 
-} // namespace tpc::runtime
+} // namespace tpc::tools
