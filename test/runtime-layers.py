@@ -19,6 +19,8 @@ ALLOWED = {
     "hal": {"support", "plan", "comm", "cuda_kernels"},
     "exec": {"support", "plan", "comm", "hal", "cuda_kernels"},
     "train": {"support", "plan", "comm", "hal", "exec", "text", "cuda_kernels"},
+    "session": {"support", "plan", "comm", "hal", "exec", "text",
+                "cuda_kernels"},
 }
 # Foreign symbols the lower layers must not need.
 FORBIDDEN = {"plan": ("MPI_", "ompi_", "cblas_", "cuda", "nccl"),

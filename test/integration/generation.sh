@@ -307,6 +307,6 @@ check_error "--prompts $work/five.txt: 5 prompts: the plan generates 4 sequences
 check_error "--prompts makes one sample of each line; it does not combine with --samples" --generate 3 --prompts "$work/five.txt" --samples 2
 check_error "--prompts /dev/zero: is not a regular file (a prompts file is read from one)" --generate 3 --prompts /dev/zero
 check_error "--samples 5: the plan generates 4 sequences at once (tpc-import --batch)" --generate 3 --prompt-ids "$prompt" --samples 5
-check_error "the prompt (5 tokens) and --generate 37 need 41 positions, but the plan's KV caches hold 40 (tpc-import --kv-cache)" --generate 37 --prompt-ids "$prompt"
+check_error "the prompt (5 tokens) and 37 new tokens need 41 positions, but the plan's KV caches hold 40 (tpc-import --kv-cache)" --generate 37 --prompt-ids "$prompt"
 check_error "--program decode: a generation program (it reads positions and KV caches); run it with --generate" --program decode --data "$work/tokens.tokens"
 echo "past the sequence: 40 tokens; errors: one line each"

@@ -19,13 +19,14 @@
 // Under mpirun (mpirun -np N tp-run ...) every rank runs this program on a
 // plan whose grid has N ranks; only rank 0 prints normal output.
 
+#include "Plot.h"
 #include "tpc/runtime/Checkpoint.h"
 #include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/Files.h"
+#include "tpc/runtime/Generator.h"
 #include "tpc/runtime/Plan.h"
-#include "Plot.h"
 #include "tpc/runtime/Safetensors.h"
 #include "tpc/runtime/Sampling.h"
 #include "tpc/runtime/SanitizerDefaults.h"
@@ -990,251 +991,6 @@ std::string disagreement(const Comm &world, const Options &o,
   return {};
 }
 
-/// The index of `program`'s [batch, seq, vocab] "logits" result.
-size_t logitsResult(const Options &o, const LoadedPlan &plan,
-                    const ProgramRunner &runner, const char *program) {
-  const auto *names = plan.program(program)->result_names();
-  for (size_t i = 0; names && i < names->size(); ++i)
-    if (names->Get(i)->str() == "logits" && runner.resultShape(i).size() == 3)
-      return i;
-  throw std::runtime_error(o.plan + ": @" + program +
-                           " has no [batch, seq, vocab] logits result");
-}
-
-/// What generation produced, sample by sample, and how long each step took.
-struct Generated {
-  /// Per sample: the prompt and the tokens drawn so far, its random stream
-  /// (seeded seed + sample), and per new token its log-probability under
-  /// the model (the raw logits' log-softmax, before temperature or
-  /// filtering). Every sample has the same length at every step.
-  std::vector<std::vector<int32_t>> contexts;
-  std::vector<std::mt19937_64> randoms;
-  std::vector<std::vector<double>> logProbs;
-  std::vector<double> stepSeconds;
-  /// This rank's KV caches, when generation used them, and the arenas and
-  /// inputs of the programs that ran.
-  uint64_t cacheBytes = 0, arenaBytes = 0, inputBytes = 0;
-  /// The @prefill runs over the prompts (KV caches only).
-  int64_t prefillChunks = 0;
-  /// The ids that end a sample (none: every sample runs to --generate), and
-  /// per sample how many new tokens it kept (its first end token included),
-  /// or -1 while it runs on.
-  std::vector<int32_t> endIds;
-  std::vector<int64_t> ended;
-
-  /// Per sample, its prompt's length.
-  std::vector<size_t> promptLengths;
-
-  /// One sample per prompt (of any lengths), sample i drawing from seed + i.
-  Generated(std::vector<std::vector<int32_t>> prompts, uint64_t seed,
-            std::vector<int32_t> endIds)
-      : contexts(std::move(prompts)), logProbs(contexts.size()),
-        endIds(std::move(endIds)), ended(contexts.size(), -1) {
-    for (size_t i = 0; i < contexts.size(); ++i) {
-      randoms.emplace_back(seed + uint64_t(i));
-      promptLengths.push_back(contexts[i].size());
-    }
-  }
-  size_t samples() const { return contexts.size(); }
-  /// The tokens so far of the sequence in batch row `row`.
-  int64_t length(int64_t row) const { return int64_t(context(row).size()); }
-  int64_t longest() const {
-    size_t most = 0;
-    for (const auto &context : contexts)
-      most = std::max(most, context.size());
-    return int64_t(most);
-  }
-  /// Whether every sample has ended: generation stops.
-  bool done() const {
-    return std::all_of(ended.begin(), ended.end(),
-                       [](int64_t kept) { return kept >= 0; });
-  }
-  /// The token at `position` of the sequence in batch row `row`: rows past
-  /// the samples repeat the first (their results are not read).
-  int32_t token(int64_t row, int64_t position) const {
-    return context(row)[size_t(position)];
-  }
-  const std::vector<int32_t> &context(int64_t row) const {
-    return contexts[size_t(row) < samples() ? size_t(row) : 0];
-  }
-
-  /// Draws sample `i`'s next token from one position's logits.
-  void append(size_t i, std::span<const float> logits,
-              const SamplingOptions &options) {
-    const int32_t id = nextToken(logits, options, randoms[i]);
-    logProbs[i].push_back(logProbability(logits, id));
-    contexts[i].push_back(id);
-    // A sample that ended keeps drawing (every row advances together) but
-    // keeps none of it.
-    if (ended[i] < 0 &&
-        std::find(endIds.begin(), endIds.end(), id) != endIds.end())
-      ended[i] = int64_t(logProbs[i].size());
-  }
-};
-
-/// Every generation step's wall time, into `stepSeconds`.
-template <typename Step>
-void timedStep(std::vector<double> &stepSeconds, Step &&step) {
-  const auto start = std::chrono::steady_clock::now();
-  step();
-  stepSeconds.push_back(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count());
-}
-
-/// The samples (--samples, or --prompts' lines) must fit the generation
-/// programs' batch.
-void checkSamples(const Options &o, const Generated &out, int64_t batch) {
-  if (int64_t(out.samples()) > batch)
-    throw std::invalid_argument(
-        (o.promptsFile.empty()
-             ? "--samples " + std::to_string(o.samples)
-             : "--prompts " + o.promptsFile + ": " +
-                   std::to_string(out.samples()) + " prompts") +
-        ": the plan generates " + std::to_string(batch) +
-        " sequences at once (tpc-import --batch)");
-}
-
-/// The reference: @forward over the last seq tokens of the context for
-/// every new token.
-void generateWithForward(const Options &o, Prepared &p, Generated &out) {
-  ProgramRunner runner(p.plan, "forward", p.params, gridComm.get(), *backend);
-  const std::vector<int64_t> shape = runner.tokensShape();
-  const int64_t batch = shape[0], seq = shape[1];
-  checkSamples(o, out, batch);
-  out.arenaBytes = runner.arenaBytes();
-  out.inputBytes = runner.inputBytes();
-  const size_t logitsIndex = logitsResult(o, p.plan, runner, "forward");
-  const int64_t vocab = runner.resultShape(logitsIndex)[2];
-  std::vector<int32_t> window(size_t(batch * seq));
-  bool cropped = false;
-  for (int64_t n = 0; n < o.generate && !out.done(); ++n)
-    timedStep(out.stepSeconds, [&] {
-      // HuggingFace attends to the whole context; past the plan's seq
-      // tokens this sees only the last seq, so the two part ways: say so.
-      if (!cropped && out.longest() > seq) {
-        cropped = true;
-        std::cout << "note: from token " << n + 1
-                  << " on, a context is longer than @forward's " << seq
-                  << " positions: each step sees its last " << seq
-                  << " tokens only, where HuggingFace sees them all (the KV "
-                     "caches of tpc-import --kv-cache keep them)\n"
-                  << std::flush;
-      }
-      // The last seq tokens of each sample's context in its row, zeros
-      // after them: causal attention leaves the padding unseen.
-      std::fill(window.begin(), window.end(), 0);
-      auto usedOf = [&](int64_t row) { return std::min(out.length(row), seq); };
-      for (int64_t row = 0; row < batch; ++row)
-        for (int64_t t = 0, used = usedOf(row); t < used; ++t)
-          window[size_t(row * seq + t)] =
-              out.token(row, out.length(row) - used + t);
-      runner.setInput(tpc::plan::InputKind::Tokens, window);
-      runner.run();
-      std::span<const float> logits = runner.result(logitsIndex);
-      for (size_t i = 0; i < out.samples(); ++i)
-        out.append(
-            i,
-            logits.subspan(
-                size_t((int64_t(i) * seq + usedOf(int64_t(i)) - 1) * vocab),
-                size_t(vocab)),
-            o.sampling);
-    });
-}
-
-/// @prefill over the prompt in chunks of its seq tokens, then @decode once
-/// per new token, both reading and extending the KV caches. The first step
-/// time is the prefill's (with the first token), each later one a decode.
-void generateWithCaches(const Options &o, Prepared &p, Generated &out) {
-  // The positions every cache holds (the loader checked their ranks), before
-  // anything is allocated for them.
-  const auto *cacheTable = p.plan.plan().caches();
-  if (!cacheTable || cacheTable->size() == 0)
-    throw std::runtime_error(o.plan + ": @prefill and @decode keep no KV "
-                                      "caches");
-  int64_t capacity = std::numeric_limits<int64_t>::max();
-  for (const tpc::plan::Cache *cache : *cacheTable)
-    capacity =
-        std::min(capacity, cache->shape()->Get(cache->shape()->size() - 2));
-  // The last token generated is never fed back.
-  const int64_t needed = out.longest() + o.generate - 1;
-  if (needed > capacity)
-    throw std::invalid_argument(
-        std::string(out.samples() > 1 ? "the longest prompt ("
-                                      : "the prompt (") +
-        std::to_string(out.longest()) + " tokens) and " + "--generate " +
-        std::to_string(o.generate) + " need " + std::to_string(needed) +
-        " positions, but the plan's KV caches hold " +
-        std::to_string(capacity) + " (tpc-import --kv-cache)");
-  KvCaches caches(p.plan, *backend);
-  out.cacheBytes = caches.bytes();
-  ProgramRunner prefill(p.plan, "prefill", p.params, gridComm.get(), *backend);
-  ProgramRunner decode(p.plan, "decode", p.params, gridComm.get(), *backend);
-  prefill.setCaches(&caches);
-  decode.setCaches(&caches);
-  out.arenaBytes = prefill.arenaBytes() + decode.arenaBytes();
-  out.inputBytes = prefill.inputBytes() + decode.inputBytes();
-  const int64_t batch = prefill.tokensShape()[0],
-                chunk = prefill.tokensShape()[1];
-  if (decode.tokensShape() != std::vector<int64_t>{batch, 1})
-    throw std::runtime_error(o.plan + ": @decode must take one token per "
-                                      "sequence of @prefill's batch");
-  checkSamples(o, out, batch);
-  const size_t prefillLogits = logitsResult(o, p.plan, prefill, "prefill");
-  const size_t decodeLogits = logitsResult(o, p.plan, decode, "decode");
-  const int64_t vocab = prefill.resultShape(prefillLogits)[2];
-  // Positions first(row) .. first(row) + width - 1 of every row. Past the
-  // end of a row's context, padding: its last token at the next positions
-  // (within the caches). No real query sees those keys before the real
-  // tokens there replace them; at the row's last position (a cache full to
-  // the end) the padding is the token that is there.
-  auto feed = [&](ProgramRunner &runner, auto first, int64_t width) {
-    std::vector<int32_t> tokens(size_t(batch * width)),
-        positions(size_t(batch * width));
-    for (int64_t row = 0; row < batch; ++row)
-      for (int64_t t = 0; t < width; ++t) {
-        const int64_t at = first(row) + t;
-        tokens[size_t(row * width + t)] =
-            out.token(row, std::min(at, out.length(row) - 1));
-        positions[size_t(row * width + t)] =
-            int32_t(std::min(at, capacity - 1));
-      }
-    runner.setInput(tpc::plan::InputKind::Tokens, tokens);
-    runner.setInput(tpc::plan::InputKind::Positions, positions);
-    runner.run();
-  };
-  timedStep(out.stepSeconds, [&] {
-    // Chunks over the longest prompt (taken before any sample grows); each
-    // sample draws its first token from the chunk holding its prompt's last
-    // token.
-    const int64_t longest = out.longest();
-    for (int64_t first = 0; first < longest; first += chunk) {
-      ++out.prefillChunks;
-      feed(
-          prefill, [&](int64_t) { return first; }, chunk);
-      std::span<const float> logits = prefill.result(prefillLogits);
-      for (size_t i = 0; i < out.samples(); ++i) {
-        const int64_t last = int64_t(out.promptLengths[i]) - 1;
-        if (last / chunk == first / chunk)
-          out.append(i,
-                     logits.subspan(
-                         size_t((int64_t(i) * chunk + last - first) * vocab),
-                         size_t(vocab)),
-                     o.sampling);
-      }
-    }
-  });
-  for (int64_t n = 1; n < o.generate && !out.done(); ++n)
-    timedStep(out.stepSeconds, [&] {
-      feed(
-          decode, [&](int64_t row) { return out.length(row) - 1; }, 1);
-      std::span<const float> logits = decode.result(decodeLogits);
-      for (size_t i = 0; i < out.samples(); ++i)
-        out.append(i, logits.subspan(i * size_t(vocab), size_t(vocab)),
-                   o.sampling);
-    });
-}
-
 /// Continues the prompt by --generate tokens: every rank runs the same
 /// steps and draws the same tokens from the same seed; rank 0 prints and
 /// writes.
@@ -1296,44 +1052,55 @@ int generateRun(const Options &o, Prepared &p) {
     return text;
   };
 
-  Generated out(prompts, o.seed,
-                o.ignoreEos ? std::vector<int32_t>() : p.plan.endTokenIds());
-  const bool kvCache =
-      !o.noKvCache && p.plan.program("prefill") && p.plan.program("decode");
-  auto start = std::chrono::steady_clock::now();
-  if (kvCache)
-    generateWithCaches(o, p, out);
-  else
-    generateWithForward(o, p, out);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  // What each sample kept: up to its end token, if it drew one.
-  auto keptOf = [&](size_t i) {
-    return out.ended[i] >= 0 ? size_t(out.ended[i]) : out.logProbs[i].size();
+  Generator generator(p.plan, p.params, gridComm.get(), *backend);
+  GenerationRequest request;
+  request.prompts = std::move(prompts);
+  request.newTokens = o.generate;
+  request.sampling = o.sampling;
+  request.seed = o.seed;
+  if (!o.ignoreEos)
+    request.endIds = p.plan.endTokenIds();
+  request.kvCaches = !o.noKvCache;
+  const bool kvCache = request.kvCaches && generator.hasKvCaches();
+  // The samples (--samples, or --prompts' lines) must fit the programs'
+  // batch: said in the flags' words.
+  if (const int64_t batch = generator.sequencesAtOnce(kvCache);
+      int64_t(request.prompts.size()) > batch)
+    throw std::invalid_argument(
+        (o.promptsFile.empty()
+             ? "--samples " + std::to_string(o.samples)
+             : "--prompts " + o.promptsFile + ": " +
+                   std::to_string(request.prompts.size()) + " prompts") +
+        ": the plan generates " + std::to_string(batch) +
+        " sequences at once (tpc-import --batch)");
+  // Progress notes go to the log, once, from the first rank.
+  struct LogNotes : GenerationObserver {
+    void contextCropped(int64_t token, int64_t positions) override {
+      std::cout << "note: from token " << token
+                << " on, a context is longer than @forward's " << positions
+                << " positions: each step sees its last " << positions
+                << " tokens only, where HuggingFace sees them all (the KV "
+                   "caches of tpc-import --kv-cache keep them)\n"
+                << std::flush;
+    }
+  } notes;
+  const GenerationResult out = generator.generate(request, &notes);
+  const double seconds = out.seconds;
+  auto promptOf = [&](size_t i) { return out.samples[i].prompt; };
+  auto generatedOf = [&](size_t i) { return out.samples[i].generated; };
+  auto logProbsOf = [&](size_t i) { return out.samples[i].logProbs; };
+  auto stopOf = [&](size_t i) {
+    return out.samples[i].endedAtEos ? "eos" : "length";
   };
-  auto promptOf = [&](size_t i) {
-    return std::vector<int32_t>(out.contexts[i].begin(),
-                                out.contexts[i].begin() +
-                                    std::ptrdiff_t(out.promptLengths[i]));
-  };
-  auto generatedOf = [&](size_t i) {
-    auto first = out.contexts[i].begin() + std::ptrdiff_t(out.promptLengths[i]);
-    return std::vector<int32_t>(first, first + std::ptrdiff_t(keptOf(i)));
-  };
-  auto logProbsOf = [&](size_t i) {
-    return std::vector<double>(out.logProbs[i].begin(),
-                               out.logProbs[i].begin() + keptOf(i));
-  };
-  auto stopOf = [&](size_t i) { return out.ended[i] >= 0 ? "eos" : "length"; };
   // Samples after the first follow a separator line, as nanoGPT prints them.
-  for (size_t i = 0; i < out.samples(); ++i)
-    std::cout << (i ? "---------------\n" : "")
-              << decode(std::span<const int32_t>(out.contexts[i])
-                            .first(out.promptLengths[i] + keptOf(i)))
-              << "\n";
+  for (size_t i = 0; i < out.samples.size(); ++i) {
+    std::vector<int32_t> text = promptOf(i);
+    const std::vector<int32_t> generated = generatedOf(i);
+    text.insert(text.end(), generated.begin(), generated.end());
+    std::cout << (i ? "---------------\n" : "") << decode(text) << "\n";
+  }
   // On stderr, so that stdout is the text alone; once, by the first rank.
-  const size_t newTokens = out.samples() * out.logProbs[0].size();
+  const size_t newTokens = size_t(out.tokensDrawn);
   if (isFirstRank())
     std::cerr << "generated " << newTokens << " tokens in " << seconds << " s ("
               << double(newTokens) / seconds << " tokens/s, "
@@ -1348,10 +1115,10 @@ int generateRun(const Options &o, Prepared &p) {
     json["text"] = decode(generatedOf(0));
     json["generated_logprobs"] = logProbsOf(0);
     json["stop"] = stopOf(0);
-    json["eos_token_ids"] = out.endIds;
-    if (out.samples() > 1) {
+    json["eos_token_ids"] = request.endIds;
+    if (out.samples.size() > 1) {
       json["samples"] = nlohmann::ordered_json::array();
-      for (size_t i = 0; i < out.samples(); ++i)
+      for (size_t i = 0; i < out.samples.size(); ++i)
         json["samples"].push_back({{"seed", o.seed + i},
                                    {"prompt_ids", promptOf(i)},
                                    {"generated_ids", generatedOf(i)},

@@ -1,0 +1,174 @@
+// Generator, on a real plan: GPT-2 over bytes (tp-run/Inputs/gpt2-bytes.json)
+// imported with KV caches of 32 positions, batch 2 x seq 8, compiled for one
+// rank at build time (test/CMakeLists.txt), its deterministic
+// initialisation, the CPU backend.
+#include "tpc/runtime/Generator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+
+using namespace tpc::runtime;
+
+namespace {
+class GeneratorTest : public ::testing::Test {
+protected:
+  GeneratorTest()
+      : plan(LoadedPlan::load(TPC_GENERATOR_TEST_PLAN, 1)),
+        params(ParamStore::initialise(plan, {0})),
+        generator(plan, params, nullptr, cpuBackend()) {}
+
+  GenerationResult run(std::vector<std::vector<int32_t>> prompts,
+                       int64_t newTokens, bool kvCaches = true,
+                       SamplingOptions sampling = {}, uint64_t seed = 0,
+                       std::vector<int32_t> endIds = {},
+                       GenerationObserver *observer = nullptr) {
+    GenerationRequest request;
+    request.prompts = std::move(prompts);
+    request.newTokens = newTokens;
+    request.kvCaches = kvCaches;
+    request.sampling = sampling;
+    request.seed = seed;
+    request.endIds = std::move(endIds);
+    return generator.generate(request, observer);
+  }
+
+  LoadedPlan plan;
+  ParamStore params;
+  Generator generator;
+};
+
+struct CropLog : GenerationObserver {
+  std::vector<std::pair<int64_t, int64_t>> crops;
+  void contextCropped(int64_t token, int64_t positions) override {
+    crops.emplace_back(token, positions);
+  }
+};
+} // namespace
+
+TEST_F(GeneratorTest, KnowsItsProgramsAndBatch) {
+  EXPECT_TRUE(generator.hasKvCaches());
+  EXPECT_EQ(generator.sequencesAtOnce(true), 2);
+  EXPECT_EQ(generator.sequencesAtOnce(false), 2);
+}
+
+// Within @forward's 8 positions both see the whole context: the same greedy
+// tokens, log-probabilities equal to float rounding.
+TEST_F(GeneratorTest, KvCachesEqualTheWholeContextEachStep) {
+  const std::vector<std::vector<int32_t>> prompt = {{72, 105, 33}};
+  GenerationResult cached = run(prompt, 5, true);
+  GenerationResult whole = run(prompt, 5, false);
+  EXPECT_TRUE(cached.usedKvCaches);
+  EXPECT_FALSE(whole.usedKvCaches);
+  ASSERT_EQ(cached.samples.size(), 1u);
+  EXPECT_EQ(cached.samples[0].prompt, prompt[0]);
+  ASSERT_EQ(cached.samples[0].generated.size(), 5u);
+  EXPECT_EQ(cached.samples[0].generated, whole.samples[0].generated);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_LT(cached.samples[0].logProbs[i], 0.0);
+    EXPECT_NEAR(cached.samples[0].logProbs[i], whole.samples[0].logProbs[i],
+                1e-4);
+  }
+  EXPECT_EQ(cached.stepSeconds.size(), 5u); // the prefill, then 4 decodes
+  EXPECT_EQ(cached.prefillChunks, 1);
+  EXPECT_GT(cached.cacheBytes, 0u);
+  EXPECT_EQ(whole.cacheBytes, 0u);
+  EXPECT_EQ(cached.tokensDrawn, 5);
+}
+
+// Prompts of different lengths at once: each sample draws what it draws
+// alone (rows do not see each other; padding is never attended), to the
+// rounding of the batch row it is in.
+TEST_F(GeneratorTest, SamplesOfDifferentLengthsEqualEachAlone) {
+  const std::vector<int32_t> shortPrompt = {10, 20},
+                             longPrompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  GenerationResult both = run({shortPrompt, longPrompt}, 4);
+  GenerationResult shortAlone = run({shortPrompt}, 4);
+  GenerationResult longAlone = run({longPrompt}, 4);
+  EXPECT_EQ(both.prefillChunks, 2); // 10 tokens in chunks of 8
+  EXPECT_EQ(both.samples[0].generated, shortAlone.samples[0].generated);
+  EXPECT_EQ(both.samples[1].generated, longAlone.samples[0].generated);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(both.samples[0].logProbs[i], shortAlone.samples[0].logProbs[i],
+                1e-5);
+    EXPECT_NEAR(both.samples[1].logProbs[i], longAlone.samples[0].logProbs[i],
+                1e-5);
+  }
+}
+
+// Sampling draws from seed + sample: one seed repeats, another differs.
+TEST_F(GeneratorTest, SamplingFromASeedRepeats) {
+  SamplingOptions sampling;
+  sampling.temperature = 1.0;
+  const std::vector<std::vector<int32_t>> prompts = {{65, 66}, {65, 66}};
+  GenerationResult first = run(prompts, 12, true, sampling, 7);
+  GenerationResult again = run(prompts, 12, true, sampling, 7);
+  GenerationResult other = run(prompts, 12, true, sampling, 8);
+  EXPECT_EQ(first.samples[0].generated, again.samples[0].generated);
+  EXPECT_EQ(first.samples[1].generated, again.samples[1].generated);
+  // Sample 1 of seed 7 draws from seed 8, as sample 0 of seed 8 does.
+  EXPECT_EQ(first.samples[1].generated, other.samples[0].generated);
+  EXPECT_NE(first.samples[0].generated, first.samples[1].generated);
+  // The near-uniform model of a fresh initialisation: greedy would repeat
+  // one token; sampling does not.
+  GenerationResult greedy = run({{65, 66}}, 12);
+  EXPECT_NE(first.samples[0].generated, greedy.samples[0].generated);
+}
+
+// A sample ends at its first end token, which it keeps.
+TEST_F(GeneratorTest, StopsAtAnEndTokenAndKeepsIt) {
+  SamplingOptions sampling;
+  sampling.temperature = 1.0;
+  GenerationResult free = run({{80, 81, 82}}, 10, true, sampling, 3);
+  const int32_t end = free.samples[0].generated[3];
+  const auto first = std::find(free.samples[0].generated.begin(),
+                               free.samples[0].generated.end(), end) -
+                     free.samples[0].generated.begin();
+  GenerationResult stopped = run({{80, 81, 82}}, 10, true, sampling, 3, {end});
+  EXPECT_TRUE(stopped.samples[0].endedAtEos);
+  EXPECT_FALSE(free.samples[0].endedAtEos);
+  ASSERT_EQ(stopped.samples[0].generated.size(), size_t(first + 1));
+  EXPECT_EQ(stopped.samples[0].generated.back(), end);
+  EXPECT_EQ(stopped.samples[0].logProbs.size(), size_t(first + 1));
+  // Every sample ended: no step after that one.
+  EXPECT_EQ(stopped.stepSeconds.size(), size_t(first + 1));
+}
+
+// Without caches, past @forward's 8 positions the observer hears it once.
+TEST_F(GeneratorTest, TellsTheObserverWhenTheContextIsCropped) {
+  CropLog log;
+  run({{1, 2, 3, 4, 5, 6}}, 5, false, {}, 0, {}, &log);
+  // 6 + 2 drawn = 8 fit; the 4th new token sees 9 tokens' last 8.
+  ASSERT_EQ(log.crops.size(), 1u);
+  EXPECT_EQ(log.crops[0], (std::pair<int64_t, int64_t>{4, 8}));
+  CropLog none;
+  run({{1, 2, 3}}, 5, false, {}, 0, {}, &none);
+  EXPECT_TRUE(none.crops.empty());
+}
+
+TEST_F(GeneratorTest, RefusesWhatThePlanCannotServe) {
+  auto message = [&](auto &&call) {
+    try {
+      call();
+    } catch (const std::invalid_argument &error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] {
+              run({{1}, {2}, {3}}, 2);
+            }),
+            "3 samples: the plan generates 2 sequences at once (tpc-import "
+            "--batch)");
+  EXPECT_EQ(message([&] { run({std::vector<int32_t>(30, 1)}, 4); }),
+            "the prompt (30 tokens) and 4 new tokens need 33 positions, but "
+            "the plan's KV caches hold 32 (tpc-import --kv-cache)");
+  EXPECT_EQ(message([&] {
+              run({{1, 300}}, 2);
+            }),
+            "prompt 1: token 1 has id 300, outside the vocabulary of 256");
+  EXPECT_EQ(message([&] { run({{}}, 2); }), "prompt 1 has no tokens");
+  EXPECT_EQ(message([&] { run({{1}}, 0); }),
+            "generation needs at least one new token");
+}
