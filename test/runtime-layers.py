@@ -18,9 +18,10 @@ ALLOWED = {
     "text": {"support"},
     "hal": {"support", "plan", "comm", "cuda_kernels"},
     "exec": {"support", "plan", "comm", "hal", "cuda_kernels"},
-    "train": {"support", "plan", "comm", "hal", "exec", "text", "cuda_kernels"},
-    "session": {"support", "plan", "comm", "hal", "exec", "text",
-                "cuda_kernels"},
+    "infer": {"support", "plan", "comm", "hal", "exec", "text",
+              "cuda_kernels"},
+    "train": {"support", "plan", "comm", "hal", "exec", "text", "infer",
+              "cuda_kernels"},
 }
 # Foreign symbols the lower layers must not need.
 FORBIDDEN = {"plan": ("MPI_", "ompi_", "cblas_", "cuda", "nccl"),

@@ -1,6 +1,7 @@
 #include "tpc/runtime/Training.h"
 
 #include "tpc/runtime/Comm.h"
+#include "tpc/runtime/Evaluator.h"
 #include "tpc/runtime/Tokens.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
@@ -35,22 +36,6 @@ int64_t evaluationBatches(int64_t evalTokens, int64_t tokensPerStep,
   return batches;
 }
 
-namespace {
-/// The mean of @loss over the first `batches` windows of `stream`.
-double heldOutLoss(ProgramRunner &runner, std::span<const int32_t> stream,
-                   int64_t batches, int64_t batch, int64_t seq) {
-  double sum = 0;
-  for (int64_t b = 0; b < batches; ++b) {
-    Batch window = cutBatch(stream, b * batch * seq, batch, seq);
-    runner.setInput(plan::InputKind::Tokens, window.tokens);
-    runner.setInput(plan::InputKind::Targets, window.targets);
-    runner.run();
-    sum += runner.result(0)[0];
-  }
-  return sum / double(batches);
-}
-} // namespace
-
 TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   std::span<const int32_t> stream, const TrainConfig &config,
                   std::ostream &log) {
@@ -64,11 +49,11 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   TrainResult result;
   result.tokensPerStep = shape[0] * shape[1];
   // The held-out loss runs @loss on the parameters train_step updates.
-  std::optional<ProgramRunner> evalRunner;
+  std::optional<Evaluator> evaluator;
   if (config.evalEvery > 0) {
     if (!plan.program("loss"))
       throw std::runtime_error("evaluation needs the plan's @loss program");
-    evalRunner.emplace(plan, "loss", params, config.comm, backend);
+    evaluator.emplace(plan, params, config.comm, backend, "loss");
   }
   if (!config.resume.empty()) {
     CheckpointState state = readCheckpoint(config.resume, plan, params);
@@ -138,20 +123,12 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   result.tokensPerStep / seconds, seconds * 1e3);
     log << line;
     const bool evaluate =
-        evalRunner && std::isfinite(loss) &&
+        evaluator && std::isfinite(loss) &&
         (step % config.evalEvery == 0 || step == config.steps);
     if (evaluate) {
-      // Parked blocks sit out of training, not out of the model: while
-      // resized, the held-out loss computes every block (as an export holds
-      // them), and the resize resumes after it. No block changes rank.
-      const BlockAssignment trained = params.blocks();
-      if (trained.isResized())
-        params.relayout(plan, trained.everyHeldComputed(), config.comm);
+      // While resized, every held block is computed for it (Evaluator).
       const double heldOut =
-          heldOutLoss(*evalRunner, config.evalStream, config.evalBatches,
-                      shape[0], shape[1]);
-      if (trained.isResized())
-        params.relayout(plan, trained, config.comm);
+          evaluator->meanLoss(config.evalStream, config.evalBatches);
       result.evals.push_back(
           {step, heldOut, config.evalBatches * result.tokensPerStep});
       char text[80];
@@ -198,9 +175,9 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   result.computeTimes = rebalancer.computeTimes();
   result.rebalanceWindows = rebalancer.windows();
   result.arenaBytes = runner.arenaBytes();
-  if (evalRunner) {
-    result.evalArenaBytes = evalRunner->arenaBytes();
-    result.evalInputBytes = evalRunner->inputBytes();
+  if (evaluator) {
+    result.evalArenaBytes = evaluator->programRunner().arenaBytes();
+    result.evalInputBytes = evaluator->programRunner().inputBytes();
   }
   result.paramBytes = params.bytes();
   result.inputBytes = runner.inputBytes();

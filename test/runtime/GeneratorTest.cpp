@@ -3,6 +3,7 @@
 // rank at build time (test/CMakeLists.txt), its deterministic
 // initialisation, the CPU backend.
 #include "tpc/runtime/Generator.h"
+#include "tpc/runtime/Evaluator.h"
 
 #include <gtest/gtest.h>
 
@@ -171,4 +172,44 @@ TEST_F(GeneratorTest, RefusesWhatThePlanCannotServe) {
   EXPECT_EQ(message([&] { run({{}}, 2); }), "prompt 1 has no tokens");
   EXPECT_EQ(message([&] { run({{1}}, 0); }),
             "generation needs at least one new token");
+}
+
+// Evaluator on the same plan: @loss on batches of 2 x 8 tokens.
+namespace {
+std::vector<int32_t> byteStream(size_t size) {
+  std::vector<int32_t> stream(size);
+  for (size_t i = 0; i < size; ++i)
+    stream[i] = int32_t((i * 37 + 11) % 256);
+  return stream;
+}
+} // namespace
+
+TEST_F(GeneratorTest, EvaluatorRunsABatchAndAveragesHeldOutLosses) {
+  Evaluator evaluator(plan, params, nullptr, cpuBackend(), "loss");
+  EXPECT_EQ(evaluator.tokensShape(), (std::vector<int64_t>{2, 8}));
+  const std::vector<int32_t> stream = byteStream(3 * 16 + 1);
+  BatchRun first = evaluator.runBatch(stream, 0, /*repeat=*/3);
+  ASSERT_TRUE(first.loss.has_value());
+  EXPECT_EQ(first.seconds.size(), 3u);
+  EXPECT_GT(first.medianSeconds(), 0.0);
+  // A fresh model is near uniform over its 256 bytes.
+  EXPECT_NEAR(*first.loss, std::log(256.0), 0.1);
+  const double second = *evaluator.runBatch(stream, 16).loss,
+               third = *evaluator.runBatch(stream, 32).loss;
+  EXPECT_NE(*first.loss, second); // other windows, other losses
+  EXPECT_NEAR(evaluator.meanLoss(stream, 3),
+              (double(*first.loss) + second + third) / 3, 1e-6);
+  EXPECT_NEAR(evaluator.meanLoss(stream, 1), *first.loss, 1e-6);
+  // Three windows of 16 and the last target need 49 tokens.
+  EXPECT_THROW(evaluator.meanLoss(std::span(stream).first(48), 3),
+               std::runtime_error);
+}
+
+TEST_F(GeneratorTest, EvaluatorRefusesWhatItCannotRun) {
+  EXPECT_THROW(Evaluator(plan, params, nullptr, cpuBackend(), "decode"),
+               std::invalid_argument);
+  Evaluator forward(plan, params, nullptr, cpuBackend(), "forward");
+  const std::vector<int32_t> stream = byteStream(17);
+  EXPECT_FALSE(forward.runBatch(stream, 0).loss.has_value());
+  EXPECT_THROW(forward.meanLoss(stream, 1), std::invalid_argument);
 }

@@ -23,6 +23,7 @@
 #include "tpc/runtime/Checkpoint.h"
 #include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/Comm.h"
+#include "tpc/runtime/Evaluator.h"
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/Files.h"
 #include "tpc/runtime/Generator.h"
@@ -593,40 +594,29 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   std::string name = o.program;
   if (name.empty())
     name = plan.program("loss") ? "loss" : "forward";
-  ProgramRunner runner(plan, name, params, gridComm.get(), *backend);
-  if (runner.hasInput(tpc::plan::InputKind::Positions))
+  if (plan.program(name) &&
+      !plan.wholeInputShape(name, tpc::plan::InputKind::Positions).empty())
     throw std::invalid_argument("--program " + name +
                                 ": a generation program (it reads positions "
                                 "and KV caches); run it with --generate");
-  std::vector<int64_t> tokensShape = runner.tokensShape();
-  const int64_t batch = tokensShape[0], seq = tokensShape[1];
-  Batch window = cutBatch(stream, o.offset, batch, seq);
-  runner.setInput(tpc::plan::InputKind::Tokens, window.tokens);
-  if (runner.hasInput(tpc::plan::InputKind::Targets))
-    runner.setInput(tpc::plan::InputKind::Targets, window.targets);
-
-  std::vector<double> seconds;
-  for (int64_t r = 0; r < o.repeat; ++r) {
-    if (r + 1 == o.repeat) {
-      runner.resetStats(); // per-op times and traffic of the last run
-      gridComm->resetStats();
-    }
-    auto start = std::chrono::steady_clock::now();
-    runner.run();
-    seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count());
+  std::optional<Evaluator> evaluator;
+  try {
+    evaluator.emplace(plan, params, gridComm.get(), *backend, name);
+  } catch (const std::invalid_argument &error) {
+    throw std::invalid_argument("--program " + name + ": " +
+                                std::string(error.what()));
   }
+  const BatchRun run = evaluator->runBatch(stream, o.offset, o.repeat);
+  ProgramRunner &runner = evaluator->programRunner();
+  const int64_t batch = run.batch, seq = run.seq;
+  const Batch window = cutBatch(stream, o.offset, batch, seq);
+  const std::vector<double> &seconds = run.seconds;
   // The last run's traffic, before any dump runs programs again.
   const std::map<std::string, CommStats> commStats = gridComm->stats();
-  std::vector<double> sorted = seconds;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2];
+  const double median = run.medianSeconds();
   const double tokensPerSecond = double(batch * seq) / median;
 
-  std::optional<float> loss;
-  if (runner.numResults() >= 1 && runner.resultShape(0).empty())
-    loss = runner.result(0)[0];
+  const std::optional<float> loss = run.loss;
   std::cout << std::setprecision(8) << "program " << name << ": ";
   if (loss)
     std::cout << "loss " << *loss << ", ";
