@@ -22,6 +22,8 @@ ALLOWED = {
               "cuda_kernels"},
     "train": {"support", "plan", "comm", "hal", "exec", "text", "infer",
               "cuda_kernels"},
+    "session": {"support", "plan", "comm", "hal", "exec", "text", "infer",
+                "train", "cuda_kernels"},
 }
 # Foreign symbols the lower layers must not need.
 FORBIDDEN = {"plan": ("MPI_", "ompi_", "cblas_", "cuda", "nccl"),

@@ -4,11 +4,15 @@
 // initialisation, the CPU backend.
 #include "tpc/runtime/Generator.h"
 #include "tpc/runtime/Evaluator.h"
+#include "tpc/runtime/RunReport.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+#include <unistd.h>
 
 using namespace tpc::runtime;
 
@@ -212,4 +216,60 @@ TEST_F(GeneratorTest, EvaluatorRefusesWhatItCannotRun) {
   const std::vector<int32_t> stream = byteStream(17);
   EXPECT_FALSE(forward.runBatch(stream, 0).loss.has_value());
   EXPECT_THROW(forward.meanLoss(stream, 1), std::invalid_argument);
+}
+
+// The run report says what it is and carries each mode's sections; text that
+// is not UTF-8 (a byte model may draw any bytes) is written as U+FFFD.
+TEST_F(GeneratorTest, RunReportsOfEveryModeShareOneSchema) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tpc-run-report-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto readBack = [&](const RunReport &report, const std::string &name) {
+    const std::string path = (dir / name).string();
+    report.write(path);
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  };
+
+  RunReport generation(RunReport::Mode::Generate);
+  generation.setDevice(cpuBackend());
+  GenerationRequest request;
+  request.prompts = {{72, 105}, {72, 105}};
+  request.newTokens = 3;
+  request.seed = 5;
+  GenerationResult result = generator.generate(request);
+  generation.setGeneration(
+      request, result, params.bytes(),
+      [](std::span<const int32_t>) { return std::string("ok \xff"); });
+  nlohmann::json g = readBack(generation, "generate.json");
+  EXPECT_EQ(g["format"], "tpc-run-report");
+  EXPECT_EQ(g["version"], RunReport::kVersion);
+  EXPECT_EQ(g["mode"], "generate");
+  EXPECT_EQ(g["device"]["name"], "cpu");
+  EXPECT_EQ(g["program"], "prefill+decode");
+  EXPECT_EQ(g["generated_ids"].size(), 3u);
+  EXPECT_EQ(g["text"], "ok \xEF\xBF\xBD");
+  ASSERT_EQ(g["samples"].size(), 2u);
+  EXPECT_EQ(g["samples"][1]["seed"], 6);
+  EXPECT_EQ(g["memory"]["planned_peak_bytes"],
+            g["memory"]["arena_bytes"].get<uint64_t>() + params.bytes() +
+                g["memory"]["kv_cache_bytes"].get<uint64_t>() +
+                g["memory"]["input_bytes"].get<uint64_t>());
+
+  RunReport evaluation(RunReport::Mode::Evaluate);
+  evaluation.setDevice(cpuBackend());
+  Evaluator evaluator(plan, params, nullptr, cpuBackend(), "loss");
+  const std::vector<int32_t> stream = byteStream(17);
+  const BatchRun run = evaluator.runBatch(stream, 0, 2);
+  evaluation.setBatch("loss", run, 100, 200, 300);
+  evaluation.setOps(evaluator.programRunner().stats());
+  nlohmann::json e = readBack(evaluation, "evaluate.json");
+  EXPECT_EQ(e["mode"], "evaluate");
+  EXPECT_EQ(e["version"], RunReport::kVersion);
+  EXPECT_FLOAT_EQ(e["loss"].get<float>(), *run.loss);
+  EXPECT_EQ(e["tokens"], 16);
+  EXPECT_EQ(e["runs"], 2);
+  EXPECT_EQ(e["memory"]["planned_peak_bytes"], 600);
+  EXPECT_TRUE(e["ops"].contains("Matmul") || e["ops"].contains("Linear"));
+  std::filesystem::remove_all(dir);
 }

@@ -28,6 +28,7 @@
 #include "tpc/runtime/Files.h"
 #include "tpc/runtime/Generator.h"
 #include "tpc/runtime/Plan.h"
+#include "tpc/runtime/RunReport.h"
 #include "tpc/runtime/Safetensors.h"
 #include "tpc/runtime/Sampling.h"
 #include "tpc/runtime/SanitizerDefaults.h"
@@ -520,51 +521,6 @@ int localRank() {
 /// every rank computes the same whole values.
 bool isFirstRank() { return Comm::world().rank() == 0; }
 
-/// The metrics file. Decoded text need not be UTF-8 (a byte-level model may
-/// draw any bytes), which JSON strings must be: invalid bytes are written
-/// as U+FFFD, as HuggingFace's decode() does.
-void writeMetrics(const std::string &path, const nlohmann::ordered_json &json) {
-  writeFileAtomically(
-      path, json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-                "\n");
-}
-
-int64_t maxRssBytes() {
-  struct rusage usage {};
-  getrusage(RUSAGE_SELF, &usage);
-  return int64_t(usage.ru_maxrss) * 1024;
-}
-
-/// Bytes this rank sent per collective kind (ring rule, as
-/// tp-report-communication computes them statically) over `runs` runs of
-/// the program, in total and per run (per training step), in whole bytes as
-/// the static report prints them.
-nlohmann::ordered_json
-commStatsJson(const std::map<std::string, CommStats> &stats, int64_t runs) {
-  nlohmann::ordered_json json = nlohmann::ordered_json::object();
-  for (const auto &[kind, s] : stats)
-    json[kind] = {
-        {"calls", s.calls},
-        {"bytes", std::llround(s.bytes)},
-        {"bytes_per_step", std::llround(s.bytes / std::max<int64_t>(runs, 1))}};
-  return json;
-}
-
-/// The device the programs ran on and how its collectives travelled.
-nlohmann::ordered_json deviceJson() {
-  return {{"name", backend->name()},
-          {"collectives", backend->collectivePath()},
-          {"kernels", backend->kernelLibraries()}};
-}
-
-nlohmann::ordered_json
-opStatsJson(const std::map<std::string, OpStats> &stats) {
-  nlohmann::ordered_json json = nlohmann::ordered_json::object();
-  for (const auto &[kind, s] : stats)
-    json[kind] = {{"count", s.count}, {"seconds", s.seconds}};
-  return json;
-}
-
 /// Runs `name` on one batch and adds its results to `writer` under the
 /// plan's result names ("logits", "loss", a gradient's parameter name).
 void dumpProgram(const LoadedPlan &plan, ParamStore &params,
@@ -610,7 +566,6 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   ProgramRunner &runner = evaluator->programRunner();
   const int64_t batch = run.batch, seq = run.seq;
   const Batch window = cutBatch(stream, o.offset, batch, seq);
-  const std::vector<double> &seconds = run.seconds;
   // The last run's traffic, before any dump runs programs again.
   const std::map<std::string, CommStats> commStats = gridComm->stats();
   const double median = run.medianSeconds();
@@ -639,33 +594,14 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   }
 
   if (!o.metrics.empty()) {
-    const uint64_t peak =
-        runner.arenaBytes() + params.bytes() + runner.inputBytes();
-    // nlohmann writes a NaN or infinite number as null: the file stays
-    // valid JSON whatever the loss did.
-    nlohmann::ordered_json json;
-    json["program"] = name;
-    if (loss)
-      json["loss"] = *loss;
-    json["batch"] = batch;
-    json["seq"] = seq;
-    json["tokens"] = batch * seq;
-    json["threads"] = cpu::numThreads();
-    json["device"] = deviceJson();
-    json["runs"] = seconds.size();
-    json["seconds"] = seconds;
-    json["seconds_median"] = median;
-    json["tokens_per_second"] = tokensPerSecond;
-    json["memory"] = {{"arena_bytes", runner.arenaBytes()},
-                      {"param_bytes", params.bytes()},
-                      {"input_bytes", runner.inputBytes()},
-                      {"planned_peak_bytes", peak},
-                      {"max_rss_bytes", maxRssBytes()},
-                      {"device_peak_bytes", backend->peakDeviceBytes()}};
-    json["communication"] = commStatsJson(commStats, 1);
-    json["ops"] = opStatsJson(runner.stats());
+    RunReport report(RunReport::Mode::Evaluate);
+    report.setDevice(*backend);
+    report.setBatch(name, run, runner.arenaBytes(), params.bytes(),
+                    runner.inputBytes());
+    report.setCommunication(commStats, 1);
+    report.setOps(runner.stats());
     if (isFirstRank())
-      writeMetrics(o.metrics, json);
+      report.write(o.metrics);
   }
   return 0;
 }
@@ -787,75 +723,20 @@ int trainRun(const Options &o, Prepared &p) {
     std::cout << "loss curve: " << o.plot << "\n";
   }
   if (!o.metrics.empty()) {
-    double stepSeconds = 0;
-    for (const StepRecord &r : result.records)
-      stepSeconds += r.seconds;
-    nlohmann::ordered_json json;
-    json["program"] = "train_step";
-    json["tokens_per_step"] = result.tokensPerStep;
-    json["first_step"] = result.firstStep;
-    json["steps"] = o.steps;
-    json["threads"] = cpu::numThreads();
-    json["device"] = deviceJson();
-    json["device"]["replayed_steps"] = result.replays;
-    json["seconds_total"] = total;
-    json["tokens_per_second"] =
-        stepSeconds > 0
-            ? result.tokensPerStep * result.records.size() / stepSeconds
-            : 0.0;
-    json["hyperparameters"] = hyperparametersJson(config.hyperparameters);
-    // What the compiler fixed in the plan (tp-autodiff's options).
-    if (auto adamw = optimizerSettings(*p.plan.program("train_step")))
-      json["optimizer"] = {{"kind", "adamw"},
-                           {"beta1", adamw->beta1},
-                           {"beta2", adamw->beta2},
-                           {"epsilon", adamw->epsilon},
-                           {"weight_decay", adamw->weightDecay},
-                           {"decayed_parameters", adamw->decayedParameters},
-                           {"parameters", adamw->parameters}};
-    // With --eval-every, @loss runs from its own arena and inputs, held
-    // alongside the step's.
-    const uint64_t inputBytes = result.inputBytes + result.evalInputBytes;
-    json["memory"] = {
-        {"arena_bytes", result.arenaBytes},
-        {"eval_arena_bytes", result.evalArenaBytes},
-        {"param_and_optimizer_bytes", result.paramBytes},
-        {"input_bytes", inputBytes},
-        {"planned_peak_bytes", result.arenaBytes + result.evalArenaBytes +
-                                   result.paramBytes + inputBytes},
-        {"max_rss_bytes", maxRssBytes()},
-        {"device_peak_bytes", backend->peakDeviceBytes()}};
-    nlohmann::ordered_json curve = nlohmann::ordered_json::array();
-    for (const StepRecord &r : result.records)
-      curve.push_back({{"step", r.step},
-                       {"loss", r.loss},
-                       {"lr", r.learningRate},
-                       {"seconds", r.seconds}});
-    json["loss_curve"] = std::move(curve);
-    if (o.evalEvery > 0) {
-      json["evaluation"] = {
-          {"every", o.evalEvery},
-          {"batches", p.evalBatches},
-          {"tokens", p.evalBatches * result.tokensPerStep},
-          {"source", o.evalFraction
-                         ? "last " + std::to_string(p.evalStream.size()) +
+    RunReport report(RunReport::Mode::Train);
+    report.setDevice(*backend);
+    report.setTraining(plan, config, result, o.steps, total);
+    if (o.evalEvery > 0)
+      report.json()["evaluation"]["source"] =
+          o.evalFraction ? "last " + std::to_string(p.evalStream.size()) +
                                " tokens of " + o.data
-                         : o.evalData}};
-      nlohmann::ordered_json evals = nlohmann::ordered_json::array();
-      for (const EvalRecord &e : result.evals)
-        evals.push_back({{"step", e.step},
-                         {"loss", e.loss},
-                         {"perplexity", std::exp(e.loss)},
-                         {"tokens", e.tokens}});
-      json["eval_curve"] = std::move(evals);
-    }
+                         : o.evalData;
     if (rebalancingAsked(o))
-      json["rebalance"] = rebalanceJson(o, result);
-    json["communication"] =
-        commStatsJson(gridComm->stats(), int64_t(result.records.size()));
-    json["ops"] = opStatsJson(result.opStats);
+      report.json()["rebalance"] = rebalanceJson(o, result);
+    report.setCommunication(gridComm->stats(), int64_t(result.records.size()));
+    report.setOps(result.opStats);
     if (isFirstRank())
-      writeMetrics(o.metrics, json);
+      report.write(o.metrics);
   }
   if (!result.stoppedBecause.empty())
     throw std::runtime_error(result.stoppedBecause);
@@ -1076,17 +957,11 @@ int generateRun(const Options &o, Prepared &p) {
   } notes;
   const GenerationResult out = generator.generate(request, &notes);
   const double seconds = out.seconds;
-  auto promptOf = [&](size_t i) { return out.samples[i].prompt; };
-  auto generatedOf = [&](size_t i) { return out.samples[i].generated; };
-  auto logProbsOf = [&](size_t i) { return out.samples[i].logProbs; };
-  auto stopOf = [&](size_t i) {
-    return out.samples[i].endedAtEos ? "eos" : "length";
-  };
   // Samples after the first follow a separator line, as nanoGPT prints them.
   for (size_t i = 0; i < out.samples.size(); ++i) {
-    std::vector<int32_t> text = promptOf(i);
-    const std::vector<int32_t> generated = generatedOf(i);
-    text.insert(text.end(), generated.begin(), generated.end());
+    std::vector<int32_t> text = out.samples[i].prompt;
+    text.insert(text.end(), out.samples[i].generated.begin(),
+                out.samples[i].generated.end());
     std::cout << (i ? "---------------\n" : "") << decode(text) << "\n";
   }
   // On stderr, so that stdout is the text alone; once, by the first rank.
@@ -1097,50 +972,10 @@ int generateRun(const Options &o, Prepared &p) {
               << (kvCache ? "KV caches" : "the whole context each step")
               << ")\n";
   if (!o.metrics.empty() && isFirstRank()) {
-    nlohmann::ordered_json json;
-    json["program"] = kvCache ? "prefill+decode" : "forward";
-    json["prompt_ids"] = promptOf(0);
-    // The first sample; all of them under "samples" when there are several.
-    json["generated_ids"] = generatedOf(0);
-    json["text"] = decode(generatedOf(0));
-    json["generated_logprobs"] = logProbsOf(0);
-    json["stop"] = stopOf(0);
-    json["eos_token_ids"] = request.endIds;
-    if (out.samples.size() > 1) {
-      json["samples"] = nlohmann::ordered_json::array();
-      for (size_t i = 0; i < out.samples.size(); ++i)
-        json["samples"].push_back({{"seed", o.seed + i},
-                                   {"prompt_ids", promptOf(i)},
-                                   {"generated_ids", generatedOf(i)},
-                                   {"text", decode(generatedOf(i))},
-                                   {"generated_logprobs", logProbsOf(i)},
-                                   {"stop", stopOf(i)}});
-    }
-    json["sampling"] = {{"temperature", o.sampling.temperature},
-                        {"top_k", o.sampling.topK},
-                        {"top_p", o.sampling.topP},
-                        {"seed", o.seed}};
-    json["seconds"] = seconds;
-    // The first step reads the prompt (prefill); each later one a token.
-    json["step_seconds"] = out.stepSeconds;
-    if (kvCache) {
-      json["kv_cache_bytes_per_rank"] = out.cacheBytes;
-      json["prefill_chunks"] = out.prefillChunks;
-    }
-    // This rank's: each program's arena and inputs, the parameters, the
-    // KV caches.
-    json["memory"] = {
-        {"arena_bytes", out.arenaBytes},
-        {"param_bytes", p.params.bytes()},
-        {"kv_cache_bytes", out.cacheBytes},
-        {"input_bytes", out.inputBytes},
-        {"planned_peak_bytes",
-         out.arenaBytes + p.params.bytes() + out.cacheBytes + out.inputBytes},
-        {"max_rss_bytes", maxRssBytes()},
-        {"device_peak_bytes", backend->peakDeviceBytes()}};
-    json["tokens_per_second"] = double(newTokens) / seconds;
-    json["device"] = deviceJson();
-    writeMetrics(o.metrics, json);
+    RunReport report(RunReport::Mode::Generate);
+    report.setDevice(*backend);
+    report.setGeneration(request, out, p.params.bytes(), decode);
+    report.write(o.metrics);
   }
   return 0;
 }
