@@ -36,14 +36,66 @@ int64_t evaluationBatches(int64_t evalTokens, int64_t tokensPerStep,
   return batches;
 }
 
-TrainResult train(const LoadedPlan &plan, ParamStore &params,
-                  std::span<const int32_t> stream, const TrainConfig &config,
-                  std::ostream &log) {
-  Backend &backend = config.backend ? *config.backend : cpuBackend();
-  ProgramRunner runner(plan, "train_step", params, config.comm, backend);
-  log << "device: " << backend.name()
+void ProgressLog::started(const Backend &backend) {
+  out << "device: " << backend.name()
       << " (collectives: " << backend.collectivePath() << ")\n"
       << "kernels: " << backend.kernelLibraries() << "\n";
+}
+
+void ProgressLog::resumed(int64_t step, const std::string &from) {
+  out << "resumed from step " << step << " (" << from << ")\n";
+}
+
+void ProgressLog::stepDone(const StepProgress &p) {
+  const double loss = p.record.loss;
+  char lossText[32];
+  if (std::isfinite(loss))
+    std::snprintf(lossText, sizeof(lossText), "%.4f", loss);
+  else // not printf's "-nan"
+    std::snprintf(lossText, sizeof(lossText), "%s",
+                  std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"));
+  char line[240];
+  std::snprintf(
+      line, sizeof(line),
+      "step %lld/%lld | loss %s | lr %.3e | %.0f tokens/s | "
+      "%.1f ms/step",
+      static_cast<long long>(p.record.step), static_cast<long long>(p.steps),
+      lossText, p.record.learningRate,
+      double(p.tokensPerStep) / p.record.seconds, p.record.seconds * 1e3);
+  out << line;
+  if (p.heldOutLoss) {
+    char text[80];
+    std::snprintf(text, sizeof(text), " | val loss %.4f | val ppl %.2f",
+                  *p.heldOutLoss, std::exp(*p.heldOutLoss));
+    out << text;
+  }
+  if (!p.rebalanceStatus.empty())
+    out << " | " << p.rebalanceStatus;
+  if (!p.action.empty())
+    out << " | action " << p.action;
+  out << "\n" << std::flush;
+}
+
+void ProgressLog::rebalanced(const RebalanceEvent &event) {
+  // The reason has no bound on its length: only the numbers go through a
+  // fixed buffer.
+  char moved[80];
+  std::snprintf(moved, sizeof moved, "moved %.0f bytes in %.2f ms\n",
+                event.bytesMoved, event.seconds * 1e3);
+  out << "rebalance: " << event.action << " after step " << event.step << " ("
+      << event.reason << "); " << moved << std::flush;
+}
+
+void ProgressLog::checkpointWritten(const std::string &path) {
+  out << "checkpoint: " << path << "\n" << std::flush;
+}
+
+TrainResult train(const LoadedPlan &plan, ParamStore &params,
+                  std::span<const int32_t> stream, const TrainConfig &config,
+                  TrainingObserver &observer) {
+  Backend &backend = config.backend ? *config.backend : cpuBackend();
+  ProgramRunner runner(plan, "train_step", params, config.comm, backend);
+  observer.started(backend);
   Rebalancer rebalancer(plan, params, config.comm, config.rebalance);
   std::vector<int64_t> shape = runner.tokensShape();
   TrainResult result;
@@ -58,17 +110,10 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   if (!config.resume.empty()) {
     CheckpointState state = readCheckpoint(config.resume, plan, params);
     result.firstStep = state.step + 1;
-    log << "resumed from step " << state.step << " (" << config.resume << ")\n";
+    observer.resumed(state.step, config.resume);
   }
-  // A re-plan, as the progress log shows it.
   auto report = [&](RebalanceEvent event) {
-    // The reason has no bound on its length: only the numbers go through a
-    // fixed buffer.
-    char moved[80];
-    std::snprintf(moved, sizeof moved, "moved %.0f bytes in %.2f ms\n",
-                  event.bytesMoved, event.seconds * 1e3);
-    log << "rebalance: " << event.action << " after step " << event.step << " ("
-        << event.reason << "); " << moved;
+    observer.rebalanced(event);
     result.rebalanceEvents.push_back(std::move(event));
   };
   // Known speeds split the blocks before the first step (after a resume:
@@ -101,12 +146,6 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     double loss = runner.result(0)[0];
     double lr = cpu::learningRate(step, h[0], h[1], h[2], h[3]);
     result.records.push_back({step, loss, lr, seconds});
-    char lossText[32];
-    if (std::isfinite(loss))
-      std::snprintf(lossText, sizeof(lossText), "%.4f", loss);
-    else // not printf's "-nan"
-      std::snprintf(lossText, sizeof(lossText), "%s",
-                    std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"));
     // Collective every window (all ranks reach it: the loss is the same
     // on every rank, so all stop at the same step).
     std::optional<RebalanceEvent> event =
@@ -114,36 +153,26 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
             ? rebalancer.afterStep(step, seconds, runner.computeSeconds(),
                                    runner.pointComputeSeconds())
             : std::nullopt;
-    char line[240];
-    std::snprintf(line, sizeof(line),
-                  "step %lld/%lld | loss %s | lr %.3e | %.0f tokens/s | "
-                  "%.1f ms/step",
-                  static_cast<long long>(step),
-                  static_cast<long long>(config.steps), lossText, lr,
-                  result.tokensPerStep / seconds, seconds * 1e3);
-    log << line;
-    const bool evaluate =
-        evaluator && std::isfinite(loss) &&
-        (step % config.evalEvery == 0 || step == config.steps);
-    if (evaluate) {
+    StepProgress progress;
+    progress.steps = config.steps;
+    progress.record = result.records.back();
+    progress.tokensPerStep = result.tokensPerStep;
+    if (evaluator && std::isfinite(loss) &&
+        (step % config.evalEvery == 0 || step == config.steps)) {
       // While resized, every held block is computed for it (Evaluator).
       const double heldOut =
           evaluator->meanLoss(config.evalStream, config.evalBatches);
       result.evals.push_back(
           {step, heldOut, config.evalBatches * result.tokensPerStep});
-      char text[80];
-      std::snprintf(text, sizeof(text), " | val loss %.4f | val ppl %.2f",
-                    heldOut, std::exp(heldOut));
-      log << text;
+      progress.heldOutLoss = heldOut;
     }
-    if (rebalancer.enabled() && !rebalancer.status().empty())
-      log << " | " << rebalancer.status();
+    if (rebalancer.enabled())
+      progress.rebalanceStatus = rebalancer.status();
     if (event)
-      log << " | action " << event->action;
-    log << "\n";
+      progress.action = event->action;
+    observer.stepDone(progress);
     if (event)
       report(std::move(*event));
-    log << std::flush;
     if (!std::isfinite(loss)) {
       result.stoppedBecause =
           "step " + std::to_string(step) + ": the loss is " +
@@ -165,9 +194,8 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
       state.step = step;
       // Checkpoints hold whole parameters, written by rank 0.
       writeWholeParams(plan, params, config.comm, [&](const ParamStore &whole) {
-        log << "checkpoint: "
-            << writeCheckpoint(config.checkpointDir, plan, whole, state)
-            << "\n";
+        observer.checkpointWritten(
+            writeCheckpoint(config.checkpointDir, plan, whole, state));
       });
       lastCheckpoint = checkpointPath(config.checkpointDir, step);
     }

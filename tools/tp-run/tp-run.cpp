@@ -687,7 +687,8 @@ int trainRun(const Options &o, Prepared &p) {
   config.backend = backend;
   config.rebalance = o.rebalanceOptions;
   auto start = std::chrono::steady_clock::now();
-  TrainResult result = train(plan, params, stream, config, std::cout);
+  ProgressLog progress(std::cout);
+  TrainResult result = train(plan, params, stream, config, progress);
   double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -82,12 +83,52 @@ int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep);
 int64_t evaluationBatches(int64_t evalTokens, int64_t tokensPerStep,
                           int64_t streamTokens);
 
+/// One finished step, as a progress line shows it.
+struct StepProgress {
+  int64_t steps = 0; // the run's last step
+  StepRecord record;
+  int64_t tokensPerStep = 0;
+  /// The held-out loss, when the step ended with an evaluation.
+  std::optional<double> heldOutLoss;
+  /// The rebalancer's verdict (empty without rebalancing) and the action
+  /// its window took (empty: none).
+  std::string rebalanceStatus, action;
+};
+
+/// What a training run has to say while it runs: the library prints
+/// nothing itself. Calls come on every rank (checkpointWritten on the one
+/// that writes).
+class TrainingObserver {
+public:
+  virtual ~TrainingObserver() = default;
+  virtual void started(const Backend &backend) {}
+  virtual void resumed(int64_t step, const std::string &from) {}
+  virtual void stepDone(const StepProgress &progress) {}
+  virtual void rebalanced(const RebalanceEvent &event) {}
+  virtual void checkpointWritten(const std::string &path) {}
+};
+
+/// tp-run's progress log: "step 3/10 | loss 5.1234 | lr ... | ... ms/step"
+/// lines, the device, resumes, re-plans and checkpoints, to `out`.
+class ProgressLog : public TrainingObserver {
+public:
+  explicit ProgressLog(std::ostream &out) : out(out) {}
+  void started(const Backend &backend) override;
+  void resumed(int64_t step, const std::string &from) override;
+  void stepDone(const StepProgress &progress) override;
+  void rebalanced(const RebalanceEvent &event) override;
+  void checkpointWritten(const std::string &path) override;
+
+private:
+  std::ostream &out;
+};
+
 /// Runs @train_step from step 1 (or after the resumed checkpoint) through
-/// config.steps, printing one progress line per step to `log`, writing
-/// checkpoints as configured. A step whose loss is NaN or infinite ends the
-/// run there (see TrainResult::stoppedBecause), before its checkpoint.
+/// config.steps, telling `observer` of each step, writing checkpoints as
+/// configured. A step whose loss is NaN or infinite ends the run there (see
+/// TrainResult::stoppedBecause), before its checkpoint.
 TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   std::span<const int32_t> stream, const TrainConfig &config,
-                  std::ostream &log);
+                  TrainingObserver &observer);
 
 } // namespace tpc::runtime

@@ -1,16 +1,20 @@
-// Generator, on a real plan: GPT-2 over bytes (tp-run/Inputs/gpt2-bytes.json)
-// imported with KV caches of 32 positions, batch 2 x seq 8, compiled for one
-// rank at build time (test/CMakeLists.txt), its deterministic
-// initialisation, the CPU backend.
-#include "tpc/runtime/Generator.h"
+// The library classes a run is made of (Generator, Evaluator, RunReport,
+// the training loop and its observer), on real plans compiled at build time
+// (test/CMakeLists.txt) from GPT-2 over bytes (tp-run/Inputs/gpt2-bytes.json):
+// batch 2 x seq 8, with KV caches of 32 positions for generation, and with
+// @train_step for training; one rank, the deterministic initialisation, the
+// CPU backend.
 #include "tpc/runtime/Evaluator.h"
+#include "tpc/runtime/Generator.h"
 #include "tpc/runtime/RunReport.h"
+#include "tpc/runtime/Training.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -271,5 +275,69 @@ TEST_F(GeneratorTest, RunReportsOfEveryModeShareOneSchema) {
   EXPECT_EQ(e["runs"], 2);
   EXPECT_EQ(e["memory"]["planned_peak_bytes"], 600);
   EXPECT_TRUE(e["ops"].contains("Matmul") || e["ops"].contains("Linear"));
+  std::filesystem::remove_all(dir);
+}
+
+// Training reports its progress through an observer; tp-run's progress log
+// is one. Steps, held-out losses and checkpoints arrive as they happen.
+namespace {
+struct Recorder : TrainingObserver {
+  std::vector<std::string> calls;
+  std::vector<StepProgress> steps;
+  void started(const Backend &backend) override {
+    calls.push_back("started " + std::string(backend.name()));
+  }
+  void stepDone(const StepProgress &progress) override {
+    calls.push_back("step " + std::to_string(progress.record.step));
+    steps.push_back(progress);
+  }
+  void checkpointWritten(const std::string &path) override {
+    calls.push_back("checkpoint " +
+                    std::filesystem::path(path).filename().string());
+  }
+};
+} // namespace
+
+TEST(Training, TellsItsObserverEachStepEvaluationAndCheckpoint) {
+  LoadedPlan plan = LoadedPlan::load(TPC_TRAINING_TEST_PLAN, 1);
+  ParamStore params = ParamStore::initialise(plan, {0});
+  const std::vector<int32_t> stream = byteStream(4 * 16 + 1);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tpc-train-observer-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  TrainConfig config;
+  config.steps = 3;
+  config.hyperparameters = {1e-3f, 1e-4f, 1.0f, 3.0f, 1.0f};
+  config.evalEvery = 2;
+  config.evalBatches = 1;
+  config.evalStream = stream;
+  config.checkpointEvery = 2;
+  config.checkpointDir = dir.string();
+  Recorder recorder;
+  TrainResult result = train(plan, params, stream, config, recorder);
+  EXPECT_EQ(recorder.calls,
+            (std::vector<std::string>{"started cpu", "step 1", "step 2",
+                                      "checkpoint step-00000002", "step 3",
+                                      "checkpoint step-00000003"}));
+  ASSERT_EQ(recorder.steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(recorder.steps[i].record.loss, result.records[i].loss);
+    EXPECT_EQ(recorder.steps[i].steps, 3);
+    EXPECT_EQ(recorder.steps[i].tokensPerStep, 16);
+  }
+  // Evaluated after step 2 (every 2) and after the last.
+  EXPECT_FALSE(recorder.steps[0].heldOutLoss.has_value());
+  ASSERT_TRUE(recorder.steps[1].heldOutLoss.has_value());
+  ASSERT_TRUE(recorder.steps[2].heldOutLoss.has_value());
+  EXPECT_EQ(*recorder.steps[2].heldOutLoss, result.evals[1].loss);
+  // The progress log prints the same step as a line.
+  std::ostringstream text;
+  ProgressLog log(text);
+  log.stepDone(recorder.steps[1]);
+  char expected[160];
+  std::snprintf(expected, sizeof expected, "step 2/3 | loss %.4f | lr %.3e | ",
+                result.records[1].loss, result.records[1].learningRate);
+  EXPECT_EQ(text.str().rfind(expected, 0), 0u) << text.str();
+  EXPECT_NE(text.str().find(" ms/step | val loss "), std::string::npos);
   std::filesystem::remove_all(dir);
 }
