@@ -43,3 +43,10 @@ for rank in 0 1; do
   fi
 done
 echo "world-size-mismatch: exit status $status, both ranks reported the mismatch"
+
+# tp-run inspect shows a plan on any number of ranks, once (rank 0).
+timeout 60 "$mpiexec" -np 2 --oversubscribe "$bin/tp-run" inspect \
+  "$work/model.tpplan" >"$work/inspect.json"
+[ "$(grep -c '"content_checksum"' "$work/inspect.json")" -eq 1 ] ||
+  { cat "$work/inspect.json"; echo "world-size-mismatch: inspect did not print the plan once" >&2; exit 1; }
+echo "world-size-mismatch: inspect printed the 1-rank plan under 2 ranks"

@@ -74,6 +74,8 @@ struct Options {
   int threads = 0;
   std::string device; // empty: defaultDevice()
   bool printPlan = false;
+  /// tp-run inspect: the plan need not match the number of ranks.
+  bool anyWorldSize = false;
   // Training.
   int64_t steps = 0;
   double lr = 3e-4;
@@ -125,11 +127,26 @@ Agreement agreementOf(const std::string &name) {
   return presence.count(name) ? Agreement::Presence : Agreement::Value;
 }
 
-/// (name, what must agree) for every option the parser knows, in its order.
+/// The options of `app` and of the subcommand it ran, if any.
+std::vector<const CLI::Option *> givenOptions(const CLI::App &app) {
+  std::vector<const CLI::Option *> options = app.get_options();
+  for (const CLI::App *sub : app.get_subcommands())
+    for (const CLI::Option *option : sub->get_options())
+      options.push_back(option);
+  return options;
+}
+
+/// (name, what must agree) for every option the parser knows, in its order,
+/// and the subcommand run.
 std::vector<std::pair<std::string, std::string>>
 agreedOptions(const CLI::App &app) {
   std::vector<std::pair<std::string, std::string>> agreed;
-  for (const CLI::Option *option : app.get_options()) {
+  std::string subcommand;
+  for (const CLI::App *sub : app.get_subcommands())
+    subcommand = sub->get_name();
+  agreed.emplace_back("the subcommand",
+                      subcommand.empty() ? "none" : subcommand);
+  for (const CLI::Option *option : givenOptions(app)) {
     std::string name = option->get_name();
     if (name == "--help")
       continue;
@@ -145,6 +162,7 @@ agreedOptions(const CLI::App &app) {
         value += std::to_string(result.size()) + ":" + result + ";";
       break;
     }
+    // An option of the root and of a subcommand: both count.
     agreed.emplace_back(std::move(name), std::move(value));
   }
   return agreed;
@@ -208,213 +226,306 @@ CLI::Validator numberCheck(bool integer, double min,
 /// The command line, with --help generated from the options below.
 Options parseArgs(int argc, char **argv) {
   Options o;
-  CLI::App app("Runs a tpc plan: evaluates a program on one batch, or trains "
-               "with @train_step (AdamW, warmup + cosine decay, global-norm "
-               "clipping). Under mpirun every rank runs it on the same plan, "
-               "whose grid must have as many ranks.",
+  CLI::App app("Runs a tpc plan: tp-run train|eval|generate|inspect PLAN "
+               "..., each with only its own options (see tp-run SUBCOMMAND "
+               "--help). Under mpirun every rank runs it on the same plan, "
+               "whose grid must have as many ranks. The flat form below "
+               "(tp-run PLAN --steps N ..., the mode from --steps, "
+               "--generate or --print-plan) still works for this release.",
                "tp-run");
   app.get_formatter()->column_width(34);
-  app.add_option("plan", o.plan, "The plan file (.tpplan)");
-  app.add_option("--data", o.data, "Token file (tpc-tokenize)");
-  app.add_option("--metrics", o.metrics, "Write metrics JSON here");
-  app.add_option("--threads", o.threads, "Threads per rank (default: all)")
-      ->check(
-          numberCheck(true, 1, cpu::maxThreads(), " (4 per hardware thread)"));
-  // Every name, also one this build lacks: deviceBackend says why.
-  app.add_option("--device", o.device,
+  // The options by what they are for; each subcommand takes only its own.
+  auto addPlan = [&](CLI::App &a) {
+    a.add_option("plan", o.plan, "The plan file (.tpplan)");
+  };
+  auto addData = [&](CLI::App &a) {
+    a.add_option("--data", o.data, "Token file (tpc-tokenize)");
+  };
+  auto addCommon = [&](CLI::App &a) {
+    a.add_option("--metrics", o.metrics, "Write metrics JSON here");
+    a.add_option("--threads", o.threads, "Threads per rank (default: all)")
+        ->check(numberCheck(true, 1, cpu::maxThreads(),
+                            " (4 per hardware thread)"));
+    // Every name, also one this build lacks: deviceBackend says why.
+    a.add_option("--device", o.device,
                  "Where the programs run: cpu, cuda (one GPU per rank) or "
                  "staged-cpu (the CPU behind device-style memory, for "
                  "tests). Default: cuda when a GPU is visible, else cpu")
-      ->check(CLI::IsMember(
-          std::vector<std::string>(kDeviceNames.begin(), kDeviceNames.end())));
-  app.add_flag("--print-plan", o.printPlan, "Print the plan as JSON and exit");
-
-  const char *evaluationGroup = "Evaluation (one batch)";
-  app.add_option("--weights", o.weights,
+        ->check(CLI::IsMember(std::vector<std::string>(kDeviceNames.begin(),
+                                                       kDeviceNames.end())));
+  };
+  auto addWeights = [&](CLI::App &a, const char *group) {
+    a.add_option("--weights", o.weights,
                  "Parameters by HF name (f32/f16/bf16 safetensors); default: "
                  "the deterministic initialisation")
-      ->group(evaluationGroup);
-  app.add_option("--program", o.program,
+        ->group(group);
+  };
+  auto addResume = [&](CLI::App &a, const char *group) {
+    a.add_option("--resume", o.resume,
+                 "Continue from a checkpoint (or a directory with 'latest')")
+        ->group(group);
+  };
+  auto addEvaluation = [&](CLI::App &a) {
+    const char *evaluationGroup = "Evaluation (one batch)";
+    a.add_option("--program", o.program,
                  "Program to run (default: loss, else forward)")
-      ->group(evaluationGroup);
-  app.add_option("--offset", o.offset, "First token of the batch")
-      ->check(numberCheck(true, 0))
-      ->group(evaluationGroup);
-  app.add_option("--repeat", o.repeat, "Runs, for timing (median reported)")
-      ->check(numberCheck(true, 1))
-      ->group(evaluationGroup);
-  app.add_option("--dump", o.dump, "Write forward/loss results (safetensors)")
-      ->group(evaluationGroup);
-  app.add_option("--dump-grads", o.dumpGrads,
+        ->group(evaluationGroup);
+    a.add_option("--offset", o.offset, "First token of the batch")
+        ->check(numberCheck(true, 0))
+        ->group(evaluationGroup);
+    a.add_option("--repeat", o.repeat, "Runs, for timing (median reported)")
+        ->check(numberCheck(true, 1))
+        ->group(evaluationGroup);
+    a.add_option("--dump", o.dump, "Write forward/loss results (safetensors)")
+        ->group(evaluationGroup);
+    a.add_option("--dump-grads", o.dumpGrads,
                  "Write every parameter's gradient (safetensors)")
-      ->group(evaluationGroup);
-
-  const char *trainingGroup = "Training";
-  app.add_option("--steps", o.steps, "Train until this step")
-      ->check(numberCheck(true, 1))
-      ->group(trainingGroup);
-  app.add_option("--lr", o.lr,
+        ->group(evaluationGroup);
+  };
+  auto addTraining = [&](CLI::App &a) {
+    const char *trainingGroup = "Training";
+    a.add_option("--steps", o.steps, "Train until this step")
+        ->check(numberCheck(true, 1))
+        ->group(trainingGroup);
+    a.add_option("--lr", o.lr,
                  "Peak learning rate (default 3e-4); AdamW's betas, epsilon "
                  "and weight decay are compiled into the plan (tp-pipeline's "
                  "beta1=, beta2=, epsilon=, weight-decay=)")
-      ->check(numberCheck(false, 0))
-      ->group(trainingGroup);
-  app.add_option("--min-lr", o.minLr, "Final learning rate (default lr/10)")
-      ->check(numberCheck(false, 0))
-      ->group(trainingGroup);
-  app.add_option("--warmup", o.warmup,
+        ->check(numberCheck(false, 0))
+        ->group(trainingGroup);
+    a.add_option("--min-lr", o.minLr, "Final learning rate (default lr/10)")
+        ->check(numberCheck(false, 0))
+        ->group(trainingGroup);
+    a.add_option("--warmup", o.warmup,
                  "Linear warmup steps (default min(100, steps/10))")
-      ->check(numberCheck(true, 0))
-      ->group(trainingGroup);
-  app.add_option("--decay-steps", o.decaySteps,
+        ->check(numberCheck(true, 0))
+        ->group(trainingGroup);
+    a.add_option("--decay-steps", o.decaySteps,
                  "Cosine decay length (default: steps)")
-      ->check(numberCheck(true, 0))
-      ->group(trainingGroup);
-  app.add_option("--clip", o.clip, "Global gradient-norm clip (default 1)")
-      ->check(numberCheck(false, 0))
-      ->group(trainingGroup);
-  app.add_option("--checkpoint-dir", o.checkpointDir,
+        ->check(numberCheck(true, 0))
+        ->group(trainingGroup);
+    a.add_option("--clip", o.clip, "Global gradient-norm clip (default 1)")
+        ->check(numberCheck(false, 0))
+        ->group(trainingGroup);
+    a.add_option("--checkpoint-dir", o.checkpointDir,
                  "Write checkpoints here (locked while training)")
-      ->group(trainingGroup);
-  app.add_option("--checkpoint-every", o.checkpointEvery,
+        ->group(trainingGroup);
+    a.add_option("--checkpoint-every", o.checkpointEvery,
                  "Checkpoint every K steps (default: only at the end)")
-      ->check(numberCheck(true, 1))
-      ->group(trainingGroup);
-  app.add_option("--resume", o.resume,
-                 "Continue from a checkpoint (or a directory with 'latest')")
-      ->group(trainingGroup);
-  app.add_option("--export", o.exportDir,
+        ->check(numberCheck(true, 1))
+        ->group(trainingGroup);
+    a.add_option("--export", o.exportDir,
                  "Write model.safetensors + config.json (HF layout) here")
-      ->group(trainingGroup);
-  app.add_option("--plot", o.plot, "Draw the loss curve (SVG)")
-      ->group(trainingGroup);
-  const char *generationGroup = "Generation";
-  app.add_option("--generate", o.generate,
+        ->group(trainingGroup);
+    a.add_option("--plot", o.plot, "Draw the loss curve (SVG)")
+        ->group(trainingGroup);
+  };
+  auto addGenerateCount = [&](CLI::App &a) {
+    a.add_option("--generate", o.generate,
                  "Generate N tokens after --prompt: with the plan's @prefill "
                  "and @decode and their KV caches (tpc-import --kv-cache), "
                  "else with @forward over the whole prefix each step (past "
                  "the plan's sequence, its last seq tokens)")
-      ->check(numberCheck(true, 1))
-      ->group(generationGroup);
-  app.add_flag("--ignore-eos", o.ignoreEos,
+        ->check(numberCheck(true, 1))
+        ->group("Generation");
+  };
+  auto addGeneration = [&](CLI::App &a) {
+    const char *generationGroup = "Generation";
+    a.add_flag("--ignore-eos", o.ignoreEos,
                "Generate all N tokens; by default a sample ends at the "
                "model's end-of-sequence token (eos_token_id of its "
                "generation_config.json or config.json, else the model "
                "type's default), as HuggingFace's generate() does")
-      ->group(generationGroup);
-  app.add_flag("--no-kv-cache", o.noKvCache,
+        ->group(generationGroup);
+    a.add_flag("--no-kv-cache", o.noKvCache,
                "Generate with @forward over the whole prefix each step even "
                "when the plan has KV-cache programs (the reference they must "
                "equal)")
-      ->group(generationGroup);
-  app.add_option("--prompt", o.prompt,
+        ->group(generationGroup);
+    a.add_option("--prompt", o.prompt,
                  "Text to continue, tokenised by --tokenizer, --sentencepiece "
                  "or byte by byte")
-      ->group(generationGroup);
-  app.add_option("--prompt-ids", o.promptIds, "Token ids to continue: 1,2,3")
-      ->group(generationGroup);
-  app.add_option("--prompts", o.promptsFile,
+        ->group(generationGroup);
+    a.add_option("--prompt-ids", o.promptIds, "Token ids to continue: 1,2,3")
+        ->group(generationGroup);
+    a.add_option("--prompts", o.promptsFile,
                  "A text file of prompts, one per line, continued at once: "
                  "line i is sample i (one sequence of the plan's batch, "
                  "drawing from seed + i)")
-      ->group(generationGroup);
-  app.add_option("--tokenizer", o.tokenizerJson,
+        ->group(generationGroup);
+    a.add_option("--tokenizer", o.tokenizerJson,
                  "HuggingFace tokenizer.json for the prompt and the output")
-      ->group(generationGroup);
-  app.add_option("--sentencepiece", o.sentencePiece,
+        ->group(generationGroup);
+    a.add_option("--sentencepiece", o.sentencePiece,
                  "SentencePiece .model for the prompt and the output")
-      ->group(generationGroup);
-  app.add_option("--temperature", o.sampling.temperature,
+        ->group(generationGroup);
+    a.add_option("--temperature", o.sampling.temperature,
                  "Sampling temperature (default 0: greedy)")
-      ->check(numberCheck(false, 0))
-      ->group(generationGroup);
-  app.add_option("--top-k", o.sampling.topK,
+        ->check(numberCheck(false, 0))
+        ->group(generationGroup);
+    a.add_option("--top-k", o.sampling.topK,
                  "Sample from the k most likely tokens (default 0: all)")
-      ->check(numberCheck(true, 0))
-      ->group(generationGroup);
-  app.add_option("--top-p", o.sampling.topP,
+        ->check(numberCheck(true, 0))
+        ->group(generationGroup);
+    a.add_option("--top-p", o.sampling.topP,
                  "Sample from the most likely tokens holding this much "
                  "probability (default 1)")
-      ->check(numberCheck(false, 1e-9, 1.0))
-      ->group(generationGroup);
-  app.add_option("--seed", o.seed, "Sampling seed (default 0)")
-      ->check(numberCheck(true, 0))
-      ->group(generationGroup);
-  app.add_option("--samples", o.samples,
+        ->check(numberCheck(false, 1e-9, 1.0))
+        ->group(generationGroup);
+    a.add_option("--seed", o.seed, "Sampling seed (default 0)")
+        ->check(numberCheck(true, 0))
+        ->group(generationGroup);
+    a.add_option("--samples", o.samples,
                  "Continue the prompt N times at once, one sequence of the "
                  "plan's batch each (sample i draws from seed + i; default 1)")
-      ->check(numberCheck(true, 1))
-      ->group(generationGroup);
-  const char *heldOutGroup = "Held-out evaluation (training)";
-  app.add_option("--eval-every", o.evalEvery,
+        ->check(numberCheck(true, 1))
+        ->group(generationGroup);
+  };
+  auto addHeldOut = [&](CLI::App &a) {
+    const char *heldOutGroup = "Held-out evaluation (training)";
+    a.add_option("--eval-every", o.evalEvery,
                  "Run @loss on held-out tokens every N steps and after the "
                  "last; validation loss and perplexity in the progress line, "
                  "the metrics and the plot")
-      ->check(numberCheck(true, 1))
-      ->group(heldOutGroup);
-  app.add_option("--eval-data", o.evalData,
+        ->check(numberCheck(true, 1))
+        ->group(heldOutGroup);
+    a.add_option("--eval-data", o.evalData,
                  "Held-out token file (tpc-tokenize)")
-      ->group(heldOutGroup);
-  app.add_option("--eval-fraction", o.evalFraction,
+        ->group(heldOutGroup);
+    a.add_option("--eval-fraction", o.evalFraction,
                  "Hold out this last fraction of --data instead (e.g. 0.1)")
-      ->check(numberCheck(false, 0, 0.9))
-      ->group(heldOutGroup);
-  app.add_option("--eval-tokens", o.evalTokens,
+        ->check(numberCheck(false, 0, 0.9))
+        ->group(heldOutGroup);
+    a.add_option("--eval-tokens", o.evalTokens,
                  "Tokens per evaluation, rounded up to whole batches "
                  "(default: 4 batches)")
-      ->check(numberCheck(true, 1))
-      ->group(heldOutGroup);
-  const char *mixedGroup = "Mixed hardware (training)";
-  app.add_option("--rebalance", o.rebalance,
+        ->check(numberCheck(true, 1))
+        ->group(heldOutGroup);
+  };
+  auto addMixed = [&](CLI::App &a) {
+    const char *mixedGroup = "Mixed hardware (training)";
+    a.add_option("--rebalance", o.rebalance,
                  "When a rank straggles: off, resize (slow rank computes "
                  "fewer blocks), migrate (blocks move to faster ranks) or "
                  "auto (default off)")
-      ->check(CLI::IsMember({"off", "resize", "migrate", "auto"}))
-      ->group(mixedGroup);
-  app.add_option("--slow", o.slow,
+        ->check(CLI::IsMember({"off", "resize", "migrate", "auto"}))
+        ->group(mixedGroup);
+    a.add_option("--slow", o.slow,
                  "Emulate a straggler: RANK:FACTOR[:FROM_STEP[:TO_STEP]] "
                  "stretches that rank's compute by FACTOR (repeatable)")
-      ->group(mixedGroup);
-  app.add_option("--rebalance-window", o.rebalanceOptions.window,
+        ->group(mixedGroup);
+    a.add_option("--rebalance-window", o.rebalanceOptions.window,
                  "Steps between exchanges of compute times (default 3)")
-      ->check(numberCheck(true, 1))
-      ->group(mixedGroup);
-  app.add_option("--rebalance-patience", o.rebalanceOptions.patience,
+        ->check(numberCheck(true, 1))
+        ->group(mixedGroup);
+    a.add_option("--rebalance-patience", o.rebalanceOptions.patience,
                  "Windows over the threshold before acting (default 2)")
-      ->check(numberCheck(true, 1))
-      ->group(mixedGroup);
-  app.add_option("--rebalance-threshold", o.rebalanceOptions.threshold,
+        ->check(numberCheck(true, 1))
+        ->group(mixedGroup);
+    a.add_option("--rebalance-threshold", o.rebalanceOptions.threshold,
                  "Imbalance that counts: slowest / mean of others - 1 "
                  "(default 0.2)")
-      ->check(numberCheck(false, 0.001))
-      ->group(mixedGroup);
-  app.add_option("--rebalance-min-gain", o.rebalanceOptions.minGain,
+        ->check(numberCheck(false, 0.001))
+        ->group(mixedGroup);
+    a.add_option("--rebalance-min-gain", o.rebalanceOptions.minGain,
                  "Fraction of the predicted step a re-plan must save "
                  "(default 0.1)")
-      ->check(numberCheck(false, 0, 0.99))
-      ->group(mixedGroup);
-  app.add_option("--rank-speeds", o.rebalanceOptions.rankSpeeds,
+        ->check(numberCheck(false, 0, 0.99))
+        ->group(mixedGroup);
+    a.add_option("--rank-speeds", o.rebalanceOptions.rankSpeeds,
                  "Known relative speeds, one per rank (e.g. 1,0.5): split "
                  "the blocks by them before the first step (any --rebalance)")
-      ->delimiter(',')
-      ->check(numberCheck(false, 0.001))
-      ->group(mixedGroup);
+        ->delimiter(',')
+        ->check(numberCheck(false, 0.001))
+        ->group(mixedGroup);
+  };
+
+  // Today's flat form: every option, the mode from --steps, --generate or
+  // --print-plan (kept for one release; the subcommands are the new form).
+  addPlan(app);
+  addData(app);
+  addCommon(app);
+  app.add_flag("--print-plan", o.printPlan, "Print the plan as JSON and exit");
+  addWeights(app, "Evaluation (one batch)");
+  addEvaluation(app);
+  addTraining(app);
+  addResume(app, "Training");
+  addGenerateCount(app);
+  addGeneration(app);
+  addHeldOut(app);
+  addMixed(app);
+
+  CLI::App *train =
+      app.add_subcommand("train", "Train with @train_step (AdamW, warmup + "
+                                  "cosine decay, global-norm clipping)");
+  addPlan(*train);
+  addData(*train);
+  addCommon(*train);
+  addWeights(*train, "Training");
+  addTraining(*train);
+  addResume(*train, "Training");
+  addHeldOut(*train);
+  addMixed(*train);
+  train->get_option("--steps")->required();
+  CLI::App *eval = app.add_subcommand(
+      "eval", "Run @loss (else @forward) on one batch: the loss, the time, "
+              "dumps of results and gradients");
+  addPlan(*eval);
+  addData(*eval);
+  addCommon(*eval);
+  addWeights(*eval, "Evaluation (one batch)");
+  addEvaluation(*eval);
+  CLI::App *generate = app.add_subcommand(
+      "generate", "Continue prompts with @prefill and @decode and their KV "
+                  "caches, else @forward");
+  addPlan(*generate);
+  addCommon(*generate);
+  addWeights(*generate, "Generation");
+  addResume(*generate, "Generation");
+  generate
+      ->add_option("--max-new-tokens", o.generate,
+                   "New tokens per sample, at most (a sample ends at its "
+                   "end-of-sequence token unless --ignore-eos)")
+      ->check(numberCheck(true, 1))
+      ->required();
+  addGeneration(*generate);
+  CLI::App *inspect = app.add_subcommand(
+      "inspect", "Print the plan as JSON (on any number of ranks)");
+  addPlan(*inspect);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp &) {
-    std::cout << app.help();
-    std::exit(0);
+  } catch (const CLI::CallForHelp &help) {
+    std::exit(app.exit(help)); // the help of the subcommand asked about
   } catch (const CLI::ArgumentMismatch &error) {
     // CLI11 says "--threads: At Most 1 required but received 2".
-    for (const CLI::Option *option : app.get_options())
+    for (const CLI::Option *option : givenOptions(app))
       if (option->get_items_expected_max() == 1 && option->count() > 1)
         usageError(option->get_name() + " is given " +
                    std::to_string(option->count()) + " times; give it once");
+    usageError(error.what());
+  } catch (const CLI::ExtrasError &error) {
+    // An option of another mode given to a subcommand: name the one that
+    // takes it.
+    for (const CLI::App *sub : app.get_subcommands())
+      for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        const std::string flag = arg.substr(0, arg.find('='));
+        if (flag.rfind("--", 0) != 0 || sub->get_option_no_throw(flag))
+          continue;
+        for (const CLI::App *other : app.get_subcommands({}))
+          if (other != sub && other->get_option_no_throw(flag))
+            usageError("tp-run " + sub->get_name() + " has no " + flag +
+                       " (tp-run " + other->get_name() + " takes it)");
+      }
     usageError(error.what());
   } catch (const CLI::ParseError &error) {
     usageError(error.what());
   }
   o.agreed = agreedOptions(app);
+  if (inspect->parsed()) {
+    o.printPlan = true;
+    o.anyWorldSize = true;
+  }
 
   if (o.plan.empty())
     usageError("missing the plan file (usage: tp-run PLAN --data TOKENS ...; "
@@ -767,7 +878,8 @@ std::optional<Prepared> prepare(const Options &o) {
   backend = &deviceBackend(o.device.empty() ? defaultDevice() : o.device,
                            localRank());
   checkOutputs(o);
-  LoadedPlan plan = LoadedPlan::load(o.plan, Comm::world().size());
+  LoadedPlan plan = LoadedPlan::load(
+      o.plan, o.anyWorldSize ? kAnyWorldSize : Comm::world().size());
   if (o.printPlan) {
     plan.printJson(std::cout);
     return std::nullopt;

@@ -55,9 +55,14 @@ inline std::span<const int64_t> stepInts(const plan::Step &step) {
 /// plan fuzzer); the compiler's emitter computes the same with LLVM's xxh3.
 bool sealPlan(std::span<uint8_t> bytes);
 
+/// For LoadedPlan::load: a plan read to be shown, not run, on any number of
+/// ranks.
+inline constexpr int64_t kAnyWorldSize = 0;
+
 class LoadedPlan {
 public:
-  /// Reads and checks `path` for a run on `worldSize` ranks.
+  /// Reads and checks `path` for a run on `worldSize` ranks (or
+  /// kAnyWorldSize).
   static LoadedPlan load(const std::string &path, int64_t worldSize);
   /// Checks an in-memory plan (copied into aligned storage).
   static LoadedPlan fromBytes(const void *data, size_t size, int64_t worldSize,
