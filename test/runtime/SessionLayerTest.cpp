@@ -1,12 +1,13 @@
-// The library classes a run is made of (Generator, Evaluator, RunReport,
-// the training loop and its observer), on real plans compiled at build time
-// (test/CMakeLists.txt) from GPT-2 over bytes (tp-run/Inputs/gpt2-bytes.json):
-// batch 2 x seq 8, with KV caches of 32 positions for generation, and with
-// @train_step for training; one rank, the deterministic initialisation, the
-// CPU backend.
+// The library classes a run is made of (Session, Generator, Evaluator,
+// RunReport, the training loop and its observer), on real plans compiled
+// at build time (test/CMakeLists.txt) from GPT-2 over bytes
+// (tp-run/Inputs/gpt2-bytes.json): batch 2 x seq 8, with KV caches of 32
+// positions for generation, and with @train_step for training; one rank,
+// the deterministic initialisation, the CPU backend.
 #include "tpc/runtime/Evaluator.h"
 #include "tpc/runtime/Generator.h"
 #include "tpc/runtime/RunReport.h"
+#include "tpc/runtime/Session.h"
 #include "tpc/runtime/Training.h"
 
 #include <gtest/gtest.h>
@@ -340,4 +341,36 @@ TEST(Training, TellsItsObserverEachStepEvaluationAndCheckpoint) {
   EXPECT_EQ(text.str().rfind(expected, 0), 0u) << text.str();
   EXPECT_NE(text.str().find(" ms/step | val loss "), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// A Session holds the plan, the grid, the backend and the parameters, and
+// hands them to the Generator and Evaluator: the same as building those by
+// hand.
+TEST_F(GeneratorTest, ASessionRunsWhatItHolds) {
+  Session session(TPC_GENERATOR_TEST_PLAN, {"cpu", 0, ""});
+  EXPECT_EQ(session.backend().name(), "cpu");
+  EXPECT_EQ(session.grid().shape(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(session.params().bytes(), params.bytes());
+  session.connect();
+  GenerationRequest request;
+  request.prompts = {{5, 6, 7}};
+  request.newTokens = 4;
+  GenerationResult viaSession = session.generator().generate(request);
+  GenerationResult direct = generator.generate(request);
+  EXPECT_EQ(viaSession.samples[0].generated, direct.samples[0].generated);
+  EXPECT_EQ(viaSession.samples[0].logProbs, direct.samples[0].logProbs);
+  const std::vector<int32_t> stream = byteStream(17);
+  EXPECT_EQ(*session.evaluator("loss").runBatch(stream, 0).loss,
+            *Evaluator(plan, params, nullptr, cpuBackend(), "loss")
+                 .runBatch(stream, 0)
+                 .loss);
+}
+
+TEST(Session, RefusesABadDeviceOrWeights) {
+  EXPECT_THROW(Session(TPC_GENERATOR_TEST_PLAN, {"tpu", 0, ""}),
+               std::exception);
+  EXPECT_THROW(Session(TPC_GENERATOR_TEST_PLAN, {"cpu", 0, "/nonexistent"}),
+               std::exception);
+  EXPECT_THROW(Session("/nonexistent.tpplan", {"cpu", 0, ""}),
+               std::runtime_error);
 }

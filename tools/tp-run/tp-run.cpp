@@ -33,6 +33,7 @@
 #include "tpc/runtime/Sampling.h"
 #include "tpc/runtime/SanitizerDefaults.h"
 #include "tpc/runtime/SentencePiece.h"
+#include "tpc/runtime/Session.h"
 #include "tpc/runtime/Tokenizer.h"
 #include "tpc/runtime/Tokens.h"
 #include "tpc/runtime/Training.h"
@@ -617,11 +618,6 @@ Options parseArgs(int argc, char **argv) {
   return o;
 }
 
-/// The communicator of the plan's grid, created once the plan is loaded.
-std::unique_ptr<GridComm> gridComm;
-/// Where the programs run (--device), chosen before the plan is loaded.
-Backend *backend = &cpuBackend();
-
 /// This rank's index among the ranks on its machine: it picks the GPU.
 int localRank() {
   const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -632,12 +628,28 @@ int localRank() {
 /// every rank computes the same whole values.
 bool isFirstRank() { return Comm::world().rank() == 0; }
 
+/// Everything the run holds once set up: the session (plan, grid, backend,
+/// parameters) and the token data.
+struct Prepared {
+  std::unique_ptr<Session> session;
+  const LoadedPlan &plan;
+  ParamStore &params;
+  std::vector<int32_t> stream;
+  /// Held-out tokens (--eval-data, or the tail --eval-fraction cut off
+  /// `stream`) and how many batches each evaluation runs.
+  std::vector<int32_t> evalStream;
+  int64_t evalBatches = 0;
+  /// Held by the rank that writes checkpoints, for the whole run.
+  std::unique_ptr<CheckpointDirLock> checkpointLock;
+};
+
 /// Runs `name` on one batch and adds its results to `writer` under the
 /// plan's result names ("logits", "loss", a gradient's parameter name).
-void dumpProgram(const LoadedPlan &plan, ParamStore &params,
-                 const std::string &name, const Batch &batch,
+void dumpProgram(Session &session, const std::string &name, const Batch &batch,
                  SafetensorsWriter &writer) {
-  ProgramRunner runner(plan, name, params, gridComm.get(), *backend);
+  const LoadedPlan &plan = session.plan();
+  ProgramRunner runner(plan, name, session.params(), &session.grid(),
+                       session.backend());
   runner.setInput(tpc::plan::InputKind::Tokens, batch.tokens);
   if (runner.hasInput(tpc::plan::InputKind::Targets))
     runner.setInput(tpc::plan::InputKind::Targets, batch.targets);
@@ -656,8 +668,11 @@ void dumpProgram(const LoadedPlan &plan, ParamStore &params,
   }
 }
 
-int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
-             std::span<const int32_t> stream) {
+int evaluate(const Options &o, Prepared &p) {
+  const LoadedPlan &plan = p.plan;
+  ParamStore &params = p.params;
+  std::span<const int32_t> stream = p.stream;
+  Session &session = *p.session;
   std::string name = o.program;
   if (name.empty())
     name = plan.program("loss") ? "loss" : "forward";
@@ -668,7 +683,7 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
                                 "and KV caches); run it with --generate");
   std::optional<Evaluator> evaluator;
   try {
-    evaluator.emplace(plan, params, gridComm.get(), *backend, name);
+    evaluator.emplace(plan, params, &session.grid(), session.backend(), name);
   } catch (const std::invalid_argument &error) {
     throw std::invalid_argument("--program " + name + ": " +
                                 std::string(error.what()));
@@ -678,7 +693,7 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
   const int64_t batch = run.batch, seq = run.seq;
   const Batch window = cutBatch(stream, o.offset, batch, seq);
   // The last run's traffic, before any dump runs programs again.
-  const std::map<std::string, CommStats> commStats = gridComm->stats();
+  const std::map<std::string, CommStats> commStats = session.grid().stats();
   const double median = run.medianSeconds();
   const double tokensPerSecond = double(batch * seq) / median;
 
@@ -693,20 +708,20 @@ int evaluate(const Options &o, const LoadedPlan &plan, ParamStore &params,
     SafetensorsWriter writer;
     for (const char *program : {"forward", "loss"})
       if (plan.program(program))
-        dumpProgram(plan, params, program, window, writer);
+        dumpProgram(*p.session, program, window, writer);
     if (isFirstRank())
       writer.write(o.dump);
   }
   if (!o.dumpGrads.empty()) {
     SafetensorsWriter writer;
-    dumpProgram(plan, params, "gradients", window, writer);
+    dumpProgram(*p.session, "gradients", window, writer);
     if (isFirstRank())
       writer.write(o.dumpGrads);
   }
 
   if (!o.metrics.empty()) {
     RunReport report(RunReport::Mode::Evaluate);
-    report.setDevice(*backend);
+    report.setDevice(p.session->backend());
     report.setBatch(name, run, runner.arenaBytes(), params.bytes(),
                     runner.inputBytes());
     report.setCommunication(commStats, 1);
@@ -757,21 +772,6 @@ nlohmann::ordered_json rebalanceJson(const Options &o,
   return json;
 }
 
-/// Everything before the first collective: a failure here happens on each
-/// rank on its own (a bad flag, plan, weights or token file), so all ranks
-/// can report it and stop together.
-struct Prepared {
-  LoadedPlan plan;
-  ParamStore params;
-  std::vector<int32_t> stream;
-  /// Held-out tokens (--eval-data, or the tail --eval-fraction cut off
-  /// `stream`) and how many batches each evaluation runs.
-  std::vector<int32_t> evalStream;
-  int64_t evalBatches = 0;
-  /// Held by the rank that writes checkpoints, for the whole run.
-  std::unique_ptr<CheckpointDirLock> checkpointLock;
-};
-
 int trainRun(const Options &o, Prepared &p) {
   const LoadedPlan &plan = p.plan;
   ParamStore &params = p.params;
@@ -794,8 +794,8 @@ int trainRun(const Options &o, Prepared &p) {
   config.checkpointEvery = o.checkpointEvery;
   config.checkpointDir = o.checkpointDir;
   config.resume = o.resume;
-  config.comm = gridComm.get();
-  config.backend = backend;
+  config.comm = &p.session->grid();
+  config.backend = &p.session->backend();
   config.rebalance = o.rebalanceOptions;
   auto start = std::chrono::steady_clock::now();
   ProgressLog progress(std::cout);
@@ -806,7 +806,7 @@ int trainRun(const Options &o, Prepared &p) {
 
   if (!o.exportDir.empty() && result.stoppedBecause.empty()) {
     // One model.safetensors of whole parameters, written by rank 0.
-    writeWholeParams(plan, params, gridComm.get(),
+    writeWholeParams(plan, params, &p.session->grid(),
                      [&](const ParamStore &whole) {
                        exportHuggingFace(o.exportDir, plan, whole);
                      });
@@ -836,7 +836,7 @@ int trainRun(const Options &o, Prepared &p) {
   }
   if (!o.metrics.empty()) {
     RunReport report(RunReport::Mode::Train);
-    report.setDevice(*backend);
+    report.setDevice(p.session->backend());
     report.setTraining(plan, config, result, o.steps, total);
     if (o.evalEvery > 0)
       report.json()["evaluation"]["source"] =
@@ -845,7 +845,8 @@ int trainRun(const Options &o, Prepared &p) {
                          : o.evalData;
     if (rebalancingAsked(o))
       report.json()["rebalance"] = rebalanceJson(o, result);
-    report.setCommunication(gridComm->stats(), int64_t(result.records.size()));
+    report.setCommunication(p.session->grid().stats(),
+                            int64_t(result.records.size()));
     report.setOps(result.opStats);
     if (isFirstRank())
       report.write(o.metrics);
@@ -872,27 +873,26 @@ void checkOutputs(const Options &o) {
       checkWritableDirectory(*path, flag);
 }
 
-std::optional<Prepared> prepare(const Options &o) {
+/// Everything before the first collective: a failure here happens on each
+/// rank on its own (a bad flag, plan, weights or token file), so all ranks
+/// can report it and stop together. Null for --print-plan.
+std::unique_ptr<Prepared> prepare(const Options &o) {
   if (o.threads)
     cpu::setNumThreads(o.threads);
-  backend = &deviceBackend(o.device.empty() ? defaultDevice() : o.device,
-                           localRank());
   checkOutputs(o);
-  LoadedPlan plan = LoadedPlan::load(
-      o.plan, o.anyWorldSize ? kAnyWorldSize : Comm::world().size());
   if (o.printPlan) {
-    plan.printJson(std::cout);
-    return std::nullopt;
+    // Shown, not run: no device, grid or parameters.
+    LoadedPlan::load(o.plan,
+                     o.anyWorldSize ? kAnyWorldSize : Comm::world().size())
+        .printJson(std::cout);
+    return nullptr;
   }
+  auto session = std::make_unique<Session>(
+      o.plan, SessionOptions{o.device, localRank(), o.weights});
+  const LoadedPlan &plan = session->plan();
   if (o.steps > 0 && !plan.program("train_step"))
     throw std::runtime_error(o.plan + ": has no train_step program (compile "
                                       "with tp-pipeline's train=true)");
-  gridComm = std::make_unique<GridComm>(std::vector<int64_t>(
-      plan.plan().grid()->begin(), plan.plan().grid()->end()));
-  const std::vector<int64_t> &coords = gridComm->coords();
-  ParamStore params =
-      o.weights.empty() ? ParamStore::initialise(plan, coords)
-                        : ParamStore::fromSafetensors(plan, o.weights, coords);
   std::vector<int32_t> stream =
       o.data.empty() ? std::vector<int32_t>() : readTokenFile(o.data);
   if (int64_t vocab = plan.vocabularySize())
@@ -945,8 +945,10 @@ std::optional<Prepared> prepare(const Options &o) {
     for (const std::string &leftover : lock->removedLeftovers())
       std::cout << "removed a leftover of a killed run: " << leftover << "\n";
   }
-  return Prepared{std::move(plan),       std::move(params), std::move(stream),
-                  std::move(evalStream), evalBatches,       std::move(lock)};
+  Session &opened = *session;
+  return std::unique_ptr<Prepared>(new Prepared{
+      std::move(session), opened.plan(), opened.params(), std::move(stream),
+      std::move(evalStream), evalBatches, std::move(lock)});
 }
 
 /// What every rank must agree on besides its options (checked before, in
@@ -957,7 +959,7 @@ std::optional<Prepared> prepare(const Options &o) {
 std::string disagreement(const Comm &world, const Options &o,
                          const Prepared &p) {
   std::ostringstream derived;
-  derived << backend->name() << ' ' << p.evalBatches << ' '
+  derived << p.session->backend().name() << ' ' << p.evalBatches << ' '
           << o.promptLines.size() << ' ';
   for (const std::string &line : o.promptLines)
     derived << line.size() << ':' << line;
@@ -1036,7 +1038,7 @@ int generateRun(const Options &o, Prepared &p) {
     return text;
   };
 
-  Generator generator(p.plan, p.params, gridComm.get(), *backend);
+  Generator generator = p.session->generator();
   GenerationRequest request;
   request.prompts = std::move(prompts);
   request.newTokens = o.generate;
@@ -1086,7 +1088,7 @@ int generateRun(const Options &o, Prepared &p) {
               << ")\n";
   if (!o.metrics.empty() && isFirstRank()) {
     RunReport report(RunReport::Mode::Generate);
-    report.setDevice(*backend);
+    report.setDevice(p.session->backend());
     report.setGeneration(request, out, p.params.bytes(), decode);
     report.write(o.metrics);
   }
@@ -1095,12 +1097,12 @@ int generateRun(const Options &o, Prepared &p) {
 
 int execute(const Options &o, Prepared &p) {
   // Collective: every rank got here (main agreed on the set-up).
-  backend->connect(*gridComm);
+  p.session->connect();
   if (o.steps > 0)
     return trainRun(o, p);
   if (o.generate > 0)
     return generateRun(o, p);
-  return evaluate(o, p.plan, p.params, p.stream);
+  return evaluate(o, p);
 }
 
 /// Swallows the normal output of ranks other than 0.
@@ -1171,7 +1173,7 @@ int main(int argc, char **argv) {
                 << std::flush;
       return 1;
     }
-  std::optional<Prepared> prepared;
+  std::unique_ptr<Prepared> prepared;
   try {
     prepared = prepare(options);
   } catch (const std::exception &error) {
