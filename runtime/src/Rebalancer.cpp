@@ -683,6 +683,7 @@ Rebalancer::WindowMeasurement Rebalancer::measureWindow(int64_t step) {
 std::optional<RebalanceEvent>
 Rebalancer::applyDecision(int64_t step, const PolicyDecision &decision,
                           const WindowMeasurement &window,
+                          const std::vector<std::vector<double>> &scores,
                           int64_t windowIndex) {
   const BlockAssignment &blocks = params.blocks();
   BlockAssignment next = blocks;
@@ -778,8 +779,10 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
   state.holdsEvenShares = blocks.holdsEvenShares();
   state.even = blocks.isEven();
   // Priorities over the window just ended, for a resize.
-  if (options.policy != RebalancePolicy::Migrate)
-    scores = blockScores();
+  const std::vector<std::vector<double>> scores =
+      options.policy != RebalancePolicy::Migrate
+          ? blockScores()
+          : std::vector<std::vector<double>>();
   const int64_t windowIndex = int64_t(windowRecords.size());
   if (!state.warmup)
     evidence.record(blocks, measured.stepSeconds, windowIndex, options.minGain);
@@ -801,7 +804,7 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
   // Decide, then apply.
   const PolicyDecision decision = decideRebalance(state, options);
   std::optional<RebalanceEvent> event =
-      applyDecision(step, decision, measured, windowIndex);
+      applyDecision(step, decision, measured, scores, windowIndex);
   if (event) {
     overCount = 0;
     resizedCount = 0;

@@ -235,11 +235,13 @@ private:
   /// Exchanges the window's timings (collective) and measures them.
   WindowMeasurement measureWindow(int64_t step);
   /// Carries out `decision` if it pays and the evidence does not refute
-  /// it; the event it made, if any.
-  std::optional<RebalanceEvent> applyDecision(int64_t step,
-                                              const PolicyDecision &decision,
-                                              const WindowMeasurement &window,
-                                              int64_t windowIndex);
+  /// it (a resize keeps the blocks of highest `scores`); the event it made,
+  /// if any.
+  std::optional<RebalanceEvent>
+  applyDecision(int64_t step, const PolicyDecision &decision,
+                const WindowMeasurement &window,
+                const std::vector<std::vector<double>> &scores,
+                int64_t windowIndex);
 
   /// Every block stays; slower ranks compute only their priority blocks.
   BlockAssignment resized(const StepCosts &costs,
@@ -286,7 +288,6 @@ private:
   std::vector<int64_t> lastGained; // per member, blocks it gained then
   bool probing = false;            // the last window restored every block
   std::vector<std::vector<float>> snapshot; // weights at the last window
-  std::vector<std::vector<double>> scores;  // the last window's priorities
   StepEvidence evidence;
   std::string statusLine;
 };
