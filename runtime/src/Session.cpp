@@ -1,5 +1,9 @@
 #include "tpc/runtime/Session.h"
 
+#include "tpc/runtime/Checkpoint.h"
+
+#include <stdexcept>
+
 namespace tpc::runtime {
 
 namespace {
@@ -22,5 +26,21 @@ Session::Session(const std::string &planPath, const SessionOptions &options)
                               options.localRank)),
       plan_(LoadedPlan::load(planPath, Comm::world().size())),
       grid_(gridOf(plan_)), params_(paramsOf(plan_, *grid_, options.weights)) {}
+
+void Session::loadWeights(const std::string &path) {
+  ParamStore loaded = ParamStore::fromSafetensors(plan_, path, grid_->coords());
+  if (!(loaded.blocks() == params_.blocks()))
+    throw std::invalid_argument(
+        path + ": weights load only while the blocks are split evenly; "
+               "this session's rebalancing has moved them");
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i] = std::as_const(loaded)[i];
+}
+
+void Session::exportHuggingFace(const std::string &dir) {
+  writeWholeParams(plan_, params_, grid_.get(), [&](const ParamStore &whole) {
+    tpc::runtime::exportHuggingFace(dir, plan_, whole);
+  });
+}
 
 } // namespace tpc::runtime

@@ -90,16 +90,119 @@ void ProgressLog::checkpointWritten(const std::string &path) {
   out << "checkpoint: " << path << "\n" << std::flush;
 }
 
+std::array<float, 5>
+LearningRateSchedule::hyperparameters(int64_t steps) const {
+  auto check = [](double value, const char *what) {
+    if (!std::isfinite(value) || value < 0)
+      throw std::invalid_argument(std::string(what) +
+                                  " must be a finite number >= 0, got " +
+                                  std::to_string(value));
+    return static_cast<float>(value);
+  };
+  const double warmupSteps =
+      warmup ? double(*warmup) : std::min<double>(100.0, double(steps / 10));
+  return {check(peak, "the learning rate"),
+          check(min ? *min : peak / 10, "the final learning rate"),
+          check(warmupSteps, "the warmup steps"),
+          check(decaySteps ? double(*decaySteps) : double(steps),
+                "the decay steps"),
+          check(clip, "the gradient-norm clip")};
+}
+
+namespace {
+/// @train_step's runner, with the plan's absence said in its words.
+const LoadedPlan &withTrainStep(const LoadedPlan &plan) {
+  if (!plan.program("train_step"))
+    throw std::invalid_argument("the plan has no train_step program (compile "
+                                "with tp-pipeline's train=true)");
+  return plan;
+}
+} // namespace
+
+Trainer::Trainer(const LoadedPlan &plan, ParamStore &params, GridComm *comm,
+                 Backend &backend, const std::array<float, 5> &hyperparameters,
+                 const RebalanceOptions &rebalance)
+    : plan(plan), params(params), comm(comm),
+      runner(withTrainStep(plan), "train_step", params, comm, backend),
+      balancer(plan, params, comm, rebalance), settings(hyperparameters),
+      shape(runner.tokensShape()) {
+  runner.setHyperparameters(settings);
+  // Only rebalancing reads the per-step times: without it a device may
+  // replay a recorded step.
+  runner.setStepTiming(balancer.enabled());
+}
+
+CheckpointState Trainer::resume(const std::string &path) {
+  CheckpointState state = readCheckpoint(path, plan, params);
+  next = state.step + 1;
+  return state;
+}
+
+std::optional<RebalanceEvent> Trainer::applyRankSpeeds() {
+  // After a resume the checkpoint holds whole parameters, loaded at the
+  // even split.
+  return balancer.applyRankSpeeds(next - 1);
+}
+
+StepOutcome Trainer::step(std::span<const int32_t> tokens,
+                          std::span<const int32_t> targets) {
+  for (auto [values, what] :
+       {std::pair{tokens, "tokens"}, std::pair{targets, "targets"}}) {
+    if (int64_t(values.size()) != tokensPerStep())
+      throw std::invalid_argument(
+          std::string(what) + ": " + std::to_string(values.size()) +
+          " token ids; the plan's step takes [" + std::to_string(shape[0]) +
+          ", " + std::to_string(shape[1]) + "]");
+    if (int64_t vocab = plan.vocabularySize())
+      checkTokenIds(values, vocab, what);
+  }
+  const int64_t step = next;
+  runner.setInput(plan::InputKind::Tokens, tokens);
+  runner.setInput(plan::InputKind::Targets, targets);
+  runner.setStep(step);
+  runner.setComputeStretch(balancer.stretch(step));
+  auto start = std::chrono::steady_clock::now();
+  runner.run();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  const double loss = runner.result(0)[0];
+  const auto &h = settings;
+  StepOutcome outcome;
+  outcome.record = {step, loss, cpu::learningRate(step, h[0], h[1], h[2], h[3]),
+                    seconds};
+  // Collective every window (all ranks reach it: the loss is the same on
+  // every rank, so all stop at the same step).
+  if (std::isfinite(loss))
+    outcome.rebalance = balancer.afterStep(step, seconds,
+                                           runner.computeSeconds(),
+                                           runner.pointComputeSeconds());
+  ++next;
+  return outcome;
+}
+
+std::string Trainer::saveCheckpoint(const std::string &dir) {
+  const CheckpointState state{next - 1, settings, tokensPerStep()};
+  std::string written;
+  // Checkpoints hold whole parameters, written by rank 0.
+  writeWholeParams(plan, params, comm, [&](const ParamStore &whole) {
+    written = writeCheckpoint(dir, plan, whole, state);
+  });
+  return written;
+}
+
 TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   std::span<const int32_t> stream, const TrainConfig &config,
                   TrainingObserver &observer) {
   Backend &backend = config.backend ? *config.backend : cpuBackend();
-  ProgramRunner runner(plan, "train_step", params, config.comm, backend);
+  Trainer trainer(plan, params, config.comm, backend, config.hyperparameters,
+                  config.rebalance);
+  ProgramRunner &runner = trainer.programRunner();
+  Rebalancer &rebalancer = trainer.rebalancer();
   observer.started(backend);
-  Rebalancer rebalancer(plan, params, config.comm, config.rebalance);
-  std::vector<int64_t> shape = runner.tokensShape();
+  const std::vector<int64_t> &shape = trainer.tokensShape();
   TrainResult result;
-  result.tokensPerStep = shape[0] * shape[1];
+  result.tokensPerStep = trainer.tokensPerStep();
   // The held-out loss runs @loss on the parameters train_step updates.
   std::optional<Evaluator> evaluator;
   if (config.evalEvery > 0) {
@@ -108,7 +211,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     evaluator.emplace(plan, params, config.comm, backend, "loss");
   }
   if (!config.resume.empty()) {
-    CheckpointState state = readCheckpoint(config.resume, plan, params);
+    CheckpointState state = trainer.resume(config.resume);
     result.firstStep = state.step + 1;
     observer.resumed(state.step, config.resume);
   }
@@ -116,17 +219,9 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     observer.rebalanced(event);
     result.rebalanceEvents.push_back(std::move(event));
   };
-  // Known speeds split the blocks before the first step (after a resume:
-  // the checkpoint holds whole parameters, loaded at the even split).
-  if (std::optional<RebalanceEvent> given =
-          rebalancer.applyRankSpeeds(result.firstStep - 1))
+  // Known speeds split the blocks before the first step.
+  if (std::optional<RebalanceEvent> given = trainer.applyRankSpeeds())
     report(std::move(*given));
-  runner.setHyperparameters(config.hyperparameters);
-  // Only rebalancing reads the per-step times: without it a device may
-  // replay a recorded step.
-  runner.setStepTiming(rebalancer.enabled());
-  const auto &h = config.hyperparameters;
-  CheckpointState state{0, h, result.tokensPerStep};
   // Where a run that diverges can restart from.
   std::string lastCheckpoint =
       config.resume.empty() ? std::string() : config.resume;
@@ -134,28 +229,12 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     Batch batch =
         cutBatch(stream, batchOffset(step, stream.size(), result.tokensPerStep),
                  shape[0], shape[1]);
-    runner.setInput(plan::InputKind::Tokens, batch.tokens);
-    runner.setInput(plan::InputKind::Targets, batch.targets);
-    runner.setStep(step);
-    runner.setComputeStretch(rebalancer.stretch(step));
-    auto start = std::chrono::steady_clock::now();
-    runner.run();
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    double loss = runner.result(0)[0];
-    double lr = cpu::learningRate(step, h[0], h[1], h[2], h[3]);
-    result.records.push_back({step, loss, lr, seconds});
-    // Collective every window (all ranks reach it: the loss is the same
-    // on every rank, so all stop at the same step).
-    std::optional<RebalanceEvent> event =
-        std::isfinite(loss)
-            ? rebalancer.afterStep(step, seconds, runner.computeSeconds(),
-                                   runner.pointComputeSeconds())
-            : std::nullopt;
+    StepOutcome outcome = trainer.step(batch.tokens, batch.targets);
+    const double loss = outcome.record.loss;
+    result.records.push_back(outcome.record);
     StepProgress progress;
     progress.steps = config.steps;
-    progress.record = result.records.back();
+    progress.record = outcome.record;
     progress.tokensPerStep = result.tokensPerStep;
     if (evaluator && std::isfinite(loss) &&
         (step % config.evalEvery == 0 || step == config.steps)) {
@@ -168,11 +247,11 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     }
     if (rebalancer.enabled())
       progress.rebalanceStatus = rebalancer.status();
-    if (event)
-      progress.action = event->action;
+    if (outcome.rebalance)
+      progress.action = outcome.rebalance->action;
     observer.stepDone(progress);
-    if (event)
-      report(std::move(*event));
+    if (outcome.rebalance)
+      report(std::move(*outcome.rebalance));
     if (!std::isfinite(loss)) {
       result.stoppedBecause =
           "step " + std::to_string(step) + ": the loss is " +
@@ -191,12 +270,9 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
         config.checkpointEvery > 0 && step % config.checkpointEvery == 0;
     bool last = step == config.steps;
     if (!config.checkpointDir.empty() && (periodic || last)) {
-      state.step = step;
-      // Checkpoints hold whole parameters, written by rank 0.
-      writeWholeParams(plan, params, config.comm, [&](const ParamStore &whole) {
-        observer.checkpointWritten(
-            writeCheckpoint(config.checkpointDir, plan, whole, state));
-      });
+      std::string written = trainer.saveCheckpoint(config.checkpointDir);
+      if (!written.empty())
+        observer.checkpointWritten(written);
       lastCheckpoint = checkpointPath(config.checkpointDir, step);
     }
   }

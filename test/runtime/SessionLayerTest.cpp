@@ -8,6 +8,7 @@
 #include "tpc/runtime/Generator.h"
 #include "tpc/runtime/RunReport.h"
 #include "tpc/runtime/Session.h"
+#include "tpc/runtime/Tokens.h"
 #include "tpc/runtime/Training.h"
 
 #include <gtest/gtest.h>
@@ -343,6 +344,94 @@ TEST(Training, TellsItsObserverEachStepEvaluationAndCheckpoint) {
   std::filesystem::remove_all(dir);
 }
 
+// Steps fed one batch at a time through a Trainer are the training loop's
+// steps, bit for bit; a checkpoint it writes resumes to the same values.
+TEST(Trainer, StepsFedByHandEqualTheTrainingLoop) {
+  LoadedPlan plan = LoadedPlan::load(TPC_TRAINING_TEST_PLAN, 1);
+  const std::vector<int32_t> stream = byteStream(4 * 16 + 1);
+  LearningRateSchedule schedule;
+  schedule.peak = 2e-3;
+  schedule.warmup = 1;
+  const std::array<float, 5> hyperparameters = schedule.hyperparameters(4);
+  ParamStore looped = ParamStore::initialise(plan, {0});
+  TrainConfig config;
+  config.steps = 4;
+  config.hyperparameters = hyperparameters;
+  TrainingObserver quiet;
+  TrainResult result = train(plan, looped, stream, config, quiet);
+
+  ParamStore stepped = ParamStore::initialise(plan, {0});
+  Trainer trainer(plan, stepped, nullptr, cpuBackend(), hyperparameters);
+  EXPECT_EQ(trainer.tokensShape(), (std::vector<int64_t>{2, 8}));
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tpc-trainer-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  for (int64_t step = 1; step <= 4; ++step) {
+    EXPECT_EQ(trainer.nextStep(), step);
+    Batch batch = cutBatch(stream, batchOffset(step, stream.size(), 16), 2, 8);
+    StepOutcome outcome = trainer.step(batch.tokens, batch.targets);
+    EXPECT_EQ(outcome.record.step, step);
+    EXPECT_EQ(outcome.record.loss, result.records[step - 1].loss);
+    EXPECT_EQ(outcome.record.learningRate,
+              result.records[step - 1].learningRate);
+    EXPECT_FALSE(outcome.rebalance.has_value());
+    if (step == 2)
+      EXPECT_EQ(trainer.saveCheckpoint(dir.string()),
+                checkpointPath(dir.string(), 2));
+  }
+  for (size_t i = 0; i < looped.size(); ++i)
+    EXPECT_EQ(std::as_const(stepped)[i], std::as_const(looped)[i]) << i;
+
+  // Resumed after step 2, steps 3 and 4 are the loop's again.
+  ParamStore resumed = ParamStore::initialise(plan, {0});
+  Trainer again(plan, resumed, nullptr, cpuBackend(), hyperparameters);
+  EXPECT_EQ(again.resume(dir.string()).step, 2);
+  EXPECT_EQ(again.nextStep(), 3);
+  for (int64_t step = 3; step <= 4; ++step) {
+    Batch batch = cutBatch(stream, batchOffset(step, stream.size(), 16), 2, 8);
+    EXPECT_EQ(again.step(batch.tokens, batch.targets).record.loss,
+              result.records[step - 1].loss);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Trainer, RefusesBatchesThePlanDoesNotTake) {
+  LoadedPlan plan = LoadedPlan::load(TPC_TRAINING_TEST_PLAN, 1);
+  ParamStore params = ParamStore::initialise(plan, {0});
+  Trainer trainer(plan, params, nullptr, cpuBackend(),
+                  LearningRateSchedule().hyperparameters(10));
+  std::vector<int32_t> tokens(16, 1), shorter(15, 1);
+  EXPECT_THROW(trainer.step(shorter, tokens), std::invalid_argument);
+  EXPECT_THROW(trainer.step(tokens, shorter), std::invalid_argument);
+  std::vector<int32_t> outside = tokens;
+  outside[3] = int32_t(plan.vocabularySize());
+  EXPECT_THROW(trainer.step(outside, tokens), std::runtime_error);
+  // Nothing ran: the next step is still the first.
+  EXPECT_EQ(trainer.nextStep(), 1);
+  LoadedPlan inference = LoadedPlan::load(TPC_GENERATOR_TEST_PLAN, 1);
+  ParamStore inferenceParams = ParamStore::initialise(inference, {0});
+  EXPECT_THROW(Trainer(inference, inferenceParams, nullptr, cpuBackend(),
+                       LearningRateSchedule().hyperparameters(10)),
+               std::invalid_argument);
+}
+
+// tp-run's defaults: lr/10 at the end, warmup min(100, steps/10), decay over
+// the run.
+TEST(LearningRateSchedule, FillsWhatIsNotSetFromTheRunsLength) {
+  LearningRateSchedule schedule;
+  EXPECT_EQ(schedule.hyperparameters(50),
+            (std::array<float, 5>{3e-4f, 3e-5f, 5.0f, 50.0f, 1.0f}));
+  EXPECT_EQ(schedule.hyperparameters(5000)[2], 100.0f);
+  schedule.min = 0;
+  schedule.warmup = 7;
+  schedule.decaySteps = 20;
+  schedule.clip = 0.5;
+  EXPECT_EQ(schedule.hyperparameters(50),
+            (std::array<float, 5>{3e-4f, 0.0f, 7.0f, 20.0f, 0.5f}));
+  schedule.peak = -1;
+  EXPECT_THROW(schedule.hyperparameters(50), std::invalid_argument);
+}
+
 // A Session holds the plan, the grid, the backend and the parameters, and
 // hands them to the Generator and Evaluator: the same as building those by
 // hand.
@@ -364,6 +453,30 @@ TEST_F(GeneratorTest, ASessionRunsWhatItHolds) {
             *Evaluator(plan, params, nullptr, cpuBackend(), "loss")
                  .runBatch(stream, 0)
                  .loss);
+}
+
+// Exported weights load back into another session unchanged, and replace
+// what it held.
+TEST(Session, ExportedWeightsLoadBack) {
+  Session trained(TPC_TRAINING_TEST_PLAN, {"cpu", 0, ""});
+  Trainer trainer = trained.trainer(LearningRateSchedule().hyperparameters(2));
+  const std::vector<int32_t> stream = byteStream(17);
+  Batch batch = cutBatch(stream, 0, 2, 8);
+  trainer.step(batch.tokens, batch.targets);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tpc-session-export-" + std::to_string(::getpid()));
+  trained.exportHuggingFace(dir.string());
+  Session fresh(TPC_TRAINING_TEST_PLAN, {"cpu", 0, ""});
+  EXPECT_NE(std::as_const(fresh.params())[0],
+            std::as_const(trained.params())[0]);
+  fresh.loadWeights((dir / "model.safetensors").string());
+  for (size_t i = 0; i < fresh.params().size(); ++i)
+    EXPECT_EQ(std::as_const(fresh.params())[i],
+              std::as_const(trained.params())[i])
+        << i;
+  EXPECT_THROW(fresh.loadWeights((dir / "config.json").string()),
+               std::exception);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Session, RefusesABadDeviceOrWeights) {

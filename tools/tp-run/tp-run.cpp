@@ -79,10 +79,7 @@ struct Options {
   bool anyWorldSize = false;
   // Training.
   int64_t steps = 0;
-  double lr = 3e-4;
-  std::optional<double> minLr;
-  std::optional<int64_t> warmup, decaySteps;
-  double clip = 1.0;
+  LearningRateSchedule schedule;
   std::string checkpointDir, resume, exportDir, plot;
   int64_t checkpointEvery = 0;
   // Generation.
@@ -288,24 +285,24 @@ Options parseArgs(int argc, char **argv) {
     a.add_option("--steps", o.steps, "Train until this step")
         ->check(numberCheck(true, 1))
         ->group(trainingGroup);
-    a.add_option("--lr", o.lr,
+    a.add_option("--lr", o.schedule.peak,
                  "Peak learning rate (default 3e-4); AdamW's betas, epsilon "
                  "and weight decay are compiled into the plan (tp-pipeline's "
                  "beta1=, beta2=, epsilon=, weight-decay=)")
         ->check(numberCheck(false, 0))
         ->group(trainingGroup);
-    a.add_option("--min-lr", o.minLr, "Final learning rate (default lr/10)")
+    a.add_option("--min-lr", o.schedule.min, "Final learning rate (default lr/10)")
         ->check(numberCheck(false, 0))
         ->group(trainingGroup);
-    a.add_option("--warmup", o.warmup,
+    a.add_option("--warmup", o.schedule.warmup,
                  "Linear warmup steps (default min(100, steps/10))")
         ->check(numberCheck(true, 0))
         ->group(trainingGroup);
-    a.add_option("--decay-steps", o.decaySteps,
+    a.add_option("--decay-steps", o.schedule.decaySteps,
                  "Cosine decay length (default: steps)")
         ->check(numberCheck(true, 0))
         ->group(trainingGroup);
-    a.add_option("--clip", o.clip, "Global gradient-norm clip (default 1)")
+    a.add_option("--clip", o.schedule.clip, "Global gradient-norm clip (default 1)")
         ->check(numberCheck(false, 0))
         ->group(trainingGroup);
     a.add_option("--checkpoint-dir", o.checkpointDir,
@@ -781,16 +778,7 @@ int trainRun(const Options &o, Prepared &p) {
   config.evalBatches = p.evalBatches;
   config.evalStream = p.evalStream;
   config.steps = o.steps;
-  const double warmup = o.warmup
-                            ? double(*o.warmup)
-                            : std::min<double>(100.0, double(o.steps / 10));
-  config.hyperparameters = {static_cast<float>(o.lr),
-                            static_cast<float>(o.minLr ? *o.minLr : o.lr / 10),
-                            static_cast<float>(warmup),
-                            static_cast<float>(o.decaySteps
-                                                   ? double(*o.decaySteps)
-                                                   : double(o.steps)),
-                            static_cast<float>(o.clip)};
+  config.hyperparameters = o.schedule.hyperparameters(o.steps);
   config.checkpointEvery = o.checkpointEvery;
   config.checkpointDir = o.checkpointDir;
   config.resume = o.resume;

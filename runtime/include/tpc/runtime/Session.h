@@ -6,6 +6,7 @@
 
 #include "tpc/runtime/Evaluator.h"
 #include "tpc/runtime/Generator.h"
+#include "tpc/runtime/Training.h"
 
 #include <memory>
 #include <string>
@@ -46,6 +47,21 @@ public:
   Evaluator evaluator(const std::string &program) {
     return Evaluator(plan_, params_, grid_.get(), *backend_, program);
   }
+  /// Steps @train_step on this session's parameters (Trainer).
+  Trainer trainer(const std::array<float, 5> &hyperparameters,
+                  const RebalanceOptions &rebalance = {}) {
+    return Trainer(plan_, params_, grid_.get(), *backend_, hyperparameters,
+                   rebalance);
+  }
+
+  /// Replaces the parameters' values by those of a safetensors file (by HF
+  /// name, as SessionOptions::weights); AdamW's moments stay. Only while
+  /// the blocks are split evenly (before any rebalancing moved them).
+  void loadWeights(const std::string &path);
+  /// Writes DIR/model.safetensors and DIR/config.json of the whole
+  /// parameters (HuggingFace's layout), from the grid's first rank.
+  /// Collective.
+  void exportHuggingFace(const std::string &dir);
 
 private:
   Backend *backend_;

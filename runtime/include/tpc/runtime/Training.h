@@ -123,6 +123,78 @@ private:
   std::ostream &out;
 };
 
+/// The learning-rate schedule and clipping, as tp-run's flags give them:
+/// what is not set follows from the run's length.
+struct LearningRateSchedule {
+  double peak = 3e-4;
+  std::optional<double> min;         // default: peak / 10
+  std::optional<int64_t> warmup;     // default: min(100, steps / 10)
+  std::optional<int64_t> decaySteps; // default: steps
+  double clip = 1.0;                 // global gradient-norm clip
+
+  /// [peak_lr, min_lr, warmup_steps, decay_steps, max_grad_norm] for a run
+  /// of `steps` steps. Throws std::invalid_argument for a negative or
+  /// non-finite value.
+  std::array<float, 5> hyperparameters(int64_t steps) const;
+};
+
+/// One step's outcome: its record and, when the step ended a rebalancing
+/// window that acted, the re-plan.
+struct StepOutcome {
+  StepRecord record;
+  std::optional<RebalanceEvent> rebalance;
+};
+
+/// Runs @train_step one step at a time on batches its caller gives: the
+/// training loop (train) and the Python package's train_step both step
+/// through it, so a loop fed from Python equals tp-run's.
+class Trainer {
+public:
+  /// `comm` may be null on one rank. Throws if the plan has no @train_step.
+  Trainer(const LoadedPlan &plan, ParamStore &params, GridComm *comm,
+          Backend &backend, const std::array<float, 5> &hyperparameters,
+          const RebalanceOptions &rebalance = {});
+
+  /// [batch, seq] of the tokens (and targets) a step takes.
+  const std::vector<int64_t> &tokensShape() const { return shape; }
+  int64_t tokensPerStep() const { return shape[0] * shape[1]; }
+  /// The 1-based step the next call of step() runs.
+  int64_t nextStep() const { return next; }
+  const std::array<float, 5> &hyperparameters() const { return settings; }
+
+  /// Loads a checkpoint (a step directory, or one with `latest`): the
+  /// parameters, AdamW's moments and the step to continue after. Before the
+  /// first step.
+  CheckpointState resume(const std::string &path);
+  /// Splits the blocks by known speeds (RebalanceOptions::rankSpeeds), when
+  /// given. Collective; before the first step.
+  std::optional<RebalanceEvent> applyRankSpeeds();
+
+  /// Runs step nextStep() on whole [batch, seq] `tokens` and `targets` (the
+  /// same on every rank; each takes its block). Throws std::invalid_argument
+  /// for a wrong size or a token outside the vocabulary. Collective.
+  StepOutcome step(std::span<const int32_t> tokens,
+                   std::span<const int32_t> targets);
+
+  /// Writes a checkpoint after the last step run into `dir` (whole
+  /// parameters, gathered; written by the grid's first rank, whose path it
+  /// returns; the others return an empty string). Collective.
+  std::string saveCheckpoint(const std::string &dir);
+
+  ProgramRunner &programRunner() { return runner; }
+  Rebalancer &rebalancer() { return balancer; }
+
+private:
+  const LoadedPlan &plan;
+  ParamStore &params;
+  GridComm *comm;
+  ProgramRunner runner;
+  Rebalancer balancer;
+  std::array<float, 5> settings;
+  std::vector<int64_t> shape;
+  int64_t next = 1;
+};
+
 /// Runs @train_step from step 1 (or after the resumed checkpoint) through
 /// config.steps, telling `observer` of each step, writing checkpoints as
 /// configured. A step whose loss is NaN or infinite ends the run there (see
