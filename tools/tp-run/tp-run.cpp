@@ -291,7 +291,8 @@ Options parseArgs(int argc, char **argv) {
                  "beta1=, beta2=, epsilon=, weight-decay=)")
         ->check(numberCheck(false, 0))
         ->group(trainingGroup);
-    a.add_option("--min-lr", o.schedule.min, "Final learning rate (default lr/10)")
+    a.add_option("--min-lr", o.schedule.min,
+                 "Final learning rate (default lr/10)")
         ->check(numberCheck(false, 0))
         ->group(trainingGroup);
     a.add_option("--warmup", o.schedule.warmup,
@@ -302,7 +303,8 @@ Options parseArgs(int argc, char **argv) {
                  "Cosine decay length (default: steps)")
         ->check(numberCheck(true, 0))
         ->group(trainingGroup);
-    a.add_option("--clip", o.schedule.clip, "Global gradient-norm clip (default 1)")
+    a.add_option("--clip", o.schedule.clip,
+                 "Global gradient-norm clip (default 1)")
         ->check(numberCheck(false, 0))
         ->group(trainingGroup);
     a.add_option("--checkpoint-dir", o.checkpointDir,
