@@ -24,6 +24,8 @@ packages=(
   # Numerical references for tests; pip fetches pinned wheels (the
   # references' venv, cudnn-frontend's headers).
   python3-torch python3-numpy python3-venv python3-pip
+  # The Python package: pybind11 bindings, Python's headers, its tests.
+  pybind11-dev python3-dev python3-pytest python3-setuptools
 )
 
 missing=()

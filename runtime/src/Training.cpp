@@ -174,9 +174,8 @@ StepOutcome Trainer::step(std::span<const int32_t> tokens,
   // Collective every window (all ranks reach it: the loss is the same on
   // every rank, so all stop at the same step).
   if (std::isfinite(loss))
-    outcome.rebalance = balancer.afterStep(step, seconds,
-                                           runner.computeSeconds(),
-                                           runner.pointComputeSeconds());
+    outcome.rebalance = balancer.afterStep(
+        step, seconds, runner.computeSeconds(), runner.pointComputeSeconds());
   ++next;
   return outcome;
 }
