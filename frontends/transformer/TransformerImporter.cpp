@@ -8,8 +8,12 @@
 #include "mlir/IR/Verifier.h"
 #include "tpc/Dialect/TP/IR/TPOps.h"
 #include "tpc/Support/InputFiles.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include <cmath>
 
 using namespace mlir;
@@ -310,6 +314,37 @@ llvm::Expected<TransformerConfig> tpc::frontend::parseTransformerConfig(
         {"the fused QKV weight", "3 x hidden x hidden", {3, h, h}});
   if (llvm::Error error = checkSizes(weights))
     return error;
+  return config;
+}
+
+llvm::Expected<TransformerConfig>
+tpc::frontend::readTransformerConfig(llvm::StringRef configPath) {
+  // HF config.json files are a few kilobytes.
+  constexpr uint64_t kMaxConfigBytes = 16 << 20;
+  auto buffer =
+      tpc::readBoundedInput(configPath, kMaxConfigBytes, "config.json");
+  if (!buffer)
+    return buffer.takeError();
+  // HF's from_pretrained reads generation_config.json beside config.json:
+  // its eos_token_id is what generate() stops at.
+  std::unique_ptr<llvm::MemoryBuffer> generation;
+  llvm::SmallString<256> generationPath(llvm::sys::path::parent_path(
+      configPath == "-" ? llvm::StringRef() : configPath));
+  llvm::sys::path::append(generationPath, "generation_config.json");
+  if (configPath != "-" && llvm::sys::fs::exists(generationPath)) {
+    auto read = tpc::readBoundedInput(generationPath, kMaxConfigBytes,
+                                      "generation config");
+    if (!read)
+      return read.takeError();
+    generation = std::move(*read);
+  }
+  auto config = parseTransformerConfig(
+      (*buffer)->getBuffer(),
+      generation ? std::optional((*generation).getBuffer()) : std::nullopt);
+  if (!config)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   configPath + ": " +
+                                       llvm::toString(config.takeError()));
   return config;
 }
 

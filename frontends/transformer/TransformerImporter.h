@@ -60,6 +60,13 @@ llvm::Expected<TransformerConfig>
 parseTransformerConfig(llvm::StringRef json,
                        std::optional<llvm::StringRef> generationJson = {});
 
+/// Reads `configPath` (a config.json, at most 16 MiB; "-": standard input)
+/// and the generation_config.json beside it when there is one, as
+/// HuggingFace's from_pretrained does, and parses them. Errors are one line
+/// naming the file.
+llvm::Expected<TransformerConfig>
+readTransformerConfig(llvm::StringRef configPath);
+
 /// Emits the model's tp module for `batch` sequences of `seq` tokens:
 /// @forward and @loss; with `kvCache` > 0 also the generation programs
 /// @prefill (min(seq, kvCache) tokens) and @decode (one token) over KV caches

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <tuple>
 
 namespace tpc::runtime {
 
@@ -29,13 +30,33 @@ Evaluator::Evaluator(const LoadedPlan &plan, ParamStore &params, GridComm *grid,
 BatchRun Evaluator::runBatch(std::span<const int32_t> stream, int64_t offset,
                              int64_t repeat) {
   const std::vector<int64_t> shape = runner.tokensShape();
+  const Batch window = cutBatch(stream, offset, shape[0], shape[1]);
+  return runOn(window.tokens, window.targets, repeat);
+}
+
+BatchRun Evaluator::runOn(std::span<const int32_t> tokens,
+                          std::span<const int32_t> targets, int64_t repeat) {
+  const std::vector<int64_t> shape = runner.tokensShape();
   BatchRun run;
   run.batch = shape[0];
   run.seq = shape[1];
-  const Batch window = cutBatch(stream, offset, run.batch, run.seq);
-  runner.setInput(plan::InputKind::Tokens, window.tokens);
-  if (runner.hasInput(plan::InputKind::Targets))
-    runner.setInput(plan::InputKind::Targets, window.targets);
+  const bool readsTargets = runner.hasInput(plan::InputKind::Targets);
+  for (auto [values, what, read] :
+       {std::tuple{tokens, "tokens", true},
+        std::tuple{targets, "targets", readsTargets}}) {
+    if (!read)
+      continue;
+    if (int64_t(values.size()) != run.batch * run.seq)
+      throw std::invalid_argument(
+          std::string(what) + ": " + std::to_string(values.size()) +
+          " token ids; @" + name + " takes [" + std::to_string(run.batch) +
+          ", " + std::to_string(run.seq) + "]");
+    if (int64_t vocab = plan.vocabularySize())
+      checkTokenIds(values, vocab, what);
+  }
+  runner.setInput(plan::InputKind::Tokens, tokens);
+  if (readsTargets)
+    runner.setInput(plan::InputKind::Targets, targets);
   for (int64_t r = 0; r < std::max<int64_t>(repeat, 1); ++r) {
     if (r + 1 == repeat) {
       runner.resetStats(); // per-op times and traffic of the last run

@@ -21,11 +21,14 @@ ParamStore paramsOf(const LoadedPlan &plan, const GridComm &grid,
 } // namespace
 
 Session::Session(const std::string &planPath, const SessionOptions &options)
+    : Session(LoadedPlan::load(planPath, Comm::world().size()), options) {}
+
+Session::Session(LoadedPlan plan, const SessionOptions &options)
     : backend_(&deviceBackend(options.device.empty() ? defaultDevice()
                                                      : options.device,
                               options.localRank)),
-      plan_(LoadedPlan::load(planPath, Comm::world().size())),
-      grid_(gridOf(plan_)), params_(paramsOf(plan_, *grid_, options.weights)) {}
+      plan_(std::move(plan)), grid_(gridOf(plan_)),
+      params_(paramsOf(plan_, *grid_, options.weights)) {}
 
 void Session::loadWeights(const std::string &path) {
   ParamStore loaded = ParamStore::fromSafetensors(plan_, path, grid_->coords());

@@ -10,12 +10,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "tpc/Support/InputFiles.h"
 #include "transformer/TransformerImporter.h"
-#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -57,28 +53,9 @@ int main(int argc, char **argv) {
 
   if (llvm::Error error = tpc::checkOutputFile(outputPath, "-o"))
     return fail(llvm::toString(std::move(error)));
-  // HF config.json files are a few kilobytes.
-  auto buffer = tpc::readBoundedInput(configPath, 16 << 20, "config.json");
-  if (!buffer)
-    return fail(llvm::toString(buffer.takeError()));
-  // HF's from_pretrained reads generation_config.json beside config.json:
-  // its eos_token_id is what generate() stops at.
-  std::unique_ptr<llvm::MemoryBuffer> generation;
-  llvm::SmallString<256> generationPath(llvm::sys::path::parent_path(
-      configPath == "-" ? llvm::StringRef() : llvm::StringRef(configPath)));
-  llvm::sys::path::append(generationPath, "generation_config.json");
-  if (configPath != "-" && llvm::sys::fs::exists(generationPath)) {
-    auto read =
-        tpc::readBoundedInput(generationPath, 16 << 20, "generation config");
-    if (!read)
-      return fail(llvm::toString(read.takeError()));
-    generation = std::move(*read);
-  }
-  auto config = tpc::frontend::parseTransformerConfig(
-      (*buffer)->getBuffer(),
-      generation ? std::optional(generation->getBuffer()) : std::nullopt);
+  auto config = tpc::frontend::readTransformerConfig(configPath);
   if (!config)
-    return fail(configPath + ": " + llvm::toString(config.takeError()));
+    return fail(llvm::toString(config.takeError()));
 
   mlir::MLIRContext context;
   auto module =

@@ -41,6 +41,13 @@ public:
   BatchRun runBatch(std::span<const int32_t> stream, int64_t offset,
                     int64_t repeat = 1);
 
+  /// Runs the program `repeat` times on whole [batch, seq] `tokens` and, for
+  /// @loss, `targets` (the same on every rank). Throws
+  /// std::invalid_argument for a wrong size or a token outside the
+  /// vocabulary. Collective.
+  BatchRun runOn(std::span<const int32_t> tokens,
+                 std::span<const int32_t> targets, int64_t repeat = 1);
+
   /// The mean of @loss over the first `batches` windows of `stream` (the
   /// same windows every time). Each batch's loss is the mean over its
   /// tokens and the batches are alike, so this is the mean over all of

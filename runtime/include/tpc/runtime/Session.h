@@ -29,6 +29,8 @@ public:
   /// creates the grid and loads or initialises this rank's parameters.
   /// Throws (one-line messages) for a bad device, plan, grid or weights.
   Session(const std::string &planPath, const SessionOptions &options = {});
+  /// The same for a plan already loaded (checked for the world's ranks).
+  Session(LoadedPlan plan, const SessionOptions &options = {});
   Session(const Session &) = delete;
   Session &operator=(const Session &) = delete;
 
