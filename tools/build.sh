@@ -2,7 +2,8 @@
 # Installs the dependencies (if missing), configures the build directory (once)
 # and builds everything. BUILD_DIR overrides the default ./build; SANITIZE=1
 # configures an ASan+UBSan build with the libFuzzer targets (run-tests.sh
-# builds one in $BUILD_DIR/sanitize).
+# builds one in $BUILD_DIR/sanitize). TPC_BUILD_TARGETS builds only those
+# targets (setup.py: tpc_python).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -30,4 +31,5 @@ if [ ! -f "$build/build.ninja" ]; then
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit \
     -DTPC_WERROR=ON >/dev/null
 fi
-cmake --build "$build" -j "$(nproc)"
+# shellcheck disable=SC2086 # a list of target names
+cmake --build "$build" -j "$(nproc)" --target ${TPC_BUILD_TARGETS:-all}

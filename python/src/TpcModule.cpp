@@ -280,24 +280,8 @@ public:
     agreeOn(bytesOf(asked.str()), "prompts or generation settings");
     std::optional<Generator> generator;
     agreeThat([&] {
-      if (maxNewTokens < 1)
-        throw std::invalid_argument("max_new_tokens must be >= 1");
-      if (prompts.empty())
-        throw std::invalid_argument("generate needs at least one prompt");
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        if (prompts[i].empty())
-          throw std::invalid_argument("prompt " + std::to_string(i) +
-                                      " has no tokens");
-        if (int64_t vocab = session->plan().vocabularySize())
-          checkTokenIds(prompts[i], vocab, "prompt " + std::to_string(i));
-      }
       generator.emplace(session->generator());
-      const bool cached = kvCache && generator->hasKvCaches();
-      if (int64_t batch = generator->sequencesAtOnce(cached);
-          int64_t(prompts.size()) > batch)
-        throw std::invalid_argument(
-            std::to_string(prompts.size()) + " prompts: the plan generates " +
-            std::to_string(batch) + " sequences at once (tpc-import --batch)");
+      generator->check(request);
     });
     return collectively([&] {
       GenerationResult result = generator->generate(request);

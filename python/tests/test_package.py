@@ -173,7 +173,51 @@ def test_bad_arguments_raise_with_one_line_messages(tmp_path):
     assert session.step == 0  # nothing ran
     with pytest.raises(ValueError, match="needs a train_step first"):
         session.save_checkpoint(tmp_path / "ckpt")
-    with pytest.raises(ValueError, match="3 prompts: the plan generates 2"):
+    with pytest.raises(ValueError, match="3 samples: the plan generates 2"):
         session.generate([[1], [2], [3]], max_new_tokens=2)
-    with pytest.raises(ValueError, match="prompt 0 has no tokens"):
+    with pytest.raises(ValueError, match="prompt 1 has no tokens"):
         session.generate([[]], max_new_tokens=2)
+
+
+def test_pip_install_gives_a_working_package(tmp_path):
+    """`pip install .` into a fresh venv (this build's module, no network)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import BUILD, REPO
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
+                    venv], check=True)
+    env = dict(os.environ, TPC_BUILD_DIR=str(BUILD))
+    env.pop("PYTHONPATH", None)
+    install = subprocess.run(
+        [venv / "bin" / "pip", "install", "--no-build-isolation", "--no-deps",
+         "--no-index", "-q", REPO], env=env, capture_output=True, text=True,
+        timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    use = subprocess.run(
+        [venv / "bin" / "python", "-c",
+         "import tpc, sys; m = tpc.import_config(sys.argv[1], batch=2, seq=8);"
+         "s = tpc.Session(tpc.compile(m), device='cpu');"
+         "print(tpc.__file__, s.generate([[1, 2]], 3)[0])", MODEL_CONFIG],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert use.returncode == 0, use.stderr
+    path, tokens = use.stdout.split(" ", 1)
+    assert path.startswith(str(venv))
+    assert len(json.loads(tokens)) == 3
+
+
+def test_the_example_trains_from_a_python_loader(tmp_path):
+    from conftest import REPO
+    text = tmp_path / "text.txt"
+    text.write_text("a tiny corpus for a tiny model, repeated. " * 40)
+    run = mpirun(2, ["/usr/bin/python3", REPO / "examples" /
+                     "train_from_python.py", "--steps", 3, "--batch", 2,
+                     "--seq", 32, "--device", "cpu", "--plot",
+                     tmp_path / "loss.png", text])
+    assert run.returncode == 0, run.stderr
+    assert "2 rank(s) on cpu" in run.stdout
+    final = [line for line in run.stdout.splitlines()
+             if line.startswith("step 3/3 | loss ")]
+    assert final and 0 < float(final[0].split()[4]) < 10, run.stdout

@@ -159,14 +159,8 @@ void generateWithForward(const LoadedPlan &plan, ProgramRunner &runner,
     });
 }
 
-/// @prefill over the prompts in chunks of its seq tokens, then @decode once
-/// per new token, both reading and extending the KV caches. The first step
-/// time is the prefill's (with the first token), each later one a decode.
-void generateWithCaches(const LoadedPlan &plan, ParamStore &params,
-                        GridComm *grid, Backend &backend, int64_t newTokens,
-                        Progress &out, GenerationResult &result) {
-  // The positions every cache holds (the loader checked their ranks), before
-  // anything is allocated for them.
+/// The positions every KV cache holds (the loader checked their ranks).
+int64_t cachePositions(const LoadedPlan &plan) {
   const auto *cacheTable = plan.plan().caches();
   if (!cacheTable || cacheTable->size() == 0)
     throw std::runtime_error("@prefill and @decode keep no KV caches");
@@ -174,16 +168,17 @@ void generateWithCaches(const LoadedPlan &plan, ParamStore &params,
   for (const plan::Cache *cache : *cacheTable)
     capacity =
         std::min(capacity, cache->shape()->Get(cache->shape()->size() - 2));
-  // The last token generated is never fed back.
-  const int64_t needed = out.longest() + newTokens - 1;
-  if (needed > capacity)
-    throw std::invalid_argument(
-        std::string(out.samples() > 1 ? "the longest prompt ("
-                                      : "the prompt (") +
-        std::to_string(out.longest()) + " tokens) and " +
-        std::to_string(newTokens) + " new tokens need " +
-        std::to_string(needed) + " positions, but the plan's KV caches hold " +
-        std::to_string(capacity) + " (tpc-import --kv-cache)");
+  return capacity;
+}
+
+/// @prefill over the prompts in chunks of its seq tokens, then @decode once
+/// per new token, both reading and extending the KV caches. The first step
+/// time is the prefill's (with the first token), each later one a decode.
+void generateWithCaches(const LoadedPlan &plan, ParamStore &params,
+                        GridComm *grid, Backend &backend, int64_t newTokens,
+                        Progress &out, GenerationResult &result) {
+  // Generator::check saw that the prompts and new tokens fit.
+  const int64_t capacity = cachePositions(plan);
   KvCaches caches(plan, backend);
   result.cacheBytes = caches.bytes();
   ProgramRunner prefill(plan, "prefill", params, grid, backend);
@@ -252,17 +247,18 @@ void generateWithCaches(const LoadedPlan &plan, ParamStore &params,
 
 } // namespace
 
-GenerationResult Generator::generate(const GenerationRequest &request,
-                                     GenerationObserver *observer) {
+void Generator::check(const GenerationRequest &request) const {
   if (request.prompts.empty())
     throw std::invalid_argument("generation needs at least one prompt");
   if (request.newTokens < 1)
     throw std::invalid_argument("generation needs at least one new token");
   const int64_t vocab = plan.vocabularySize();
+  size_t longest = 0;
   for (size_t i = 0; i < request.prompts.size(); ++i) {
     const std::string what = "prompt " + std::to_string(i + 1);
     if (request.prompts[i].empty())
       throw std::invalid_argument(what + " has no tokens");
+    longest = std::max(longest, request.prompts[i].size());
     if (vocab > 0) {
       try {
         checkTokenIds(request.prompts[i], vocab, what);
@@ -271,6 +267,34 @@ GenerationResult Generator::generate(const GenerationRequest &request,
       }
     }
   }
+  const bool cached = request.kvCaches && hasKvCaches();
+  if (!cached && !plan.program("forward"))
+    throw std::runtime_error("the plan has no @forward, which generation "
+                             "without KV caches runs");
+  if (const int64_t batch = sequencesAtOnce(cached);
+      int64_t(request.prompts.size()) > batch)
+    throw std::invalid_argument(std::to_string(request.prompts.size()) +
+                                " samples: the plan generates " +
+                                std::to_string(batch) +
+                                " sequences at once (tpc-import --batch)");
+  if (!cached)
+    return;
+  // The last token generated is never fed back.
+  const int64_t capacity = cachePositions(plan);
+  const int64_t needed = int64_t(longest) + request.newTokens - 1;
+  if (needed > capacity)
+    throw std::invalid_argument(
+        std::string(request.prompts.size() > 1 ? "the longest prompt ("
+                                               : "the prompt (") +
+        std::to_string(longest) + " tokens) and " +
+        std::to_string(request.newTokens) + " new tokens need " +
+        std::to_string(needed) + " positions, but the plan's KV caches hold " +
+        std::to_string(capacity) + " (tpc-import --kv-cache)");
+}
+
+GenerationResult Generator::generate(const GenerationRequest &request,
+                                     GenerationObserver *observer) {
+  check(request);
   Progress out(request);
   GenerationResult result;
   result.usedKvCaches = request.kvCaches && hasKvCaches();
@@ -279,9 +303,6 @@ GenerationResult Generator::generate(const GenerationRequest &request,
     generateWithCaches(plan, params, grid, backend, request.newTokens, out,
                        result);
   } else {
-    if (!plan.program("forward"))
-      throw std::runtime_error("the plan has no @forward, which generation "
-                               "without KV caches runs");
     ProgramRunner runner(plan, "forward", params, grid, backend);
     generateWithForward(plan, runner, request.newTokens, out, result, observer);
   }

@@ -12,6 +12,12 @@ std::unique_ptr<GridComm> gridOf(const LoadedPlan &plan) {
       plan.plan().grid()->begin(), plan.plan().grid()->end()));
 }
 
+Backend &backendFor(const SessionOptions &options) {
+  return deviceBackend(options.device.empty() ? defaultDevice()
+                                              : options.device,
+                       options.localRank);
+}
+
 ParamStore paramsOf(const LoadedPlan &plan, const GridComm &grid,
                     const std::string &weights) {
   return weights.empty()
@@ -21,13 +27,16 @@ ParamStore paramsOf(const LoadedPlan &plan, const GridComm &grid,
 } // namespace
 
 Session::Session(const std::string &planPath, const SessionOptions &options)
-    : Session(LoadedPlan::load(planPath, Comm::world().size()), options) {}
+    // Braces: the device is checked before the plan is read.
+    : Session{backendFor(options),
+              LoadedPlan::load(planPath, Comm::world().size()), options} {}
 
 Session::Session(LoadedPlan plan, const SessionOptions &options)
-    : backend_(&deviceBackend(options.device.empty() ? defaultDevice()
-                                                     : options.device,
-                              options.localRank)),
-      plan_(std::move(plan)), grid_(gridOf(plan_)),
+    : Session{backendFor(options), std::move(plan), options} {}
+
+Session::Session(Backend &backend, LoadedPlan plan,
+                 const SessionOptions &options)
+    : backend_(&backend), plan_(std::move(plan)), grid_(gridOf(plan_)),
       params_(paramsOf(plan_, *grid_, options.weights)) {}
 
 void Session::loadWeights(const std::string &path) {

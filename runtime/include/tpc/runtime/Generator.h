@@ -80,11 +80,14 @@ public:
   /// --batch), with the caches or with @forward.
   int64_t sequencesAtOnce(bool kvCaches) const;
 
-  /// Continues every prompt. Collective over the grid. Throws
-  /// std::invalid_argument for a request the plan cannot serve (more
-  /// samples than sequencesAtOnce, prompts and new tokens past the caches'
-  /// positions, an id outside the vocabulary) and std::runtime_error for a
-  /// plan without the programs it needs.
+  /// Throws std::invalid_argument for a request the plan cannot serve (no
+  /// prompt or new token, more samples than sequencesAtOnce, prompts and
+  /// new tokens past the caches' positions, an id outside the vocabulary)
+  /// and std::runtime_error for a plan without the programs it needs. Runs
+  /// nothing: every rank can check before the collective generate.
+  void check(const GenerationRequest &request) const;
+
+  /// Continues every prompt (after check). Collective over the grid.
   GenerationResult generate(const GenerationRequest &request,
                             GenerationObserver *observer = nullptr);
 

@@ -66,6 +66,8 @@ public:
   void exportHuggingFace(const std::string &dir);
 
 private:
+  Session(Backend &backend, LoadedPlan plan, const SessionOptions &options);
+
   Backend *backend_;
   LoadedPlan plan_;
   std::unique_ptr<GridComm> grid_;
