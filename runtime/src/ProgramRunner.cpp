@@ -1,0 +1,367 @@
+#include "tpc/runtime/ProgramRunner.h"
+
+#include "tpc/runtime/DType.h"
+
+#include "Staging.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+namespace tpc::runtime {
+
+using plan::Storage;
+
+ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
+                             ParamStore &params, GridComm *comm,
+                             Backend &backend)
+    : plan(&loaded.plan()), program(loaded.program(name)), params(params),
+      comm(comm), backend(backend) {
+  if (!program)
+    throw PlanError("the plan has no program '" + name + "'");
+  arena = backend.allocate(program->arena_bytes());
+  for (const plan::Tensor *t : *program->tensors()) {
+    shapes.emplace_back(t->shape()->begin(), t->shape()->end());
+    // A parameter viewed without its rebalance dims: the program assumes
+    // the even split (it gathers or scatters the blocks).
+    if ((t->storage() == Storage::Param || t->storage() == Storage::ExpAvg ||
+         t->storage() == Storage::ExpAvgSq) &&
+        rebalancePointOf(*t) < 0 &&
+        loaded.plan().params()->Get(t->index())->rebalance_dims())
+      needsEvenBlocks = true;
+  }
+  layoutVersion = params.layoutVersion() - 1;
+  updateShapes();
+  // The point whose blocks each step computes on, if any: its time scales
+  // with the blocks the rank computes.
+  std::vector<int32_t> stepPoints;
+  for (const plan::Step *step : *program->steps()) {
+    int32_t point = -1;
+    auto scan = [&](const flatbuffers::Vector<uint32_t> &ids) {
+      for (uint32_t id : ids)
+        if (point < 0)
+          point = rebalancePointOf(*program->tensors()->Get(id));
+    };
+    scan(*step->results());
+    scan(*step->operands());
+    stepPoints.push_back(point);
+  }
+  timer = std::make_unique<StepTimer>(comm, std::move(stepPoints),
+                                      capacityBlocks(loaded.plan()).size());
+  std::vector<int64_t> coords;
+  if (comm)
+    coords = GridComm::coordsOf(comm->shape(), comm->rank());
+  for (const plan::Input *input : *program->inputs()) {
+    const plan::Tensor &t = *program->tensors()->Get(input->tensor());
+    uint64_t bytes = elements(input->tensor()) * dtypeSize(t.dtype());
+    inputs.emplace_back((bytes + 7) / 8, 0);
+    // The whole input is the local block times the shards of each dim
+    // (the loader checked the split against the input's rank).
+    std::vector<int64_t> whole = shapes[input->tensor()];
+    bool split = input->split() && input->split()->size() != 0;
+    if (split && !comm)
+      throw PlanError("the program's inputs are split over the grid; it "
+                      "needs ranks to run on");
+    for (size_t d = 0; split && d < whole.size(); ++d)
+      for (int64_t axis : *input->split()->Get(d)->axes())
+        whole[d] *= loaded.plan().grid()->Get(axis);
+    inputBlocks.push_back(
+        blockOf(loaded, std::move(whole), input->split(), coords));
+  }
+  bindings.resize(shapes.size());
+  for (const plan::Step *step : *program->steps())
+    for (uint32_t id : *step->results()) {
+      Storage where = program->tensors()->Get(id)->storage();
+      writesParams |= where == Storage::Param || where == Storage::ExpAvg ||
+                      where == Storage::ExpAvgSq;
+    }
+  // Host copies of results the host cannot read in place (device memory,
+  // or bf16 results widened to f32).
+  resultCopies.resize(program->results()->size());
+  if (!backend.hostVisible()) {
+    for (const auto &input : inputs)
+      deviceInputs.push_back(backend.allocate(input.size() * sizeof(uint64_t)));
+    staged = std::make_unique<StagedSteps>(backend);
+  } else if (!std::all_of(program->steps()->begin(), program->steps()->end(),
+                          [&](const plan::Step *step) {
+                            return backend.runsNatively(*step);
+                          })) {
+    throw std::logic_error("backend '" + std::string(backend.name()) +
+                           "' stages steps but its memory is the host's");
+  }
+}
+
+ProgramRunner::~ProgramRunner() = default;
+
+std::span<const int64_t> ProgramRunner::shape(uint32_t tensor) const {
+  return shapes[tensor];
+}
+
+int64_t ProgramRunner::elements(uint32_t tensor) const {
+  int64_t count = 1;
+  for (int64_t d : shapes[tensor])
+    count *= d;
+  return count;
+}
+
+std::byte *ProgramRunner::storage(uint32_t tensor) {
+  const plan::Tensor &t = *program->tensors()->Get(tensor);
+  auto paramState = [&](ParamStore::State which) {
+    return backend.hostVisible() ? reinterpret_cast<std::byte *>(
+                                       params.state(t.index(), which).data())
+                                 : params.deviceData(backend, t.index(), which);
+  };
+  switch (t.storage()) {
+  case Storage::Param:
+    return paramState(ParamStore::State::Value);
+  case Storage::ExpAvg:
+    return paramState(ParamStore::State::ExpAvg);
+  case Storage::ExpAvgSq:
+    return paramState(ParamStore::State::ExpAvgSq);
+  case Storage::Input:
+    return backend.hostVisible()
+               ? reinterpret_cast<std::byte *>(inputs[t.index()].data())
+               : deviceInputs[t.index()]->data();
+  case Storage::Cache:
+    if (!caches)
+      throw std::logic_error("program '" + program->name()->str() +
+                             "' reads KV caches, but the runner has none");
+    return caches->data(t.index());
+  case Storage::Arena:
+    break;
+  }
+  return arena->data() + t.offset();
+}
+
+void ProgramRunner::setCaches(KvCaches *kvCaches) { caches = kvCaches; }
+
+bool ProgramRunner::hasInput(plan::InputKind kind) const {
+  for (const plan::Input *input : *program->inputs())
+    if (input->kind() == kind)
+      return true;
+  return false;
+}
+
+std::vector<int64_t> ProgramRunner::tokensShape() const {
+  if (!hasInput(plan::InputKind::Tokens))
+    throw PlanError("the program has no tokens input");
+  return inputBlocks[inputIndex(plan::InputKind::Tokens)].globalShape;
+}
+
+size_t ProgramRunner::inputIndex(plan::InputKind kind) const {
+  for (size_t i = 0; i < program->inputs()->size(); ++i)
+    if (program->inputs()->Get(i)->kind() == kind)
+      return i;
+  throw std::runtime_error(std::string("the program has no ") +
+                           plan::EnumNameInputKind(kind) + " input");
+}
+
+std::vector<uint64_t> &ProgramRunner::inputStorage(plan::InputKind kind,
+                                                   size_t bytes) {
+  size_t i = inputIndex(kind);
+  uint32_t tensor = program->inputs()->Get(i)->tensor();
+  uint64_t expected =
+      elements(tensor) * dtypeSize(program->tensors()->Get(tensor)->dtype());
+  if (bytes != expected)
+    throw std::runtime_error(
+        std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
+        std::to_string(bytes) + " bytes, the program expects " +
+        std::to_string(expected));
+  return inputs[i];
+}
+
+void ProgramRunner::setInput(plan::InputKind kind,
+                             std::span<const int32_t> values) {
+  size_t i = inputIndex(kind);
+  const ParamBlock &block = inputBlocks[i];
+  int64_t whole = 1;
+  for (int64_t d : block.globalShape)
+    whole *= d;
+  if (int64_t(values.size()) != whole)
+    throw std::runtime_error(
+        std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
+        std::to_string(values.size()) + " values, the program expects " +
+        std::to_string(whole));
+  // This rank's block, row by row (tokens and targets are [batch, seq]).
+  auto *out = reinterpret_cast<int32_t *>(inputs[i].data());
+  const int64_t rows = block.shape[0], columns = block.shape[1];
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out + r * columns,
+                values.data() + (block.offset[0] + r) * block.globalShape[1] +
+                    block.offset[1],
+                sizeof(int32_t) * size_t(columns));
+}
+
+void ProgramRunner::setStep(int64_t step) {
+  std::memcpy(inputStorage(plan::InputKind::Step, sizeof(step)).data(), &step,
+              sizeof(step));
+}
+
+void ProgramRunner::setHyperparameters(const std::array<float, 5> &values) {
+  std::memcpy(
+      inputStorage(plan::InputKind::Hyperparameters, sizeof(values)).data(),
+      values.data(), sizeof(values));
+}
+
+uint64_t ProgramRunner::inputBytes() const {
+  uint64_t total = 0;
+  for (const auto &input : inputs)
+    total += input.size() * sizeof(uint64_t);
+  return total;
+}
+
+size_t ProgramRunner::numResults() const { return program->results()->size(); }
+
+std::span<const float> ProgramRunner::result(size_t index) const {
+  uint32_t tensor = program->results()->Get(index);
+  auto *self = const_cast<ProgramRunner *>(this);
+  const size_t count = size_t(elements(tensor));
+  const plan::DType dtype = program->tensors()->Get(tensor)->dtype();
+  if (backend.hostVisible() && dtype == plan::DType::F32)
+    return {reinterpret_cast<const float *>(self->storage(tensor)), count};
+  std::vector<float> &copy = resultCopies[index];
+  copy.resize(count);
+  if (dtype == plan::DType::F32) {
+    backend.download(copy.data(), self->storage(tensor), count * sizeof(float));
+    return copy;
+  }
+  // A bf16 result (logits under mixed precision), widened exactly.
+  std::vector<uint16_t> stored(count);
+  if (backend.hostVisible())
+    std::memcpy(stored.data(), self->storage(tensor), count * sizeof(uint16_t));
+  else
+    backend.download(stored.data(), self->storage(tensor),
+                     count * sizeof(uint16_t));
+  widenBf16(stored.data(), copy.data(), int64_t(count));
+  return copy;
+}
+
+std::vector<int64_t> ProgramRunner::resultShape(size_t index) const {
+  return shapes[program->results()->Get(index)];
+}
+
+void ProgramRunner::bindTensors() {
+  for (uint32_t i = 0; i < bindings.size(); ++i)
+    bindings[i] = {storage(i), shapes[i], elements(i),
+                   program->tensors()->Get(i)->dtype()};
+}
+
+void ProgramRunner::updateShapes() {
+  if (layoutVersion == params.layoutVersion())
+    return;
+  const BlockAssignment &blocks = params.blocks();
+  if (needsEvenBlocks && !blocks.isEven())
+    throw std::runtime_error(
+        "program '" + program->name()->str() +
+        "' runs only while the rebalance blocks are evenly spread, and they "
+        "are not");
+  // Kernels run on the blocks this rank computes: every shape rule must
+  // hold at those shapes too (the loader checked them at capacity).
+  std::vector<int64_t> active = blocks.activeBlocks(params.coords());
+  if (active != capacityBlocks(*plan))
+    checkProgramAt(*plan, *program, active);
+  for (size_t i = 0; i < shapes.size(); ++i)
+    shapes[i] = activeShape(*plan, *program->tensors()->Get(i), active);
+  layoutVersion = params.layoutVersion();
+}
+
+Dispatch ProgramRunner::dispatchOf(const plan::Step &step,
+                                   StepBindings &bound) const {
+  // The loader checked the arity against the op table.
+  const size_t numOperands = step.operands()->size(),
+               numResults = step.results()->size();
+  for (size_t i = 0; i < numOperands; ++i)
+    bound.operands[i] = bindings[step.operands()->Get(i)];
+  for (size_t i = 0; i < numResults; ++i)
+    bound.results[i] = bindings[step.results()->Get(i)];
+  return {step,
+          {bound.operands.data(), numOperands},
+          {bound.results.data(), numResults},
+          comm};
+}
+
+bool ProgramRunner::runRecorded() {
+  if (stepTiming || !staged ||
+      !std::all_of(
+          program->steps()->begin(), program->steps()->end(),
+          [&](const plan::Step *step) { return backend.runsNatively(*step); }))
+    return false;
+  // The first untimed run runs step by step: it allocates what the steps
+  // need (moments, scratch). Later ones record once, then replay while the
+  // tensors stay where they were recorded.
+  if (untimedRuns++ == 0)
+    return false;
+  std::vector<std::byte *> storage;
+  for (const TensorBinding &binding : bindings)
+    storage.push_back(binding.data);
+  if (!recorded || storage != recordedStorage) {
+    // Recording counts the collectives it queues but moves nothing: keep
+    // what it counted for each submission instead.
+    const std::map<std::string, CommStats> before =
+        comm ? comm->stats() : std::map<std::string, CommStats>();
+    recorded = backend.record([&] {
+      StepBindings bound;
+      for (const plan::Step *step : *program->steps())
+        backend.enqueue(dispatchOf(*step, bound));
+    });
+    recordedStorage = std::move(storage);
+    recordedTraffic.clear();
+    if (comm) {
+      for (const auto &[kind, after] : comm->stats()) {
+        const CommStats was =
+            before.count(kind) ? before.at(kind) : CommStats();
+        recordedTraffic[kind] = {after.calls - was.calls,
+                                 after.bytes - was.bytes};
+      }
+      comm->setStats(before);
+    }
+    if (!recorded)
+      return false;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  recorded->submit();
+  if (comm)
+    comm->addStats(recordedTraffic);
+  backend.synchronize();
+  timer->replayed(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
+  ++replayCount;
+  if (writesParams)
+    params.markDeviceWritten();
+  return true;
+}
+
+void ProgramRunner::run() {
+  updateShapes();
+  bindTensors();
+  for (size_t i = 0; i < deviceInputs.size(); ++i)
+    backend.upload(deviceInputs[i]->data(), inputs[i].data(),
+                   inputs[i].size() * sizeof(uint64_t));
+  if (runRecorded())
+    return;
+  timer->beginRun();
+  const size_t steps = program->steps()->size();
+  size_t stepIndex = 0;
+  StepBindings bound;
+  for (const plan::Step *step : *program->steps()) {
+    const bool native = backend.runsNatively(*step);
+    timer->time(
+        stepIndex++, steps, *step,
+        native && backend.exchangesOutsideGrid() && stepExchanges(*step), [&] {
+          const Dispatch dispatch = dispatchOf(*step, bound);
+          if (native) {
+            backend.enqueue(dispatch);
+            backend.synchronize();
+          } else {
+            staged->run(dispatch);
+          }
+        });
+  }
+  if (writesParams)
+    params.markDeviceWritten();
+}
+
+} // namespace tpc::runtime
