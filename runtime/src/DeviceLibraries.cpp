@@ -1,5 +1,7 @@
 #include "tpc/runtime/DeviceLibraries.h"
 
+#include "tpc/runtime/OpShapes.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -160,12 +162,13 @@ std::optional<SdpaDims> sdpaDims(std::span<const int64_t> query,
   d.keyHeads = prefix.empty() ? 1 : prefix.back();
   d.batch = prefix.empty() ? 1 : product(prefix.first(prefix.size() - 1));
   d.queryHeads = d.keyHeads * product(group);
-  d.queries = query[rank];
-  d.keys = key[rank];
-  d.headDim = query[rank + 1];
-  if (key[rank + 1] != d.headDim)
+  const AttentionSizes sizes = attentionSizes(query, key, value);
+  d.queries = sizes.queries;
+  d.keys = sizes.keys;
+  d.headDim = sizes.headDim;
+  if (sizes.keyHeadDim != d.headDim)
     return fail("query and key have different head dims");
-  d.valueDim = value[rank + 1];
+  d.valueDim = sizes.valueDim;
   return d;
 }
 

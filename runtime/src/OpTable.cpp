@@ -1,5 +1,7 @@
 #include "tpc/runtime/OpTable.h"
 
+#include "tpc/runtime/OpShapes.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -53,13 +55,11 @@ void checkMatmul(const StepCheck &c) {
   c.requireRank(c.operands[0], 2, "lhs");
   c.requireRank(c.operands[1], 2, "rhs");
   const auto &l = c.operands[0].shape, &r = c.operands[1].shape;
-  const bool tl = c.step.transpose_lhs(), tr = c.step.transpose_rhs();
-  int64_t m = tl ? l.back() : l[l.size() - 2];
-  int64_t kl = tl ? l[l.size() - 2] : l.back();
-  int64_t kr = tr ? r.back() : r[r.size() - 2];
-  int64_t n = tr ? r[r.size() - 2] : r.back();
+  const ProductSizes p =
+      productSizes(l, c.step.transpose_lhs(), r, c.step.transpose_rhs());
+  const int64_t m = p.m, n = p.n;
   c.requireFiniteF32(c.step.alpha(), "alpha");
-  if (kl != kr)
+  if (p.k != p.rhsK)
     c.fail("contraction sizes differ (" + shapeString(l) + " x " +
            shapeString(r) + ")");
   std::vector<int64_t> lb(l.begin(), l.end() - 2), rb(r.begin(), r.end() - 2);
@@ -121,7 +121,8 @@ void checkSoftmax(const StepCheck &c) {
 /// Attention's query [b..., Sq, D], key [kb..., Sk, D] and value [kb..., Sk,
 /// Dv] (operands `first`..`first + 2`), each kb equal to b or 1; returns
 /// the result shape [b..., Sq, Dv].
-std::vector<int64_t> checkAttentionOperands(const StepCheck &c, size_t first) {
+std::vector<int64_t> checkAttentionOperands(const StepCheck &c) {
+  const size_t first = attentionQueryOperand(c.step.kind());
   const TensorType &q = c.operands[first], &k = c.operands[first + 1],
                    &v = c.operands[first + 2];
   c.requireRank(q, 2, "query");
@@ -136,15 +137,17 @@ std::vector<int64_t> checkAttentionOperands(const StepCheck &c, size_t first) {
   if (!std::equal(k.shape.begin(), k.shape.end() - 1, v.shape.begin()))
     c.fail("value " + shapeString(v.shape) + " does not match key " +
            shapeString(k.shape));
-  if (k.shape.back() != q.shape.back())
+  const AttentionSizes s = attentionSizes(q.shape, k.shape, v.shape);
+  if (s.keyHeadDim != s.headDim)
     c.fail("query " + shapeString(q.shape) + " and key " +
            shapeString(k.shape) + " differ in features");
-  if (c.step.causal() && q.shape[rank - 2] != k.shape[rank - 2])
+  if (c.step.causal() && s.queries != s.keys)
     c.fail("causal attention needs as many queries as keys, got " +
            shapeString(q.shape) + " and " + shapeString(k.shape));
   c.requireFiniteF32(c.step.alpha(), "alpha");
-  std::vector<int64_t> result = q.shape;
-  result.back() = v.shape.back();
+  std::vector<int64_t> result(s.batch.begin(), s.batch.end());
+  result.push_back(s.queries);
+  result.push_back(s.valueDim);
   return result;
 }
 
@@ -161,7 +164,7 @@ void checkPositions(const StepCheck &c, size_t index,
 
 /// Attention: (query, key, value[, positions]) -> (result, logsumexp).
 void checkAttention(const StepCheck &c) {
-  std::vector<int64_t> result = checkAttentionOperands(c, 0);
+  std::vector<int64_t> result = checkAttentionOperands(c);
   if (c.operands.size() == 4) {
     if (c.step.causal())
       c.fail("attention takes either causal or positions, not both");
@@ -175,7 +178,7 @@ void checkAttention(const StepCheck &c) {
 /// AttentionGrad: (result_grad, query, key, value, result, logsumexp) ->
 /// (query_grad, key_grad, value_grad).
 void checkAttentionGrad(const StepCheck &c) {
-  std::vector<int64_t> result = checkAttentionOperands(c, 1);
+  std::vector<int64_t> result = checkAttentionOperands(c);
   c.requireShape(c.operands[0], result, "result_grad");
   c.requireShape(c.operands[4], result, "result");
   result.pop_back();

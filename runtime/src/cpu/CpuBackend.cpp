@@ -6,6 +6,7 @@
 
 #include "tpc/runtime/Comm.h"
 #include "tpc/runtime/DType.h"
+#include "tpc/runtime/OpShapes.h"
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
@@ -241,19 +242,19 @@ void softmax(const Dispatch &d) {
                d.step.causal());
 }
 
-/// The sizes of an Attention or AttentionGrad step whose query, key and
-/// value are operands `first`..`first + 2`.
-cpu::AttentionShape attentionShape(const Dispatch &d, size_t first) {
-  std::span<const int64_t> q = d.operands[first].shape,
-                           k = d.operands[first + 1].shape,
-                           v = d.operands[first + 2].shape;
+/// The sizes of an Attention or AttentionGrad step.
+cpu::AttentionShape attentionShape(const Dispatch &d) {
+  const size_t first = attentionQueryOperand(d.step.kind());
+  const AttentionSizes sizes =
+      attentionSizes(d.operands[first].shape, d.operands[first + 1].shape,
+                     d.operands[first + 2].shape);
   cpu::AttentionShape s;
-  s.batch = q.first(q.size() - 2);
-  s.keyBatch = k.first(k.size() - 2);
-  s.queries = q[q.size() - 2];
-  s.keys = k[k.size() - 2];
-  s.headDim = q.back();
-  s.valueDim = v.back();
+  s.batch = sizes.batch;
+  s.keyBatch = sizes.keyBatch;
+  s.queries = sizes.queries;
+  s.keys = sizes.keys;
+  s.headDim = sizes.headDim;
+  s.valueDim = sizes.valueDim;
   s.causal = d.step.causal();
   s.alpha = static_cast<float>(d.step.alpha());
   s.rounding = roundingOf(d);
@@ -267,15 +268,15 @@ cpu::AttentionShape attentionShape(const Dispatch &d, size_t first) {
 
 void attention(const Dispatch &d) {
   cpu::attention(d.operands[0].f32(), d.operands[1].f32(), d.operands[2].f32(),
-                 attentionShape(d, 0), d.results[0].f32(), d.results[1].f32());
+                 attentionShape(d), d.results[0].f32(), d.results[1].f32());
 }
 
 void attentionGrad(const Dispatch &d) {
   cpu::attentionGrad(d.operands[0].f32(), d.operands[1].f32(),
                      d.operands[2].f32(), d.operands[3].f32(),
                      d.operands[4].f32(), d.operands[5].f32(),
-                     attentionShape(d, 1), d.results[0].f32(),
-                     d.results[1].f32(), d.results[2].f32());
+                     attentionShape(d), d.results[0].f32(), d.results[1].f32(),
+                     d.results[2].f32());
 }
 
 void rotary(const Dispatch &d) {

@@ -4,6 +4,8 @@
 
 #include "KernelSupport.h"
 
+#include "tpc/runtime/OpShapes.h"
+
 #include <cblas.h>
 
 namespace tpc::runtime::cpu {
@@ -66,10 +68,8 @@ void matmul(const float *lhs, Shape lhsShape, bool transposeLhs,
   if (lhsShape.size() < 2 || rhsShape.size() < 2 || outShape.size() < 2)
     fail("operands need rank >= 2");
   size_t lr = lhsShape.size(), rr = rhsShape.size(), orank = outShape.size();
-  int64_t m = transposeLhs ? lhsShape[lr - 1] : lhsShape[lr - 2];
-  int64_t k = transposeLhs ? lhsShape[lr - 2] : lhsShape[lr - 1];
-  int64_t kr = transposeRhs ? rhsShape[rr - 1] : rhsShape[rr - 2];
-  int64_t n = transposeRhs ? rhsShape[rr - 2] : rhsShape[rr - 1];
+  const auto [m, n, k, kr] =
+      productSizes(lhsShape, transposeLhs, rhsShape, transposeRhs);
   if (k != kr || outShape[orank - 2] != m || outShape[orank - 1] != n)
     fail("matrix dims do not match");
   if (std::max<int64_t>({m, n, k}) > std::numeric_limits<int>::max())

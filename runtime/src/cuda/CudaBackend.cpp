@@ -8,6 +8,7 @@
 
 #include "../CollectiveLayout.h"
 
+#include "tpc/runtime/OpShapes.h"
 #include "tpc/runtime/OpTable.h"
 
 #include "tpc/runtime/Comm.h"
@@ -415,8 +416,7 @@ void matmul(CudaBackend &b, const Dispatch &d) {
                       &out = d.results[0];
   const bool tl = d.step.transpose_lhs(), tr = d.step.transpose_rhs();
   const size_t rank = out.shape.size();
-  const int64_t m = out.shape[rank - 2], n = out.shape[rank - 1];
-  const int64_t k = tl ? lhs.shape[lhs.shape.size() - 2] : lhs.shape.back();
+  const auto [m, n, k, rhsK] = productSizes(lhs.shape, tl, rhs.shape, tr);
   if (out.elements == 0)
     return;
   if (k == 0) {
@@ -700,23 +700,23 @@ void softmaxGrad(CudaBackend &b, const Dispatch &d) {
                     rowsOf(out), out.shape.back(), b.stream);
 }
 
-/// The sizes of an Attention or AttentionGrad step whose query, key and
-/// value are operands `first`..`first + 2`.
-cuda::AttentionDims attentionDims(const Dispatch &d, size_t first) {
-  std::span<const int64_t> q = d.operands[first].shape,
-                           k = d.operands[first + 1].shape,
-                           v = d.operands[first + 2].shape;
+/// The sizes of an Attention or AttentionGrad step.
+cuda::AttentionDims attentionDims(const Dispatch &d) {
+  const size_t first = attentionQueryOperand(d.step.kind());
+  const AttentionSizes s =
+      attentionSizes(d.operands[first].shape, d.operands[first + 1].shape,
+                     d.operands[first + 2].shape);
   cuda::AttentionDims a;
-  a.rank = int(q.size() - 2);
+  a.rank = int(s.batch.size());
   if (a.rank > cuda::kMaxDims)
     throw std::runtime_error("attention: more than " +
                              std::to_string(cuda::kMaxDims) + " batch dims");
-  std::copy(q.begin(), q.end() - 2, a.batch);
-  std::copy(k.begin(), k.end() - 2, a.keyBatch);
-  a.queries = q[q.size() - 2];
-  a.keys = k[k.size() - 2];
-  a.headDim = q.back();
-  a.valueDim = v.back();
+  std::copy(s.batch.begin(), s.batch.end(), a.batch);
+  std::copy(s.keyBatch.begin(), s.keyBatch.end(), a.keyBatch);
+  a.queries = s.queries;
+  a.keys = s.keys;
+  a.headDim = s.headDim;
+  a.valueDim = s.valueDim;
   a.causal = d.step.causal();
   a.alpha = static_cast<float>(d.step.alpha());
   a.rounding = d.step.precision() == plan::Precision::TF32 ? 1
@@ -824,7 +824,7 @@ void attention(CudaBackend &b, const Dispatch &d) {
   if (CudaBackend::hasBf16(d))
     return b.runWidened(d);
   cuda::attention(f32(d.operands[0]), f32(d.operands[1]), f32(d.operands[2]),
-                  attentionDims(d, 0), f32(d.results[0]), f32(d.results[1]),
+                  attentionDims(d), f32(d.results[0]), f32(d.results[1]),
                   b.stream);
 }
 void attentionGrad(CudaBackend &b, const Dispatch &d) {
@@ -836,9 +836,9 @@ void attentionGrad(CudaBackend &b, const Dispatch &d) {
   auto *delta = static_cast<float *>(b.scratch(uint64_t(rows) * sizeof(float)));
   cuda::attentionGrad(f32(d.operands[0]), f32(d.operands[1]),
                       f32(d.operands[2]), f32(d.operands[3]),
-                      f32(d.operands[4]), f32(d.operands[5]),
-                      attentionDims(d, 1), delta, f32(d.results[0]),
-                      f32(d.results[1]), f32(d.results[2]), b.stream);
+                      f32(d.operands[4]), f32(d.operands[5]), attentionDims(d),
+                      delta, f32(d.results[0]), f32(d.results[1]),
+                      f32(d.results[2]), b.stream);
 }
 
 #ifdef TPC_HAVE_NCCL
