@@ -1,5 +1,6 @@
 #include "tpc/runtime/Evaluator.h"
 
+#include "tpc/runtime/Safetensors.h"
 #include "tpc/runtime/Tokens.h"
 
 #include <algorithm>
@@ -96,6 +97,29 @@ double Evaluator::meanLoss(std::span<const int32_t> stream, int64_t batches) {
   if (trained.isResized())
     params.relayout(plan, trained, grid);
   return sum / double(batches);
+}
+
+void addProgramResults(const LoadedPlan &plan, ParamStore &params,
+                       GridComm *grid, Backend &backend,
+                       const std::string &name, const Batch &batch,
+                       SafetensorsWriter &writer) {
+  ProgramRunner runner(plan, name, params, grid, backend);
+  runner.setInput(plan::InputKind::Tokens, batch.tokens);
+  if (runner.hasInput(plan::InputKind::Targets))
+    runner.setInput(plan::InputKind::Targets, batch.targets);
+  runner.run();
+  const auto *names = plan.program(name)->result_names();
+  for (size_t i = 0; i < runner.numResults(); ++i) {
+    std::vector<int64_t> shape = runner.resultShape(i);
+    std::string key = names && i < names->size()
+                          ? names->Get(i)->str()
+                          : name + ".result" + std::to_string(i);
+    // A gradient is named after its parameter and takes its file shape.
+    for (const plan::Param *param : *plan.plan().params())
+      if (param->name()->str() == key)
+        shape = fileShape(*param);
+    writer.addF32(key, shape, runner.result(i));
+  }
 }
 
 } // namespace tpc::runtime

@@ -202,4 +202,43 @@ void RunReport::write(const std::string &path) const {
                 "\n");
 }
 
+void RunReport::setRebalance(const RebalanceOptions &options,
+                             const std::vector<std::string> &slow,
+                             const TrainResult &result) {
+  nlohmann::ordered_json json;
+  json["policy"] = rebalancePolicyName(options.policy);
+  json["slow"] = slow;
+  json["window"] = options.window;
+  json["patience"] = options.patience;
+  json["threshold"] = options.threshold;
+  json["min_gain"] = options.minGain;
+  json["rank_speeds"] = options.rankSpeeds;
+  nlohmann::ordered_json times = nlohmann::ordered_json::array();
+  for (const Rebalancer::StepTimes &t : result.computeTimes)
+    times.push_back({{"step", t.step}, {"seconds", t.seconds}});
+  json["compute_seconds"] = std::move(times);
+  nlohmann::ordered_json windows = nlohmann::ordered_json::array();
+  for (const Rebalancer::WindowRecord &w : result.rebalanceWindows)
+    windows.push_back({{"step", w.step},
+                       {"slowest_rank", w.slowestRank},
+                       {"imbalance", w.imbalance},
+                       {"fixed_seconds", w.fixedSeconds},
+                       {"speeds", w.speeds}});
+  json["windows"] = std::move(windows);
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  for (const RebalanceEvent &e : result.rebalanceEvents)
+    events.push_back({{"step", e.step},
+                      {"action", e.action},
+                      {"reason", e.reason},
+                      {"slowest_rank", e.slowestRank},
+                      {"imbalance", e.imbalance},
+                      {"speeds", e.speeds},
+                      {"held", e.held},
+                      {"computed", e.computed},
+                      {"bytes_moved", e.bytesMoved},
+                      {"move_seconds", e.seconds}});
+  json["decisions"] = std::move(events);
+  root["rebalance"] = std::move(json);
+}
+
 } // namespace tpc::runtime

@@ -295,11 +295,11 @@ check_error() { # EXPECTED FLAGS...
     { echo "generation: '$expected' not in: $(cat "$work/err.log")" >&2; exit 1; }
   [ "$(wc -l < "$work/err.log")" -eq 1 ]
 }
-check_error "--generate needs one of --prompt TEXT, --prompt-ids IDS and --prompts FILE" --generate 3
+check_error "tp-run generate needs one of --prompt TEXT, --prompt-ids IDS and --prompts FILE" --generate 3
 check_error "--prompt-ids: 'x' is not a token id" --generate 3 --prompt-ids 1,x
 check_error "the prompt: token 1 has id 500, outside the vocabulary of 96" --generate 3 --prompt-ids 1,500
-check_error "--generate runs @forward on its prompt; it does not combine with --steps" --generate 3 --prompt a --steps 2
-check_error "--prompt, --prompt-ids, --prompts, --tokenizer, --sentencepiece, --samples and --no-kv-cache need --generate N" --prompt a --data "$work/tokens.tokens"
+check_error "tp-run generate has no --steps (tp-run train takes it; the flat form ran tp-run generate)" --generate 3 --prompt a --steps 2
+check_error "tp-run eval has no --prompt (tp-run generate takes it; the flat form ran tp-run eval)" --prompt a --data "$work/tokens.tokens"
 printf 'AB\n\nCD\n' > "$work/empty-line.txt"
 check_error "--prompts $work/empty-line.txt: line 2 is empty (one prompt per line)" --generate 3 --prompts "$work/empty-line.txt"
 printf 'A\nB\nC\nD\nE\n' > "$work/five.txt"
@@ -308,5 +308,5 @@ check_error "--prompts makes one sample of each line; it does not combine with -
 check_error "--prompts /dev/zero: is not a regular file (a prompts file is read from one)" --generate 3 --prompts /dev/zero
 check_error "--samples 5: the plan generates 4 sequences at once (tpc-import --batch)" --generate 3 --prompt-ids "$prompt" --samples 5
 check_error "the prompt (5 tokens) and 37 new tokens need 41 positions, but the plan's KV caches hold 40 (tpc-import --kv-cache)" --generate 37 --prompt-ids "$prompt"
-check_error "--program decode: a generation program (it reads positions and KV caches); run it with --generate" --program decode --data "$work/tokens.tokens"
+check_error "--program decode: a generation program (it reads positions and KV caches); run it with tp-run generate" --program decode --data "$work/tokens.tokens"
 echo "past the sequence: 40 tokens; errors: one line each"

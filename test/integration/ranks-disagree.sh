@@ -109,8 +109,8 @@ for output in "--dump $work/d.safetensors" "--dump-grads $work/g.safetensors"; d
     "$work/s8.tpplan" --data "$work/a.tokens" $output -- \
     "$work/s8.tpplan" --data "$work/a.tokens"
 done
-expect print-plan "$(option --print-plan)" \
-  "$work/s8.tpplan" --data "$work/a.tokens" --print-plan -- \
+expect print-plan "$(option "the subcommand")" \
+  "$work/s8.tpplan" --print-plan -- \
   "$work/s8.tpplan" --data "$work/a.tokens"
 # Paths may differ where contents are compared: the same tokens under
 # another name train.

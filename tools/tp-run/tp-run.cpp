@@ -34,6 +34,7 @@
 #include "tpc/runtime/SanitizerDefaults.h"
 #include "tpc/runtime/SentencePiece.h"
 #include "tpc/runtime/Session.h"
+#include "tpc/runtime/TextCodec.h"
 #include "tpc/runtime/Tokenizer.h"
 #include "tpc/runtime/Tokens.h"
 #include "tpc/runtime/Training.h"
@@ -73,10 +74,8 @@ struct Options {
   int64_t offset = 0;
   int64_t repeat = 1;
   int threads = 0;
-  std::string device; // empty: defaultDevice()
-  bool printPlan = false;
-  /// tp-run inspect: the plan need not match the number of ranks.
-  bool anyWorldSize = false;
+  std::string device;   // empty: defaultDevice()
+  bool inspect = false; // print the plan, on any number of ranks
   // Training.
   int64_t steps = 0;
   LearningRateSchedule schedule;
@@ -221,15 +220,46 @@ CLI::Validator numberCheck(bool integer, double min,
       description);
 }
 
+/// Today's flat form, `tp-run PLAN [--steps N | --generate N |
+/// --print-plan] ...`, as the subcommand it names (train, generate with
+/// --max-new-tokens N, inspect; else eval): it keeps working for this
+/// release. The subcommands themselves pass unchanged.
+std::vector<std::string> subcommandForm(int argc, char **argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  static const std::set<std::string> subcommands = {
+      "train", "eval", "generate", "inspect", "--help", "-h"};
+  if (args.size() < 2 || subcommands.count(args[1]))
+    return args;
+  auto given = [&](const std::string &flag) {
+    return std::find_if(args.begin() + 1, args.end(), [&](const auto &arg) {
+      return arg == flag || arg.rfind(flag + "=", 0) == 0;
+    });
+  };
+  std::string mode = "eval";
+  if (auto it = given("--print-plan"); it != args.end()) {
+    args.erase(it);
+    mode = "inspect";
+  } else if (auto it = given("--generate"); it != args.end()) {
+    it->replace(0, std::string("--generate").size(), "--max-new-tokens");
+    mode = "generate";
+  } else if (given("--steps") != args.end()) {
+    mode = "train";
+  }
+  args.insert(args.begin() + 1, mode);
+  return args;
+}
+
 /// The command line, with --help generated from the options below.
 Options parseArgs(int argc, char **argv) {
   Options o;
+  const std::vector<std::string> args = subcommandForm(argc, argv);
   CLI::App app("Runs a tpc plan: tp-run train|eval|generate|inspect PLAN "
                "..., each with only its own options (see tp-run SUBCOMMAND "
                "--help). Under mpirun every rank runs it on the same plan, "
-               "whose grid must have as many ranks. The flat form below "
-               "(tp-run PLAN --steps N ..., the mode from --steps, "
-               "--generate or --print-plan) still works for this release.",
+               "whose grid must have as many ranks. The flat form (tp-run "
+               "PLAN ...: train with --steps, generate with --generate N, "
+               "inspect with --print-plan, else eval) still works for this "
+               "release.",
                "tp-run");
   app.get_formatter()->column_width(34);
   // The options by what they are for; each subcommand takes only its own.
@@ -237,7 +267,7 @@ Options parseArgs(int argc, char **argv) {
     a.add_option("plan", o.plan, "The plan file (.tpplan)");
   };
   auto addData = [&](CLI::App &a) {
-    a.add_option("--data", o.data, "Token file (tpc-tokenize)");
+    return a.add_option("--data", o.data, "Token file (tpc-tokenize)");
   };
   auto addCommon = [&](CLI::App &a) {
     a.add_option("--metrics", o.metrics, "Write metrics JSON here");
@@ -319,15 +349,6 @@ Options parseArgs(int argc, char **argv) {
         ->group(trainingGroup);
     a.add_option("--plot", o.plot, "Draw the loss curve (SVG)")
         ->group(trainingGroup);
-  };
-  auto addGenerateCount = [&](CLI::App &a) {
-    a.add_option("--generate", o.generate,
-                 "Generate N tokens after --prompt: with the plan's @prefill "
-                 "and @decode and their KV caches (tpc-import --kv-cache), "
-                 "else with @forward over the whole prefix each step (past "
-                 "the plan's sequence, its last seq tokens)")
-        ->check(numberCheck(true, 1))
-        ->group("Generation");
   };
   auto addGeneration = [&](CLI::App &a) {
     const char *generationGroup = "Generation";
@@ -440,26 +461,11 @@ Options parseArgs(int argc, char **argv) {
         ->group(mixedGroup);
   };
 
-  // Today's flat form: every option, the mode from --steps, --generate or
-  // --print-plan (kept for one release; the subcommands are the new form).
-  addPlan(app);
-  addData(app);
-  addCommon(app);
-  app.add_flag("--print-plan", o.printPlan, "Print the plan as JSON and exit");
-  addWeights(app, "Evaluation (one batch)");
-  addEvaluation(app);
-  addTraining(app);
-  addResume(app, "Training");
-  addGenerateCount(app);
-  addGeneration(app);
-  addHeldOut(app);
-  addMixed(app);
-
   CLI::App *train =
       app.add_subcommand("train", "Train with @train_step (AdamW, warmup + "
                                   "cosine decay, global-norm clipping)");
   addPlan(*train);
-  addData(*train);
+  addData(*train)->required();
   addCommon(*train);
   addWeights(*train, "Training");
   addTraining(*train);
@@ -471,7 +477,7 @@ Options parseArgs(int argc, char **argv) {
       "eval", "Run @loss (else @forward) on one batch: the loss, the time, "
               "dumps of results and gradients");
   addPlan(*eval);
-  addData(*eval);
+  addData(*eval)->required();
   addCommon(*eval);
   addWeights(*eval, "Evaluation (one batch)");
   addEvaluation(*eval);
@@ -492,8 +498,13 @@ Options parseArgs(int argc, char **argv) {
   CLI::App *inspect = app.add_subcommand(
       "inspect", "Print the plan as JSON (on any number of ranks)");
   addPlan(*inspect);
+  app.require_subcommand(1);
+  if (args.size() < 2)
+    usageError("missing the plan file (usage: tp-run train|eval|generate|"
+               "inspect PLAN ...; see --help)");
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);
+    app.parse(reversed); // CLI11 takes the arguments last first
   } catch (const CLI::CallForHelp &help) {
     std::exit(app.exit(help)); // the help of the subcommand asked about
   } catch (const CLI::ArgumentMismatch &error) {
@@ -507,37 +518,28 @@ Options parseArgs(int argc, char **argv) {
     // An option of another mode given to a subcommand: name the one that
     // takes it.
     for (const CLI::App *sub : app.get_subcommands())
-      for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
+      for (const std::string &arg : args) {
         const std::string flag = arg.substr(0, arg.find('='));
         if (flag.rfind("--", 0) != 0 || sub->get_option_no_throw(flag))
           continue;
         for (const CLI::App *other : app.get_subcommands({}))
           if (other != sub && other->get_option_no_throw(flag))
             usageError("tp-run " + sub->get_name() + " has no " + flag +
-                       " (tp-run " + other->get_name() + " takes it)");
+                       " (tp-run " + other->get_name() + " takes it" +
+                       (args[1] != argv[1]
+                            ? "; the flat form ran tp-run " + sub->get_name()
+                            : std::string()) +
+                       ")");
       }
     usageError(error.what());
   } catch (const CLI::ParseError &error) {
     usageError(error.what());
   }
   o.agreed = agreedOptions(app);
-  if (inspect->parsed()) {
-    o.printPlan = true;
-    o.anyWorldSize = true;
-  }
-
+  o.inspect = inspect->parsed();
   if (o.plan.empty())
-    usageError("missing the plan file (usage: tp-run PLAN --data TOKENS ...; "
-               "see --help)");
-  const bool generating = o.generate > 0;
-  if (!o.printPlan && o.data.empty() && !generating)
-    usageError("--data is required to run a program");
-  bool training = o.steps > 0;
-  if (generating && (training || !o.data.empty() || !o.dump.empty() ||
-                     !o.dumpGrads.empty() || !o.program.empty()))
-    usageError("--generate runs @forward on its prompt; it does not combine "
-               "with --steps, --data, --dump, --dump-grads or --program");
+    usageError("missing the plan file (usage: tp-run train|eval|generate|"
+               "inspect PLAN ...; see --help)");
   std::vector<std::string> promptFlags;
   for (auto [value, flag] : {std::pair{&o.prompt, "--prompt"},
                              {&o.promptIds, "--prompt-ids"},
@@ -547,16 +549,9 @@ Options parseArgs(int argc, char **argv) {
   if (promptFlags.size() > 1)
     usageError(promptFlags[0] + " and " + promptFlags[1] +
                " each give the prompt; give one");
-  if (generating && promptFlags.empty())
-    usageError("--generate needs one of --prompt TEXT, --prompt-ids IDS and "
-               "--prompts FILE");
-  if (!generating &&
-      (!o.prompt.empty() || !o.promptIds.empty() || !o.promptsFile.empty() ||
-       !o.tokenizerJson.empty() || !o.sentencePiece.empty() || o.noKvCache ||
-       o.samples != 1))
-    usageError("--prompt, --prompt-ids, --prompts, --tokenizer, "
-               "--sentencepiece, --samples and --no-kv-cache need --generate "
-               "N");
+  if (generate->parsed() && promptFlags.empty())
+    usageError("tp-run generate needs one of --prompt TEXT, --prompt-ids IDS "
+               "and --prompts FILE");
   if (!o.promptsFile.empty()) {
     if (o.samples != 1)
       usageError("--prompts makes one sample of each line; it does not "
@@ -583,22 +578,11 @@ Options parseArgs(int argc, char **argv) {
   if (!o.tokenizerJson.empty() && !o.sentencePiece.empty())
     usageError("--tokenizer and --sentencepiece both give the tokenizer; "
                "give one");
-  if (!training && !generating &&
-      (!o.checkpointDir.empty() || !o.resume.empty() || !o.plot.empty()))
-    usageError("--checkpoint-dir, --resume and --plot need --steps");
-  if (generating && (!o.checkpointDir.empty() || !o.plot.empty()))
-    usageError("--checkpoint-dir and --plot need --steps");
-  if (training && (!o.dump.empty() || !o.dumpGrads.empty() ||
-                   !o.program.empty() || o.repeat != 1))
-    usageError("--dump, --dump-grads, --program and --repeat evaluate one "
-               "batch; they do not combine with --steps");
   if (o.checkpointEvery > 0 && o.checkpointDir.empty())
     usageError("--checkpoint-every needs --checkpoint-dir");
   if (!o.weights.empty() && !o.resume.empty())
     usageError("--weights and --resume both set the parameters; give one");
   const bool heldOut = !o.evalData.empty() || o.evalFraction.has_value();
-  if (o.evalEvery > 0 && !training)
-    usageError("--eval-every evaluates during training; it needs --steps");
   if (o.evalEvery > 0 && !heldOut)
     usageError("--eval-every needs held-out tokens: --eval-data FILE or "
                "--eval-fraction F");
@@ -612,8 +596,6 @@ Options parseArgs(int argc, char **argv) {
     usageError("--eval-fraction must be above 0");
   o.rebalanceOptions.policy = parseRebalancePolicy(o.rebalance);
   o.rebalanceOptions.slow = parseSlowdowns(o.slow);
-  if (!training && rebalancingAsked(o))
-    usageError("--rebalance, --slow and --rank-speeds need --steps");
   return o;
 }
 
@@ -642,31 +624,6 @@ struct Prepared {
   std::unique_ptr<CheckpointDirLock> checkpointLock;
 };
 
-/// Runs `name` on one batch and adds its results to `writer` under the
-/// plan's result names ("logits", "loss", a gradient's parameter name).
-void dumpProgram(Session &session, const std::string &name, const Batch &batch,
-                 SafetensorsWriter &writer) {
-  const LoadedPlan &plan = session.plan();
-  ProgramRunner runner(plan, name, session.params(), &session.grid(),
-                       session.backend());
-  runner.setInput(tpc::plan::InputKind::Tokens, batch.tokens);
-  if (runner.hasInput(tpc::plan::InputKind::Targets))
-    runner.setInput(tpc::plan::InputKind::Targets, batch.targets);
-  runner.run();
-  const auto *names = plan.program(name)->result_names();
-  for (size_t i = 0; i < runner.numResults(); ++i) {
-    std::vector<int64_t> shape = runner.resultShape(i);
-    std::string key = names && i < names->size()
-                          ? names->Get(i)->str()
-                          : name + ".result" + std::to_string(i);
-    // A gradient is named after its parameter and takes its file shape.
-    for (const tpc::plan::Param *param : *plan.plan().params())
-      if (param->name()->str() == key)
-        shape = fileShape(*param);
-    writer.addF32(key, shape, runner.result(i));
-  }
-}
-
 int evaluate(const Options &o, Prepared &p) {
   const LoadedPlan &plan = p.plan;
   ParamStore &params = p.params;
@@ -679,7 +636,8 @@ int evaluate(const Options &o, Prepared &p) {
       !plan.wholeInputShape(name, tpc::plan::InputKind::Positions).empty())
     throw std::invalid_argument("--program " + name +
                                 ": a generation program (it reads positions "
-                                "and KV caches); run it with --generate");
+                                "and KV caches); run it with tp-run "
+                                "generate");
   std::optional<Evaluator> evaluator;
   try {
     evaluator.emplace(plan, params, &session.grid(), session.backend(), name);
@@ -707,13 +665,15 @@ int evaluate(const Options &o, Prepared &p) {
     SafetensorsWriter writer;
     for (const char *program : {"forward", "loss"})
       if (plan.program(program))
-        dumpProgram(*p.session, program, window, writer);
+        addProgramResults(p.plan, p.params, &p.session->grid(),
+                          p.session->backend(), program, window, writer);
     if (isFirstRank())
       writer.write(o.dump);
   }
   if (!o.dumpGrads.empty()) {
     SafetensorsWriter writer;
-    dumpProgram(*p.session, "gradients", window, writer);
+    addProgramResults(p.plan, p.params, &p.session->grid(),
+                      p.session->backend(), "gradients", window, writer);
     if (isFirstRank())
       writer.write(o.dumpGrads);
   }
@@ -729,46 +689,6 @@ int evaluate(const Options &o, Prepared &p) {
       report.write(o.metrics);
   }
   return 0;
-}
-
-/// The policy, every rank's compute seconds per step (exchanged every
-/// window) and every re-plan with its reason, blocks and cost.
-nlohmann::ordered_json rebalanceJson(const Options &o,
-                                     const TrainResult &result) {
-  nlohmann::ordered_json json;
-  json["policy"] = o.rebalance;
-  json["slow"] = o.slow;
-  json["window"] = o.rebalanceOptions.window;
-  json["patience"] = o.rebalanceOptions.patience;
-  json["threshold"] = o.rebalanceOptions.threshold;
-  json["min_gain"] = o.rebalanceOptions.minGain;
-  json["rank_speeds"] = o.rebalanceOptions.rankSpeeds;
-  nlohmann::ordered_json times = nlohmann::ordered_json::array();
-  for (const Rebalancer::StepTimes &t : result.computeTimes)
-    times.push_back({{"step", t.step}, {"seconds", t.seconds}});
-  json["compute_seconds"] = std::move(times);
-  nlohmann::ordered_json windows = nlohmann::ordered_json::array();
-  for (const Rebalancer::WindowRecord &w : result.rebalanceWindows)
-    windows.push_back({{"step", w.step},
-                       {"slowest_rank", w.slowestRank},
-                       {"imbalance", w.imbalance},
-                       {"fixed_seconds", w.fixedSeconds},
-                       {"speeds", w.speeds}});
-  json["windows"] = std::move(windows);
-  nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  for (const RebalanceEvent &e : result.rebalanceEvents)
-    events.push_back({{"step", e.step},
-                      {"action", e.action},
-                      {"reason", e.reason},
-                      {"slowest_rank", e.slowestRank},
-                      {"imbalance", e.imbalance},
-                      {"speeds", e.speeds},
-                      {"held", e.held},
-                      {"computed", e.computed},
-                      {"bytes_moved", e.bytesMoved},
-                      {"move_seconds", e.seconds}});
-  json["decisions"] = std::move(events);
-  return json;
 }
 
 int trainRun(const Options &o, Prepared &p) {
@@ -834,7 +754,7 @@ int trainRun(const Options &o, Prepared &p) {
                                " tokens of " + o.data
                          : o.evalData;
     if (rebalancingAsked(o))
-      report.json()["rebalance"] = rebalanceJson(o, result);
+      report.setRebalance(o.rebalanceOptions, o.slow, result);
     report.setCommunication(p.session->grid().stats(),
                             int64_t(result.records.size()));
     report.setOps(result.opStats);
@@ -870,11 +790,9 @@ std::unique_ptr<Prepared> prepare(const Options &o) {
   if (o.threads)
     cpu::setNumThreads(o.threads);
   checkOutputs(o);
-  if (o.printPlan) {
+  if (o.inspect) {
     // Shown, not run: no device, grid or parameters.
-    LoadedPlan::load(o.plan,
-                     o.anyWorldSize ? kAnyWorldSize : Comm::world().size())
-        .printJson(std::cout);
+    LoadedPlan::load(o.plan, kAnyWorldSize).printJson(std::cout);
     return nullptr;
   }
   auto session = std::make_unique<Session>(
@@ -974,37 +892,21 @@ int generateRun(const Options &o, Prepared &p) {
   if (!o.resume.empty())
     readCheckpoint(o.resume, p.plan, p.params);
   // The prompt's and the output's tokenizer.
-  std::optional<BpeTokenizer> bpe;
-  std::optional<SentencePieceTokenizer> spm;
-  if (!o.tokenizerJson.empty())
-    bpe.emplace(BpeTokenizer::loadTokenizerJson(o.tokenizerJson));
-  if (!o.sentencePiece.empty())
-    spm.emplace(SentencePieceTokenizer::load(o.sentencePiece));
-  auto encode = [&](const std::string &text) {
-    return bpe   ? bpe->encode(text)
-           : spm ? spm->encode(text)
-                 : encodeBytes(text);
-  };
+  const TextCodec codec = TextCodec::open(o.tokenizerJson, o.sentencePiece);
   std::vector<int32_t> context;
   if (!o.promptIds.empty()) {
-    std::stringstream ids(o.promptIds);
-    for (std::string id; std::getline(ids, id, ',');) {
-      int64_t value = -1;
-      auto [end, error] =
-          std::from_chars(id.data(), id.data() + id.size(), value);
-      if (error != std::errc() || end != id.data() + id.size() || value < 0 ||
-          value > std::numeric_limits<int32_t>::max())
-        throw std::invalid_argument("--prompt-ids: '" + id +
-                                    "' is not a token id");
-      context.push_back(int32_t(value));
+    try {
+      context = parseTokenIds(o.promptIds);
+    } catch (const std::invalid_argument &error) {
+      throw std::invalid_argument(std::string("--prompt-ids: ") + error.what());
     }
   } else if (!o.prompt.empty()) {
-    context = encode(o.prompt);
+    context = codec.encode(o.prompt);
   }
   // One prompt per sample: --prompts' lines, or the prompt --samples times.
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string &line : o.promptLines)
-    prompts.push_back(encode(line));
+    prompts.push_back(codec.encode(line));
   if (prompts.empty())
     prompts.assign(size_t(o.samples), context);
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -1017,16 +919,7 @@ int generateRun(const Options &o, Prepared &p) {
     if (prompts[i].empty())
       throw std::invalid_argument(what + " has no tokens");
   }
-  auto decode = [&](std::span<const int32_t> ids) {
-    if (bpe)
-      return bpe->decode(ids);
-    if (spm)
-      return spm->decode(ids);
-    std::string text;
-    for (int32_t id : ids)
-      text += id < 256 ? char(id) : '?';
-    return text;
-  };
+  auto decode = [&](std::span<const int32_t> ids) { return codec.decode(ids); };
 
   Generator generator = p.session->generator();
   GenerationRequest request;

@@ -1,7 +1,7 @@
 // A sharded parameter keeps its global shape and its split in the plan;
 // tensors are local; collectives carry their grid axes and dimension.
 // RUN: tpc-opt %s --tp-pipeline="train=false" -o %t.tpplan
-// RUN: not tp-run %t.tpplan --print-plan 2>&1 | FileCheck %s --check-prefix=WORLD
+// RUN: not tp-run eval %t.tpplan --data %t.none 2>&1 | FileCheck %s --check-prefix=WORLD
 // WORLD: has 2 ranks, but 1 is running
 // RUN: env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe tp-run %t.tpplan --print-plan > %t.json
 // RUN: %json %t.json grid params.0 programs.0.tensors.0 programs.0.steps.1 | FileCheck %s

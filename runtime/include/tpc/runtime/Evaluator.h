@@ -23,6 +23,17 @@ struct BatchRun {
   double medianSeconds() const;
 };
 
+class SafetensorsWriter;
+struct Batch;
+
+/// Runs `program` once on `batch` and adds its results to `writer` under
+/// the plan's result names ("logits", "loss"; a gradient under its
+/// parameter's name, in the parameter's file shape). Collective.
+void addProgramResults(const LoadedPlan &plan, ParamStore &params,
+                       GridComm *grid, Backend &backend,
+                       const std::string &program, const Batch &batch,
+                       SafetensorsWriter &writer);
+
 class Evaluator {
 public:
   /// Runs `program` ("loss" or "forward"; a generation program, which reads

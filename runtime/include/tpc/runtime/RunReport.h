@@ -46,6 +46,12 @@ public:
   void setTraining(const LoadedPlan &plan, const TrainConfig &config,
                    const TrainResult &result, int64_t steps, double seconds);
   /// One batch's run of `program`.
+  /// The `rebalance` section: the policy and its settings (`slow`: the
+  /// emulated stragglers as given), every rank's compute seconds per step,
+  /// every window and every re-plan with its reason, blocks and cost.
+  void setRebalance(const RebalanceOptions &options,
+                    const std::vector<std::string> &slow,
+                    const TrainResult &result);
   void setBatch(const std::string &program, const BatchRun &run,
                 uint64_t arenaBytes, uint64_t paramBytes, uint64_t inputBytes);
   /// A generation: every sample (`decode` turns ids into text), the
