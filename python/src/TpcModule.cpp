@@ -54,23 +54,11 @@ int localRank() {
   return value ? std::atoi(value) : 0;
 }
 
-/// Runs `check` on every rank and agrees on the outcome: a rank whose check
-/// threw raises its message, the others raise naming that another rank
-/// failed. Nothing collective may run inside `check`.
+/// Runs `check` on every rank and agrees on the outcome (runTogether): a
+/// rank whose check threw raises its message, the others raise naming that
+/// another rank failed. Nothing collective may run inside `check`.
 template <typename F> void agreeThat(F &&check) {
-  const Comm &world = Comm::world();
-  std::exception_ptr failure;
-  try {
-    check();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  if (world.allSucceeded(!failure))
-    return;
-  if (failure)
-    std::rethrow_exception(failure);
-  throw std::runtime_error("another rank failed (its error says why); "
-                           "every rank must make the same calls");
+  runTogether(Comm::world(), check);
 }
 
 /// Every rank must pass the same value (the same batch, prompts, paths).

@@ -62,6 +62,23 @@ TEST(CommWorld, AllSucceeded) {
   EXPECT_EQ(world().allSucceeded(world().rank() != world().size() - 1), false);
 }
 
+// A failure on one rank stops every rank together: that rank sees its own
+// error, the others AnotherRankFailed; when all succeed nothing is thrown.
+TEST(CommWorld, RunTogether) {
+  int ran = 0;
+  EXPECT_NO_THROW(runTogether(world(), [&] { ++ran; }));
+  EXPECT_EQ(ran, 1);
+  const bool failing = world().rank() == world().size() - 1;
+  auto failOnLastRank = [&] {
+    if (failing)
+      throw std::invalid_argument("bad flag on the last rank");
+  };
+  if (failing)
+    EXPECT_THROW(runTogether(world(), failOnLastRank), std::invalid_argument);
+  else
+    EXPECT_THROW(runTogether(world(), failOnLastRank), AnotherRankFailed);
+}
+
 TEST(GridCommErrors, GridSizeMustEqualWorldSize) {
   const int n = world().size();
   EXPECT_EQ(errorOf({n + 1}), "the plan's grid [" + std::to_string(n + 1) +

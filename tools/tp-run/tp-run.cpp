@@ -1023,24 +1023,17 @@ int main(int argc, char **argv) {
   // Each start-up stage ends with the ranks agreeing that all of them got
   // through it: one that failed alone would leave the others waiting in a
   // collective.
-  auto startedTogether = [&](bool ok) {
-    if (world.allSucceeded(ok))
+  auto startTogether = [&](auto &&stage) {
+    try {
+      runTogether(world, stage);
       return true;
-    if (ok)
-      std::cerr << ("tp-run: error: rank " + std::to_string(world.rank()) +
-                    ": stopping: another rank failed to start\n")
-                << std::flush;
-    return false;
+    } catch (const std::exception &error) {
+      printError(world, error);
+      return false;
+    }
   };
   Options options;
-  bool ok = true;
-  try {
-    options = parseArgs(argc, argv);
-  } catch (const std::exception &error) {
-    printError(world, error);
-    ok = false;
-  }
-  if (!startedTogether(ok))
+  if (!startTogether([&] { options = parseArgs(argc, argv); }))
     return 1;
   // Before anything a rank may do alone (print the plan, write a file):
   // every option, one collective each, so the message names the one that
@@ -1057,13 +1050,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   std::unique_ptr<Prepared> prepared;
-  try {
-    prepared = prepare(options);
-  } catch (const std::exception &error) {
-    printError(world, error);
-    ok = false;
-  }
-  if (!startedTogether(ok))
+  if (!startTogether([&] { prepared = prepare(options); }))
     return 1;
   if (!prepared)
     return 0; // --print-plan

@@ -43,9 +43,11 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,34 @@ private:
 /// std::_Exit. A rank that fails after collectives may have begun must use
 /// this instead of returning, or the other ranks hang.
 [[noreturn]] void abortAll(int code);
+
+/// What a rank whose own work succeeded throws from runTogether when
+/// another rank's failed.
+struct AnotherRankFailed : std::runtime_error {
+  AnotherRankFailed()
+      : std::runtime_error("stopping: another rank failed (its error says "
+                           "why)") {}
+};
+
+/// Runs `work` on this rank, where a failure may happen on some ranks only
+/// (a flag, file or plan one rank cannot read), then agrees on the outcome
+/// over `world`, so that every rank stops together instead of some waiting
+/// in a collective: returns when every rank succeeded, rethrows this rank's
+/// exception, and throws AnotherRankFailed on a rank that succeeded while
+/// another failed. `work` must not communicate.
+template <typename F> void runTogether(const Comm &world, F &&work) {
+  std::exception_ptr failure;
+  try {
+    work();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (world.allSucceeded(!failure))
+    return;
+  if (failure)
+    std::rethrow_exception(failure);
+  throw AnotherRankFailed();
+}
 
 /// Totals of one kind of collective (accounting rule above).
 struct CommStats {
