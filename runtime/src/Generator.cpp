@@ -102,6 +102,15 @@ void checkSamples(const Progress &out, int64_t batch) {
 
 } // namespace
 
+void GenerationLog::contextCropped(int64_t token, int64_t positions) {
+  out << "note: from token " << token
+      << " on, a context is longer than @forward's " << positions
+      << " positions: each step sees its last " << positions
+      << " tokens only, where HuggingFace sees them all (the KV caches of "
+         "tpc-import --kv-cache keep them)\n"
+      << std::flush;
+}
+
 Generator::Generator(const LoadedPlan &plan, ParamStore &params, GridComm *grid,
                      Backend &backend)
     : plan(plan), params(params), grid(grid), backend(backend) {}

@@ -36,6 +36,34 @@ int64_t evaluationBatches(int64_t evalTokens, int64_t tokensPerStep,
   return batches;
 }
 
+HeldOut holdOut(const LoadedPlan &plan, std::vector<int32_t> &stream,
+                std::optional<double> fraction, std::vector<int32_t> given,
+                std::optional<int64_t> evalTokens, const std::string &source) {
+  HeldOut held;
+  if (fraction) {
+    const auto count = size_t(std::llround(*fraction * double(stream.size())));
+    held.tokens.assign(stream.end() - std::ptrdiff_t(count), stream.end());
+    stream.resize(stream.size() - count);
+  } else {
+    held.tokens = std::move(given);
+  }
+  const std::vector<int64_t> tokens =
+      plan.wholeInputShape("train_step", plan::InputKind::Tokens);
+  const int64_t tokensPerStep = tokens.size() == 2 ? tokens[0] * tokens[1] : 0;
+  if (tokensPerStep <= 0)
+    throw std::runtime_error("the plan's train_step has no [batch, seq] "
+                             "tokens input");
+  try {
+    held.batches =
+        evaluationBatches(evalTokens.value_or(4 * tokensPerStep), tokensPerStep,
+                          int64_t(held.tokens.size()));
+    batchOffset(1, int64_t(stream.size()), tokensPerStep);
+  } catch (const std::runtime_error &error) {
+    throw std::runtime_error(source + ": " + error.what());
+  }
+  return held;
+}
+
 void ProgressLog::started(const Backend &backend) {
   out << "device: " << backend.name()
       << " (collectives: " << backend.collectivePath() << ")\n"

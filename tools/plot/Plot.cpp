@@ -281,4 +281,23 @@ void writeLossCurveSvg(const std::string &path,
   writeFileAtomically(path, svg);
 }
 
+void writeTrainingCurvesSvg(const std::string &path,
+                            const runtime::TrainResult &result) {
+  std::vector<int64_t> steps, evalSteps;
+  std::vector<double> losses, evalLosses;
+  for (const runtime::StepRecord &r : result.records)
+    if (std::isfinite(r.loss)) {
+      steps.push_back(r.step);
+      losses.push_back(r.loss);
+    }
+  for (const runtime::EvalRecord &e : result.evals) {
+    evalSteps.push_back(e.step);
+    evalLosses.push_back(e.loss);
+  }
+  writeLossCurveSvg(path, steps, losses,
+                    evalSteps.empty() ? "training loss"
+                                      : "training and validation loss",
+                    evalSteps, evalLosses);
+}
+
 } // namespace tpc::tools

@@ -1,6 +1,8 @@
 // Loss-curve plots as self-contained SVG files.
 #pragma once
 
+#include "tpc/runtime/Training.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,5 +27,10 @@ void writeLossCurveSvg(const std::string &path,
                        const std::string &title,
                        const std::vector<int64_t> &evalSteps = {},
                        const std::vector<double> &evalLosses = {});
+
+/// A training run's loss curve (the finite losses: a run stopped by a NaN
+/// ends before it) and its held-out losses, if any.
+void writeTrainingCurvesSvg(const std::string &path,
+                            const runtime::TrainResult &result);
 
 } // namespace tpc::tools

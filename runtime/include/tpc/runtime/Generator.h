@@ -11,6 +11,7 @@
 #include "tpc/runtime/Sampling.h"
 
 #include <cstdint>
+#include <ostream>
 #include <vector>
 
 namespace tpc::runtime {
@@ -65,6 +66,17 @@ public:
   /// longer than @forward's `positions`: each step sees only the last
   /// `positions` tokens, where HuggingFace sees them all.
   virtual void contextCropped(int64_t token, int64_t positions) {}
+};
+
+/// tp-run's generation notes ("note: from token N on, a context is longer
+/// than @forward's P positions ..."), to `out`.
+class GenerationLog : public GenerationObserver {
+public:
+  explicit GenerationLog(std::ostream &out) : out(out) {}
+  void contextCropped(int64_t token, int64_t positions) override;
+
+private:
+  std::ostream &out;
 };
 
 class Generator {

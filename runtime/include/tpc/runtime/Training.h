@@ -83,6 +83,23 @@ int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep);
 int64_t evaluationBatches(int64_t evalTokens, int64_t tokensPerStep,
                           int64_t streamTokens);
 
+/// Held-out tokens for the evaluation during training
+/// (TrainConfig::evalStream) and the batches each evaluation runs.
+struct HeldOut {
+  std::vector<int32_t> tokens;
+  int64_t batches = 0;
+};
+
+/// With `fraction`, the last fraction of `stream` (whole tokens), removed
+/// from it so training never sees them; else `given` (a held-out token
+/// file's). Each evaluation runs the batches of @train_step's tokens that
+/// hold `evalTokens` (default 4 batches), checked against the held-out
+/// tokens, as is one training step against what remains of `stream`.
+/// Errors name `source`.
+HeldOut holdOut(const LoadedPlan &plan, std::vector<int32_t> &stream,
+                std::optional<double> fraction, std::vector<int32_t> given,
+                std::optional<int64_t> evalTokens, const std::string &source);
+
 /// One finished step, as a progress line shows it.
 struct StepProgress {
   int64_t steps = 0; // the run's last step
