@@ -10,6 +10,12 @@ GridComm &commOf(const Dispatch &d) {
   return *d.comm;
 }
 
+CollectiveChannel &channelOf(const Dispatch &d) {
+  if (!d.channel)
+    throw std::runtime_error("a collective step needs a channel");
+  return *d.channel;
+}
+
 std::vector<int> groupAxes(const Dispatch &d) {
   return {d.ints().begin(), d.ints().end()};
 }

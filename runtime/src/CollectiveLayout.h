@@ -7,6 +7,7 @@
 #pragma once
 
 #include "tpc/runtime/Backend.h"
+#include "tpc/runtime/CollectiveChannel.h"
 #include "tpc/runtime/Comm.h"
 
 #include <array>
@@ -18,6 +19,12 @@ namespace tpc::runtime {
 
 /// The step's communicator; throws if the run has none.
 GridComm &commOf(const Dispatch &d);
+/// The channel a step that exchanges data moves it over.
+CollectiveChannel &channelOf(const Dispatch &d);
+/// The wire type of elements of type T: float f32, uint16_t bf16 bits.
+template <typename T> constexpr WireType wireOf() {
+  return sizeof(T) == sizeof(float) ? WireType::F32 : WireType::BF16;
+}
 /// The grid axes the step's group spans (its ints).
 std::vector<int> groupAxes(const Dispatch &d);
 

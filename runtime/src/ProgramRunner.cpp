@@ -18,7 +18,9 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
                              ParamStore &params, GridComm *comm,
                              Backend &backend)
     : plan(&loaded.plan()), program(loaded.program(name)), params(params),
-      comm(comm), backend(backend) {
+      comm(comm),
+      hostChannel(comm ? std::make_unique<MpiChannel>(*comm) : nullptr),
+      backend(backend) {
   if (!program)
     throw PlanError("the plan has no program '" + name + "'");
   arena = backend.allocate(program->arena_bytes());
@@ -267,8 +269,8 @@ void ProgramRunner::updateShapes() {
   layoutVersion = params.layoutVersion();
 }
 
-Dispatch ProgramRunner::dispatchOf(const plan::Step &step,
-                                   StepBindings &bound) const {
+Dispatch ProgramRunner::dispatchOf(const plan::Step &step, StepBindings &bound,
+                                   bool native) const {
   // The loader checked the arity against the op table.
   const size_t numOperands = step.operands()->size(),
                numResults = step.results()->size();
@@ -276,10 +278,15 @@ Dispatch ProgramRunner::dispatchOf(const plan::Step &step,
     bound.operands[i] = bindings[step.operands()->Get(i)];
   for (size_t i = 0; i < numResults; ++i)
     bound.results[i] = bindings[step.results()->Get(i)];
+  CollectiveChannel *channel = hostChannel.get();
+  if (native && backend.channel())
+    channel = backend.channel();
   return {step,
           {bound.operands.data(), numOperands},
           {bound.results.data(), numResults},
-          comm};
+          comm,
+          /*bf16Products=*/false,
+          channel};
 }
 
 bool ProgramRunner::runRecorded() {
@@ -304,7 +311,7 @@ bool ProgramRunner::runRecorded() {
     recorded = backend.record([&] {
       StepBindings bound;
       for (const plan::Step *step : *program->steps())
-        backend.enqueue(dispatchOf(*step, bound));
+        backend.enqueue(dispatchOf(*step, bound, /*native=*/true));
     });
     recordedStorage = std::move(storage);
     recordedTraffic.clear();
@@ -348,17 +355,20 @@ void ProgramRunner::run() {
   StepBindings bound;
   for (const plan::Step *step : *program->steps()) {
     const bool native = backend.runsNatively(*step);
-    timer->time(
-        stepIndex++, steps, *step,
-        native && backend.exchangesOutsideGrid() && stepExchanges(*step), [&] {
-          const Dispatch dispatch = dispatchOf(*step, bound);
-          if (native) {
-            backend.enqueue(dispatch);
-            backend.synchronize();
-          } else {
-            staged->run(dispatch);
-          }
-        });
+    const Dispatch dispatch = dispatchOf(*step, bound, native);
+    // A device's own transport waits off the host: the step's time counts
+    // as waiting (CollectiveChannel::waitsOnHost).
+    const bool deviceExchange = dispatch.channel &&
+                                !dispatch.channel->waitsOnHost() &&
+                                stepExchanges(*step);
+    timer->time(stepIndex++, steps, *step, deviceExchange, [&] {
+      if (native) {
+        backend.enqueue(dispatch);
+        backend.synchronize();
+      } else {
+        staged->run(dispatch);
+      }
+    });
   }
   if (writesParams)
     params.markDeviceWritten();

@@ -51,7 +51,8 @@ void StagedSteps::run(const Dispatch &d) {
                {operands.data(), d.operands.size()},
                {results.data(), d.results.size()},
                d.comm,
-               d.bf16Products});
+               d.bf16Products,
+               d.channel});
   cpu.synchronize();
   if (info.async == AsyncRole::Starts) {
     // MPI sends from the operand's copy and receives into the result's

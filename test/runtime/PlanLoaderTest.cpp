@@ -1,6 +1,7 @@
 // The plan loader against real flatbuffers plans built here: one valid plan,
 // then one mutation per check the loader makes, plus truncations and byte
 // flips that must always end in a PlanError, never a crash.
+#include "tpc/runtime/CollectiveChannel.h"
 #include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Executor.h"
 #include "tpc/runtime/OpTable.h"
@@ -1056,7 +1057,9 @@ public:
     memory().download(host, device, bytes);
   }
   bool runsNatively(const fb::Step &) const override { return true; }
-  bool exchangesOutsideGrid() const override { return ownTransport; }
+  CollectiveChannel *channel() override {
+    return ownTransport ? &transport : nullptr;
+  }
   void enqueue(const Dispatch &d) override {
     Queued step{&d.step,
                 {d.operands.begin(), d.operands.end()},
@@ -1087,6 +1090,37 @@ public:
   double exchangeSeconds = 0;
 
 private:
+  /// A device's own transport (queued all-reduces run in Queued::run): only
+  /// where it waits matters here.
+  struct DeviceTransport final : CollectiveChannel {
+    std::string_view transport() const override { return "device"; }
+    bool waitsOnHost() const override { return false; }
+    [[noreturn]] static void unused() {
+      throw std::logic_error("QueueingBackend moves its own data");
+    }
+    void allReduceSum(const std::vector<int> &, WireType, void *,
+                      size_t) override {
+      unused();
+    }
+    void allGather(const std::vector<int> &, WireType, const void *, void *,
+                   size_t) override {
+      unused();
+    }
+    void reduceScatterSum(const std::vector<int> &, WireType, const void *,
+                          void *, size_t) override {
+      unused();
+    }
+    void allToAll(const std::vector<int> &, WireType, const void *, void *,
+                  size_t) override {
+      unused();
+    }
+    void startShift(const std::vector<int> &, WireType, const void *, void *,
+                    size_t) override {
+      unused();
+    }
+    void finishShift(const void *) override { unused(); }
+  } transport;
+
   static Backend &memory() { return stagedTestBackend(); }
   struct Queued {
     const fb::Step *step;

@@ -74,8 +74,8 @@ std::vector<float> gatheredCrossEntropyStats(const Dispatch &d,
   cpu::crossEntropyBlockStats(d.operands[0].f32(), tokens, vocab, block.first,
                               block.blocks * vocab, d.operands[1].i32(),
                               stats.data());
-  std::vector<int> axes(d.ints().begin(), d.ints().end());
-  d.comm->allGather(axes, stats, gathered);
+  channelOf(d).allGather(groupAxes(d), WireType::F32, stats.data(),
+                         gathered.data(), stats.size());
   return gathered;
 }
 
@@ -165,7 +165,8 @@ cpu::RowGather featureGather(const Dispatch &d) {
     blocks *= d.comm->shape()[axis];
   return [&d, axes, blocks](const std::vector<float> &local, int64_t) {
     std::vector<float> gathered(local.size() * size_t(blocks));
-    d.comm->allGather(axes, local, gathered);
+    channelOf(d).allGather(axes, WireType::F32, local.data(), gathered.data(),
+                           local.size());
     return gathered;
   };
 }
@@ -594,8 +595,8 @@ public:
     if (d.ints().empty())
       return stats;
     std::vector<float> gathered(stats.size() * size_t(block.blocks));
-    std::vector<int> axes(d.ints().begin(), d.ints().end());
-    d.comm->allGather(axes, stats, gathered);
+    channelOf(d).allGather(groupAxes(d), WireType::F32, stats.data(),
+                           gathered.data(), stats.size());
     return gathered;
   }
 
@@ -694,7 +695,8 @@ template <typename T> struct AllReduce {
   static void run(const Dispatch &d) {
     const TensorBinding &in = d.operands[0], &out = d.results[0];
     copyIfMoved(in, out);
-    commOf(d).allReduceSum(groupAxes(d), spanOf<T>(out));
+    channelOf(d).allReduceSum(groupAxes(d), wireOf<T>(), out.data,
+                              size_t(out.elements));
   }
 };
 
@@ -707,8 +709,8 @@ template <typename T> struct AllGather {
     const int64_t n = comm.group(axes).size;
     auto [outer, size, inner] = around(in.shape, d.step.dim());
     std::vector<T> gathered(size_t(n * in.elements));
-    comm.allGather(axes, std::span<const T>(spanOf<T>(in)),
-                   std::span<T>(gathered));
+    channelOf(d).allGather(axes, wireOf<T>(), in.data, gathered.data(),
+                           size_t(in.elements));
     std::vector<int64_t> view = {n, outer, size, inner};
     cpu::transpose(gathered.data(), view, kSwap01, elementsOf<T>(d.results[0]));
   }
@@ -725,7 +727,8 @@ template <typename T> struct ReduceScatter {
     std::vector<int64_t> view = {outer, n, size / n, inner};
     std::vector<T> blocks(size_t(in.elements));
     cpu::transpose(elementsOf<T>(in), view, kSwap01, blocks.data());
-    comm.reduceScatterSum(axes, std::span<const T>(blocks), spanOf<T>(out));
+    channelOf(d).reduceScatterSum(axes, wireOf<T>(), blocks.data(), out.data,
+                                  size_t(out.elements));
   }
 };
 
@@ -748,7 +751,8 @@ template <typename T> struct AllToAll {
     std::vector<T> send(size_t(in.elements)), received(size_t(in.elements));
     cpu::transpose(elementsOf<T>(in), layout.chunked, layout.toFront,
                    send.data());
-    comm.allToAll(axes, std::span<const T>(send), std::span<T>(received));
+    channelOf(d).allToAll(axes, wireOf<T>(), send.data(), received.data(),
+                          send.size());
     cpu::transpose(received.data(), layout.received, layout.fromFront,
                    elementsOf<T>(d.results[0]));
   }
@@ -761,15 +765,16 @@ template <typename T> struct AllToAll {
 
 template <typename T> struct RingShiftStart {
   static void run(const Dispatch &d) {
-    commOf(d).startShift(groupAxes(d),
-                         std::span<const T>(spanOf<T>(d.operands[0])),
-                         spanOf<T>(d.results[0]));
+    if (d.operands[0].elements != d.results[0].elements)
+      throw std::invalid_argument("ring shift: the blocks differ in size");
+    channelOf(d).startShift(groupAxes(d), wireOf<T>(), d.operands[0].data,
+                            d.results[0].data, size_t(d.operands[0].elements));
   }
 };
 
 void ringShiftWait(const Dispatch &d) {
   const TensorBinding &received = d.operands[0], &out = d.results[0];
-  commOf(d).finishShift(received.data);
+  channelOf(d).finishShift(received.data);
   copyIfMoved(received, out);
 }
 

@@ -62,7 +62,7 @@ public:
     return !stepExchanges(step);
   }
   void enqueue(const Dispatch &d) override {
-    RecordedStep step{&d.step, {}, {}, d.comm, d.bf16Products};
+    RecordedStep step{&d.step, {}, {}, d.comm, d.bf16Products, d.channel};
     auto translate = [](const TensorBinding &t) {
       return TensorBinding{t.data ? toHost(t.data) : nullptr, t.shape,
                            t.elements, t.dtype};
@@ -98,8 +98,10 @@ private:
     std::vector<TensorBinding> operands, results;
     GridComm *comm;
     bool bf16Products;
+    CollectiveChannel *channel;
     void run() const {
-      cpuBackend().enqueue({*step, operands, results, comm, bf16Products});
+      cpuBackend().enqueue(
+          {*step, operands, results, comm, bf16Products, channel});
     }
   };
   struct RecordedSteps final : CommandBuffer {

@@ -61,11 +61,16 @@ void check(ncclResult_t result, const char *what) {
                              ncclGetErrorString(result));
 }
 
-/// NCCL communicators over the grid, one per set of axes (as GridComm's
-/// groups): split from one world communicator whose id travels over MPI.
-class NcclGroups {
+/// NCCL between the GPUs of the grid's ranks, one communicator per set of
+/// axes (as GridComm's groups), split from one world communicator whose id
+/// travels over MPI. Collectives queue on the backend's stream; ring shifts
+/// on a stream of their own, joined back by an event at their wait. f32
+/// only: bf16 collectives run on f32 copies (their sums must round once, as
+/// GridComm's do). Traffic is counted in the grid's statistics.
+class NcclChannel final : public CollectiveChannel {
 public:
-  explicit NcclGroups(GridComm &grid) : grid(grid) {
+  NcclChannel(GridComm &grid, cudaStream_t stream)
+      : grid(grid), stream(stream) {
     ncclUniqueId id{};
     if (grid.rank() == 0)
       check(ncclGetUniqueId(&id), "creating the unique id");
@@ -73,16 +78,116 @@ public:
         {reinterpret_cast<std::byte *>(&id), sizeof id}, 0);
     check(ncclCommInitRank(&world, grid.size(), id, grid.rank()),
           "creating the world communicator");
+    check(cudaStreamCreateWithFlags(&shiftStream, cudaStreamNonBlocking),
+          "creating the communication stream");
+    check(cudaEventCreateWithFlags(&shiftReady, cudaEventDisableTiming),
+          "creating an event");
   }
-  ~NcclGroups() {
+  ~NcclChannel() override {
+    for (auto &[buffer, event] : shiftDone)
+      cudaEventDestroy(event);
+    if (shiftReady)
+      cudaEventDestroy(shiftReady);
     for (auto &[axes, comm] : groups)
       ncclCommDestroy(comm);
     if (world)
       ncclCommDestroy(world);
+    if (shiftStream)
+      cudaStreamDestroy(shiftStream);
   }
-  NcclGroups(const NcclGroups &) = delete;
-  NcclGroups &operator=(const NcclGroups &) = delete;
+  NcclChannel(const NcclChannel &) = delete;
+  NcclChannel &operator=(const NcclChannel &) = delete;
 
+  std::string_view transport() const override { return "NCCL"; }
+  bool waitsOnHost() const override { return false; }
+
+  void allReduceSum(const std::vector<int> &axes, WireType type, void *data,
+                    size_t count) override {
+    requireF32(type);
+    grid.countCollective("all_reduce", axes, count);
+    check(ncclAllReduce(data, data, count, ncclFloat, ncclSum, group(axes),
+                        stream),
+          "all-reduce");
+  }
+  void allGather(const std::vector<int> &axes, WireType type, const void *in,
+                 void *out, size_t count) override {
+    requireF32(type);
+    grid.countCollective("all_gather", axes, count * members(axes));
+    check(ncclAllGather(in, out, count, ncclFloat, group(axes), stream),
+          "all-gather");
+  }
+  void reduceScatterSum(const std::vector<int> &axes, WireType type,
+                        const void *in, void *out, size_t count) override {
+    requireF32(type);
+    grid.countCollective("reduce_scatter", axes, count * members(axes));
+    check(ncclReduceScatter(in, out, count, ncclFloat, ncclSum, group(axes),
+                            stream),
+          "reduce-scatter");
+  }
+  void allToAll(const std::vector<int> &axes, WireType type, const void *in,
+                void *out, size_t count) override {
+    requireF32(type);
+    grid.countCollective("all_to_all", axes, count);
+    const size_t n = members(axes), chunk = count / n;
+    const auto *send = static_cast<const float *>(in);
+    auto *received = static_cast<float *>(out);
+    ncclComm_t comm = group(axes);
+    check(ncclGroupStart(), "all-to-all");
+    for (size_t j = 0; j < n; ++j) {
+      check(ncclSend(send + j * chunk, chunk, ncclFloat, int(j), comm, stream),
+            "all-to-all send");
+      check(ncclRecv(received + j * chunk, chunk, ncclFloat, int(j), comm,
+                     stream),
+            "all-to-all receive");
+    }
+    check(ncclGroupEnd(), "all-to-all");
+  }
+  void startShift(const std::vector<int> &axes, WireType type, const void *in,
+                  void *out, size_t count) override {
+    // On the shift stream, after what the compute stream queued so far;
+    // finishShift joins it back.
+    requireF32(type);
+    const CommGroup &g = grid.group(axes);
+    grid.countCollective("ring_shift", axes, count);
+    cudaEvent_t &done = shiftDone[out];
+    if (!done)
+      check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+            "creating an event");
+    check(cudaEventRecord(shiftReady, stream), "ring shift");
+    check(cudaStreamWaitEvent(shiftStream, shiftReady), "ring shift");
+    if (g.size == 1) {
+      if (in != out)
+        check(cudaMemcpyAsync(out, in, count * sizeof(float),
+                              cudaMemcpyDeviceToDevice, stream),
+              "ring shift copy");
+    } else {
+      ncclComm_t comm = group(axes);
+      check(ncclGroupStart(), "ring shift");
+      check(ncclSend(in, count, ncclFloat, (g.rank + 1) % g.size, comm,
+                     shiftStream),
+            "ring shift send");
+      check(ncclRecv(out, count, ncclFloat, (g.rank - 1 + g.size) % g.size,
+                     comm, shiftStream),
+            "ring shift receive");
+      check(ncclGroupEnd(), "ring shift");
+    }
+    check(cudaEventRecord(done, shiftStream), "ring shift");
+  }
+  void finishShift(const void *out) override {
+    auto it = shiftDone.find(out);
+    if (it == shiftDone.end())
+      throw std::logic_error("cuda: a ring shift wait with no shift started");
+    check(cudaStreamWaitEvent(stream, it->second), "ring shift wait");
+  }
+
+private:
+  static void requireF32(WireType type) {
+    if (type != WireType::F32)
+      throw std::logic_error("nccl: bf16 collectives run on f32 copies");
+  }
+  size_t members(const std::vector<int> &axes) {
+    return size_t(grid.group(axes).size);
+  }
   /// The communicator of the group over `axes`, split on first use
   /// (collective over the world: every rank asks in the same order, as the
   /// steps run in the same order).
@@ -102,10 +207,13 @@ public:
     return comm;
   }
 
-private:
   GridComm &grid;
+  cudaStream_t stream;
   ncclComm_t world = nullptr;
   std::map<std::vector<int>, ncclComm_t> groups;
+  cudaStream_t shiftStream = nullptr;
+  cudaEvent_t shiftReady = nullptr;
+  std::map<const void *, cudaEvent_t> shiftDone;
 };
 #endif
 
@@ -196,7 +304,13 @@ public:
     return hasNccl() && exchangesOverNccl[size_t(step.kind())];
   }
   void connect(GridComm &grid) override;
-  bool exchangesOutsideGrid() const override { return hasNccl(); }
+  CollectiveChannel *channel() override {
+#ifdef TPC_HAVE_NCCL
+    return nccl.get();
+#else
+    return nullptr;
+#endif
+  }
   std::string collectivePath() const override {
     return hasNccl() ? "NCCL" : Backend::collectivePath();
   }
@@ -311,13 +425,8 @@ public:
   }
 
 #ifdef TPC_HAVE_NCCL
-  std::unique_ptr<NcclGroups> nccl;
-  /// Ring shifts run on their own stream, so the GEMMs queued between a
-  /// start and its wait overlap them: per receive buffer, the event the
-  /// wait makes the compute stream wait for.
-  cudaStream_t commStream = nullptr;
-  std::map<const std::byte *, cudaEvent_t> shiftDone;
-  cudaEvent_t shiftReady = nullptr;
+  /// The native steps' channel once connect() found a GPU per rank.
+  std::unique_ptr<NcclChannel> nccl;
 #endif
 
 private:
@@ -871,12 +980,8 @@ SplitNormScratch splitNormScratch(CudaBackend &b, const Dispatch &d,
 /// the CPU backend counts its gather of the same statistics.
 void gatherRowStats(CudaBackend &b, const Dispatch &d, const float *local,
                     float *gathered, int64_t floats) {
-  const std::vector<int> axes = groupAxes(d);
-  commOf(d).countCollective(
-      "all_gather", axes, size_t(floats) * size_t(commOf(d).group(axes).size));
-  check(ncclAllGather(local, gathered, size_t(floats), ncclFloat,
-                      b.nccl->group(axes), b.stream),
-        "all-gather of the norm statistics");
+  channelOf(d).allGather(groupAxes(d), WireType::F32, local, gathered,
+                         size_t(floats));
 }
 /// A layer (`beta`) or RMS norm over features split across the step's axes.
 void normSplit(CudaBackend &b, const Dispatch &d, const float *beta) {
@@ -1106,12 +1211,8 @@ BlockStats gatheredBlockStats(CudaBackend &b, const Dispatch &d,
   float *gathered = local + statFloats;
   cuda::crossEntropyBlockStats(f32(d.operands[0]), i32(d.operands[1]), tokens,
                                columns, block.first, local, b.stream);
-  const std::vector<int> axes = groupAxes(d);
-  commOf(d).countCollective("all_gather", axes,
-                            size_t(statFloats) * size_t(block.blocks));
-  check(ncclAllGather(local, gathered, size_t(statFloats), ncclFloat,
-                      b.nccl->group(axes), b.stream),
-        "all-gather of the loss statistics");
+  channelOf(d).allGather(groupAxes(d), WireType::F32, local, gathered,
+                         size_t(statFloats));
   return {rowLoss, gathered};
 }
 #endif
@@ -1421,12 +1522,8 @@ struct DeviceHead {
     if (d.ints().empty())
       return stats;
 #ifdef TPC_HAVE_NCCL
-    const std::vector<int> axes = groupAxes(d);
-    commOf(d).countCollective("all_gather", axes,
-                              size_t(3 * tokens) * size_t(block.blocks));
-    check(ncclAllGather(stats, gathered, size_t(3 * tokens), ncclFloat,
-                        b.nccl->group(axes), b.stream),
-          "all-gather of the loss statistics");
+    channelOf(d).allGather(groupAxes(d), WireType::F32, stats, gathered,
+                           size_t(3 * tokens));
     return gathered;
 #else
     throw std::logic_error("cuda: a vocabulary-parallel head runs staged");
@@ -1594,11 +1691,9 @@ void ringInsert(CudaBackend &b, const Dispatch &d) {
 
 void allReduce(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
-  const std::vector<int> axes = groupAxes(d);
-  commOf(d).countCollective("all_reduce", axes, size_t(out.elements));
-  check(ncclAllReduce(in.data, out.data, size_t(out.elements), ncclFloat,
-                      ncclSum, b.nccl->group(axes), b.stream),
-        "all-reduce");
+  copyIfMoved(b, in, out);
+  channelOf(d).allReduceSum(groupAxes(d), WireType::F32, out.data,
+                            size_t(out.elements));
 }
 
 void allGather(CudaBackend &b, const Dispatch &d) {
@@ -1606,13 +1701,11 @@ void allGather(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
   const std::vector<int> axes = groupAxes(d);
   const int64_t n = commOf(d).group(axes).size;
-  commOf(d).countCollective("all_gather", axes, size_t(out.elements));
   auto [outer, size, inner] = around(in.shape, d.step.dim());
   auto *gathered = static_cast<float *>(
       b.scratch(uint64_t(std::max<int64_t>(out.elements, 1)) * sizeof(float)));
-  check(ncclAllGather(in.data, gathered, size_t(in.elements), ncclFloat,
-                      b.nccl->group(axes), b.stream),
-        "all-gather");
+  channelOf(d).allGather(axes, WireType::F32, in.data, gathered,
+                         size_t(in.elements));
   const std::vector<int64_t> view = {n, outer, size, inner};
   permute(b, cuda::Storage::F32, gathered, view, kSwap01, f32(out));
 }
@@ -1622,79 +1715,43 @@ void reduceScatter(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
   const std::vector<int> axes = groupAxes(d);
   const int64_t n = commOf(d).group(axes).size;
-  commOf(d).countCollective("reduce_scatter", axes, size_t(in.elements));
   auto [outer, size, inner] = around(in.shape, d.step.dim());
   auto *blocks = static_cast<float *>(
       b.scratch(uint64_t(std::max<int64_t>(in.elements, 1)) * sizeof(float)));
   const std::vector<int64_t> view = {outer, n, size / n, inner};
   permute(b, cuda::Storage::F32, f32(in), view, kSwap01, blocks);
-  check(ncclReduceScatter(blocks, out.data, size_t(out.elements), ncclFloat,
-                          ncclSum, b.nccl->group(axes), b.stream),
-        "reduce-scatter");
+  channelOf(d).reduceScatterSum(axes, WireType::F32, blocks, out.data,
+                                size_t(out.elements));
 }
 
 void allToAll(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
   const std::vector<int> axes = groupAxes(d);
   const int64_t n = commOf(d).group(axes).size;
-  commOf(d).countCollective("all_to_all", axes, size_t(in.elements));
   const AllToAllLayout layout =
       allToAllLayout(in.shape, n, d.step.dim(), d.step.target_dim());
   auto *send = static_cast<float *>(b.scratch(
       uint64_t(std::max<int64_t>(2 * in.elements, 1)) * sizeof(float)));
   float *received = send + in.elements;
   permute(b, cuda::Storage::F32, f32(in), layout.chunked, layout.toFront, send);
-  const size_t chunk = size_t(in.elements / n);
-  ncclComm_t comm = b.nccl->group(axes);
-  check(ncclGroupStart(), "all-to-all");
-  for (int64_t j = 0; j < n; ++j) {
-    check(ncclSend(send + size_t(j) * chunk, chunk, ncclFloat, int(j), comm,
-                   b.stream),
-          "all-to-all send");
-    check(ncclRecv(received + size_t(j) * chunk, chunk, ncclFloat, int(j), comm,
-                   b.stream),
-          "all-to-all receive");
-  }
-  check(ncclGroupEnd(), "all-to-all");
+  channelOf(d).allToAll(axes, WireType::F32, send, received,
+                        size_t(in.elements));
   permute(b, cuda::Storage::F32, received, layout.received, layout.fromFront,
           f32(out));
 }
 
-void ringShiftStart(CudaBackend &b, const Dispatch &d) {
-  // On the communication stream, after what the compute stream queued so
-  // far; the wait joins it back.
+/// A ring step overlapping the GEMMs queued before its wait (NcclChannel).
+void ringShiftStart(CudaBackend &, const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &out = d.results[0];
-  const std::vector<int> axes = groupAxes(d);
-  const CommGroup &g = commOf(d).group(axes);
-  commOf(d).countCollective("ring_shift", axes, size_t(in.elements));
-  cudaEvent_t &done = b.shiftDone[out.data];
-  if (!done)
-    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
-          "creating an event");
-  check(cudaEventRecord(b.shiftReady, b.stream), "ring shift");
-  check(cudaStreamWaitEvent(b.commStream, b.shiftReady), "ring shift");
-  if (g.size == 1) {
-    copyIfMoved(b, in, out);
-  } else {
-    ncclComm_t comm = b.nccl->group(axes);
-    check(ncclGroupStart(), "ring shift");
-    check(ncclSend(in.data, size_t(in.elements), ncclFloat,
-                   (g.rank + 1) % g.size, comm, b.commStream),
-          "ring shift send");
-    check(ncclRecv(out.data, size_t(out.elements), ncclFloat,
-                   (g.rank - 1 + g.size) % g.size, comm, b.commStream),
-          "ring shift receive");
-    check(ncclGroupEnd(), "ring shift");
-  }
-  check(cudaEventRecord(done, b.commStream), "ring shift");
+  if (in.elements != out.elements)
+    throw std::invalid_argument("ring shift: the blocks differ in size");
+  channelOf(d).startShift(groupAxes(d), WireType::F32, in.data, out.data,
+                          size_t(in.elements));
 }
 
 void ringShiftWait(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &received = d.operands[0], &out = d.results[0];
-  auto it = b.shiftDone.find(received.data);
-  if (it == b.shiftDone.end())
-    throw std::logic_error("cuda: a ring shift wait with no shift started");
-  check(cudaStreamWaitEvent(b.stream, it->second), "ring shift wait");
+  channelOf(d).finishShift(received.data);
   copyIfMoved(b, received, out);
 }
 #endif
@@ -1951,11 +2008,7 @@ void CudaBackend::connect(GridComm &grid) {
       localRank < devices && !(wanted && wanted == std::string("0"));
   if (!Comm::world().allSucceeded(ownGpu))
     return;
-  nccl = std::make_unique<NcclGroups>(grid);
-  check(cudaStreamCreateWithFlags(&commStream, cudaStreamNonBlocking),
-        "creating the communication stream");
-  check(cudaEventCreateWithFlags(&shiftReady, cudaEventDisableTiming),
-        "creating an event");
+  nccl = std::make_unique<NcclChannel>(grid, stream);
 #else
   (void)grid;
 #endif
@@ -1963,13 +2016,7 @@ void CudaBackend::connect(GridComm &grid) {
 
 CudaBackend::~CudaBackend() {
 #ifdef TPC_HAVE_NCCL
-  for (auto &[buffer, event] : shiftDone)
-    cudaEventDestroy(event);
-  if (shiftReady)
-    cudaEventDestroy(shiftReady);
   nccl.reset();
-  if (commStream)
-    cudaStreamDestroy(commStream);
 #endif
 #ifdef TPC_HAVE_CUDNN
   cudnn.reset();

@@ -22,6 +22,7 @@
 namespace tpc::runtime {
 
 class GridComm;
+class CollectiveChannel;
 
 /// Device memory allocated by a backend; freed when destroyed.
 class Buffer {
@@ -64,6 +65,10 @@ struct Dispatch {
   /// operands): products round their operands, and the probabilities of an
   /// attention, to bf16, as kernels on bf16 tensors do.
   bool bf16Products = false;
+  /// What a step that exchanges data moves it over (the runner's choice:
+  /// the backend's own channel for its native steps, else MPI on the host);
+  /// null without a grid.
+  CollectiveChannel *channel = nullptr;
 
   /// The step's integer attributes; absent is empty.
   std::span<const int64_t> ints() const { return stepInts(step); }
@@ -129,12 +134,10 @@ public:
   /// (NCCL when every rank has a GPU of its own). Without one, steps that
   /// exchange data run staged through the host over MPI.
   virtual void connect(GridComm &grid) { (void)grid; }
-  /// Whether the steps that exchange data which this backend runs natively
-  /// move it over a transport of its own (NCCL), whose waiting GridComm's
-  /// MPI timers cannot see. The executor then counts such a step's whole
-  /// time as waiting for other ranks, as GridComm counts its own
-  /// collectives, so that rebalancing compares compute alone.
-  virtual bool exchangesOutsideGrid() const { return false; }
+  /// The channel the steps that exchange data and run natively here move
+  /// it over, when the backend has a transport of its own (NCCL, after
+  /// connect); null: MPI on the host, as every staged step.
+  virtual CollectiveChannel *channel() { return nullptr; }
   /// How steps that use the grid reach other ranks, for the progress line
   /// ("host memory", "MPI staged through the host", "NCCL").
   virtual std::string collectivePath() const;

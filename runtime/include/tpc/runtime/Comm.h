@@ -242,7 +242,7 @@ public:
   /// time less the change of this.
   double waitSeconds() const { return waitSeconds_; }
   /// Adds time spent waiting on a transport other than this one's (a
-  /// device's collectives, Backend::exchangesOutsideGrid).
+  /// device's collectives, CollectiveChannel::waitsOnHost).
   void addWaitSeconds(double seconds) { waitSeconds_ += seconds; }
 
   /// Row-major coordinates of `rank` on `shape`, and back.

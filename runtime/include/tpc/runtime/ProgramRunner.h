@@ -4,6 +4,7 @@
 #pragma once
 
 #include "tpc/runtime/Backend.h"
+#include "tpc/runtime/CollectiveChannel.h"
 #include "tpc/runtime/Comm.h"
 #include "tpc/runtime/KvCaches.h"
 #include "tpc/runtime/OpTable.h"
@@ -102,7 +103,8 @@ private:
     std::array<TensorBinding, kMaxStepResults> results;
   };
   /// The dispatch of `step` on the current bindings.
-  Dispatch dispatchOf(const plan::Step &step, StepBindings &bound) const;
+  Dispatch dispatchOf(const plan::Step &step, StepBindings &bound,
+                      bool native) const;
 
   /// Recomputes the tensors' shapes when the parameters' block assignment
   /// changed: a rebalanced dim holds the blocks this rank computes.
@@ -118,6 +120,9 @@ private:
   /// Compute seconds, op statistics and the emulated straggler.
   std::unique_ptr<StepTimer> timer;
   GridComm *comm;
+  /// MPI on the host over `comm`: the channel of steps that run staged or
+  /// on a backend without one of its own.
+  std::unique_ptr<MpiChannel> hostChannel;
   Backend &backend;
   KvCaches *caches = nullptr;
   std::unique_ptr<Buffer> arena;
