@@ -1224,3 +1224,30 @@ TEST(Backend, ReplaysARecordedProgramAndCountsItsTraffic) {
   EXPECT_EQ(runner.replays(), 3);
   EXPECT_EQ(grid.stats().at("all_reduce").calls, 5);
 }
+
+// Each backend's kernels come from one list checked against the op table:
+// every kind the loader accepts has a CPU kernel and, where the CUDA backend
+// is built, a CUDA kernel or a staged path; a list that misses one is named.
+TEST(KernelRegistry, EveryBackendHasAKernelForEveryKind) {
+  EXPECT_EQ(cpuKernelsMissing(), std::vector<fb::OpKind>{});
+#ifdef TPC_TEST_CUDA_KERNELS
+  EXPECT_EQ(cudaKernelsMissing(), std::vector<fb::OpKind>{});
+#endif
+  KernelRegistry<int> partial("test");
+  partial.add(fb::OpKind::Matmul, 1);
+  EXPECT_THROW(partial.add(fb::OpKind::Matmul, 2), std::logic_error);
+  EXPECT_EQ(partial[fb::OpKind::Matmul], 1);
+  EXPECT_EQ(partial.missing().size(), opTable().size() - 1);
+  try {
+    partial.checkComplete();
+    FAIL() << "an incomplete list passed";
+  } catch (const std::logic_error &error) {
+    EXPECT_EQ(std::string(error.what())
+                  .rfind("the test backend has no "
+                         "kernel for ",
+                         0),
+              0u)
+        << error.what();
+    EXPECT_EQ(std::string(error.what()).find("Matmul"), std::string::npos);
+  }
+}

@@ -811,13 +811,13 @@ struct KernelEntry {
   Kernel kernel = nullptr;
   bool bf16 = false;
 };
-using KernelTable = std::array<KernelEntry, size_t(OpKind::MAX) + 1>;
+using KernelTable = KernelRegistry<KernelEntry>;
 
-KernelTable makeKernels() {
-  KernelTable k{};
-  auto set = [&](OpKind kind, Kernel kernel) { k[size_t(kind)] = {kernel}; };
+/// The CPU backend's kernels: every kind of the op table.
+void addCpuKernels(KernelTable &k) {
+  auto set = [&](OpKind kind, Kernel kernel) { k.add(kind, {kernel}); };
   auto setBf16 = [&](OpKind kind, Kernel kernel) {
-    k[size_t(kind)] = {kernel, true};
+    k.add(kind, {kernel, true});
   };
   set(OpKind::Embedding, embedding);
   set(OpKind::EmbeddingGrad, embeddingGrad);
@@ -873,13 +873,25 @@ KernelTable makeKernels() {
   setBf16(OpKind::RingShiftWait, ringShiftWait);
   setBf16(OpKind::RingSlice, byElementType<RingSlice>);
   setBf16(OpKind::RingInsert, byElementType<RingInsert>);
-  // Every kind the loader accepts must run here.
-  for (const OpInfo &info : opTable())
-    if (!k[size_t(info.kind)].kernel)
-      throw std::logic_error(std::string("the cpu backend has no kernel for ") +
-                             opKindName(info.kind));
-  return k;
 }
+
+KernelTable makeCpuKernels() {
+  KernelTable kernels("cpu");
+  addCpuKernels(kernels);
+  // Every kind the loader accepts must run here.
+  kernels.checkComplete();
+  return kernels;
+}
+
+} // namespace
+
+std::vector<OpKind> cpuKernelsMissing() {
+  KernelTable kernels("cpu");
+  addCpuKernels(kernels);
+  return kernels.missing();
+}
+
+namespace {
 
 bool hasBf16(std::span<const TensorBinding> tensors) {
   return std::any_of(tensors.begin(), tensors.end(), [](const auto &t) {
@@ -937,7 +949,7 @@ public:
   }
   bool runsNatively(const plan::Step &) const override { return true; }
   void enqueue(const Dispatch &dispatch) override {
-    const KernelEntry &entry = kernels[size_t(dispatch.step.kind())];
+    const KernelEntry &entry = kernels[dispatch.step.kind()];
     if (entry.bf16 ||
         (!hasBf16(dispatch.operands) && !hasBf16(dispatch.results)))
       return entry.kernel(dispatch);
@@ -947,7 +959,7 @@ public:
   void synchronize() override {}
 
 private:
-  const KernelTable kernels = makeKernels();
+  const KernelTable kernels = makeCpuKernels();
 };
 
 } // namespace

@@ -1817,29 +1817,10 @@ constexpr OpKind kBf16NativeKinds[] = {
     OpKind::Embedding,
 };
 
-CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
-  check(cudaSetDevice(ordinal), "selecting the GPU");
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-        "creating a stream");
-  check(cublasCreate(&blas), "creating a handle");
-  check(cublasSetStream(blas, stream), "setting the stream");
-  // cuBLAS may not allocate while a step is being recorded: it gets its
-  // workspace up front (32 MiB, what it asks for on Hopper).
-  blasWorkspace = std::make_unique<DeviceBuffer>(kBlasWorkspaceBytes, usage);
-  check(cublasSetWorkspace(blas, blasWorkspace->data(), kBlasWorkspaceBytes),
-        "setting the workspace");
-  // cuBLASLt shares the workspace: both run in this stream's order.
-  if (const char *wanted = std::getenv("TPC_CUBLASLT");
-      !wanted || std::string(wanted) != "0")
-    lt = std::make_unique<cuda::BlasLt>(blasWorkspace->data(),
-                                        kBlasWorkspaceBytes);
-  // Each product's compute type follows its step's precision (f32 unless
-  // the plan asks for TF32 or bf16).
-  auto set = [&](OpKind kind, CudaKernel kernel) {
-    kernels[size_t(kind)] = kernel;
-  };
-  for (const OpInfo &info : opTable())
-    set(info.kind, stagedOnly);
+/// The CUDA backend's kernels, from this one list (no device needed: the
+/// unit test checks it against the op table on any machine).
+void addCudaKernels(KernelRegistry<CudaKernel> &k) {
+  auto set = [&](OpKind kind, CudaKernel kernel) { k.add(kind, kernel); };
   set(OpKind::Embedding, embedding);
   set(OpKind::EmbeddingGrad, embeddingGrad);
   set(OpKind::Matmul, matmul);
@@ -1887,6 +1868,48 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
   set(OpKind::RingSlice, ringSlice);
   set(OpKind::RingInsert, ringInsert);
   set(OpKind::Convert, convert);
+#ifdef TPC_HAVE_NCCL
+  set(OpKind::AllReduce, allReduce);
+  set(OpKind::AllGather, allGather);
+  set(OpKind::ReduceScatter, reduceScatter);
+  set(OpKind::AllToAll, allToAll);
+  set(OpKind::RingShiftStart, ringShiftStart);
+  set(OpKind::RingShiftWait, ringShiftWait);
+#endif
+}
+
+/// Kinds that need a device kernel: all but those that exchange data, and
+/// those too with NCCL.
+bool needsCudaKernel(const OpInfo &info) {
+  return info.grid != GridUse::Always || hasNcclSupport();
+}
+
+CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
+  check(cudaSetDevice(ordinal), "selecting the GPU");
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+        "creating a stream");
+  check(cublasCreate(&blas), "creating a handle");
+  check(cublasSetStream(blas, stream), "setting the stream");
+  // cuBLAS may not allocate while a step is being recorded: it gets its
+  // workspace up front (32 MiB, what it asks for on Hopper).
+  blasWorkspace = std::make_unique<DeviceBuffer>(kBlasWorkspaceBytes, usage);
+  check(cublasSetWorkspace(blas, blasWorkspace->data(), kBlasWorkspaceBytes),
+        "setting the workspace");
+  // cuBLASLt shares the workspace: both run in this stream's order.
+  if (const char *wanted = std::getenv("TPC_CUBLASLT");
+      !wanted || std::string(wanted) != "0")
+    lt = std::make_unique<cuda::BlasLt>(blasWorkspace->data(),
+                                        kBlasWorkspaceBytes);
+  // Each product's compute type follows its step's precision (f32 unless
+  // the plan asks for TF32 or bf16).
+  KernelRegistry<CudaKernel> registry("cuda");
+  addCudaKernels(registry);
+  // Every kind that exchanges no data has a device kernel (and, with NCCL,
+  // every collective); the others run staged over MPI.
+  registry.checkComplete(needsCudaKernel);
+  for (const OpInfo &info : opTable())
+    kernels[size_t(info.kind)] =
+        registry.has(info.kind) ? registry[info.kind] : stagedOnly;
   for (OpKind kind : kBf16NativeKinds)
     bf16Kernels[size_t(kind)] = true;
 #ifdef TPC_HAVE_CUDNN
@@ -1904,21 +1927,7 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
         OpKind::AddLayerNorm, OpKind::AddRmsNorm, OpKind::LinearCrossEntropy,
         OpKind::LinearCrossEntropyGrad})
     exchangesOverNccl[size_t(kind)] = true;
-  set(OpKind::AllReduce, allReduce);
-  set(OpKind::AllGather, allGather);
-  set(OpKind::ReduceScatter, reduceScatter);
-  set(OpKind::AllToAll, allToAll);
-  set(OpKind::RingShiftStart, ringShiftStart);
-  set(OpKind::RingShiftWait, ringShiftWait);
 #endif
-  // Every kind that exchanges no data has a device kernel (and, with NCCL,
-  // every collective).
-  for (const OpInfo &info : opTable())
-    if ((info.grid != GridUse::Always || hasNcclSupport()) &&
-        kernels[size_t(info.kind)] == stagedOnly)
-      throw std::logic_error(
-          std::string("the cuda backend has no kernel for ") +
-          opKindName(info.kind));
 }
 
 std::string CudaBackend::kernelLibraries() const {
@@ -2031,6 +2040,12 @@ CudaBackend::~CudaBackend() {
 }
 
 } // namespace
+
+std::vector<OpKind> cudaKernelsMissing() {
+  KernelRegistry<CudaKernel> registry("cuda");
+  addCudaKernels(registry);
+  return registry.missing(needsCudaKernel);
+}
 
 std::string cudaUnavailable() {
   int count = 0;

@@ -164,6 +164,13 @@ std::string defaultDevice();
 /// thread pool (cpu/Kernels.h). One instance serves the whole process.
 Backend &cpuBackend();
 
+/// The op kinds the loader accepts that the CPU backend has no kernel for,
+/// and (in a build with the CUDA backend) those the CUDA backend must run
+/// natively and lacks: empty, checked by the unit tests without a device.
+/// Each backend's kernels come from one list (KernelRegistry, OpTable.h).
+std::vector<plan::OpKind> cpuKernelsMissing();
+std::vector<plan::OpKind> cudaKernelsMissing();
+
 /// The CPU kernels behind memory the host cannot address: a buffer's data()
 /// is an address that faults when dereferenced, and upload/download
 /// translate it. Steps that exchange data with other ranks run staged,

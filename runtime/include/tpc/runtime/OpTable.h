@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -149,5 +150,57 @@ bool stepUsesGrid(const plan::Step &step);
 /// Whether `step` exchanges data with other ranks (uses the grid for more
 /// than its place in it).
 bool stepExchanges(const plan::Step &step);
+
+/// One backend's kernels by op kind, filled from the list beside the
+/// backend's kernels and checked against opTable(): a kind the loader
+/// accepts with no kernel is an error naming it when the list is built (and
+/// in the backend's unit test, which needs no device), never a crash when a
+/// step runs.
+template <typename Kernel> class KernelRegistry {
+public:
+  explicit KernelRegistry(std::string backend) : backend(std::move(backend)) {}
+
+  /// Throws std::logic_error for a kind given twice.
+  void add(plan::OpKind kind, Kernel kernel) {
+    Slot &slot = slots[size_t(kind)];
+    if (slot.set)
+      throw std::logic_error(backend + ": two kernels for " + opKindName(kind));
+    slot = {kernel, true};
+  }
+  bool has(plan::OpKind kind) const { return slots[size_t(kind)].set; }
+  const Kernel &operator[](plan::OpKind kind) const {
+    return slots[size_t(kind)].kernel;
+  }
+
+  /// The kinds of opTable() that `required` (default: all) says this
+  /// backend must run and that have no kernel.
+  std::vector<plan::OpKind>
+  missing(bool (*required)(const OpInfo &) = nullptr) const {
+    std::vector<plan::OpKind> kinds;
+    for (const OpInfo &info : opTable())
+      if ((!required || required(info)) && !has(info.kind))
+        kinds.push_back(info.kind);
+    return kinds;
+  }
+  /// Throws std::logic_error naming every missing(required) kind.
+  void checkComplete(bool (*required)(const OpInfo &) = nullptr) const {
+    const std::vector<plan::OpKind> kinds = missing(required);
+    if (kinds.empty())
+      return;
+    std::string names;
+    for (plan::OpKind kind : kinds)
+      names += (names.empty() ? "" : ", ") + std::string(opKindName(kind));
+    throw std::logic_error("the " + backend + " backend has no kernel for " +
+                           names);
+  }
+
+private:
+  struct Slot {
+    Kernel kernel{};
+    bool set = false;
+  };
+  std::string backend;
+  std::array<Slot, size_t(plan::OpKind::MAX) + 1> slots{};
+};
 
 } // namespace tpc::runtime
