@@ -432,6 +432,35 @@ TEST(LearningRateSchedule, FillsWhatIsNotSetFromTheRunsLength) {
   EXPECT_THROW(schedule.hyperparameters(50), std::invalid_argument);
 }
 
+// While a resize leaves blocks out of training, the held-out loss still
+// computes every block the rank holds: the same loss as the even layout, and
+// the resize is back in place afterwards.
+TEST(Evaluator, MeanLossOnAResizedLayoutComputesEveryHeldBlock) {
+  LoadedPlan plan = LoadedPlan::load(TPC_REBALANCE_TEST_PLAN, 1);
+  GridComm grid({1}); // the plan's 1D grid, of one rank
+  ParamStore params = ParamStore::initialise(plan, grid.coords());
+  ASSERT_GE(params.blocks().numPoints(), 1u);
+  const std::vector<int32_t> stream = byteStream(2 * 16 + 1);
+  Evaluator evaluator(plan, params, &grid, cpuBackend(), "loss");
+  const double even = evaluator.meanLoss(stream, 2);
+  const float evenBatch = *evaluator.runBatch(stream, 0).loss;
+
+  BlockAssignment resized = params.blocks();
+  const int64_t blocks = resized.blocks(0);
+  ASSERT_GE(blocks, 2);
+  std::vector<int64_t> held(resized.held(0, 0).begin(),
+                            resized.held(0, 0).end());
+  resized.set(0, 0, held, blocks - 1); // the last block parked
+  resized.validate();
+  ASSERT_TRUE(resized.isResized());
+  params.relayout(plan, resized, &grid);
+  // One batch on the resized layout leaves the parked block out...
+  EXPECT_NE(*evaluator.runBatch(stream, 0).loss, evenBatch);
+  // ...the held-out loss does not, and restores the resize.
+  EXPECT_EQ(evaluator.meanLoss(stream, 2), even);
+  EXPECT_TRUE(params.blocks() == resized);
+}
+
 // A Session holds the plan, the grid, the backend and the parameters, and
 // hands them to the Generator and Evaluator: the same as building those by
 // hand.
