@@ -927,7 +927,8 @@ void runWidened(Kernel kernel, const Dispatch &d) {
           {operands.data(), d.operands.size()},
           {results.data(), d.results.size()},
           d.comm,
-          d.bf16Products || hasBf16(d.operands)});
+          d.bf16Products || hasBf16(d.operands),
+          d.channel});
   for (size_t i = 0; i < d.results.size(); ++i)
     if (d.results[i].dtype == plan::DType::BF16)
       narrowToBf16(results[i].f32(), d.results[i].bf16(),

@@ -1126,7 +1126,8 @@ template <bool kLayer> void addNorm(CudaBackend &b, const Dispatch &d) {
                       {operands.data(), size_t(kLayer ? 3 : 2)},
                       d.results.subspan(1, 1),
                       d.comm,
-                      d.bf16Products};
+                      d.bf16Products,
+                      d.channel};
   if (kLayer)
     layerNorm(b, norm);
   else
@@ -1997,7 +1998,8 @@ void CudaBackend::runWidened(const Dispatch &d) {
                                          {operands.data(), d.operands.size()},
                                          {results.data(), d.results.size()},
                                          d.comm,
-                                         bf16Operands});
+                                         bf16Operands,
+                                         d.channel});
   for (size_t i = 0; i < d.results.size(); ++i)
     if (d.results[i].dtype == plan::DType::BF16)
       cuda::toBf16(f32(results[i]), d.results[i].bf16(), d.results[i].elements,
