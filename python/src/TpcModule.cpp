@@ -48,19 +48,6 @@ std::span<const int32_t> idsOf(const TokenArray &array) {
   return {array.data(), size_t(array.size())};
 }
 
-/// The rank's index among its machine's ranks: it picks the GPU.
-int localRank() {
-  const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  return value ? std::atoi(value) : 0;
-}
-
-/// Runs `check` on every rank and agrees on the outcome (runTogether): a
-/// rank whose check threw raises its message, the others raise naming that
-/// another rank failed. Nothing collective may run inside `check`.
-template <typename F> void agreeThat(F &&check) {
-  runTogether(Comm::world(), check);
-}
-
 /// Every rank must pass the same value (the same batch, prompts, paths).
 void agreeOn(std::span<const std::byte> bytes, const std::string &what) {
   if (!Comm::world().allEqual(contentChecksum(bytes)))
@@ -116,7 +103,7 @@ public:
             const std::string &device, const std::string &weights) {
     std::optional<LoadedPlan> plan;
     const int64_t world = Comm::world().size();
-    agreeThat([&] {
+    runTogether(Comm::world(), [&] {
       if (!planBytes.is_none()) {
         const std::string bytes = py::cast<py::bytes>(planBytes);
         plan.emplace(
@@ -125,7 +112,8 @@ public:
         plan.emplace(LoadedPlan::load(planPath, world));
       }
       session = std::make_unique<Session>(
-          std::move(*plan), SessionOptions{device, localRank(), weights});
+          std::move(*plan),
+          SessionOptions{device, machineLocalRank(), weights});
     });
     const uint64_t checksum = session->plan().contentChecksum();
     if (!Comm::world().allEqual(checksum))
@@ -181,7 +169,7 @@ public:
     if (trainer && trainer->nextStep() > 1)
       throw std::invalid_argument("resume comes before the first train_step");
     agreeOn(bytesOf(path), "checkpoint paths");
-    agreeThat([&] { startTrainer(); });
+    runTogether(Comm::world(), [&] { startTrainer(); });
     const int64_t step =
         collectively([&] { return trainer->resume(path).step; });
     resumedFrom = path;
@@ -189,7 +177,7 @@ public:
   }
 
   double trainStep(const TokenArray &tokens, const TokenArray &targets) {
-    agreeThat([&] {
+    runTogether(Comm::world(), [&] {
       startTrainer();
       checkShape(tokens, trainer->tokensShape(), "tokens");
       checkShape(targets, trainer->tokensShape(), "targets");
@@ -217,7 +205,7 @@ public:
                       std::optional<TokenArray> targets,
                       const std::string &program) {
     std::optional<Evaluator> evaluator;
-    agreeThat([&] {
+    runTogether(Comm::world(), [&] {
       evaluator.emplace(session->plan(), session->params(), &session->grid(),
                         session->backend(), program);
       checkShape(tokens, evaluator->tokensShape(), "tokens");
@@ -267,7 +255,7 @@ public:
     }
     agreeOn(bytesOf(asked.str()), "prompts or generation settings");
     std::optional<Generator> generator;
-    agreeThat([&] {
+    runTogether(Comm::world(), [&] {
       generator.emplace(session->generator());
       generator->check(request);
     });
@@ -282,7 +270,7 @@ public:
 
   std::string saveCheckpoint(const std::string &dir) {
     agreeOn(bytesOf(dir), "checkpoint directories");
-    agreeThat([&] {
+    runTogether(Comm::world(), [&] {
       if (!trainer || trainer->nextStep() == 1)
         throw std::invalid_argument("save_checkpoint needs a train_step first");
       // The first rank writes; it holds the directory's lock for the
@@ -306,7 +294,7 @@ public:
 
   void loadWeights(const std::string &path) {
     agreeOn(bytesOf(path), "weight files");
-    agreeThat([&] { session->loadWeights(path); });
+    runTogether(Comm::world(), [&] { session->loadWeights(path); });
   }
 
   int64_t step() const { return trainer ? trainer->nextStep() - 1 : 0; }

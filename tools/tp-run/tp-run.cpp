@@ -43,12 +43,6 @@ TPC_ASAN_DEFAULT_OPTIONS(":detect_leaks=0") // an MPI program
 
 namespace {
 
-/// This rank's index among the ranks on its machine: it picks the GPU.
-int localRank() {
-  const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  return value ? std::atoi(value) : 0;
-}
-
 /// Files (metrics, dumps, exports, plots) are written by the first rank:
 /// every rank computes the same whole values.
 bool isFirstRank() { return Comm::world().rank() == 0; }
@@ -200,7 +194,7 @@ std::unique_ptr<Prepared> prepare(const Options &o) {
     return nullptr;
   }
   auto session = std::make_unique<Session>(
-      o.plan, SessionOptions{o.device, localRank(), o.weights});
+      o.plan, SessionOptions{o.device, machineLocalRank(), o.weights});
   const LoadedPlan &plan = session->plan();
   if (o.steps > 0 && !plan.program("train_step"))
     throw std::runtime_error(o.plan + ": has no train_step program (compile "

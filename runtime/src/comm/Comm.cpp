@@ -105,6 +105,11 @@ bool Comm::allEqual(uint64_t value) const {
   return low == high;
 }
 
+int machineLocalRank() {
+  const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return value ? std::atoi(value) : 0;
+}
+
 void abortAll(int code) {
   std::cout.flush();
   std::cerr.flush();

@@ -94,6 +94,11 @@ private:
 /// this instead of returning, or the other ranks hang.
 [[noreturn]] void abortAll(int code);
 
+/// This process's index among the ranks on its machine (OpenMPI's
+/// OMPI_COMM_WORLD_LOCAL_RANK; 0 when mpirun did not launch it): it picks
+/// the GPU.
+int machineLocalRank();
+
 /// What a rank whose own work succeeded throws from runTogether when
 /// another rank's failed.
 struct AnotherRankFailed : std::runtime_error {
