@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
-#include <tuple>
 
 namespace tpc::runtime {
 
@@ -42,19 +41,11 @@ BatchRun Evaluator::runOn(std::span<const int32_t> tokens,
   run.batch = shape[0];
   run.seq = shape[1];
   const bool readsTargets = runner.hasInput(plan::InputKind::Targets);
-  for (auto [values, what, read] :
-       {std::tuple{tokens, "tokens", true},
-        std::tuple{targets, "targets", readsTargets}}) {
-    if (!read)
-      continue;
-    if (int64_t(values.size()) != run.batch * run.seq)
-      throw std::invalid_argument(
-          std::string(what) + ": " + std::to_string(values.size()) +
-          " token ids; @" + name + " takes [" + std::to_string(run.batch) +
-          ", " + std::to_string(run.seq) + "]");
-    if (int64_t vocab = plan.vocabularySize())
-      checkTokenIds(values, vocab, what);
-  }
+  checkTokenBatch(tokens, run.batch, run.seq, plan.vocabularySize(), "tokens",
+                  "@" + name);
+  if (readsTargets)
+    checkTokenBatch(targets, run.batch, run.seq, plan.vocabularySize(),
+                    "targets", "@" + name);
   runner.setInput(plan::InputKind::Tokens, tokens);
   if (readsTargets)
     runner.setInput(plan::InputKind::Targets, targets);

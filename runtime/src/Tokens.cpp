@@ -33,6 +33,17 @@ void checkTokenIds(std::span<const int32_t> tokens, int64_t vocab,
                                std::to_string(vocab));
 }
 
+void checkTokenBatch(std::span<const int32_t> ids, int64_t batch, int64_t seq,
+                     int64_t vocab, const std::string &what,
+                     const std::string &taker) {
+  if (int64_t(ids.size()) != batch * seq)
+    throw std::invalid_argument(
+        what + ": " + std::to_string(ids.size()) + " token ids; " + taker +
+        " takes [" + std::to_string(batch) + ", " + std::to_string(seq) + "]");
+  if (vocab > 0)
+    checkTokenIds(ids, vocab, what);
+}
+
 std::vector<int32_t> readTokenFile(const std::string &path) {
   // Tokens are 4 bytes each and ids are int32: 2^31 of them at most.
   const uint64_t size =

@@ -175,15 +175,9 @@ std::optional<RebalanceEvent> Trainer::applyRankSpeeds() {
 StepOutcome Trainer::step(std::span<const int32_t> tokens,
                           std::span<const int32_t> targets) {
   for (auto [values, what] :
-       {std::pair{tokens, "tokens"}, std::pair{targets, "targets"}}) {
-    if (int64_t(values.size()) != tokensPerStep())
-      throw std::invalid_argument(
-          std::string(what) + ": " + std::to_string(values.size()) +
-          " token ids; the plan's step takes [" + std::to_string(shape[0]) +
-          ", " + std::to_string(shape[1]) + "]");
-    if (int64_t vocab = plan.vocabularySize())
-      checkTokenIds(values, vocab, what);
-  }
+       {std::pair{tokens, "tokens"}, std::pair{targets, "targets"}})
+    checkTokenBatch(values, shape[0], shape[1], plan.vocabularySize(), what,
+                    "the plan's step");
   const int64_t step = next;
   runner.setInput(plan::InputKind::Tokens, tokens);
   runner.setInput(plan::InputKind::Targets, targets);

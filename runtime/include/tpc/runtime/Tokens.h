@@ -17,6 +17,13 @@ std::vector<int32_t> readTokenFile(const std::string &path);
 void checkTokenIds(std::span<const int32_t> tokens, int64_t vocab,
                    const std::string &what);
 
+/// A program's [batch, seq] token ids: std::invalid_argument ("<what>: N
+/// token ids; <taker> takes [batch, seq]") for another count, then
+/// checkTokenIds when `vocab` > 0.
+void checkTokenBatch(std::span<const int32_t> ids, int64_t batch, int64_t seq,
+                     int64_t vocab, const std::string &what,
+                     const std::string &taker);
+
 /// Writes a token file atomically (temp file + rename).
 void writeTokenFile(const std::string &path, std::span<const int32_t> tokens);
 
