@@ -79,6 +79,17 @@ mlir::tp::collectiveTraffic(Operation *op, ArrayRef<int64_t> gridShape) {
            double(n - 1) * double(floats) * localRows * sizeof(float), n - 1});
     return traffic;
   }
+  if (auto send = dyn_cast<SendStartOp>(op)) {
+    // A pipeline transfer: this rank's shard, to one rank of another stage.
+    traffic.push_back(
+        {"send",
+         {int64_t(send.getGridAxis())},
+         2,
+         localBytes(cast<RankedTensorType>(send.getInput().getType()),
+                    gridShape),
+         1});
+    return traffic;
+  }
   auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("grid_axes");
   if (!axesAttr)
     return traffic;

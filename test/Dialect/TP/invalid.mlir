@@ -1168,3 +1168,56 @@ func.func @linear_cross_entropy_grad_weight(%h: tensor<4x8xbf16>, %w: tensor<8x1
   %0:2 = "tp.linear_cross_entropy_grad"(%h, %w, %t, %dl) {chunk = 8 : i64} : (tensor<4x8xbf16>, tensor<8x16xbf16>, tensor<4xi32>, tensor<f32>) -> (tensor<4x8xbf16>, tensor<16x8xf32>)
   return
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Pipeline transfers
+//===----------------------------------------------------------------------===//
+
+tp.grid @g [2, 2]
+func.func @send_never_waited(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'tp.send_start' op needs a later tp.send_wait of the same value, peer and tag}}
+  tp.send_start %x over @g to 1 tag 0 {grid_axis = 0 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @wait_for_another_tag(%x: tensor<4xf32>) {
+  tp.send_start %x over @g to 1 tag 0 {grid_axis = 0 : i64} : tensor<4xf32>
+  tp.send_wait %x over @g to 1 tag 0 {grid_axis = 0 : i64} : tensor<4xf32>
+  // expected-error @+1 {{'tp.send_wait' op must wait for a tp.send_start of the same value, peer and tag}}
+  tp.send_wait %x over @g to 1 tag 1 {grid_axis = 0 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @peer_outside_the_axis(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'tp.send_start' op peer 2 is out of range for grid axis 0 of size 2}}
+  tp.send_start %x over @g to 2 tag 0 {grid_axis = 0 : i64} : tensor<4xf32>
+  tp.send_wait %x over @g to 2 tag 0 {grid_axis = 0 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @recv_never_waited() -> tensor<4xf32> {
+  // expected-error @+1 {{'tp.recv_start' op must have exactly one use, a tp.recv_wait}}
+  %0 = tp.recv_start over @g from 1 tag 0 {grid_axis = 0 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+tp.grid @g [2, 2]
+func.func @recv_on_a_missing_axis() -> tensor<4xf32> {
+  // expected-error @+1 {{'tp.recv_start' op grid axis 2 is out of range for @g of rank 2}}
+  %0 = tp.recv_start over @g from 1 tag 0 {grid_axis = 2 : i64} : tensor<4xf32>
+  %1 = tp.recv_wait %0 : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}

@@ -286,3 +286,18 @@ func.func @fused_products(%x: tensor<2x4x8xf32>, %w: tensor<16x8xf32>, %b: tenso
   %4:2 = tp.linear_cross_entropy_grad %x, %w, %t, %dl {chunk = 8 : i64, transpose_rhs} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4xi32>, tensor<f32>) -> (tensor<2x4x8xf32>, tensor<16x8xf32>)
   return
 }
+
+tp.grid @stages [2, 2]
+
+// CHECK-LABEL: func.func @pipeline_transfers
+// CHECK: tp.send_start %{{.*}} over @stages to 1 tag 3 {grid_axis = 0 : i64} : tensor<2x4xf32>
+// CHECK: %[[R:.*]] = tp.recv_start over @stages from 1 tag 4 {grid_axis = 0 : i64} : tensor<2x4xf32>
+// CHECK: tp.recv_wait %[[R]] : tensor<2x4xf32>
+// CHECK: tp.send_wait %{{.*}} over @stages to 1 tag 3 {grid_axis = 0 : i64} : tensor<2x4xf32>
+func.func @pipeline_transfers(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  tp.send_start %x over @stages to 1 tag 3 {grid_axis = 0 : i64} : tensor<2x4xf32>
+  %0 = tp.recv_start over @stages from 1 tag 4 {grid_axis = 0 : i64} : tensor<2x4xf32>
+  %1 = tp.recv_wait %0 : tensor<2x4xf32>
+  tp.send_wait %x over @stages to 1 tag 3 {grid_axis = 0 : i64} : tensor<2x4xf32>
+  return %1 : tensor<2x4xf32>
+}

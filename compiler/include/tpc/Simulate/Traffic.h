@@ -22,8 +22,9 @@ namespace mlir::tp {
 
 /// One exchange one rank takes part in.
 struct CollectiveTraffic {
-  /// "all_reduce", "all_gather", "reduce_scatter", "all_to_all" or
-  /// "ring_shift".
+  /// "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+  /// "ring_shift" or "send" (a pipeline transfer to one rank of another
+  /// stage; `axes` is the pipeline axis).
   std::string kind;
   /// The grid axes its group spans, and the group's size.
   SmallVector<int64_t> axes;

@@ -81,6 +81,11 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
       {D::LayerAttrHelper::getNameStr(), Placement::Operation, isI64, "an i64"},
       {D::RecomputedAttrHelper::getNameStr(), Placement::Operation,
        isA<UnitAttr>, "a unit attribute"},
+      {D::BackwardAttrHelper::getNameStr(), Placement::Operation, isA<UnitAttr>,
+       "a unit attribute"},
+      {D::StageAttrHelper::getNameStr(), Placement::Operation, isI64, "an i64"},
+      {D::ScheduleAttrHelper::getNameStr(), Placement::Operation,
+       isA<StringAttr>, "a string"},
       {D::VocabAxesAttrHelper::getNameStr(), Placement::Operation,
        isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::FeatureAxesAttrHelper::getNameStr(), Placement::Operation,
@@ -104,6 +109,8 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
        isA<DictionaryAttr>, "a dictionary"},
       {D::EosTokenIdsAttrHelper::getNameStr(), Placement::Module,
        isA<DenseI64ArrayAttr>, "an array<i64>"},
+      {D::PipelineAttrHelper::getNameStr(), Placement::Module,
+       isA<DictionaryAttr>, "a dictionary"},
   };
   return specs;
 }

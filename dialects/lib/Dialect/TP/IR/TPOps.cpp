@@ -2313,6 +2313,119 @@ ShardingRule RingInsertOp::getShardingRule() {
 }
 
 //===----------------------------------------------------------------------===//
+// Pipeline transfers
+//===----------------------------------------------------------------------===//
+
+/// A transfer's grid axis names an axis of its grid and its peer a
+/// coordinate along it.
+static LogicalResult verifyTransferGrid(Operation *op,
+                                        FlatSymbolRefAttr gridName,
+                                        int64_t axis, int64_t peer,
+                                        SymbolTableCollection &symbolTables) {
+  auto grid = symbolTables.lookupNearestSymbolFrom<GridOp>(op, gridName);
+  if (!grid)
+    return op->emitOpError() << gridName << " does not name a tp.grid";
+  ArrayRef<int64_t> shape = grid.getShape();
+  if (axis < 0 || axis >= int64_t(shape.size()))
+    return op->emitOpError() << "grid axis " << axis << " is out of range for "
+                             << gridName << " of rank " << shape.size();
+  if (peer < 0 || peer >= shape[axis])
+    return op->emitOpError() << "peer " << peer << " is out of range for grid "
+                             << "axis " << axis << " of size " << shape[axis];
+  return success();
+}
+
+static LogicalResult verifyTag(Operation *op, int64_t tag) {
+  if (tag < 0)
+    return op->emitOpError() << "tag must be non-negative, got " << tag;
+  return success();
+}
+
+LogicalResult SendStartOp::verify() {
+  if (failed(verifyPerRank(*this)) || failed(verifyTag(*this, getTag())))
+    return failure();
+  for (Operation *user : getInput().getUsers())
+    if (auto wait = dyn_cast<SendWaitOp>(user))
+      if (wait.getPeer() == getPeer() && wait.getTag() == getTag() &&
+          wait.getGridAxis() == getGridAxis() &&
+          wait->getBlock() == (*this)->getBlock() &&
+          (*this)->isBeforeInBlock(wait))
+        return success();
+  return emitOpError() << "needs a later tp.send_wait of the same value, peer "
+                          "and tag";
+}
+
+LogicalResult
+SendStartOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
+  return verifyTransferGrid(*this, getGridAttr(), getGridAxis(), getPeer(),
+                            symbolTables);
+}
+
+LogicalResult SendWaitOp::verify() {
+  if (failed(verifyPerRank(*this)) || failed(verifyTag(*this, getTag())))
+    return failure();
+  for (Operation *user : getInput().getUsers())
+    if (auto start = dyn_cast<SendStartOp>(user))
+      if (start.getPeer() == getPeer() && start.getTag() == getTag() &&
+          start.getGridAxis() == getGridAxis())
+        return success();
+  return emitOpError() << "must wait for a tp.send_start of the same value, "
+                          "peer and tag";
+}
+
+LogicalResult
+SendWaitOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
+  return verifyTransferGrid(*this, getGridAttr(), getGridAxis(), getPeer(),
+                            symbolTables);
+}
+
+LogicalResult RecvStartOp::verify() {
+  if (failed(verifyPerRank(*this)) || failed(verifyTag(*this, getTag())))
+    return failure();
+  Value result = getResult();
+  if (!result.hasOneUse() || !isa<RecvWaitOp>(*result.getUsers().begin()))
+    return emitOpError() << "must have exactly one use, a tp.recv_wait";
+  return success();
+}
+
+LogicalResult
+RecvStartOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
+  return verifyTransferGrid(*this, getGridAttr(), getGridAxis(), getPeer(),
+                            symbolTables);
+}
+
+LogicalResult RecvWaitOp::verify() {
+  if (failed(verifyPerRank(*this)))
+    return failure();
+  if (!getReceived().getDefiningOp<RecvStartOp>())
+    return emitOpError() << "must wait for a tp.recv_start";
+  return success();
+}
+
+LogicalResult RecvWaitOp::verifySymbolUses(SymbolTableCollection &) {
+  return success();
+}
+
+// A transfer moves a rank's shard whole: every factor passes through, so
+// per-rank analyses follow a dimension across stages.
+ShardingRule SendStartOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule SendWaitOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule RecvStartOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getResult()));
+}
+ShardingRule RecvWaitOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getResult()));
+}
+
+// The received value is the storage its start filled.
+std::optional<unsigned> RecvWaitOp::getStorageOperand(unsigned) { return 0; }
+bool RecvWaitOp::alwaysSharesStorage() { return true; }
+
+//===----------------------------------------------------------------------===//
 // Vocabulary-parallel forms (VocabParallelOpInterface)
 //===----------------------------------------------------------------------===//
 

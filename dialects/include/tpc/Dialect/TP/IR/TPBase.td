@@ -49,6 +49,14 @@ def TP_Dialect : Dialect {
     // Ops and functions.
     "::mlir::IntegerAttr":$layer,         // the transformer layer of an op
     "::mlir::UnitAttr":$recomputed,       // a forward op recomputed
+    "::mlir::UnitAttr":$backward,         // built by the backward pass
+                                          // (tp-autodiff): a VJP, a sum of
+                                          // cotangents or a recomputation
+    // Set by tp-pipeline-stages on each stage's function: the pipeline
+    // stage (coordinate on grid axis 0) whose ranks run it, and its order of
+    // forward and backward micro-batch slots ("F0 F1 B0 ...").
+    "::mlir::IntegerAttr":$stage,
+    "::mlir::StringAttr":$schedule,
     // Set by tp-partition on a per-rank tp.embedding whose table is split
     // along the vocabulary, or a tp.cross_entropy whose logits are: the
     // grid axes that split it. Each rank looks up only the ids in its block
@@ -74,7 +82,10 @@ def TP_Dialect : Dialect {
     "::mlir::StringAttr":$hf_config,      // the config.json, verbatim
     // The ids generation stops at (HF's resolution of eos_token_id).
     "::mlir::DenseI64ArrayAttr":$eos_token_ids,
-    "::mlir::DictionaryAttr":$head_counts // heads a grid must divide
+    "::mlir::DictionaryAttr":$head_counts, // heads a grid must divide
+    // Set by tp-pipeline-stages: the schedule, stages, micro-batches, model
+    // chunks per stage and each stage's layers.
+    "::mlir::DictionaryAttr":$pipeline
   );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;

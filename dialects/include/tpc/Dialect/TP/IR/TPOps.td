@@ -668,8 +668,8 @@ def TP_SliceOp
     The slice sizes come from the result type. Used for GPT-2's fused QKV
     projection and for taking the first S rows of a position table.
   }];
-  let arguments = (ins TP_FloatTensor:$input, DenseI64ArrayAttr:$offsets);
-  let results = (outs TP_FloatTensor:$result);
+  let arguments = (ins TP_AnyTensor:$input, DenseI64ArrayAttr:$offsets);
+  let results = (outs TP_AnyTensor:$result);
 }
 
 def TP_TransposeOp
@@ -1035,6 +1035,92 @@ def TP_RingInsertOp : TP_RingOp<"ring_insert",
   let assemblyFormat = [{
     $block `into` $dest `over` $grid attr-dict `:` type($block) `->`
     type($dest)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Pipeline point-to-point transfers (per-rank view only, from
+// tp-pipeline-stages)
+//===----------------------------------------------------------------------===//
+
+// A transfer between two pipeline stages: the rank at grid coordinates c
+// exchanges with the rank whose coordinates are c with axis `grid_axis`
+// set to `peer` (the other stage), so each rank of a tensor-parallel or
+// data-parallel group sends or receives only its own shard. `tag` names the
+// message among those between the two stages in one run; a start and its
+// wait name the same peer and tag, and tp-pipeline-stages checks that every
+// send has its receive on the peer's program, of the same type, and that
+// no order of the waits deadlocks. Neither op may be removed, merged or
+// moved across the other: they are not Pure.
+class TP_TransferOp<string mnemonic, string desc, list<Trait> traits = []>
+    : TP_Op<mnemonic, !listconcat(traits, [TP_PlanOpInterface,
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+        DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface>])> {
+  string planOpKind = "";
+  let summary = desc;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::llvm::StringRef getPlanOpKind() { return "}] # planOpKind # [{"; }
+  }];
+}
+
+def TP_SendStartOp : TP_TransferOp<"send_start",
+    "Start sending a value to another pipeline stage"> {
+  let planOpKind = "SendStart";
+  let description = [{
+    Starts sending `input` to the rank of stage `peer` without waiting; the
+    matching `tp.send_wait` (which names `input` again, so that its storage
+    stays alive) completes it. `input` may not be written in between.
+  }];
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       I64Attr:$grid_axis, I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat = [{
+    $input `over` $grid `to` $peer `tag` $tag attr-dict `:` type($input)
+  }];
+}
+
+def TP_SendWaitOp : TP_TransferOp<"send_wait",
+    "Wait until a value sent to another pipeline stage has left"> {
+  let planOpKind = "SendWait";
+  let description = [{
+    Completes the `tp.send_start` of `input` to `peer` with `tag`; after it
+    `input`'s storage may be reused.
+  }];
+  let arguments = (ins TP_AnyTensor:$input, FlatSymbolRefAttr:$grid,
+                       I64Attr:$grid_axis, I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat = [{
+    $input `over` $grid `to` $peer `tag` $tag attr-dict `:` type($input)
+  }];
+}
+
+def TP_RecvStartOp : TP_TransferOp<"recv_start",
+    "Start receiving a value from another pipeline stage"> {
+  let planOpKind = "RecvStart";
+  let description = [{
+    Starts receiving the value stage `peer` sends with `tag` into `result`,
+    which only the `tp.recv_wait` that is its one use may read.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$grid, I64Attr:$grid_axis,
+                       I64Attr:$peer, I64Attr:$tag);
+  let results = (outs TP_AnyTensor:$result);
+  let assemblyFormat = [{
+    `over` $grid `from` $peer `tag` $tag attr-dict `:` type($result)
+  }];
+}
+
+def TP_RecvWaitOp : TP_TransferOp<"recv_wait",
+    "Wait for a value from another pipeline stage", [
+        AllTypesMatch<["received", "result"]>,
+        DeclareOpInterfaceMethods<TP_StorageAliasOpInterface>]> {
+  let planOpKind = "RecvWait";
+  let description = [{
+    Completes the `tp.recv_start` that defines `received`; the result is its
+    storage, now holding the value.
+  }];
+  let arguments = (ins TP_AnyTensor:$received);
+  let results = (outs TP_AnyTensor:$result);
+  let assemblyFormat = [{
+    $received attr-dict `:` type($result)
   }];
 }
 
