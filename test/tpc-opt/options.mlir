@@ -70,7 +70,7 @@
 // RUN: tpc-opt %s --tp-shard="mode=1d grid=2" --dump-pass-pipeline 2>&1 >/dev/null | FileCheck %s --check-prefix=PRINT
 // PRINT: Pass Manager with 1 passes:
 // PRINT-NEXT: builtin.module(
-// PRINT-NEXT: tp-shard{dp=1 grid=2 mode=1d seq-parallel=false shard-optimizer=false shard-whole-dims-only=false}
+// PRINT-NEXT: tp-shard{dp=1 grid=2 microbatches=0 mode=1d seq-parallel=false shard-optimizer=false shard-whole-dims-only=false}
 // PRINT-NOT: Pass Manager
 
 // Sequence parallelism needs a sequence to split.

@@ -27,6 +27,9 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     if (options.rebalance)
       return emitError("tp-pipeline: mode=auto does not choose rebalance "
                        "points yet; give a mode with rebalance=true");
+    if (options.pipelineStages.hasValue() || options.microbatches.hasValue())
+      return emitError("tp-pipeline: mode=auto does not choose pipeline "
+                       "stages yet; give a mode with pp=P");
     pm.addPass(createChooseScheme(options));
     return success();
   }
@@ -40,6 +43,28 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
                                 options.dataParallel, options.shardOptimizer,
                                 emitError)))
     return failure();
+  const bool pipelined =
+      options.pipelineStages != 1 || options.microbatches != 1 ||
+      options.pipelineChunks.hasValue() || options.schedule.hasValue() ||
+      !options.stageLayers.empty();
+  if (pipelined) {
+    if (options.pipelineStages < 1)
+      return emitError("tp-pipeline: pp=" + Twine(options.pipelineStages) +
+                       " is not a positive number of stages");
+    if (options.microbatches < 1)
+      return emitError(
+          "tp-pipeline: microbatches=" + Twine(options.microbatches) +
+          " is not a positive number of micro-batches");
+    if (options.mode == ParallelMode::None)
+      return emitError("tp-pipeline: pp and microbatches need a mode, e.g. "
+                       "mode=1d (grid=1 for pipeline parallelism alone)");
+    if (!options.train)
+      return emitError("tp-pipeline: pp and microbatches cut the training "
+                       "step; they need train=true");
+    if (options.rebalance)
+      return emitError("tp-pipeline: rebalance=true does not work with pp "
+                       "or microbatches yet");
+  }
   if (options.rebalance && options.mode == ParallelMode::None)
     return emitError("tp-pipeline: rebalance=true needs a mode, e.g. mode=1d");
   bool rebalanceTuned = options.rebalanceGranularity.hasValue() ||
@@ -59,8 +84,12 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   pm.addPass(createCSEPass());
   if (options.fuseAttention)
     pm.addPass(createTPFuseAttention());
-  if (options.fuseElementwise)
-    pm.addPass(createTPFuseElementwise());
+  if (options.fuseElementwise) {
+    // A pipeline cut between layers sends only the residual stream.
+    TPFuseElementwiseOptions fuse;
+    fuse.acrossLayers = options.pipelineStages == 1;
+    pm.addPass(createTPFuseElementwise(fuse));
+  }
   // bf16 is mixed precision in Megatron-LM's sense: activations stored in
   // bf16 (their gradients follow through the VJPs), f32 masters.
   if (options.precision == MatmulPrecision::BF16)
@@ -72,6 +101,7 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     autodiff.beta2 = options.beta2;
     autodiff.epsilon = options.epsilon;
     autodiff.weightDecay = options.weightDecay;
+    autodiff.markBackward = pipelined;
     pm.addPass(createTPAutodiff(autodiff));
   }
   pm.addPass(createCanonicalizerPass());
@@ -86,10 +116,22 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     // Rebalance blocks move along the tensor-parallel splits: ZeRO-1 then
     // keeps off them.
     shard.shardWholeDimsOnly = options.rebalance;
+    if (pipelined)
+      shard.microbatches = options.microbatches.getValue();
     pm.addPass(createTPShard(shard));
     pm.addPass(createTPLowerCollectives());
   }
   pm.addPass(createTPPartition());
+  if (pipelined) {
+    TPPipelineStagesOptions stages;
+    stages.stages = options.pipelineStages;
+    stages.chunks = options.pipelineChunks;
+    stages.schedule = options.schedule.getValue();
+    stages.layers.assign(options.stageLayers.begin(),
+                         options.stageLayers.end());
+    stages.clusterPath = options.cluster;
+    pm.addPass(createTPPipelineStages(stages));
+  }
   if (options.mode != ParallelMode::None) {
     if (options.collectiveMatmul)
       pm.addPass(createTPCollectiveMatmul());

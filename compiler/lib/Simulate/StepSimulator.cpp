@@ -48,6 +48,45 @@ SmallVector<int64_t> groupRanks(ArrayRef<int64_t> gridShape, int64_t rank,
 }
 } // namespace
 
+KernelCost mlir::tp::kernelCost(Operation &op, const DeviceModel &device) {
+  KernelCost cost;
+  if (auto products = dyn_cast<MatrixProductOpInterface>(op)) {
+    cost.productFlops = products.getProductFlops();
+    cost.seconds = device.productSeconds(cost.productFlops,
+                                         products.getOperandPrecision());
+    return cost;
+  }
+  if (auto alias = dyn_cast<StorageAliasOpInterface>(op);
+      alias && alias.alwaysSharesStorage())
+    return cost; // a view of its operand: nothing runs
+  // Any other kernel streams its operands and results once.
+  double bytes = 0;
+  for (Type type : op.getOperandTypes())
+    bytes += bytesOf(type);
+  for (Type type : op.getResultTypes())
+    bytes += bytesOf(type);
+  cost.seconds = device.streamSeconds(bytes);
+  return cost;
+}
+
+FailureOr<double> mlir::tp::predictOpSeconds(Operation &op,
+                                             ArrayRef<int64_t> gridShape,
+                                             const ClusterModel &cluster,
+                                             int64_t rank) {
+  FailureOr<SmallVector<CollectiveTraffic>> traffic =
+      collectiveTraffic(&op, gridShape);
+  if (failed(traffic))
+    return failure();
+  double seconds = 0;
+  for (const CollectiveTraffic &t : *traffic)
+    seconds += cluster.exchangeSeconds(groupRanks(gridShape, rank, t.axes),
+                                       t.ringSteps, t.bytes);
+  int64_t worldRanks = 1;
+  for (int64_t size : gridShape)
+    worldRanks *= size;
+  return seconds + kernelCost(op, cluster.deviceFor(worldRanks)).seconds;
+}
+
 FailureOr<StepPrediction> mlir::tp::simulateStep(func::FuncOp func,
                                                  ArrayRef<int64_t> gridShape,
                                                  const ClusterModel &cluster,
@@ -88,13 +127,11 @@ FailureOr<StepPrediction> mlir::tp::simulateStep(func::FuncOp func,
       }
       continue;
     }
-    if (auto products = dyn_cast<MatrixProductOpInterface>(op)) {
-      const double flops = products.getProductFlops();
-      const double seconds =
-          device.productSeconds(flops, products.getOperandPrecision());
-      p.productFlops += flops;
-      p.productSeconds += seconds;
-      now += seconds;
+    if (isa<MatrixProductOpInterface>(op)) {
+      const KernelCost cost = kernelCost(op, device);
+      p.productFlops += cost.productFlops;
+      p.productSeconds += cost.seconds;
+      now += cost.seconds;
       continue;
     }
     if (!traffic->empty() &&
@@ -104,18 +141,9 @@ FailureOr<StepPrediction> mlir::tp::simulateStep(func::FuncOp func,
       now += device.opOverhead + exchange;
       continue;
     }
-    if (auto alias = dyn_cast<StorageAliasOpInterface>(op);
-        alias && alias.alwaysSharesStorage())
-      continue; // a view of its operand: nothing runs
-    // Any other kernel streams its operands and results once (a
-    // vocabulary-parallel loss or split norm also exchanges statistics,
-    // blocking).
-    double bytes = 0;
-    for (Type type : op.getOperandTypes())
-      bytes += bytesOf(type);
-    for (Type type : op.getResultTypes())
-      bytes += bytesOf(type);
-    const double seconds = device.streamSeconds(bytes);
+    // Any other kernel (a vocabulary-parallel loss or split norm also
+    // exchanges statistics, blocking).
+    const double seconds = kernelCost(op, device).seconds;
     p.otherSeconds += seconds;
     p.exposedExchangeSeconds += exchange;
     now += seconds + exchange;

@@ -36,12 +36,31 @@ private:
   LogicalResult buildTrainStep(func::FuncOp gradients);
 };
 
+/// Marks every op the backward creates with `tp.backward` and, while an
+/// op's VJP is built, with that op's `tp.layer`: tp-pipeline-stages reads
+/// them to put each backward op with its layer's stage and in the backward
+/// half of a micro-batch's schedule.
+class BackwardMarker : public OpBuilder::Listener {
+public:
+  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
+    op->setAttr(TPDialect::BackwardAttrHelper::getNameStr(),
+                UnitAttr::get(op->getContext()));
+    if (layer && !op->hasAttr(TPDialect::LayerAttrHelper::getNameStr()))
+      op->setAttr(TPDialect::LayerAttrHelper::getNameStr(), layer);
+  }
+  /// The layer of the op being differentiated (null: none).
+  IntegerAttr layer;
+};
+
 /// Reverse-mode differentiation of one function body, in place: appends the
 /// backward before the terminator and returns the parameter cotangents.
 class Differentiator {
 public:
-  Differentiator(func::FuncOp func, bool rematLayers)
-      : func(func), rematLayers(rematLayers), builder(func.getContext()) {}
+  Differentiator(func::FuncOp func, bool rematLayers, bool markBackward)
+      : func(func), rematLayers(rematLayers), builder(func.getContext()) {
+    if (markBackward)
+      builder.setListener(&marker);
+  }
 
   FailureOr<SmallVector<Value>> run(Value loss, ArrayRef<Value> params);
 
@@ -53,6 +72,7 @@ private:
 
   func::FuncOp func;
   bool rematLayers;
+  BackwardMarker marker;
   OpBuilder builder;
   DenseMap<Value, Value> cotangents;
   IRMapping recomputed;
@@ -110,12 +130,15 @@ FailureOr<SmallVector<Value>> Differentiator::run(Value loss,
     if (llvm::all_of(resultCotangents, [](Value ct) { return !ct; }))
       continue; // does not reach the loss
     std::optional<int64_t> layer = layerOf(op);
+    marker.layer = op->getAttrOfType<IntegerAttr>(
+        TPDialect::LayerAttrHelper::getNameStr());
     if (rematLayers && layer && !recomputedLayers.contains(*layer))
       recomputeLayer(*layer, forward);
     if (failed(vjp(op, resultCotangents)))
       return failure();
   }
 
+  marker.layer = nullptr;
   SmallVector<Value> grads;
   for (Value param : params) {
     auto it = cotangents.find(param);
@@ -181,7 +204,7 @@ FailureOr<func::FuncOp> TPAutodiff::buildGradients(func::FuncOp loss) {
   SmallVector<Value> params;
   for (unsigned i : indices)
     params.push_back(block.getArgument(i));
-  Differentiator differentiator(grads, remat == RematMode::Layer);
+  Differentiator differentiator(grads, remat == RematMode::Layer, markBackward);
   FailureOr<SmallVector<Value>> paramGrads =
       differentiator.run(lossValue, params);
   if (failed(paramGrads))

@@ -57,13 +57,17 @@ struct FuseSwiglu : public OpRewritePattern<MulOp> {
 /// stream) read the fused op's sum.
 template <typename NormOp, typename AddNormOp>
 struct FuseAddNorm : public OpRewritePattern<NormOp> {
-  using OpRewritePattern<NormOp>::OpRewritePattern;
+  FuseAddNorm(MLIRContext *context, bool acrossLayers)
+      : OpRewritePattern<NormOp>(context), acrossLayers(acrossLayers) {}
   LogicalResult matchAndRewrite(NormOp norm,
                                 PatternRewriter &rewriter) const override {
     auto add = norm.getInput().template getDefiningOp<AddOp>();
     if (!add || add.getLhs().getType() != add.getType() ||
         add.getRhs().getType() != add.getType())
       return rewriter.notifyMatchFailure(norm, "no residual add");
+    StringRef layer = TPDialect::LayerAttrHelper::getNameStr();
+    if (!acrossLayers && add->getAttr(layer) != norm->getAttr(layer))
+      return rewriter.notifyMatchFailure(norm, "the add ends another layer");
     SmallVector<Value> operands = {add.getLhs(), add.getRhs()};
     llvm::append_range(operands, norm->getOperands().drop_front());
     Operation *fused = rewriter.create(
@@ -76,14 +80,20 @@ struct FuseAddNorm : public OpRewritePattern<NormOp> {
     rewriter.replaceOp(add, fused->getResult(0));
     return success();
   }
+
+private:
+  bool acrossLayers;
 };
 
 struct TPFuseElementwise
     : public tp::impl::TPFuseElementwiseBase<TPFuseElementwise> {
+  using TPFuseElementwiseBase::TPFuseElementwiseBase;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<FuseSwiglu, FuseAddNorm<LayerNormOp, AddLayerNormOp>,
-                 FuseAddNorm<RmsNormOp, AddRmsNormOp>>(&getContext());
+    patterns.add<FuseSwiglu>(&getContext());
+    patterns.add<FuseAddNorm<LayerNormOp, AddLayerNormOp>,
+                 FuseAddNorm<RmsNormOp, AddRmsNormOp>>(&getContext(),
+                                                       acrossLayers);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
   }

@@ -47,7 +47,8 @@ public:
   Sharder(ModuleOp module, SmallVector<int64_t> gridShape,
           const ShardScheme &scheme)
       : module(module), gridShape(std::move(gridShape)), scheme(scheme),
-        reservedAxes(scheme.getReservedAxes()) {}
+        reservedAxes(scheme.getReservedAxes()),
+        sumOnlyAxes(scheme.getSumOnlyAxes()) {}
 
   LogicalResult run();
 
@@ -133,6 +134,8 @@ private:
   SmallVector<int64_t> gridShape;
   const ShardScheme &scheme;
   Axes reservedAxes;
+  // Axes whose shards may only be summed (the micro-batches).
+  Axes sumOnlyAxes;
   FlatSymbolRefAttr gridRef;
   int64_t batch = -1, seq = -1;
 
@@ -279,6 +282,8 @@ double Sharder::redistributionCost(Value value, const Layout &from,
   for (auto [have, want] : llvm::zip_equal(from.split, to.split))
     for (int64_t axis : have)
       if (!llvm::is_contained(want, axis)) {
+        if (llvm::is_contained(sumOnlyAxes, axis))
+          return kInfiniteCost;
         double n = double(gridShape[axis]);
         cost += (n - 1) / n * bytes;
       }
@@ -855,10 +860,17 @@ struct TPShard : public tp::impl::TPShardBase<TPShard> {
     SmallVector<int64_t> tensorShape(ArrayRef<int64_t>(grid.getValue().sizes));
     if (tensorShape.empty())
       tensorShape.push_back(1);
+    if (microbatches < 0) {
+      (void)optionError("tp-shard: microbatches=" + Twine(microbatches) +
+                        " is negative");
+      return signalPassFailure();
+    }
     std::unique_ptr<ShardScheme> scheme =
         makeShardScheme(mode, tensorShape, seqParallel, dataParallel,
-                        shardOptimizer, shardWholeDimsOnly);
+                        shardOptimizer, shardWholeDimsOnly, microbatches);
     SmallVector<int64_t> shape;
+    if (microbatches > 0)
+      shape.push_back(microbatches);
     if (dataParallel > 1)
       shape.push_back(dataParallel);
     llvm::append_range(shape, tensorShape);

@@ -116,6 +116,10 @@ public:
   /// used; its split there proposes nothing.
   virtual Axes getReservedAxes() const { return {}; }
 
+  /// Grid axes whose shards of a value can only be summed, never gathered
+  /// or moved (the micro-batches, which run one after another).
+  virtual Axes getSumOnlyAxes() const { return {}; }
+
   /// Moving a parameter costs this many times its bytes in the engine's
   /// choices: large where the scheme keeps weights in place and moves
   /// activations (1D), 1 where weights move by design.
@@ -128,11 +132,15 @@ public:
 /// batch is also split over axis 0, and with `shardOptimizer` parameters and
 /// their optimizer state are stored split over it (ZeRO-1); with
 /// `shardWholeDimsOnly` only along dimensions the tensor scheme keeps whole
-/// (a parameter without one stays whole over the replicas).
+/// (a parameter without one stays whole over the replicas). With
+/// `microbatches` > 0 one more axis of that size comes first, [microbatches,
+/// dataReplicas?, tensorGrid...]: the step's micro-batches, splitting the
+/// batch as the major part of its split, whose sums tp-pipeline-stages
+/// turns into accumulation over time.
 std::unique_ptr<ShardScheme>
 makeShardScheme(ParallelMode mode, ArrayRef<int64_t> tensorGrid,
                 bool seqParallel, int64_t dataReplicas, bool shardOptimizer,
-                bool shardWholeDimsOnly = false);
+                bool shardWholeDimsOnly = false, int64_t microbatches = 0);
 
 } // namespace mlir::tp
 

@@ -527,12 +527,14 @@ private:
 /// ways and hides the data axis from it.
 class DataParallelScheme : public ShardScheme {
 public:
+  /// `inTime`: the replicas are micro-batches run one after another.
   DataParallelScheme(std::unique_ptr<ShardScheme> tensorScheme,
                      ArrayRef<int64_t> tensorGrid, int64_t replicas,
-                     bool shardOptimizer, bool shardWholeDimsOnly)
+                     bool shardOptimizer, bool shardWholeDimsOnly,
+                     bool inTime = false)
       : tensorScheme(std::move(tensorScheme)), tensorGrid(tensorGrid),
         replicas(replicas), shardOptimizer(shardOptimizer),
-        shardWholeDimsOnly(shardWholeDimsOnly) {}
+        shardWholeDimsOnly(shardWholeDimsOnly), inTime(inTime) {}
 
   LogicalResult
   checkModel(ModuleOp module,
@@ -553,8 +555,8 @@ public:
   checkTokens(int64_t batch, int64_t seq, bool generation,
               function_ref<InFlightDiagnostic()> error) const override {
     if (batch % replicas != 0)
-      return error() << "tp-shard: dp=" << replicas
-                     << " splits the batch (size " << batch
+      return error() << "tp-shard: " << (inTime ? "microbatches=" : "dp=")
+                     << replicas << " splits the batch (size " << batch
                      << ") over grid axis 0, which does not divide it";
     // The tensor-parallel scheme splits each replica's share.
     return tensorScheme->checkTokens(batch / replicas, seq, generation, error);
@@ -650,7 +652,18 @@ public:
                                engine, shardWholeDimsOnly);
   }
 
-  Axes getReservedAxes() const override { return {kDataAxis}; }
+  Axes getSumOnlyAxes() const override {
+    Axes axes = toGridAxes(tensorScheme->getSumOnlyAxes());
+    if (inTime)
+      axes.insert(axes.begin(), kDataAxis);
+    return axes;
+  }
+
+  Axes getReservedAxes() const override {
+    Axes reserved = toGridAxes(tensorScheme->getReservedAxes());
+    reserved.insert(reserved.begin(), kDataAxis);
+    return reserved;
+  }
 
   double parameterCostFactor() const override {
     return tensorScheme->parameterCostFactor();
@@ -728,7 +741,7 @@ private:
   std::unique_ptr<ShardScheme> tensorScheme;
   SmallVector<int64_t> tensorGrid;
   int64_t replicas;
-  bool shardOptimizer, shardWholeDimsOnly;
+  bool shardOptimizer, shardWholeDimsOnly, inTime;
 };
 
 /// The scheme for `mode` on its own axes, numbered from `firstAxis` in the
@@ -758,12 +771,24 @@ std::unique_ptr<ShardScheme> makeTensorScheme(ParallelMode mode,
 std::unique_ptr<ShardScheme>
 mlir::tp::makeShardScheme(ParallelMode mode, ArrayRef<int64_t> tensorGrid,
                           bool seqParallel, int64_t dataReplicas,
-                          bool shardOptimizer, bool shardWholeDimsOnly) {
-  std::unique_ptr<ShardScheme> scheme = makeTensorScheme(
-      mode, tensorGrid, seqParallel, /*firstAxis=*/dataReplicas > 1 ? 1 : 0);
-  if (dataReplicas == 1)
-    return scheme;
-  return std::make_unique<DataParallelScheme>(std::move(scheme), tensorGrid,
-                                              dataReplicas, shardOptimizer,
-                                              shardWholeDimsOnly);
+                          bool shardOptimizer, bool shardWholeDimsOnly,
+                          int64_t microbatches) {
+  const int64_t leadingAxes =
+      (dataReplicas > 1 ? 1 : 0) + (microbatches > 0 ? 1 : 0);
+  std::unique_ptr<ShardScheme> scheme =
+      makeTensorScheme(mode, tensorGrid, seqParallel, leadingAxes);
+  SmallVector<int64_t> innerGrid(tensorGrid);
+  if (dataReplicas > 1) {
+    scheme = std::make_unique<DataParallelScheme>(std::move(scheme), innerGrid,
+                                                  dataReplicas, shardOptimizer,
+                                                  shardWholeDimsOnly);
+    innerGrid.insert(innerGrid.begin(), dataReplicas);
+  }
+  // Micro-batches are data parallelism in time: the same policy on an axis
+  // in front of the others, with no optimizer state split over it.
+  if (microbatches > 0)
+    scheme = std::make_unique<DataParallelScheme>(
+        std::move(scheme), innerGrid, microbatches, /*shardOptimizer=*/false,
+        shardWholeDimsOnly, /*inTime=*/true);
+  return scheme;
 }

@@ -27,6 +27,29 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
                      "becomes [dp, grid...] and axis 0 splits the batch "
                      "(needs a mode)"),
       llvm::cl::init(1)};
+  Option<int64_t> pipelineStages{
+      *this, "pp",
+      llvm::cl::desc("Pipeline stages: the grid becomes [pp, dp?, grid...] "
+                     "and each stage runs a contiguous group of layers "
+                     "(tp-pipeline-stages; needs a mode and train=true)"),
+      llvm::cl::init(1)};
+  Option<int64_t> microbatches{
+      *this, "microbatches",
+      llvm::cl::desc("Micro-batches per step: the batch is cut into this "
+                     "many, their gradients accumulated in the step (with "
+                     "pp > 1, what the schedule pipelines)"),
+      llvm::cl::init(1)};
+  Option<PipelineSchedule> schedule{
+      *this, "schedule", llvm::cl::desc("Pipeline schedule"),
+      llvm::cl::init(PipelineSchedule::OneFOneB), pipelineScheduleValues()};
+  Option<int64_t> pipelineChunks{
+      *this, "pp-chunks",
+      llvm::cl::desc("Model chunks per stage (schedule=interleaved)"),
+      llvm::cl::init(1)};
+  ListOption<int64_t> stageLayers{
+      *this, "stages",
+      llvm::cl::desc("Layers per stage (per chunk with pp-chunks), instead "
+                     "of the cut balanced by predicted cost")};
   Option<bool> shardOptimizer{
       *this, "shard-optimizer",
       llvm::cl::desc("ZeRO-1: parameters and optimizer state stored split "

@@ -36,6 +36,19 @@ struct StepPrediction {
   double arenaBytes = 0, argumentBytes = 0;
 };
 
+/// One kernel's predicted time on a device (0 for a view), and the FLOPs
+/// of its matrix products.
+struct KernelCost {
+  double seconds = 0, productFlops = 0;
+};
+KernelCost kernelCost(Operation &op, const DeviceModel &device);
+
+/// `op`'s kernel and exchanges, run alone by rank `rank` (no overlap): the
+/// cost tp-pipeline-stages balances stages by.
+FailureOr<double> predictOpSeconds(Operation &op, ArrayRef<int64_t> gridShape,
+                                   const ClusterModel &cluster,
+                                   int64_t rank = 0);
+
 /// The prediction for rank `rank` of a grid of `gridShape` (row-major rank
 /// order; the grid's rank 0 by default). Fails, after a diagnostic, on a
 /// layout no kernel runs.

@@ -49,6 +49,22 @@ inline auto parallelModeValues() {
                  "grid for them and keep the fastest on cluster=FILE"));
 }
 
+/// The order in which a pipeline stage runs its micro-batches' forward and
+/// backward halves (tp-pipeline-stages).
+enum class PipelineSchedule { GPipe, OneFOneB, Interleaved };
+
+inline auto pipelineScheduleValues() {
+  return llvm::cl::values(
+      clEnumValN(PipelineSchedule::GPipe, "gpipe",
+                 "Every micro-batch's forward, then every backward"),
+      clEnumValN(PipelineSchedule::OneFOneB, "1f1b",
+                 "One forward, one backward (PipeDream-Flush): at most as "
+                 "many micro-batches in flight as stages after this one"),
+      clEnumValN(PipelineSchedule::Interleaved, "interleaved",
+                 "1F1B over pp-chunks model chunks per stage (Megatron-LM's "
+                 "interleaved schedule): the bubble divided by the chunks"));
+}
+
 /// Activation recomputation in tp-autodiff.
 enum class RematMode { None, Layer };
 

@@ -52,6 +52,10 @@ def TPAutodiff : Pass<"tp-autodiff", "::mlir::ModuleOp"> {
     Option<"epsilon", "epsilon", "double", "1e-8", "AdamW epsilon">,
     Option<"weightDecay", "weight-decay", "double", "0.01",
            "AdamW weight decay, applied to parameters of rank >= 2">,
+    Option<"markBackward", "mark-backward", "bool", "false",
+           "Mark every op the backward builds with tp.backward and the "
+           "layer it differentiates (tp.layer), for tp-pipeline-stages "
+           "(tp-pipeline sets it with pp or microbatches)">,
   ];
   let dependentDialects = ["::mlir::tp::TPDialect", "::mlir::func::FuncDialect"];
 }
@@ -131,6 +135,11 @@ def TPShard : Pass<"tp-shard", "::mlir::ModuleOp"> {
            "scheme keeps whole (a parameter with none stays whole over the "
            "replicas), so that blocks of its split dimensions can move "
            "between ranks (tp-pipeline sets it with rebalance=true)">,
+    Option<"microbatches", "microbatches", "int64_t", "0",
+           "With N > 0, grid axis 0 (in front of dp) is the step's N "
+           "micro-batches: it splits the batch like a data-parallel axis, "
+           "in time, and tp-pipeline-stages turns the sums over it into "
+           "gradient accumulation">,
   ];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
@@ -151,6 +160,68 @@ def TPLowerCollectives : Pass<"tp-lower-collectives", "::mlir::ModuleOp"> {
     over the same axes becomes one `tp.reduce_scatter`.
   }];
   let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
+def TPPipelineStages : Pass<"tp-pipeline-stages", "::mlir::ModuleOp"> {
+  let summary = "Cut the per-rank step into pipeline stages with a schedule";
+  let description = [{
+    Per-rank programs only (after tp-partition), sharded with tp-shard's
+    `microbatches=M`: grid axis 0 is then the step's M micro-batches, and
+    @train_step is one micro-batch's step whose sums over axis 0 (weight
+    gradients, the loss) are its gradient accumulation. This pass turns axis
+    0 into the pipeline axis of `pp` stages and @train_step into one
+    function per stage, `@train_step_stage<s>` (`tp.stage = s`), that runs
+    all M micro-batches in the order of `schedule` and then the optimizer:
+
+    - Each op is a step invariant (it reads only parameters, moments and the
+      step's scalars: computed once, before the micro-batches), a
+      micro-batch op (forward, or backward as tp-autodiff marks it), or a
+      once-per-step op after the accumulated sums (clipping, AdamW).
+    - Layers (`tp.layer`) are cut into `pp` x `pp-chunks` contiguous groups
+      whose predicted time (the step simulator's per-op cost, on `cluster`
+      when given) is balanced; `layers` gives the cut instead. Chunk c of
+      stage s holds group c * pp + s. An op without a layer (a collective
+      the sharding inserted, the embedding, the head and loss) goes with the
+      latest layer it reads in the forward, the earliest in the backward,
+      else its first user's: the embedding with the first layer, the head
+      and loss with the last, and they are costed there.
+    - A micro-batch value one stage makes and another uses travels as a
+      `tp.send_start`/`tp.send_wait` and `tp.recv_start`/`tp.recv_wait`
+      pair over axis 0: the receive is posted one slot before the slot that
+      needs it and waited for at its first use, the send waited for at the
+      end of the next slot, so transfers overlap compute. Under a tensor
+      scheme each rank sends only its shard.
+    - Each parameter (and its moments) lives on one stage, the first that
+      uses it; a stage that also uses it (a tied embedding) receives it at
+      the start of each step, and the sums of its gradient's parts meet in
+      the optimizer.
+    - A sum over axis 0 becomes a running sum over the micro-batches, in
+      micro-batch order; the remaining axes of the collective stay, after
+      the sum. A once-per-step value several stages contribute to (the
+      global gradient norm, the loss) is all-reduced over axis 0, every
+      stage taking part.
+
+    The micro-batches' tokens are the rows of the rank's token block, M
+    blocks of the micro-batch's size. Every stage's program checks that
+    each send has its receive, of the same type, and that no order of the
+    waits can deadlock. The module attribute `tp.pipeline` records the
+    schedule, and each function its slots (`tp.schedule`).
+  }];
+  let options = [
+    Option<"stages", "pp", "int64_t", "1", "Pipeline stages">,
+    Option<"chunks", "pp-chunks", "int64_t", "1",
+           "Model chunks per stage (schedule=interleaved)">,
+    Option<"schedule", "schedule", "::mlir::tp::PipelineSchedule",
+           "::mlir::tp::PipelineSchedule::OneFOneB", "Pipeline schedule",
+           "::mlir::tp::pipelineScheduleValues()">,
+    ListOption<"layers", "layers", "int64_t",
+               "Layers per stage (per chunk, in virtual-stage order), "
+               "instead of the balanced cut">,
+    Option<"clusterPath", "cluster", "std::string", "",
+           "A cluster description whose device costs the layers (default: "
+           "FLOPs and bytes at fixed rates)">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect", "::mlir::func::FuncDialect"];
 }
 
 def TPCollectiveMatmul : Pass<"tp-collective-matmul", "::mlir::ModuleOp"> {
@@ -251,8 +322,15 @@ def TPFuseElementwise : Pass<"tp-fuse-elementwise", "::mlir::ModuleOp"> {
     `tp.add_rms_norm` with the sum and the normalised sum as results (its
     VJP is one norm gradient that adds the residual stream's gradient). A
     fused op's sharding rule is the union of its parts', so every scheme
-    and its communication stay as they were.
+    and its communication stay as they were. With `across-layers=false` an
+    add that ends one layer (`tp.layer`) stays apart from the next layer's
+    norm, so that a pipeline cut between them sends only the residual
+    stream.
   }];
+  let options = [
+    Option<"acrossLayers", "across-layers", "bool", "true",
+           "Fuse a layer's last residual add with the next layer's norm">,
+  ];
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 

@@ -351,6 +351,7 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
     if (name == TPDialect::BufferOffsetsAttrHelper::getNameStr() ||
         name == TPDialect::LayerAttrHelper::getNameStr() ||
         name == TPDialect::RecomputedAttrHelper::getNameStr() ||
+        name == TPDialect::BackwardAttrHelper::getNameStr() ||
         name == TPDialect::RingReducedAttrHelper::getNameStr() ||
         name == TPDialect::RebalanceDimsAttrHelper::getNameStr() ||
         name == "grid")
@@ -626,6 +627,12 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
 }
 
 LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
+  // Pipeline stages (tp-pipeline-stages) need the plan's stage programs and
+  // the runtime's transfers, which the plan format does not have yet.
+  if (module->hasAttr(TPDialect::PipelineAttrHelper::getNameStr()))
+    return mlir::emitError(UnknownLoc::get(module.getContext()))
+           << "plan: a pipelined step (pp, microbatches) cannot be written "
+              "to a plan yet: the plan format has no stage programs";
   // The per-rank program's grid, as tp-partition recorded it.
   // The per-rank program: no value carries a layout any more.
   WalkResult global = module.walk([](Operation *op) {

@@ -1,0 +1,97 @@
+// tp-pipeline-stages through tp-pipeline: a 4-layer GPT-2 (h 32, 4 heads,
+// vocabulary 64, batch 4 x seq 8) cut into pipeline stages.
+//
+// RUN: echo '{"model_type": "gpt2", "vocab_size": 64, "n_embd": 32, "n_layer": 4, "n_head": 4, "n_positions": 16}' > %t.json
+// RUN: tpc-import %t.json --batch 4 --seq 8 -o %t.mlir
+//
+// 1F1B over 2 stages of 1D 2, 2 micro-batches of 2 sequences: the grid
+// [pp, tensor], two layers per stage (the balanced cut), stage 0 runs one
+// forward ahead, stage 1 alternates.
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=2 pp=2 microbatches=2" 2>%t.remarks | FileCheck %s --check-prefix=1F1B
+// 1F1B: tp.pipeline = {chunks = 1 : i64, layers = array<i64: 2, 2>, microbatches = 2 : i64, schedule = "1f1b", stages = 2 : i64}
+// 1F1B: tp.grid @tp [2, 2]
+// 1F1B-LABEL: func.func @train_step_stage0
+// The tied embedding table's shard (the vocabulary split over the tensor
+// axis) goes to the head's stage once a step, before anything waits.
+// 1F1B-SAME: tp.param = "transformer.wte.weight"
+// 1F1B-SAME: tp.schedule = "F0 F1 B0 B1", tp.stage = 0
+// 1F1B-NEXT: tp.send_start %arg0 over @tp to 1 tag 0 {{.*}} : tensor<32x32xf32>
+// Each micro-batch's token ids are a block of the rank's rows.
+// 1F1B: tp.slice %{{.*}} {offsets = array<i64: 0, 0>{{.*}}: (tensor<4x8xi32>) -> tensor<2x8xi32>
+// 1F1B: tp.send_start %[[ACT0:.*]] over @tp to 1 tag 1 {{.*}} : tensor<2x8x32xf32>
+// The gradient of micro-batch 0 is posted for before F1 runs.
+// 1F1B-NEXT: %[[GRAD0:.*]] = tp.recv_start over @tp from 1 tag 0 {{.*}} : tensor<2x8x32xf32>
+// 1F1B: tp.slice %{{.*}} {offsets = array<i64: 2, 0>{{.*}}: (tensor<4x8xi32>) -> tensor<2x8xi32>
+// 1F1B: tp.send_start %[[ACT1:.*]] over @tp to 1 tag 2 {{.*}} : tensor<2x8x32xf32>
+// 1F1B: tp.send_wait %[[ACT0]] over @tp to 1 tag 1
+// 1F1B: tp.recv_wait %[[GRAD0]]
+// The sums over the stages: the tied table's gradient parts, the squared
+// gradient norm, the loss.
+// 1F1B: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>{{.*}} : tensor<32x32xf32>
+// 1F1B: tp.clip_scale
+// 1F1B: return
+// 1F1B-LABEL: func.func @train_step_stage1
+// 1F1B-SAME: tp.schedule = "F0 B0 F1 B1", tp.stage = 1
+// 1F1B-NEXT: tp.recv_start over @tp from 0 tag 0 {{.*}} : tensor<32x32xf32>
+// 1F1B: tp.recv_start over @tp from 0 tag 1 {{.*}} : tensor<2x8x32xf32>
+// 1F1B: tp.send_start %{{.*}} over @tp to 0 tag 0 {{.*}} : tensor<2x8x32xf32>
+// 1F1B-NOT: func.func
+// 1F1B: tp.send_start %{{.*}} over @tp to 0 tag 1 {{.*}} : tensor<2x8x32xf32>
+// Only the residual stream crosses (one activation and one gradient per
+// micro-batch), and each rank sends its own shard of the table.
+// RUN: FileCheck %s --check-prefix=1F1B-TRAFFIC < %t.remarks
+// 1F1B-TRAFFIC: @train_step_stage0 communication per rank: {{.*}}send 8192 bytes (3 calls)
+// 1F1B-TRAFFIC: @train_step_stage1 communication per rank: {{.*}}send 4096 bytes (2 calls)
+
+// GPipe: every forward, then every backward; an explicit cut.
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 schedule=gpipe stages=3,1" -o - 2>/dev/null | FileCheck %s --check-prefix=GPIPE
+// GPIPE: layers = array<i64: 3, 1>, microbatches = 2 : i64, schedule = "gpipe"
+// GPIPE: tp.schedule = "F0 F1 B0 B1", tp.stage = 0
+// GPIPE: tp.schedule = "F0 F1 B0 B1", tp.stage = 1
+
+// The interleaved schedule: 2 chunks per stage, one layer each; chunk c of stage s
+// holds layer group 2c + s (Megatron-LM's order of virtual micro-batches).
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=4 schedule=interleaved pp-chunks=2" -o - 2>/dev/null | FileCheck %s --check-prefix=INTER
+// INTER: chunks = 2 : i64, layers = array<i64: 1, 1, 1, 1>, microbatches = 4 : i64, schedule = "interleaved"
+// INTER: tp.schedule = "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0", tp.stage = 0
+// INTER: tp.schedule = "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0", tp.stage = 1
+
+// Gradient accumulation alone: one stage, the micro-batches' gradients
+// summed in order before the optimizer.
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 microbatches=2" -o - 2>/dev/null | FileCheck %s --check-prefix=ACCUM
+// ACCUM: tp.grid @tp [1, 1]
+// ACCUM: tp.schedule = "F0 B0 F1 B1", tp.stage = 0
+// ACCUM-NOT: send_start
+// ACCUM: tp.adamw
+
+// Data parallelism with ZeRO-1 and 2D schemes keep their axes after pp.
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=2 dp=2 shard-optimizer=true pp=2 microbatches=2" -o - 2>/dev/null | FileCheck %s --check-prefix=DP
+// DP: tp.grid @tp [2, 2, 2]
+// DP-COUNT-2: tp.stage
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=2d grid=2x2 pp=2 microbatches=2" -o - 2>/dev/null | FileCheck %s --check-prefix=TWO-D
+// TWO-D: tp.grid @tp [2, 2, 2]
+
+// Errors.
+// RUN: not tpc-opt %t.mlir --tp-pipeline="pp=2" 2>&1 | FileCheck %s --check-prefix=NO-MODE
+// NO-MODE: tp-pipeline: pp and microbatches need a mode, e.g. mode=1d (grid=1 for pipeline parallelism alone)
+// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=2 pp=2 rebalance=true" 2>&1 | FileCheck %s --check-prefix=REBALANCE
+// REBALANCE: tp-pipeline: rebalance=true does not work with pp or microbatches yet
+// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=3" 2>&1 | FileCheck %s --check-prefix=SPLIT
+// SPLIT: tp-shard: microbatches=3 splits the batch (size 4) over grid axis 0, which does not divide it
+// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 stages=3,2" 2>&1 | FileCheck %s --check-prefix=LAYERS
+// LAYERS: tp-pipeline-stages: layers= adds up to 5 layers, but the model has 4
+// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=8 microbatches=2" 2>&1 | FileCheck %s --check-prefix=TOO-MANY
+// TOO-MANY: tp-pipeline-stages: 8 pipeline groups (pp x pp-chunks) need at least as many layers; the model has 4
+// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 schedule=interleaved" 2>&1 | FileCheck %s --check-prefix=NO-CHUNKS
+// NO-CHUNKS: tp-pipeline-stages: schedule=interleaved needs pp-chunks=V with V > 1
+// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=1 schedule=interleaved pp-chunks=2" 2>&1 | FileCheck %s --check-prefix=INTER-M
+// INTER-M: error: tp-pipeline-stages: schedule=interleaved needs the micro-batches (1) to be a multiple of pp=2
+// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 train=false" 2>&1 | FileCheck %s --check-prefix=NO-TRAIN
+// NO-TRAIN: tp-pipeline: pp and microbatches cut the training step; they need train=true
+
+// Plans of pipeline stages are not written yet (no stage programs in the
+// plan format): a one-line error, and no file.
+// RUN: rm -f %t.tpplan
+// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2" -o %t.tpplan 2>&1 | FileCheck %s --check-prefix=NO-PLAN
+// RUN: not test -e %t.tpplan
+// NO-PLAN: error: plan: a pipelined step (pp, microbatches) cannot be written to a plan yet: the plan format has no stage programs
