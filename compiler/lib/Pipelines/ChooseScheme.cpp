@@ -105,14 +105,6 @@ std::string bytesText(double bytes) {
   return llvm::formatv("{0:f0} bytes", bytes).str();
 }
 
-/// The transformer layer an op belongs to (the importer's tp.layer).
-std::optional<int64_t> layerOf(Operation *op) {
-  if (auto attr = op->getAttrOfType<IntegerAttr>(
-          TPDialect::LayerAttrHelper::getNameStr()))
-    return attr.getInt();
-  return std::nullopt;
-}
-
 /// The number of transformer layers of `module`'s functions (0 when no op
 /// says, or when functions disagree).
 int64_t layerCount(ModuleOp module) {

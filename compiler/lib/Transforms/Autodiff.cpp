@@ -88,13 +88,6 @@ void Differentiator::accumulate(Value value, Value cotangent) {
         AddOp::create(builder, cotangent.getLoc(), it->second, cotangent);
 }
 
-static std::optional<int64_t> layerOf(Operation *op) {
-  if (auto attr = op->getAttrOfType<IntegerAttr>(
-          TPDialect::LayerAttrHelper::getNameStr()))
-    return attr.getInt();
-  return std::nullopt;
-}
-
 /// Clones layer `layer`'s forward ops at the insertion point, so that its
 /// backward reads recomputed activations instead of keeping the originals
 /// alive from the forward pass.

@@ -14,7 +14,6 @@
 #include "tpc/Transforms/Passes.h"
 #include "tpc/Transforms/PipelineSchedule.h"
 
-#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
 #include <map>
@@ -61,13 +60,6 @@ bool isBackward(Operation *op) {
   return op->hasAttr(TPDialect::BackwardAttrHelper::getNameStr());
 }
 
-std::optional<int64_t> layerOf(Operation *op) {
-  if (auto attr = op->getAttrOfType<IntegerAttr>(
-          TPDialect::LayerAttrHelper::getNameStr()))
-    return attr.getInt();
-  return std::nullopt;
-}
-
 /// A default device for costing layers without a cluster description: only
 /// the ratios between ops matter for a balanced cut.
 ClusterModel referenceCluster() {
@@ -91,10 +83,7 @@ class StageSplitter {
 public:
   StageSplitter(ModuleOp module, func::FuncOp step, GridOp grid, int64_t stages,
                 int64_t chunks, PipelineSchedule schedule,
-                ArrayRef<int64_t> layers, const ClusterModel &cluster)
-      : module(module), step(step), grid(grid), stages(stages), chunks(chunks),
-        schedule(schedule), explicitLayers(layers), cluster(cluster),
-        microbatches(grid.getShape()[kPipelineAxis]) {}
+                ArrayRef<int64_t> layers, const ClusterModel &cluster);
 
   LogicalResult run();
 
@@ -126,6 +115,12 @@ private:
   bool isTokenInput(BlockArgument arg) const;
   /// The parameter argument a parameter or moment argument belongs to.
   std::optional<unsigned> paramOf(BlockArgument arg) const;
+  /// The stage owning argument `arg` (a parameter or moment), if it is one.
+  std::optional<int64_t> ownerOf(unsigned arg) const;
+  /// Where a once-per-step op runs: its results' home.
+  Home homeOf(Operation *op) const {
+    return op->getNumResults() ? valueHome.lookup(op->getResult(0)) : Home{};
+  }
 
   ModuleOp module;
   mutable func::FuncOp step;
@@ -136,6 +131,8 @@ private:
   const ClusterModel &cluster;
   int64_t microbatches;
 
+  /// Each parameter or moment argument's parameter argument.
+  DenseMap<unsigned, unsigned> paramOfArg;
   /// Program order of the original step's ops.
   SmallVector<Operation *> ops;
   DenseMap<Operation *, Phase> phase;
@@ -151,7 +148,6 @@ private:
   /// Owner stage of each parameter argument.
   DenseMap<unsigned, int64_t> owner;
   DenseMap<Value, SmallVector<unsigned>> paramsRead;
-  DenseMap<Operation *, Home> home;
   /// Once-per-step values each op needs on every stage (all-reduced over
   /// axis 0 right before it); the loss is needed at the end.
   DenseMap<Operation *, SmallVector<Value>> globalsBefore;
@@ -175,16 +171,39 @@ bool StageSplitter::isTokenInput(BlockArgument arg) const {
          (input.getValue() == "tokens" || input.getValue() == "targets");
 }
 
-std::optional<unsigned> StageSplitter::paramOf(BlockArgument arg) const {
-  auto name = step.getArgAttrOfType<StringAttr>(
-      arg.getArgNumber(), TPDialect::ParamAttrHelper::getNameStr());
-  if (!name)
-    return std::nullopt;
+StageSplitter::StageSplitter(ModuleOp module, func::FuncOp step, GridOp grid,
+                             int64_t stages, int64_t chunks,
+                             PipelineSchedule schedule,
+                             ArrayRef<int64_t> layers,
+                             const ClusterModel &cluster)
+    : module(module), step(step), grid(grid), stages(stages), chunks(chunks),
+      schedule(schedule), explicitLayers(layers), cluster(cluster),
+      microbatches(grid.getShape()[kPipelineAxis]) {
+  // Moments name their parameter by its tp.param.
+  llvm::StringMap<unsigned> paramByName;
+  StringRef paramAttr = TPDialect::ParamAttrHelper::getNameStr();
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
-    if (step.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()) == name &&
-        !step.getArgAttr(i, TPDialect::StateAttrHelper::getNameStr()))
-      return i;
-  return std::nullopt;
+    if (auto name = step.getArgAttrOfType<StringAttr>(i, paramAttr);
+        name && !step.getArgAttr(i, TPDialect::StateAttrHelper::getNameStr()))
+      paramByName[name.getValue()] = i;
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
+    if (auto name = step.getArgAttrOfType<StringAttr>(i, paramAttr))
+      if (auto it = paramByName.find(name.getValue()); it != paramByName.end())
+        paramOfArg[i] = it->second;
+}
+
+std::optional<unsigned> StageSplitter::paramOf(BlockArgument arg) const {
+  auto it = paramOfArg.find(arg.getArgNumber());
+  if (it == paramOfArg.end())
+    return std::nullopt;
+  return it->second;
+}
+
+std::optional<int64_t> StageSplitter::ownerOf(unsigned arg) const {
+  std::optional<unsigned> p = paramOf(step.getArgument(arg));
+  if (!p)
+    return std::nullopt;
+  return owner.lookup(*p);
 }
 
 void StageSplitter::forEachMicroOperand(
@@ -365,9 +384,6 @@ LogicalResult StageSplitter::cutLayers() {
     SmallVector<double> prefix(numLayers + 1, 0);
     for (int64_t l = 0; l < numLayers; ++l)
       prefix[l + 1] = prefix[l] + costs[l];
-    auto groupCost = [&](int64_t, int64_t from, int64_t to) {
-      return prefix[to] - prefix[from];
-    };
     SmallVector<SmallVector<double>> best(
         groups + 1, SmallVector<double>(numLayers + 1, inf));
     SmallVector<SmallVector<int64_t>> cut(
@@ -378,7 +394,7 @@ LogicalResult StageSplitter::cutLayers() {
         for (int64_t k = g - 1; k < l; ++k) {
           if (best[g - 1][k] == inf)
             continue;
-          double c = std::max(best[g - 1][k], groupCost(g - 1, k, l));
+          double c = std::max(best[g - 1][k], prefix[l] - prefix[k]);
           if (c < best[g][l]) {
             best[g][l] = c;
             cut[g][l] = k;
@@ -517,10 +533,10 @@ LogicalResult StageSplitter::placeOnceAfter() {
       std::optional<int64_t> pinned;
       for (Value operand : op->getOperands())
         if (auto arg = dyn_cast<BlockArgument>(operand))
-          if (std::optional<unsigned> p = paramOf(arg)) {
-            if (pinned && *pinned != owner.lookup(*p))
+          if (std::optional<int64_t> stage = ownerOf(arg.getArgNumber())) {
+            if (pinned && *pinned != *stage)
               return error(op) << "reads parameters of different stages";
-            pinned = owner.lookup(*p);
+            pinned = stage;
           }
       if (pinned) {
         h = {Home::Stage, *pinned};
@@ -549,7 +565,6 @@ LogicalResult StageSplitter::placeOnceAfter() {
           h = {}; // all-reduced operands, computed on every stage
       }
     }
-    home[op] = h;
     for (Value result : op->getResults())
       valueHome[result] = h;
     if (h.kind != Home::Partial && !microbatchSums.contains(op))
@@ -584,10 +599,9 @@ LogicalResult StageSplitter::placeOnceAfter() {
     auto updates = step.getResultAttrOfType<IntegerAttr>(
         j, TPDialect::UpdatesAttrHelper::getNameStr());
     if (updates) {
-      std::optional<unsigned> p =
-          paramOf(step.getArgument(unsigned(updates.getInt())));
+      std::optional<int64_t> stage = ownerOf(unsigned(updates.getInt()));
       Home h = valueHome.lookup(v);
-      if (!p || h.kind != Home::Stage || h.stage != owner.lookup(*p))
+      if (!stage || h.kind != Home::Stage || h.stage != *stage)
         return error(step) << "result #" << j
                            << " updates a parameter away from its stage";
       continue;
@@ -636,11 +650,9 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
   SmallVector<DictionaryAttr> argAttrs;
   for (BlockArgument arg : oldBlock.getArguments()) {
     unsigned i = arg.getArgNumber();
-    if (step.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr())) {
-      std::optional<unsigned> p = paramOf(arg);
-      if (!p || owner.lookup(*p) != s)
-        continue;
-    }
+    if (step.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()) &&
+        ownerOf(i) != s)
+      continue;
     Type type = arg.getType();
     NamedAttrList attrs(step.getArgAttrDict(i));
     if (isTokenInput(arg)) {
@@ -673,12 +685,9 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
   SmallVector<Type> resultTypes;
   for (auto [j, v] : llvm::enumerate(ret.getOperands())) {
     if (auto updates = step.getResultAttrOfType<IntegerAttr>(
-            j, TPDialect::UpdatesAttrHelper::getNameStr())) {
-      std::optional<unsigned> p =
-          paramOf(step.getArgument(unsigned(updates.getInt())));
-      if (owner.lookup(*p) != s)
-        continue;
-    }
+            j, TPDialect::UpdatesAttrHelper::getNameStr());
+        updates && ownerOf(unsigned(updates.getInt())) != s)
+      continue;
     resultFrom.push_back(j);
     resultTypes.push_back(v.getType());
   }
@@ -735,7 +744,7 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
       return stageOfOp(op) == s;
     if (p != Phase::Step)
       return false;
-    Home h = home.lookup(op);
+    Home h = homeOf(op);
     return h.kind != Home::Stage || h.stage == s;
   };
   llvm::DenseSet<Operation *> neededInvariants;
@@ -899,7 +908,7 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
     for (Value v : globalsBefore.lookup(op))
       if (failed(makeGlobal(v)))
         return failure();
-    Home h = home.lookup(op);
+    Home h = homeOf(op);
     if (microbatchSums.contains(op)) {
       if (h.stage == s)
         here[op->getResult(0)] = accumulated.lookup(op);

@@ -193,6 +193,13 @@ bool mlir::tp::isGenerationFunction(func::FuncOp func) {
   return false;
 }
 
+std::optional<int64_t> mlir::tp::layerOf(Operation *op) {
+  if (auto attr = op->getAttrOfType<IntegerAttr>(
+          TPDialect::LayerAttrHelper::getNameStr()))
+    return attr.getInt();
+  return std::nullopt;
+}
+
 void mlir::tp::registerTPDialect(DialectRegistry &registry) {
   registry.insert<TPDialect, func::FuncDialect>();
   registry.addExtension(+[](MLIRContext *ctx, func::FuncDialect *) {

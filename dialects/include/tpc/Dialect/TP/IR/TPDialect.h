@@ -6,6 +6,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Dialect.h"
 
+#include <optional>
+
 #include "tpc/Dialect/TP/IR/TPDialect.h.inc"
 
 namespace mlir::tp {
@@ -16,6 +18,10 @@ void registerTPDialect(DialectRegistry &registry);
 /// Whether `func` is a generation program: one with KV cache arguments
 /// (tp.cache), which @prefill and @decode share.
 bool isGenerationFunction(func::FuncOp func);
+
+/// The transformer layer an op belongs to (tp.layer: the importer's, kept by
+/// the fusions, and with tp-autodiff's mark-backward its VJP's), if any.
+std::optional<int64_t> layerOf(Operation *op);
 } // namespace mlir::tp
 
 #endif // TPC_DIALECT_TP_IR_TPDIALECT_H
