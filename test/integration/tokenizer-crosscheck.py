@@ -205,8 +205,11 @@ def main():
     # A SentencePiece .model (spm_train, Debian's sentencepiece) read through
     # libsentencepiece, against the Python sentencepiece wheel (its own
     # build) and transformers' LlamaTokenizer; the text without the
-    # special-token spellings, which LlamaTokenizer alone would split on.
-    plain = text.replace("</s>", " ")
+    # special-token spellings, which LlamaTokenizer alone would split on
+    # (its BOS, EOS and unknown token: the docs may write `<s>`).
+    plain = text
+    for special in ("<s>", "</s>", "<unk>"):
+        plain = plain.replace(special, " ")
     plain_path = work / "plain.txt"
     plain_path.write_bytes(plain.encode("utf-8"))
     train_text = work / "spm-train.txt"
