@@ -471,6 +471,48 @@ void crossEntropyGrad(const Dispatch &d) {
                                       stats.data(), block.blocks, out.f32());
 }
 
+bool hasBf16(std::span<const TensorBinding> tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [](const auto &t) {
+    return t.dtype == plan::DType::BF16;
+  });
+}
+
+/// Runs an f32 kernel on a step with bf16 tensors: bf16 operands widened
+/// (exactly) to f32 copies, the kernel, then each bf16 result rounded once
+/// from its f32 copy. This is mixed precision's definition of every such
+/// kind (compute in f32, store rounded), which a GPU's bf16 kernels match.
+void runWidened(Kernel kernel, const Dispatch &d) {
+  std::array<TensorBinding, kMaxStepOperands> operands;
+  std::array<TensorBinding, kMaxStepResults> results;
+  std::vector<std::vector<float>> copies;
+  copies.reserve(kMaxStepOperands + kMaxStepResults);
+  auto widened = [&](const TensorBinding &t) {
+    std::vector<float> &copy = copies.emplace_back(size_t(t.elements));
+    return TensorBinding{reinterpret_cast<std::byte *>(copy.data()), t.shape,
+                         t.elements, plan::DType::F32};
+  };
+  for (size_t i = 0; i < d.operands.size(); ++i) {
+    operands[i] = d.operands[i];
+    if (d.operands[i].dtype == plan::DType::BF16) {
+      operands[i] = widened(d.operands[i]);
+      widenBf16(d.operands[i].bf16(), operands[i].f32(), operands[i].elements);
+    }
+  }
+  for (size_t i = 0; i < d.results.size(); ++i)
+    results[i] = d.results[i].dtype == plan::DType::BF16 ? widened(d.results[i])
+                                                         : d.results[i];
+  kernel({d.step,
+          {operands.data(), d.operands.size()},
+          {results.data(), d.results.size()},
+          d.comm,
+          d.bf16Products || hasBf16(d.operands),
+          d.channel});
+  for (size_t i = 0; i < d.results.size(); ++i)
+    if (d.results[i].dtype == plan::DType::BF16)
+      narrowToBf16(results[i].f32(), d.results[i].bf16(),
+                   d.results[i].elements);
+}
+
 //===----------------------------------------------------------------------===//
 // Products fused with what follows them: each computes its unfused ops'
 // float operations (Linear and LinearGeluGrad are bit-identical to them on
@@ -500,9 +542,8 @@ void linear(const Dispatch &d) {
     cpu::gelu(pre.f32(), d.results[0].f32(), d.results[0].elements);
 }
 
-/// LinearGeluGrad: the product, GELU's gradient in place, then the sum over
-/// every dim but the last.
-void linearGeluGrad(const Dispatch &d) {
+/// LinearGeluGrad's first result: the product, then GELU's gradient in place.
+void linearGeluGradInput(const Dispatch &d) {
   const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
                       &dz = d.results[0];
   const float *l = lhs.f32(), *r = rhs.f32();
@@ -518,9 +559,40 @@ void linearGeluGrad(const Dispatch &d) {
   cpu::matmul(l, lhs.shape, false, r, rhs.shape, d.step.transpose_rhs(),
               dz.f32(), dz.shape);
   cpu::geluGrad(dz.f32(), d.operands[2].f32(), dz.f32(), dz.elements);
+}
+
+/// `values` (shaped like `dz`) summed over every dim but the last.
+void sumBiasGrad(const float *values, const TensorBinding &dz, float *out) {
   std::vector<int64_t> rows(dz.shape.size() - 1);
   std::iota(rows.begin(), rows.end(), 0);
-  cpu::reduce(dz.f32(), dz.shape, rows, /*mean=*/false, d.results[1].f32());
+  cpu::reduce(values, dz.shape, rows, /*mean=*/false, out);
+}
+
+/// LinearGeluGrad: dz (the product, GELU's gradient in place) rounded once
+/// into its storage, and the bias gradient summed in f32 over dz as stored,
+/// rounded once if it is bf16. The sum reads the stored dz as the CUDA
+/// backend's row sum does.
+void linearGeluGrad(const Dispatch &d) {
+  const TensorBinding &dz = d.results[0], &db = d.results[1];
+  if (!hasBf16(d.operands) && !hasBf16(d.results)) {
+    linearGeluGradInput(d);
+    sumBiasGrad(dz.f32(), dz, db.f32());
+    return;
+  }
+  runWidened(linearGeluGradInput, {d.step, d.operands, d.results.first(1),
+                                   d.comm, d.bf16Products, d.channel});
+  std::vector<float> stored, sum;
+  const float *values = dz.f32();
+  if (dz.dtype == plan::DType::BF16) {
+    stored.resize(size_t(dz.elements));
+    widenBf16(dz.bf16(), stored.data(), dz.elements);
+    values = stored.data();
+  }
+  if (db.dtype != plan::DType::BF16)
+    return sumBiasGrad(values, dz, db.f32());
+  sum.resize(size_t(db.elements));
+  sumBiasGrad(values, dz, sum.data());
+  narrowToBf16(sum.data(), db.bf16(), db.elements);
 }
 
 /// A chunked vocabulary head: the input as [tokens, hidden], the weight
@@ -840,7 +912,7 @@ void addCpuKernels(KernelTable &k) {
   set(OpKind::AddLayerNorm, addLayerNorm);
   set(OpKind::AddRmsNorm, addRmsNorm);
   set(OpKind::Linear, linear);
-  set(OpKind::LinearGeluGrad, linearGeluGrad);
+  setBf16(OpKind::LinearGeluGrad, linearGeluGrad);
   set(OpKind::LinearCrossEntropy, linearCrossEntropy);
   set(OpKind::LinearCrossEntropyGrad, linearCrossEntropyGrad);
   set(OpKind::Softmax, softmax);
@@ -892,48 +964,6 @@ std::vector<OpKind> cpuKernelsMissing() {
 }
 
 namespace {
-
-bool hasBf16(std::span<const TensorBinding> tensors) {
-  return std::any_of(tensors.begin(), tensors.end(), [](const auto &t) {
-    return t.dtype == plan::DType::BF16;
-  });
-}
-
-/// Runs an f32 kernel on a step with bf16 tensors: bf16 operands widened
-/// (exactly) to f32 copies, the kernel, then each bf16 result rounded once
-/// from its f32 copy. This is mixed precision's definition of every such
-/// kind (compute in f32, store rounded), which a GPU's bf16 kernels match.
-void runWidened(Kernel kernel, const Dispatch &d) {
-  std::array<TensorBinding, kMaxStepOperands> operands;
-  std::array<TensorBinding, kMaxStepResults> results;
-  std::vector<std::vector<float>> copies;
-  copies.reserve(kMaxStepOperands + kMaxStepResults);
-  auto widened = [&](const TensorBinding &t) {
-    std::vector<float> &copy = copies.emplace_back(size_t(t.elements));
-    return TensorBinding{reinterpret_cast<std::byte *>(copy.data()), t.shape,
-                         t.elements, plan::DType::F32};
-  };
-  for (size_t i = 0; i < d.operands.size(); ++i) {
-    operands[i] = d.operands[i];
-    if (d.operands[i].dtype == plan::DType::BF16) {
-      operands[i] = widened(d.operands[i]);
-      widenBf16(d.operands[i].bf16(), operands[i].f32(), operands[i].elements);
-    }
-  }
-  for (size_t i = 0; i < d.results.size(); ++i)
-    results[i] = d.results[i].dtype == plan::DType::BF16 ? widened(d.results[i])
-                                                         : d.results[i];
-  kernel({d.step,
-          {operands.data(), d.operands.size()},
-          {results.data(), d.results.size()},
-          d.comm,
-          d.bf16Products || hasBf16(d.operands),
-          d.channel});
-  for (size_t i = 0; i < d.results.size(); ++i)
-    if (d.results[i].dtype == plan::DType::BF16)
-      narrowToBf16(results[i].f32(), d.results[i].bf16(),
-                   d.results[i].elements);
-}
 
 class CpuBackend final : public Backend {
 public:

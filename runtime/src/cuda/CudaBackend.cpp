@@ -1366,37 +1366,55 @@ void linear(CudaBackend &b, const Dispatch &d) {
     cuda::gelu(f32(pre), f32(d.results[0]), d.results[0].elements, b.stream);
 }
 
-/// LinearGeluGrad through one cuBLASLt product with its DGELU epilogue,
-/// the bias gradient from the epilogue when it has the result's type, else
-/// summed apart (an f32 gradient of bf16 activations).
+/// The bias gradient of LinearGeluGrad from dz as stored ([rows, n], f32 or
+/// bf16): summed in f32 in a fixed order, rounded once when it is bf16, as
+/// the CPU backend defines it.
+void sumStoredBiasGrad(CudaBackend &b, const TensorBinding &dz,
+                       const TensorBinding &db) {
+  const int64_t n = dz.shape.back(), rows = n ? dz.elements / n : 0;
+  const int64_t chunks = cuda::rowSumChunks(rows);
+  const bool narrow = db.dtype == plan::DType::BF16;
+  auto *partials = static_cast<float *>(
+      b.scratch(uint64_t(chunks * n + (narrow ? n : 0)) * sizeof(float)));
+  float *sum = narrow ? partials + chunks * n : f32(db);
+  cuda::sumRows(dz.data, dz.dtype == plan::DType::BF16, rows, n, partials, sum,
+                b.stream);
+  if (narrow)
+    cuda::toBf16(sum, reinterpret_cast<uint16_t *>(db.data), n, b.stream);
+}
+
+/// LinearGeluGrad through one cuBLASLt product with its DGELU epilogue; the
+/// bias gradient from the epilogue when dz and it are f32, else summed from
+/// the stored dz (cuBLASLt's bf16 bias-gradient epilogue sums values it has
+/// not rounded, which the CPU's definition does not).
 bool linearGeluGradLt(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &dz = d.results[0], &db = d.results[1],
                       &pre = d.operands[2];
   std::optional<device::RowMajorProduct> p = fusedProduct(d, dz);
   if (!p || pre.dtype != dz.dtype)
     return false;
-  const bool epilogueSums = db.dtype == dz.dtype;
+  const bool epilogueSums =
+      dz.dtype == plan::DType::F32 && db.dtype == plan::DType::F32;
   p->epilogue = epilogueSums ? device::Epilogue::GeluGradBiasGrad
                              : device::Epilogue::GeluGrad;
   p->biasType = db.dtype;
   if (!b.runLt(*p, {d.operands[0].data, d.operands[1].data, dz.data,
                     epilogueSums ? db.data : nullptr, pre.data}))
     return false;
-  if (!epilogueSums) {
-    const int64_t chunks = cuda::rowSumChunks(p->m);
-    auto *partials = static_cast<float *>(
-        b.scratch(uint64_t(chunks * p->n) * sizeof(float)));
-    cuda::sumRows(dz.data, dz.dtype == plan::DType::BF16, p->m, p->n, partials,
-                  f32(db), b.stream);
-  }
+  if (!epilogueSums)
+    sumStoredBiasGrad(b, dz, db);
   return true;
 }
 
 void linearGeluGrad(CudaBackend &b, const Dispatch &d) {
   if (linearGeluGradLt(b, d))
     return;
-  if (CudaBackend::hasBf16(d))
-    return b.runWidened(d);
+  if (CudaBackend::hasBf16(d)) {
+    b.runWidened(d);
+    if (d.results[0].dtype == plan::DType::BF16)
+      sumStoredBiasGrad(b, d.results[0], d.results[1]);
+    return;
+  }
   const TensorBinding &lhs = d.operands[0], &rhs = d.operands[1],
                       &dz = d.results[0], &db = d.results[1];
   const bool tr = d.step.transpose_rhs();
