@@ -6,10 +6,11 @@
 # precision=bf16 storage, PyTorch's autocast). Per run: the median step
 # after the warm-up, tokens/s, MFU (model FLOPs per token 6N + 12·L·s·h over
 # the device's dense peak of the precision), peak device memory, and for
-# tp-run the planned peak and the time per op kind (its first steps, which
-# run op by op). Results: OUT/train.jsonl (one JSON line per run, with a
-# reason where one failed or was skipped) and OUT/train.md (the tables,
-# bench/gpu_summary.py).
+# tp-run the planned peak and the time per op kind (its second step, run op
+# by op with each op synchronised: --profile-steps 2; the first pays one-time
+# setup such as cuDNN's graphs). Results: OUT/train.jsonl (one JSON line
+# per run, with a reason where one failed or was skipped) and OUT/train.md
+# (the tables, bench/gpu_summary.py).
 #
 #   bench/gpu-train.sh BUILD_DIR|BUNDLE [STEPS] [OUT]
 #
@@ -78,7 +79,7 @@ for run in $runs; do
     if "$bin/tpc-opt" "$out/$name.mlir" --tp-pipeline="$options" -o "$plan" \
          2> "$out/$name-tpc-$precision.remarks" &&
        timeout "$run_timeout" "$bin/tp-run" "$plan" --data "$out/text.tokens" \
-         --device "$device" --steps $((warmup + steps)) \
+         --device "$device" --steps $((warmup + steps)) --profile-steps 2 \
          --metrics "$metrics" > "$out/$name-tpc-$precision.log" 2>&1; then
       params=$("$bin/tp-run" "$plan" --print-plan | "$python" -c \
         'import json, math, sys; print(sum(math.prod(p["shape"]) for p in json.load(sys.stdin)["params"]))')

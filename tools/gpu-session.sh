@@ -6,25 +6,30 @@
 #     paths among them) and the host-side library tests;
 #  2. the benchmark's core: GPT-2-small b8 x 1024 bf16 and f32, tp-run
 #     against PyTorch eager (and torch.compile, bf16) (bench/gpu-train.sh);
-#  3. the bf16 training check against PyTorch autocast on the GPU
+#  3. decoding against HuggingFace generate() (bench/gpu-decode.sh);
+#  4. the bf16 training check against PyTorch autocast on the GPU
 #     (mixed-precision.sh cuda, GPT-2), which also checks that cuBLASLt and
 #     cuDNN's fused attention are the paths in use;
-#  4. the LLaMA-style 0.85B model at b4 x 2048 in bf16, and GPT-2-small
+#  5. the LLaMA-style 0.85B model at b4 x 2048 in bf16, and GPT-2-small
 #     b16 x 1024 in bf16 (the rest of the benchmark);
-#  5. decoding against HuggingFace generate() (bench/gpu-decode.sh);
 #  6. while time is left, the other GPU checks of tools/gpu-check.sh.
 # Nothing starts after the deadline; what did not run is listed as skipped.
-# OUT gets every log, OUT/session.md (the tables, one line per check) and
-# OUT/session.json. Exit status: the number of checks that failed.
+# A benchmark run gets RUN_TIMEOUT seconds (default 150). OUT gets every
+# log, OUT/session.md (the tables, one line per check) and OUT/session.json;
+# with ARCHIVE set, its logs and tables (not the plans and token files) are
+# also packed into that one .tar.xz, since the device tool brings back at
+# most 8 files. Exit status: the number of checks that failed.
 #
 #   tar -xJf .gpu-bundle.tar.xz -C /tmp      # tools/gpu-bundle.sh, here
 #   mkdir -p /tmp/site && tar -xJf .gpu-site.tar.xz -C /tmp/site
-#   PYTHONPATH=/tmp/site tools/gpu-session.sh /tmp/.gpu-bundle $OUT [BUDGET]
+#   PYTHONPATH=/tmp/site ARCHIVE=$OUT/session.tar.xz \
+#     tools/gpu-session.sh /tmp/.gpu-bundle /tmp/session [BUDGET]
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bundle=$(cd "$1" && pwd)
 out=${2:-/tmp/gpu-session}
 budget=${3:-420}
+export RUN_TIMEOUT=${RUN_TIMEOUT:-150}
 start=$(date +%s)
 deadline=$((start + budget))
 mkdir -p "$out"
@@ -77,11 +82,11 @@ check parity 120 tpc-runtime-tests \
   --gtest_output="json:$out/parity.json"
 RUNS=gpt2-small:8:1024 TPC_PRECISIONS="bf16 f32" PRECISIONS="bf16 f32" \
   SKIP=compile:f32 bench gpt2-b8 "$root/bench/gpu-train.sh" "$bundle" 10 "$out/train-gpt2-b8"
+bench decode "$root/bench/gpu-decode.sh" "$bundle" 64 128 "$out/decode"
 check mixed-precision-cuda-gpt2 150 "$root/test/integration/mixed-precision.sh" \
   "$bundle" "$python" "$out/mixed-precision-cuda-gpt2" gpt2 cuda
 RUNS="llama-1b:4:2048 gpt2-small:16:1024" TPC_PRECISIONS=bf16 PRECISIONS=bf16 \
   bench bf16-large "$root/bench/gpu-train.sh" "$bundle" 10 "$out/train-bf16-large"
-bench decode "$root/bench/gpu-decode.sh" "$bundle" 64 128 "$out/decode"
 check mixed-precision-cuda-llama 150 "$root/test/integration/mixed-precision.sh" \
   "$bundle" "$python" "$out/mixed-precision-cuda-llama" llama cuda
 for model in gpt2 llama; do
@@ -120,5 +125,10 @@ if os.path.exists(path):
     summary["decode"] = json.load(open(path))["runs"]
 json.dump(summary, open(os.path.join(out, "session.json"), "w"), indent=1)
 PY
+if [ -n "${ARCHIVE:-}" ]; then
+  tar --exclude='*.tokens' --exclude='*.tpplan' --exclude='*.mlir' \
+    --exclude='*.safetensors' -cJf "$ARCHIVE" -C "$(dirname "$out")" \
+    "$(basename "$out")"
+fi
 cat "$out/session.md"
 exit $failed

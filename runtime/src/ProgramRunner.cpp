@@ -295,10 +295,10 @@ bool ProgramRunner::runRecorded() {
           program->steps()->begin(), program->steps()->end(),
           [&](const plan::Step *step) { return backend.runsNatively(*step); }))
     return false;
-  // The first untimed run runs step by step: it allocates what the steps
-  // need (moments, scratch). Later ones record once, then replay while the
-  // tensors stay where they were recorded.
-  if (untimedRuns++ == 0)
+  // The first untimed runs run step by step: the first allocates what the
+  // steps need (moments, scratch). Later ones record once, then replay while
+  // the tensors stay where they were recorded.
+  if (untimedRuns++ < opByOpRuns)
     return false;
   std::vector<std::byte *> storage;
   for (const TensorBinding &binding : bindings)

@@ -42,11 +42,25 @@ void RunReport::setCommunication(const std::map<std::string, CommStats> &stats,
   root["communication"] = std::move(json);
 }
 
-void RunReport::setOps(const std::map<std::string, OpStats> &stats) {
+namespace {
+nlohmann::ordered_json opsJson(const std::map<std::string, OpStats> &stats) {
   nlohmann::ordered_json json = nlohmann::ordered_json::object();
   for (const auto &[kind, s] : stats)
     json[kind] = {{"count", s.count}, {"seconds", s.seconds}};
-  root["ops"] = std::move(json);
+  return json;
+}
+} // namespace
+
+void RunReport::setOps(const std::map<std::string, OpStats> &stats) {
+  root["ops"] = opsJson(stats);
+}
+
+void RunReport::setTrainingOps(const std::map<std::string, OpStats> &stats,
+                               const std::map<std::string, OpStats> &firstStep,
+                               int64_t opSteps) {
+  root["ops"] = opsJson(stats);
+  root["op_steps"] = opSteps;
+  root["first_step_ops"] = opsJson(firstStep);
 }
 
 namespace {

@@ -219,6 +219,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   Trainer trainer(plan, params, config.comm, backend, config.hyperparameters,
                   config.rebalance);
   ProgramRunner &runner = trainer.programRunner();
+  runner.setOpByOpRuns(config.opByOpSteps);
   Rebalancer &rebalancer = trainer.rebalancer();
   observer.started(backend);
   const std::vector<int64_t> &shape = trainer.tokensShape();
@@ -282,9 +283,13 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
                                   : lastCheckpoint);
       break;
     }
-    for (const auto &[kind, stats] : runner.stats()) {
-      result.opStats[kind].count += stats.count;
-      result.opStats[kind].seconds += stats.seconds;
+    if (!runner.stats().empty()) { // run op by op, not replayed
+      if (result.opSteps++ == 0)
+        result.firstStepOpStats = runner.stats();
+      for (const auto &[kind, stats] : runner.stats()) {
+        result.opStats[kind].count += stats.count;
+        result.opStats[kind].seconds += stats.seconds;
+      }
     }
     runner.resetStats();
     bool periodic =

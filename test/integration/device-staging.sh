@@ -7,7 +7,8 @@
 #  1. one rank: 4 AdamW steps, then a checkpoint resumed for 2 more; the
 #     forward logits of one batch (--dump: results read back from the device);
 #     4 steps with bf16 matrix products (precision=bf16), which also stay
-#     within 2e-2 of the f32 losses without equalling them;
+#     within 2e-2 of the f32 losses without equalling them; --profile-steps
+#     2 times two steps op by op before the replays;
 #  2. 1D on 2 ranks with sequence parallelism, ring collective matmuls and
 #     rebalance points split by --rank-speeds; and a rank emulated 10x slow
 #     whose blocks migrate mid-run (parameters and moments through the host
@@ -97,6 +98,24 @@ compile bf16 "precision=bf16"
 both 1 bf16 --steps 4
 replayed "$work/bf16-staged.json" 3
 replayed "$work/bf16-cpu.json" 0
+# --profile-steps 2: two steps op by op (the first's per-op times, setup
+# included, also apart), then the replays; the same losses.
+train 1 "$work/bf16.tpplan" "$work/profiled" --device staged-cpu --steps 4 \
+  --profile-steps 2
+replayed "$work/profiled.json" 2
+"$python" - "$work/bf16-staged.json" "$work/profiled.json" <<'PY'
+import json, sys
+plain, profiled = (json.load(open(p)) for p in sys.argv[1:])
+if [r["loss"] for r in plain["loss_curve"]] != [r["loss"] for r in profiled["loss_curve"]]:
+    sys.exit("--profile-steps 2 changed the losses")
+if plain["op_steps"] != 1 or profiled["op_steps"] != 2:
+    sys.exit(f"op steps {plain['op_steps']}, {profiled['op_steps']}")
+ops, first = profiled["ops"], profiled["first_step_ops"]
+if sorted(ops) != sorted(first) or any(
+        ops[k]["count"] != 2 * first[k]["count"] for k in ops):
+    sys.exit(f"ops {ops} against the first step's {first}")
+print(f"--profile-steps 2: {sum(v['count'] for v in first.values())} ops a step, timed twice")
+PY
 # Near the f32 run (bf16 keeps 8 bits of mantissa), but not equal to it.
 "$python" - "$work/stop-cpu.json" "$work/bf16-cpu.json" <<'PY'
 import json, sys

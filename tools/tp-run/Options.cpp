@@ -265,6 +265,13 @@ Options parseArgs(int argc, char **argv) {
                  "Checkpoint every K steps (default: only at the end)")
         ->check(numberCheck(true, 1))
         ->group(trainingGroup);
+    a.add_option("--profile-steps", o.opByOpSteps,
+                 "Run the first N steps op by op, timing each op for the "
+                 "metrics' \"ops\" (default 1; the first pays one-time "
+                 "setup, so 2 gives one warm profile); later steps replay a "
+                 "recorded step where the device can")
+        ->check(numberCheck(true, 1))
+        ->group(trainingGroup);
     a.add_option("--export", o.exportDir,
                  "Write model.safetensors + config.json (HF layout) here")
         ->group(trainingGroup);

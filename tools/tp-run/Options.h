@@ -33,6 +33,7 @@ struct Options {
   LearningRateSchedule schedule;
   std::string checkpointDir, resume, exportDir, plot;
   int64_t checkpointEvery = 0;
+  int64_t opByOpSteps = 1; // --profile-steps
   // Generation.
   int64_t generate = 0;
   int64_t samples = 1;

@@ -138,6 +138,7 @@ int trainRun(const Options &o, Prepared &p) {
   config.steps = o.steps;
   config.hyperparameters = o.schedule.hyperparameters(o.steps);
   config.checkpointEvery = o.checkpointEvery;
+  config.opByOpSteps = o.opByOpSteps;
   config.checkpointDir = o.checkpointDir;
   config.resume = o.resume;
   config.comm = &p.session->grid();
@@ -172,7 +173,8 @@ int trainRun(const Options &o, Prepared &p) {
       report.setRebalance(o.rebalanceOptions, o.slow, result);
     report.setCommunication(p.session->grid().stats(),
                             int64_t(result.records.size()));
-    report.setOps(result.opStats);
+    report.setTrainingOps(result.opStats, result.firstStepOpStats,
+                          result.opSteps);
     if (isFirstRank())
       report.write(o.metrics);
   }

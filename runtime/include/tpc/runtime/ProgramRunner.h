@@ -12,6 +12,7 @@
 #include "tpc/runtime/Plan.h"
 #include "tpc/runtime/StepTimer.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -57,6 +58,10 @@ public:
   /// command buffers runs the program from one recorded on an earlier run
   /// (when every step runs natively and no buffer moved since).
   void setStepTiming(bool on) { stepTiming = on; }
+  /// How many untimed runs go step by step (timed per op) before one is
+  /// recorded; at least 1, since the first allocates what the steps need
+  /// and builds the libraries' plans. 2 adds one warm per-op profile.
+  void setOpByOpRuns(int64_t runs) { opByOpRuns = std::max<int64_t>(runs, 1); }
   /// Runs that submitted the recorded command buffer.
   int64_t replays() const { return replayCount; }
   /// Stretches this rank's compute (not its collectives) by `factor` >= 1
@@ -139,7 +144,7 @@ private:
   std::vector<std::byte *> recordedStorage;
   /// What one submission's collectives move, by kind (GridComm::stats).
   std::map<std::string, CommStats> recordedTraffic;
-  int64_t untimedRuns = 0, replayCount = 0;
+  int64_t untimedRuns = 0, replayCount = 0, opByOpRuns = 1;
   std::unique_ptr<StagedSteps> staged;
   /// Per input: this rank's block of the whole input (the whole input when
   /// it is not split).

@@ -40,6 +40,12 @@ public:
                         int64_t runs);
   /// "ops": per op kind, its count and seconds.
   void setOps(const std::map<std::string, OpStats> &stats);
+  /// A training run's: "ops" over its `opSteps` steps run op by op, and
+  /// "first_step_ops", the first of them (one-time setup included), so that
+  /// the rest give a warm profile.
+  void setTrainingOps(const std::map<std::string, OpStats> &stats,
+                      const std::map<std::string, OpStats> &firstStep,
+                      int64_t opSteps);
 
   /// A training run: the schedule, the plan's AdamW settings, memory, the
   /// loss curve and held-out evaluations.

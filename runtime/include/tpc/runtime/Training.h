@@ -33,6 +33,10 @@ struct TrainConfig {
   int64_t evalEvery = 0;
   int64_t evalBatches = 0;
   std::span<const int32_t> evalStream;
+  /// Steps run op by op, each op timed, before a backend that records a
+  /// step replays it (without rebalancing). The first pays one-time setup
+  /// (allocations, library plans), so 2 gives one warm per-op profile.
+  int64_t opByOpSteps = 1;
 };
 
 /// One held-out evaluation: the mean loss over its batches (each batch's
@@ -55,7 +59,12 @@ struct TrainResult {
   int64_t firstStep = 1; // 1 + the step resumed from
   std::vector<StepRecord> records;
   std::vector<EvalRecord> evals;
-  std::map<std::string, OpStats> opStats; // summed over all steps
+  /// Per op kind, summed over the steps run op by op (a replayed step
+  /// times only its whole); of those, `opSteps` in all and the first's
+  /// (one-time setup included) apart.
+  std::map<std::string, OpStats> opStats;
+  std::map<std::string, OpStats> firstStepOpStats;
+  int64_t opSteps = 0;
   uint64_t arenaBytes = 0, paramBytes = 0, inputBytes = 0;
   /// The held-out @loss runner's own arena and inputs (0 without it).
   uint64_t evalArenaBytes = 0, evalInputBytes = 0;
