@@ -538,6 +538,28 @@ void checkRingInsert(const StepCheck &c) {
   c.requireShape(c.results[0], dest, "result");
 }
 
+/// Transfers between pipeline stages: one grid axis, another coordinate on
+/// it as the peer, a tag MPI can carry (the loader pairs sends with
+/// receives across the stage programs, Plan.cpp).
+void checkTransfer(const StepCheck &c) {
+  if (c.ints().size() != 1)
+    c.fail("a transfer names exactly one grid axis");
+  c.gridAxes(/*allowNone=*/false, "grid axis");
+  const int64_t axis = c.ints()[0], size = c.plan.grid()->Get(axis);
+  if (c.step.peer() < 0 || c.step.peer() >= size)
+    c.fail("peer " + std::to_string(c.step.peer()) +
+           " is not a coordinate of " + "grid axis " + std::to_string(axis) +
+           " (size " + std::to_string(size) + ")");
+  if (c.step.tag() < 0 || c.step.tag() > kMaxTransferTag)
+    c.fail("tag " + std::to_string(c.step.tag()) + " is outside [0, " +
+           std::to_string(kMaxTransferTag) + "]");
+}
+
+/// RecvWait: the received value, in its own storage.
+void checkRecvWait(const StepCheck &c) {
+  c.requireShape(c.results[0], c.operands[0].shape, "result");
+}
+
 //===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
@@ -596,6 +618,12 @@ constexpr OpInfo keepsDType(OpInfo info) {
   return info;
 }
 
+/// `info` for a kind that may move a block of token ids.
+constexpr OpInfo movesIntegers(OpInfo info) {
+  info.movesIntegers = true;
+  return info;
+}
+
 /// `info` for a kind that uses the grid communicator.
 constexpr OpInfo onGrid(OpInfo info, GridUse use,
                         AsyncRole role = AsyncRole::None) {
@@ -645,7 +673,7 @@ constexpr std::array kOps = {
     keepsDType(op(OpKind::Reshape, 1, 1, checkReshape, {F},
                   ResultPlacement::AliasOperand)),
     keepsDType(op(OpKind::Transpose, 1, 1, checkTranspose)),
-    keepsDType(op(OpKind::Slice, 1, 1, checkSlice)),
+    movesIntegers(keepsDType(op(OpKind::Slice, 1, 1, checkSlice))),
     op(OpKind::ReduceSum, 1, 1, checkReduce),
     op(OpKind::ReduceMean, 1, 1, checkReduce),
     onGrid(withPrecisions(
@@ -729,6 +757,19 @@ constexpr std::array kOps = {
                      0, /*f32 operands=*/0b1000, 0),
                  kWithAxes),
           10),
+    since(onGrid(op(OpKind::SendStart, 1, 0, checkTransfer), kAlways,
+                 AsyncRole::Starts),
+          12),
+    since(onGrid(op(OpKind::SendWait, 1, 0, checkTransfer), kAlways,
+                 AsyncRole::Waits),
+          12),
+    since(onGrid(op(OpKind::RecvStart, 0, 1, checkTransfer), kAlways,
+                 AsyncRole::Starts),
+          12),
+    since(keepsDType(onGrid(op(OpKind::RecvWait, 1, 1, checkRecvWait, {F},
+                               ResultPlacement::AliasOperand),
+                            kAlways, AsyncRole::Waits)),
+          12),
 };
 
 constexpr bool inEnumOrder() {

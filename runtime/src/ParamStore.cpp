@@ -132,10 +132,18 @@ void writeStoredBlock(const float *values, const StoredBlock &block,
           block.regionOffset, block.shape);
 }
 
+bool holdsParam(const LoadedPlan &loaded, const plan::Param &param,
+                const std::vector<int64_t> &coords) {
+  return coords.empty() || param.stage() < 0 ||
+         loaded.stageOf(coords) == param.stage();
+}
+
 std::vector<StoredBlock> storedBlocks(const LoadedPlan &loaded,
                                       const plan::Param &param,
                                       const std::vector<int64_t> &coords,
                                       const BlockAssignment &assignment) {
+  if (!holdsParam(loaded, param, coords))
+    return {};
   ParamBlock even = paramBlock(loaded, param, coords);
   const int64_t dim = rebalanceDim(param);
   if (dim < 0)
@@ -168,19 +176,30 @@ std::vector<StoredBlock> storedBlocks(const LoadedPlan &loaded,
   return blocks;
 }
 
+/// The floats a rank that holds `param` stores of it: its even share, or
+/// the capacity of a rebalanced one (the same on every such rank).
+static int64_t storageElements(const LoadedPlan &loaded,
+                               const plan::Param &param,
+                               const std::vector<int64_t> &coords,
+                               const std::vector<int64_t> &capacity) {
+  return product(rebalanceDim(param) >= 0
+                     ? paramLocalShape(loaded.plan(), param, capacity)
+                     : paramBlock(loaded, param, coords).shape);
+}
+
 ParamStore ParamStore::allocate(const LoadedPlan &loaded,
                                 const std::vector<int64_t> &coords) {
   ParamStore store;
   store.assignment = BlockAssignment::even(loaded.plan());
   store.coords_ = coords;
   const std::vector<int64_t> capacity = capacityBlocks(loaded.plan());
-  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> sizes;
   uint64_t bytes = 0;
   for (const plan::Param *param : *loaded.plan().params()) {
-    shapes.push_back(rebalanceDim(*param) >= 0
-                         ? paramLocalShape(loaded.plan(), *param, capacity)
-                         : paramBlock(loaded, *param, coords).shape);
-    bytes += uint64_t(product(shapes.back())) * sizeof(float);
+    sizes.push_back(holdsParam(loaded, *param, coords)
+                        ? storageElements(loaded, *param, coords, capacity)
+                        : 0);
+    bytes += uint64_t(sizes.back()) * sizeof(float);
   }
   // A plan may ask for more than the machine has: say so in words before
   // the allocation fails (or the OOM killer comes).
@@ -191,8 +210,8 @@ ParamStore ParamStore::allocate(const LoadedPlan &loaded,
         "the plan's parameters need " + formatBytes(bytes) +
         " on this rank, more than the " + formatBytes(memory) +
         " of memory this machine has (a larger grid splits them further)");
-  for (const std::vector<int64_t> &shape : shapes)
-    store.values.emplace_back(size_t(product(shape)), 0.0f);
+  for (int64_t size : sizes)
+    store.values.emplace_back(size_t(size), 0.0f);
   return store;
 }
 
@@ -270,18 +289,23 @@ ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
   for (size_t i = 0; i < params.size(); ++i) {
     const plan::Param &param = *params.Get(i);
     const std::vector<int64_t> shape = wholeShape(param);
-    // Every rank's storage of a parameter has the same size (its even
-    // share, or the capacity of a rebalanced one).
+    // Every rank that holds a parameter stores as much of it (its even
+    // share, or the capacity of a rebalanced one); a rank of another
+    // pipeline stage holds none and sends as much padding.
+    const size_t share = size_t(storageElements(plan, param, rankCoords[0],
+                                                capacityBlocks(plan.plan())));
     auto gather = [&](const std::vector<float> &local) {
-      if (!param.split())
+      if (!param.split() && param.stage() < 0)
         return local;
-      std::vector<float> all(local.size() * size_t(comm.size()));
-      comm.gatherState(local, all);
+      std::vector<float> mine = local;
+      mine.resize(share, 0.0f);
+      std::vector<float> all(share * size_t(comm.size()));
+      comm.gatherState(mine, all);
       std::vector<float> result(size_t(product(shape)));
       for (int rank = 0; rank < comm.size(); ++rank)
         for (const StoredBlock &block :
              storedBlocks(plan, param, rankCoords[size_t(rank)], assignment))
-          blockToWhole(all.data() + size_t(rank) * local.size(), block, shape,
+          blockToWhole(all.data() + size_t(rank) * share, block, shape,
                        result.data());
       return result;
     };

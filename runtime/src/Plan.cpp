@@ -1,5 +1,6 @@
 #include "tpc/runtime/Plan.h"
 
+#include "PipelineCheck.h"
 #include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/DType.h"
 #include "tpc/runtime/Files.h"
@@ -126,7 +127,10 @@ public:
   ProgramChecker(const plan::Plan &plan, const plan::Program &program,
                  std::span<const int64_t> active = {})
       : plan(plan), program(program),
-        where("program '" + program.name()->str() + "'"),
+        where("program '" + program.name()->str() + "'" +
+              (program.stage() >= 0
+                   ? " of stage " + std::to_string(program.stage())
+                   : std::string())),
         active(active.empty()
                    ? capacityBlocks(plan)
                    : std::vector<int64_t>(active.begin(), active.end())) {}
@@ -145,8 +149,11 @@ private:
   std::vector<int64_t> active;
   std::vector<TensorType> tensors;
   std::vector<bool> written;
-  /// Results of RingShiftStart steps whose RingShiftWait has not come yet.
-  std::set<uint32_t> inFlight;
+  /// Results of RingShiftStart and RecvStart steps whose wait has not come
+  /// yet (with the start's kind), and operands of SendStart steps whose
+  /// SendWait has not.
+  std::map<uint32_t, plan::OpKind> inFlight;
+  std::set<uint32_t> sending;
 };
 
 void ProgramChecker::check() {
@@ -155,8 +162,13 @@ void ProgramChecker::check() {
   for (size_t i = 0; i < program.steps()->size(); ++i)
     checkStep(*program.steps()->Get(i), i);
   if (!inFlight.empty())
-    fail(where + ": the ring shift into tensor " +
-         std::to_string(*inFlight.begin()) + " is never waited for");
+    fail(where + ": the transfer into tensor " +
+         std::to_string(inFlight.begin()->first) + " is never waited for");
+  if (!sending.empty())
+    fail(where + ": the send of tensor " + std::to_string(*sending.begin()) +
+         " is never waited for");
+  if (program.stage() < -1)
+    fail(where + ": stage " + std::to_string(program.stage()) + " is negative");
   if (program.result_names() &&
       program.result_names()->size() != program.results()->size())
     fail(where + ": " + std::to_string(program.result_names()->size()) +
@@ -194,13 +206,19 @@ void ProgramChecker::checkTensors() {
     bool isWritten = false;
     // An if-chain, not a switch: an untrusted file may hold any value.
     if (t.storage() == Storage::Arena) {
-      if (!isFloatDType(t.dtype(), plan.version_minor()))
+      // (1.12) A micro-batch's block of the token ids is an i32 activation.
+      const bool integerBlock = t.dtype() == PlanDType::I32 &&
+                                plan.version_minor() >= kPlanPipelineMinor;
+      if (!isFloatDType(t.dtype(), plan.version_minor()) && !integerBlock)
         fail(what + " is an activation of type " + dtypeName(t.dtype()) +
              "; activations are f32" +
              (plan.version_minor() >= kPlanBf16Minor
                   ? " or bf16"
                   : " (bf16 from plan format 1." +
-                        std::to_string(kPlanBf16Minor) + ")"));
+                        std::to_string(kPlanBf16Minor) + ")") +
+             (plan.version_minor() >= kPlanPipelineMinor
+                  ? ", or i32 token blocks"
+                  : ""));
       // The arena is 64-byte aligned; kernels load whole elements.
       if (t.offset() % dtypeSize(t.dtype()) != 0)
         fail(what + " starts at byte " + std::to_string(t.offset()) +
@@ -356,15 +374,40 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
       fail(at + ": reads tensor " + std::to_string(id) +
            " before any step writes it");
     // A block in flight is read only by the wait that completes it.
-    const bool waits = step.kind() == plan::OpKind::RingShiftWait && i == 0;
-    if (waits && !inFlight.count(id))
-      fail(at + ": waits for tensor " + std::to_string(id) +
-           ", which no ring shift is receiving");
+    const bool waits = (step.kind() == plan::OpKind::RingShiftWait ||
+                        step.kind() == plan::OpKind::RecvWait) &&
+                       i == 0;
+    const plan::OpKind starter = step.kind() == plan::OpKind::RecvWait
+                                     ? plan::OpKind::RecvStart
+                                     : plan::OpKind::RingShiftStart;
+    if (waits && (!inFlight.count(id) || inFlight.at(id) != starter))
+      fail(at + ": waits for tensor " + std::to_string(id) + ", which no " +
+           (starter == plan::OpKind::RecvStart ? "receive" : "ring shift") +
+           " is filling");
     if (!waits && inFlight.count(id))
       fail(at + ": reads tensor " + std::to_string(id) +
-           " while a ring shift is still receiving it");
+           " while a transfer is still filling it");
+    if (step.kind() == plan::OpKind::SendWait && !sending.count(id))
+      fail(at + ": waits for the send of tensor " + std::to_string(id) +
+           ", which no send started");
+    // A tensor being sent stays as it is until its send completes.
+    if (sending.count(id) && step.kind() != plan::OpKind::SendWait &&
+        info->placement != ResultPlacement::Arena)
+      for (size_t r = 0; r < step.results()->size(); ++r)
+        if ((info->placement == ResultPlacement::AliasOperand && i == 0) ||
+            (info->placement == ResultPlacement::UpdateInPlace &&
+             info->updatedOperand[r] == i))
+          fail(at + ": writes tensor " + std::to_string(id) +
+               " while it is being sent");
+    if (step.kind() == plan::OpKind::SendStart && sending.count(id))
+      fail(at + ": sends tensor " + std::to_string(id) +
+           ", whose send has not completed");
     PlanDType expected = info->operandDTypes[i];
     const PlanDType actual = tensors[id].dtype;
+    // A kind that moves elements may move a block of token ids (1.12).
+    if (i == 0 && info->movesIntegers && actual == PlanDType::I32 &&
+        plan.version_minor() >= kPlanPipelineMinor)
+      expected = PlanDType::I32;
     if (expected == PlanDType::F32) {
       // A float: f32 or bf16 (OpInfo's precision rules).
       const bool mustBeF32 = info->f32Operands >> i & 1;
@@ -385,9 +428,11 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
       fail(at + ": operand " + std::to_string(i) + " must be " +
            dtypeName(expected) + ", got " + dtypeName(actual));
     }
-    // Integer operands are read from the program's inputs.
-    if (expected != PlanDType::F32 &&
-        program.tensors()->Get(id)->storage() != Storage::Input)
+    // Integer operands are the program's inputs, or (1.12) i32 blocks of
+    // them that element-moving steps made.
+    const Storage storage = program.tensors()->Get(id)->storage();
+    if (expected != PlanDType::F32 && storage != Storage::Input &&
+        !(storage == Storage::Arena && actual == PlanDType::I32))
       fail(at + ": operand " + std::to_string(i) + " must be an input");
     in.push_back(tensors[id]);
   }
@@ -396,8 +441,11 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     if (id >= tensors.size())
       fail(at + ": result tensor " + std::to_string(id) + " is out of range");
     const PlanDType dtype = tensors[id].dtype;
-    if (info->f32Results >> i & 1 ? dtype != PlanDType::F32
-                                  : !isFloatDType(dtype, plan.version_minor()))
+    const bool movesIds = i == 0 && info->movesIntegers && !in.empty() &&
+                          in[0].dtype == PlanDType::I32;
+    if (!movesIds && (info->f32Results >> i & 1
+                          ? dtype != PlanDType::F32
+                          : !isFloatDType(dtype, plan.version_minor())))
       fail(at + ": result " + std::to_string(i) + " must be " +
            (info->f32Results >> i & 1 ? "f32" : "a float tensor") + ", got " +
            dtypeName(dtype));
@@ -428,10 +476,15 @@ void ProgramChecker::checkStep(const plan::Step &step, size_t index) {
     written[id] = true;
     out.push_back(tensors[id]);
   }
-  if (step.kind() == plan::OpKind::RingShiftWait)
+  if (info->async == AsyncRole::Waits) {
     inFlight.erase(step.operands()->Get(0));
-  if (step.kind() == plan::OpKind::RingShiftStart)
-    inFlight.insert(step.results()->Get(0));
+    sending.erase(step.operands()->Get(0));
+  }
+  if (step.kind() == plan::OpKind::RingShiftStart ||
+      step.kind() == plan::OpKind::RecvStart)
+    inFlight[step.results()->Get(0)] = step.kind();
+  if (step.kind() == plan::OpKind::SendStart)
+    sending.insert(step.operands()->Get(0));
   if (step.precision() != plan::Precision::F32 &&
       (!info->mixedPrecision || step.precision() > plan::Precision::MAX))
     fail(at + ": precision " +
@@ -706,16 +759,23 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
            std::to_string(kMaxRank) + ": [batch, ..., positions, features])");
     checkedElementCount(cache.shape(), what + ": KV cache '" + name + "'");
   }
-  std::set<std::string> programNames;
+  if (p.version_minor() < kPlanPipelineMinor &&
+      (p.pipeline() || std::any_of(p.programs()->begin(), p.programs()->end(),
+                                   [](const plan::Program *program) {
+                                     return program->stage() != -1;
+                                   })))
+    fail(what + ": pipeline stages are not in plan format 1." +
+         std::to_string(p.version_minor()));
   for (const plan::Program *program : *p.programs()) {
-    if (!programNames.insert(program->name()->str()).second)
-      fail(what + ": program '" + program->name()->str() + "' appears twice");
     try {
       ProgramChecker(p, *program).check();
     } catch (const PlanError &error) {
       fail(what + ": " + error.what());
     }
   }
+  // Names, stages, parameter holders, and the stage programs' transfers
+  // replayed together.
+  checkPipeline(p, what);
 }
 } // namespace
 
@@ -982,10 +1042,29 @@ std::vector<int32_t> LoadedPlan::endTokenIds() const {
 }
 
 const plan::Program *LoadedPlan::program(const std::string &name) const {
-  for (const plan::Program *p : *root->programs())
-    if (p->name()->str() == name)
+  return program(name, root->pipeline() ? 0 : -1);
+}
+
+const plan::Program *LoadedPlan::program(const std::string &name,
+                                         int64_t stage) const {
+  const plan::Program *everyRank = nullptr;
+  for (const plan::Program *p : *root->programs()) {
+    if (p->name()->str() != name)
+      continue;
+    if (p->stage() == -1)
+      everyRank = p;
+    else if (p->stage() == stage)
       return p;
-  return nullptr;
+  }
+  return everyRank;
+}
+
+int64_t LoadedPlan::stageOf(const std::vector<int64_t> &coords) const {
+  const plan::Pipeline *pipeline = root->pipeline();
+  if (!pipeline)
+    return -1;
+  // The loader checked the axis against the grid.
+  return coords.empty() ? 0 : coords[size_t(pipeline->axis())];
 }
 
 std::vector<int64_t> LoadedPlan::wholeInputShape(const std::string &name,
@@ -1040,6 +1119,8 @@ void LoadedPlan::printJson(std::ostream &os) const {
     }
     if (param->rebalance_dims())
       entry["rebalance_dims"] = array(param->rebalance_dims());
+    if (param->stage() >= 0)
+      entry["stage"] = param->stage();
     entry["init"] = plan::EnumNameInit(param->init());
     if (param->init() == plan::Init::Normal)
       entry["init_std"] = param->init_std();
@@ -1060,10 +1141,19 @@ void LoadedPlan::printJson(std::ostream &os) const {
                                 {"dtype", dtypeName(cache->dtype())},
                                 {"shape", array(cache->shape())}});
   }
+  if (const plan::Pipeline *pipeline = p.pipeline())
+    json["pipeline"] = {{"axis", pipeline->axis()},
+                        {"stages", pipeline->stages()},
+                        {"microbatches", pipeline->microbatches()},
+                        {"chunks", pipeline->chunks()},
+                        {"schedule", pipeline->schedule()->str()},
+                        {"layers", array(pipeline->layers())}};
   json["programs"] = Json::array();
   for (const plan::Program *program : *p.programs()) {
     Json entry = {{"name", program->name()->str()},
                   {"arena_bytes", program->arena_bytes()}};
+    if (program->stage() >= 0)
+      entry["stage"] = program->stage();
     entry["inputs"] = Json::array();
     for (const plan::Input *input : *program->inputs())
       entry["inputs"].push_back(

@@ -17,8 +17,12 @@ using plan::Storage;
 ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
                              ParamStore &params, GridComm *comm,
                              Backend &backend)
-    : plan(&loaded.plan()), program(loaded.program(name)), params(params),
-      comm(comm),
+    : plan(&loaded.plan()),
+      program(loaded.program(
+          name,
+          loaded.stageOf(comm ? GridComm::coordsOf(comm->shape(), comm->rank())
+                              : std::vector<int64_t>()))),
+      params(params), comm(comm),
       hostChannel(comm ? std::make_unique<MpiChannel>(*comm) : nullptr),
       backend(backend) {
   if (!program)

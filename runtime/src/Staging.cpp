@@ -56,10 +56,15 @@ void StagedSteps::run(const Dispatch &d) {
   cpu.synchronize();
   if (info.async == AsyncRole::Starts) {
     // MPI sends from the operand's copy and receives into the result's
-    // until the wait.
-    for (const TensorBinding *t : {&d.operands[0], &d.results[0]})
-      if (auto it = copies.find(t->data); it != copies.end())
-        inFlight[t->data] = it->second;
+    // until the wait (a pipeline send has no result, a receive no operand).
+    auto keep = [&](const TensorBinding &t) {
+      if (auto it = copies.find(t.data); it != copies.end())
+        inFlight[t.data] = it->second;
+    };
+    if (!d.operands.empty())
+      keep(d.operands[0]);
+    if (!d.results.empty())
+      keep(d.results[0]);
     return;
   }
   for (size_t i = 0; i < d.results.size(); ++i)

@@ -333,6 +333,54 @@ TEST(Grid1D, RingShift) {
   EXPECT_DOUBLE_EQ(stats["ring_shift"].bytes, n == 1 ? 0.0 : 4.0 * (5 + 3));
 }
 
+// Pipeline transfers: each rank sends two tagged buffers to the next
+// coordinate and receives the previous one's, posting the receives in the
+// other tag order and waiting in yet another; tags, not posting order,
+// match them. Only sends count, their bytes.
+TEST(Grid1D, PipelineTransfers) {
+  const int n = world().size(), r = world().rank();
+  GridComm grid({n});
+  std::vector<float> first(4), second(2), intoFirst(4, -1.f),
+      intoSecond(2, -1.f);
+  for (size_t k = 0; k < first.size(); ++k)
+    first[k] = float(10 * r + int(k));
+  for (size_t k = 0; k < second.size(); ++k)
+    second[k] = float(-10 * r - int(k));
+  auto bytes = [](std::vector<float> &v) {
+    return std::as_writable_bytes(std::span(v));
+  };
+  if (n == 1) { // no other coordinate to talk to
+    EXPECT_THROW(grid.startSend(0, 0, 1, std::as_bytes(std::span(first))),
+                 std::invalid_argument);
+    EXPECT_THROW(grid.finishTransfer(first.data()), std::invalid_argument);
+    EXPECT_TRUE(grid.stats().empty());
+    return;
+  }
+  const int next = (r + 1) % n, previous = (r + n - 1) % n;
+  EXPECT_THROW(grid.startSend(0, r, 1, std::as_bytes(std::span(first))),
+               std::invalid_argument); // itself
+  EXPECT_THROW(grid.startSend(0, n, 1, std::as_bytes(std::span(first))),
+               std::invalid_argument); // outside the axis
+  grid.startReceive(0, previous, 7, bytes(intoSecond));
+  grid.startReceive(0, previous, 3, bytes(intoFirst));
+  EXPECT_THROW(grid.startReceive(0, previous, 3, bytes(intoFirst)),
+               std::invalid_argument); // already in flight
+  grid.startSend(0, next, 3, std::as_bytes(std::span(first)));
+  grid.startSend(0, next, 7, std::as_bytes(std::span(second)));
+  grid.finishTransfer(intoFirst.data());
+  grid.finishTransfer(second.data());
+  grid.finishTransfer(intoSecond.data());
+  grid.finishTransfer(first.data());
+  EXPECT_THROW(grid.finishTransfer(first.data()), std::invalid_argument);
+  for (size_t k = 0; k < first.size(); ++k)
+    EXPECT_EQ(intoFirst[k], float(10 * previous + int(k))) << k;
+  for (size_t k = 0; k < second.size(); ++k)
+    EXPECT_EQ(intoSecond[k], float(-10 * previous - int(k))) << k;
+  auto stats = grid.stats();
+  EXPECT_EQ(stats["send"].calls, 2);
+  EXPECT_DOUBLE_EQ(stats["send"].bytes, 4.0 * (4 + 2));
+}
+
 TEST(Grid1D, InPlace) {
   const int n = world().size(), r = world().rank();
   GridComm grid({n});

@@ -242,10 +242,12 @@ private:
 
 void GridComm::account(const char *kind, int n, size_t bytes) {
   // The ring rule of the header: all-reduce 2(n-1)/n, a ring shift its
-  // whole block (none on one rank), the others (n-1)/n.
+  // whole block (none on one rank), a pipeline send its buffer, the others
+  // (n-1)/n.
   const std::string_view name = kind;
   const double factor = name == "all_reduce"   ? 2.0 * (n - 1) / n
                         : name == "ring_shift" ? (n == 1 ? 0.0 : 1.0)
+                        : name == "send"       ? 1.0
                                                : double(n - 1) / n;
   CommStats &s = stats_[kind];
   s.calls += 1;
@@ -507,6 +509,52 @@ void GridComm::finishShift(const void *out) {
     const WaitClock clock(waitSeconds_);
     check(MPI_Waitall(2, requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   }
+}
+
+void GridComm::startTransfer(bool send, int axis, int64_t peer, int tag,
+                             void *data, size_t bytes) {
+  const char *what = send ? "startSend" : "startReceive";
+  const CommGroup &g = group({axis});
+  if (peer < 0 || peer >= g.size || peer == g.rank)
+    throw std::invalid_argument(
+        std::string(what) + ": peer " + std::to_string(peer) +
+        " is not another coordinate of grid axis " + std::to_string(axis));
+  if (transfers.count(data))
+    throw std::invalid_argument(std::string(what) +
+                                ": this buffer is already in flight");
+  const int count = mpiCount(bytes, what);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (send) {
+    account("send", 2, bytes);
+    check(MPI_Isend(data, count, MPI_BYTE, int(peer), tag, g.comm, &request),
+          "MPI_Isend");
+  } else {
+    check(MPI_Irecv(data, count, MPI_BYTE, int(peer), tag, g.comm, &request),
+          "MPI_Irecv");
+  }
+  transfers.emplace(data, request);
+}
+
+void GridComm::startSend(int axis, int64_t peer, int tag,
+                         std::span<const std::byte> data) {
+  startTransfer(true, axis, peer, tag, const_cast<std::byte *>(data.data()),
+                data.size());
+}
+
+void GridComm::startReceive(int axis, int64_t peer, int tag,
+                            std::span<std::byte> data) {
+  startTransfer(false, axis, peer, tag, data.data(), data.size());
+}
+
+void GridComm::finishTransfer(const void *data) {
+  auto found = transfers.find(data);
+  if (found == transfers.end())
+    throw std::invalid_argument(
+        "finishTransfer: no transfer is in flight for this buffer");
+  MPI_Request request = found->second;
+  transfers.erase(found);
+  const WaitClock clock(waitSeconds_);
+  check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
 }
 
 void GridComm::exchange(std::span<const Transfer> sends,

@@ -353,6 +353,13 @@ template <typename T> struct Slice {
   }
 };
 
+/// Slice on f32, bf16 or (1.12) a block of token ids.
+void slice(const Dispatch &d) {
+  if (d.operands[0].dtype == plan::DType::I32)
+    return Slice<int32_t>::run(d);
+  byElementType<Slice>(d);
+}
+
 template <typename T> struct Pad {
   static void run(const Dispatch &d) {
     cpu::pad(elementsOf<T>(d.operands[0]), d.operands[0].shape, d.ints(),
@@ -850,6 +857,36 @@ void ringShiftWait(const Dispatch &d) {
   copyIfMoved(received, out);
 }
 
+//===----------------------------------------------------------------------===//
+// Pipeline transfers: a start posts the message, its wait completes it; the
+// steps in between overlap it.
+//===----------------------------------------------------------------------===//
+
+int transferAxis(const Dispatch &d) { return int(d.ints()[0]); }
+
+template <typename T> struct SendStart {
+  static void run(const Dispatch &d) {
+    channelOf(d).startSend(transferAxis(d), d.step.peer(), int(d.step.tag()),
+                           wireOf<T>(), d.operands[0].data,
+                           size_t(d.operands[0].elements));
+  }
+};
+
+void recvStart(const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  channelOf(d).startReceive(transferAxis(d), d.step.peer(), int(d.step.tag()),
+                            out.dtype == plan::DType::BF16 ? WireType::BF16
+                                                           : WireType::F32,
+                            out.data, size_t(out.elements));
+}
+
+/// SendWait (input) and RecvWait (received) -> result in its storage.
+void transferWait(const Dispatch &d) {
+  channelOf(d).finishTransfer(d.operands[0].data);
+  if (!d.results.empty())
+    copyIfMoved(d.operands[0], d.results[0]);
+}
+
 template <typename T> struct RingSlice {
   static void run(const Dispatch &d) {
     const TensorBinding &in = d.operands[0], &out = d.results[0];
@@ -933,7 +970,7 @@ void addCpuKernels(KernelTable &k) {
   setBf16(OpKind::CacheWrite, cacheWrite);
   setBf16(OpKind::Reshape, reshape);
   setBf16(OpKind::Transpose, byElementType<Transpose>);
-  setBf16(OpKind::Slice, byElementType<Slice>);
+  setBf16(OpKind::Slice, slice);
   setBf16(OpKind::Pad, byElementType<Pad>);
   setBf16(OpKind::Convert, convert);
   setBf16(OpKind::AllReduce, byElementType<AllReduce>);
@@ -945,6 +982,10 @@ void addCpuKernels(KernelTable &k) {
   setBf16(OpKind::RingShiftWait, ringShiftWait);
   setBf16(OpKind::RingSlice, byElementType<RingSlice>);
   setBf16(OpKind::RingInsert, byElementType<RingInsert>);
+  setBf16(OpKind::SendStart, byElementType<SendStart>);
+  setBf16(OpKind::SendWait, transferWait);
+  setBf16(OpKind::RecvStart, recvStart);
+  setBf16(OpKind::RecvWait, transferWait);
 }
 
 KernelTable makeCpuKernels() {

@@ -457,6 +457,10 @@ void slice(const uint16_t *in, Shape inShape, std::span<const int64_t> offsets,
            uint16_t *out, Shape outShape) {
   sliceElements(in, inShape, offsets, out, outShape);
 }
+void slice(const int32_t *in, Shape inShape, std::span<const int64_t> offsets,
+           int32_t *out, Shape outShape) {
+  sliceElements(in, inShape, offsets, out, outShape);
+}
 void insert(const float *in, Shape inShape, std::span<const int64_t> offsets,
             float *out, Shape outShape) {
   insertElements(in, inShape, offsets, out, outShape);

@@ -173,6 +173,18 @@ public:
     }
     check(cudaEventRecord(done, shiftStream), "ring shift");
   }
+  // Pipeline transfers run staged over MPI (runsNatively): NCCL's
+  // point-to-point calls match by order, not by tag, and the loader's
+  // deadlock proof is MPI's.
+  void startSend(int, int64_t, int, WireType, const void *, size_t) override {
+    throw std::logic_error("nccl: pipeline transfers run staged over MPI");
+  }
+  void startReceive(int, int64_t, int, WireType, void *, size_t) override {
+    throw std::logic_error("nccl: pipeline transfers run staged over MPI");
+  }
+  void finishTransfer(const void *) override {
+    throw std::logic_error("nccl: pipeline transfers run staged over MPI");
+  }
   void finishShift(const void *out) override {
     auto it = shiftDone.find(out);
     if (it == shiftDone.end())
@@ -614,6 +626,8 @@ void matmul(CudaBackend &b, const Dispatch &d) {
           "gemm");
 }
 
+/// The element storage a kernel moves: bf16, else 4-byte elements (f32, and
+/// the i32 token blocks a slice copies bit for bit).
 cuda::Storage storageOf(const TensorBinding &t) {
   return t.dtype == plan::DType::BF16 ? cuda::Storage::BF16
                                       : cuda::Storage::F32;
@@ -1899,8 +1913,30 @@ void addCudaKernels(KernelRegistry<CudaKernel> &k) {
 
 /// Kinds that need a device kernel: all but those that exchange data, and
 /// those too with NCCL.
+/// The kinds that exchange data over NCCL when every rank has a GPU; the
+/// others that exchange run staged over MPI (pipeline transfers).
+constexpr std::array kNcclExchangeKinds = {OpKind::AllReduce,
+                                           OpKind::AllGather,
+                                           OpKind::ReduceScatter,
+                                           OpKind::AllToAll,
+                                           OpKind::RingShiftStart,
+                                           OpKind::RingShiftWait,
+                                           OpKind::CrossEntropy,
+                                           OpKind::CrossEntropyGrad,
+                                           OpKind::LayerNorm,
+                                           OpKind::LayerNormGrad,
+                                           OpKind::RmsNorm,
+                                           OpKind::RmsNormGrad,
+                                           OpKind::AddLayerNorm,
+                                           OpKind::AddRmsNorm,
+                                           OpKind::LinearCrossEntropy,
+                                           OpKind::LinearCrossEntropyGrad};
+
 bool needsCudaKernel(const OpInfo &info) {
-  return info.grid != GridUse::Always || hasNcclSupport();
+  return info.grid != GridUse::Always ||
+         (hasNcclSupport() &&
+          std::find(kNcclExchangeKinds.begin(), kNcclExchangeKinds.end(),
+                    info.kind) != kNcclExchangeKinds.end());
 }
 
 CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
@@ -1938,13 +1974,7 @@ CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {
         stream, attentionLibrary.computeCapability);
 #endif
 #ifdef TPC_HAVE_NCCL
-  for (OpKind kind :
-       {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter,
-        OpKind::AllToAll, OpKind::RingShiftStart, OpKind::RingShiftWait,
-        OpKind::CrossEntropy, OpKind::CrossEntropyGrad, OpKind::LayerNorm,
-        OpKind::LayerNormGrad, OpKind::RmsNorm, OpKind::RmsNormGrad,
-        OpKind::AddLayerNorm, OpKind::AddRmsNorm, OpKind::LinearCrossEntropy,
-        OpKind::LinearCrossEntropyGrad})
+  for (OpKind kind : kNcclExchangeKinds)
     exchangesOverNccl[size_t(kind)] = true;
 #endif
 }

@@ -43,8 +43,12 @@ private:
     SmallVector<SmallVector<int64_t>> splitAxes;
     std::optional<SmallVector<int64_t>> hfShape;
     SmallVector<int32_t> rebalanceDims;
+    int32_t stage = -1; // the pipeline stage holding it; -1: every rank
   };
   flatbuffers::Offset<fb::Param> buildParam(const ParamInfo &param);
+  /// The plan's Pipeline table from the module's tp.pipeline record, or
+  /// null without one.
+  FailureOr<flatbuffers::Offset<fb::Pipeline>> buildPipeline();
 
   ModuleOp module;
   flatbuffers::FlatBufferBuilder builder{1 << 16};
@@ -258,7 +262,34 @@ flatbuffers::Offset<fb::Param> PlanEmitter::buildParam(const ParamInfo &param) {
                            : builder.CreateVector(param.rebalanceDims.data(),
                                                   param.rebalanceDims.size());
   return fb::CreateParam(builder, name, param.dtype, shape, param.init,
-                         param.initStd, splitVec, hfShape, rebalanceDims);
+                         param.initStd, splitVec, hfShape, rebalanceDims,
+                         param.stage);
+}
+
+FailureOr<flatbuffers::Offset<fb::Pipeline>> PlanEmitter::buildPipeline() {
+  auto record = module->getAttrOfType<DictionaryAttr>(
+      TPDialect::PipelineAttrHelper::getNameStr());
+  if (!record)
+    return flatbuffers::Offset<fb::Pipeline>();
+  auto integer = [&](StringRef key) -> std::optional<int64_t> {
+    if (auto value = record.getAs<IntegerAttr>(key))
+      return value.getInt();
+    return std::nullopt;
+  };
+  auto schedule = record.getAs<StringAttr>("schedule");
+  auto layers = record.getAs<DenseI64ArrayAttr>("layers");
+  std::optional<int64_t> stages = integer("stages"),
+                         microbatches = integer("microbatches"),
+                         chunks = integer("chunks");
+  if (!schedule || !layers || !stages || !microbatches || !chunks)
+    return module.emitError()
+           << "plan: tp.pipeline needs schedule, stages, microbatches, chunks "
+              "and layers";
+  // tp-pipeline-stages puts the stages on grid axis 0.
+  return fb::CreatePipeline(
+      builder, /*axis=*/0, *stages, *microbatches, *chunks,
+      builder.CreateString(schedule.getValue().str()),
+      builder.CreateVector(layers.asArrayRef().data(), layers.size()));
 }
 
 /// The plan kind that runs `op`: the enumerator of the name the op's
@@ -282,7 +313,7 @@ static void sealChecksum(uint8_t *buffer, size_t size) {
 namespace {
 /// What one op puts in its plan step besides kind, operands and results.
 struct StepFields {
-  std::optional<ArrayRef<int64_t>> ints;
+  std::optional<SmallVector<int64_t>> ints;
   SmallVector<std::function<void(fb::StepBuilder &)>> setters;
 };
 } // namespace
@@ -310,7 +341,7 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
     if (!array || fields.ints)
       return op.emitOpError() << "plan: a step holds one integer array; '"
                               << attr.getName().getValue() << "' is another";
-    fields.ints = array.asArrayRef();
+    fields.ints.emplace(array.asArrayRef());
     return success();
   };
   using Setter = void (fb::StepBuilder::*)(double);
@@ -336,7 +367,9 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
       {"source_dim", &fb::StepBuilder::add_dim},
       {"target_dim", &fb::StepBuilder::add_target_dim},
       {"ring_step", &fb::StepBuilder::add_ring_step},
-      {"chunk", &fb::StepBuilder::add_chunk}};
+      {"chunk", &fb::StepBuilder::add_chunk},
+      {"peer", &fb::StepBuilder::add_peer},
+      {"tag", &fb::StepBuilder::add_tag}};
 
   // Sets the field when the step is built (after its vectors).
   auto defer = [&](auto set, auto v) {
@@ -356,6 +389,15 @@ static FailureOr<StepFields> stepFieldsOf(Operation &op) {
         name == TPDialect::RebalanceDimsAttrHelper::getNameStr() ||
         name == "grid")
       continue;
+    // A transfer's one grid axis goes where collectives keep theirs.
+    if (name == "grid_axis") {
+      auto axis = dyn_cast<IntegerAttr>(value);
+      if (!axis || fields.ints)
+        return op.emitOpError()
+               << "plan: 'grid_axis' must be an integer, the step's only one";
+      fields.ints.emplace(ArrayRef<int64_t>{axis.getInt()});
+      continue;
+    }
     if (name == "permutation" || name == "offsets" || name == "dims" ||
         name == "grid_axes" ||
         name == TPDialect::VocabAxesAttrHelper::getNameStr() ||
@@ -428,6 +470,20 @@ static std::string locationString(Location loc) {
 }
 
 LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
+  // A pipeline stage's program (tp-pipeline-stages' @<name>_stage<s>) keeps
+  // the name every stage shares and says which stage runs it.
+  std::string programName = func.getSymName().str();
+  int32_t stage = -1;
+  if (auto stageAttr = func->getAttrOfType<IntegerAttr>(
+          TPDialect::StageAttrHelper::getNameStr())) {
+    stage = int32_t(stageAttr.getInt());
+    std::string suffix = "_stage" + std::to_string(stage);
+    if (!StringRef(programName).ends_with(suffix))
+      return func.emitOpError()
+             << "plan: the program of stage " << stage << " must be named '<"
+             << "name>" << suffix << "'";
+    programName.resize(programName.size() - suffix.size());
+  }
   auto arenaAttr = func->getAttrOfType<IntegerAttr>(
       TPDialect::ArenaBytesAttrHelper::getNameStr());
   if (!arenaAttr)
@@ -471,6 +527,15 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       FailureOr<uint32_t> param = paramIndex(func, idx);
       if (failed(param) || failed(add(arg, func, storage, 0, *param)))
         return failure();
+      // A stage's arguments are the parameters it holds and updates.
+      if (stage >= 0) {
+        int32_t &owner = params[*param].stage;
+        if (owner >= 0 && owner != stage)
+          return func.emitOpError()
+                 << "plan: parameter '" << params[*param].name
+                 << "' is held by stages " << owner << " and " << stage;
+        owner = stage;
+      }
       continue;
     }
     if (auto cache = func.getArgAttrOfType<StringAttr>(
@@ -576,7 +641,7 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
     auto resultsVec = builder.CreateVector(results);
     flatbuffers::Offset<flatbuffers::Vector<int64_t>> ints;
     if (fields->ints)
-      ints = builder.CreateVector(fields->ints->vec());
+      ints = builder.CreateVector(fields->ints->data(), fields->ints->size());
     auto location = builder.CreateString(locationString(op.getLoc()));
     fb::StepBuilder step(builder);
     step.add_kind(*kind);
@@ -619,20 +684,14 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
     resultNames.push_back(builder.CreateString(name));
   }
   programs.push_back(fb::CreateProgram(
-      builder, builder.CreateString(func.getSymName().str()),
-      builder.CreateVector(tensors), builder.CreateVector(inputs),
-      builder.CreateVector(steps), builder.CreateVector(results),
-      arenaAttr.getInt(), builder.CreateVector(resultNames)));
+      builder, builder.CreateString(programName), builder.CreateVector(tensors),
+      builder.CreateVector(inputs), builder.CreateVector(steps),
+      builder.CreateVector(results), arenaAttr.getInt(),
+      builder.CreateVector(resultNames), stage));
   return success();
 }
 
 LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
-  // Pipeline stages (tp-pipeline-stages) need the plan's stage programs and
-  // the runtime's transfers, which the plan format does not have yet.
-  if (module->hasAttr(TPDialect::PipelineAttrHelper::getNameStr()))
-    return mlir::emitError(UnknownLoc::get(module.getContext()))
-           << "plan: a pipelined step (pp, microbatches) cannot be written "
-              "to a plan yet: the plan format has no stage programs";
   // The per-rank program's grid, as tp-partition recorded it.
   // The per-rank program: no value carries a layout any more.
   WalkResult global = module.walk([](Operation *op) {
@@ -677,6 +736,9 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
   if (auto ids = module->getAttrOfType<DenseI64ArrayAttr>(
           TPDialect::EosTokenIdsAttrHelper::getNameStr()))
     eosTokenIds = builder.CreateVector(ids.asArrayRef().data(), ids.size());
+  FailureOr<flatbuffers::Offset<fb::Pipeline>> pipeline = buildPipeline();
+  if (failed(pipeline))
+    return failure();
   std::vector<flatbuffers::Offset<fb::Param>> paramTable;
   for (const ParamInfo &param : params)
     paramTable.push_back(buildParam(param));
@@ -696,7 +758,8 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
       hfConfig, builder.CreateVector(paramTable),
       builder.CreateVector(programs), &kUnsealed,
       pointTable.empty() ? 0 : builder.CreateVector(pointTable),
-      cacheTable.empty() ? 0 : builder.CreateVector(cacheTable), eosTokenIds);
+      cacheTable.empty() ? 0 : builder.CreateVector(cacheTable), eosTokenIds,
+      *pipeline);
   fb::FinishPlanBuffer(builder, plan);
   sealChecksum(builder.GetBufferPointer(), builder.GetSize());
   os.write(reinterpret_cast<const char *>(builder.GetBufferPointer()),

@@ -10,6 +10,7 @@
 #include "tpc/runtime/Comm.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -52,7 +53,20 @@ public:
   virtual void startShift(const std::vector<int> &axes, WireType type,
                           const void *in, void *out, size_t count) = 0;
   virtual void finishShift(const void *out) = 0;
+  /// Pipeline transfers (GridComm::startSend): `count` elements to or from
+  /// the rank whose coordinate on `axis` is `peer`, matched by `tag`;
+  /// finishTransfer(buffer) completes either.
+  virtual void startSend(int axis, int64_t peer, int tag, WireType type,
+                         const void *in, size_t count) = 0;
+  virtual void startReceive(int axis, int64_t peer, int tag, WireType type,
+                            void *out, size_t count) = 0;
+  virtual void finishTransfer(const void *buffer) = 0;
 };
+
+/// Bytes of one element on the wire.
+inline size_t wireBytes(WireType type) {
+  return type == WireType::BF16 ? 2 : 4;
+}
 
 /// MPI on host memory: the grid's collectives (GridComm).
 class MpiChannel final : public CollectiveChannel {
@@ -72,6 +86,20 @@ public:
   void startShift(const std::vector<int> &axes, WireType type, const void *in,
                   void *out, size_t count) override;
   void finishShift(const void *out) override { grid.finishShift(out); }
+  void startSend(int axis, int64_t peer, int tag, WireType type, const void *in,
+                 size_t count) override {
+    grid.startSend(
+        axis, peer, tag,
+        {static_cast<const std::byte *>(in), count * wireBytes(type)});
+  }
+  void startReceive(int axis, int64_t peer, int tag, WireType type, void *out,
+                    size_t count) override {
+    grid.startReceive(axis, peer, tag,
+                      {static_cast<std::byte *>(out), count * wireBytes(type)});
+  }
+  void finishTransfer(const void *buffer) override {
+    grid.finishTransfer(buffer);
+  }
 
 private:
   GridComm &grid;

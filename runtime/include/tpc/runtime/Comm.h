@@ -33,6 +33,8 @@
 //   broadcast       (n-1)/n * T, T = the buffer: the SUMMA rule ("the (n-1)
 //                   panels a rank receives") spread over the n broadcasts of
 //                   a panel loop, in which every rank is the root once.
+//   send            T, T = the buffer a pipeline stage sends (its receive
+//                   counts nothing: the sender's count is the traffic)
 // That is, "all-gather and reduce-scatter over n ranks move (n-1)/n of the
 // full tensor, all-reduce 2(n-1)/n". Every call counts, also one on a
 // single-rank group (0 bytes) or in a world without MPI; a call rejected for
@@ -220,6 +222,19 @@ public:
   /// Waits for the shift receiving into the buffer at `out`; throws
   /// std::invalid_argument if none is.
   void finishShift(const void *out);
+  /// Pipeline transfers: starts sending `data` to the rank whose coordinate
+  /// on grid `axis` is `peer` (its others this rank's), or receiving into
+  /// `data` from it, matched by `tag` (in order, per pair and tag). Returns
+  /// at once; finishTransfer(data) completes it, and until then the buffer
+  /// is not written (a send) or touched (a receive). A send counts as
+  /// "send", its bytes. Throws std::invalid_argument for a peer that is
+  /// not another coordinate of the axis, or a buffer already in flight.
+  void startSend(int axis, int64_t peer, int tag,
+                 std::span<const std::byte> data);
+  void startReceive(int axis, int64_t peer, int tag, std::span<std::byte> data);
+  /// Waits for the transfer of the buffer at `data`; throws
+  /// std::invalid_argument if none is in flight.
+  void finishTransfer(const void *data);
   /// `data` on group rank `root` is copied to every rank of the group.
   void broadcast(const std::vector<int> &axes, std::span<float> data, int root);
 
@@ -279,6 +294,10 @@ private:
   std::map<std::string, CommStats> stats_;
   /// Ring shifts in flight, by receive buffer: (receive, send) requests.
   std::map<const void *, std::array<MPI_Request, 2>> shifts;
+  /// Pipeline transfers in flight, by buffer.
+  std::map<const void *, MPI_Request> transfers;
+  void startTransfer(bool send, int axis, int64_t peer, int tag, void *data,
+                     size_t bytes);
 };
 
 } // namespace tpc::runtime

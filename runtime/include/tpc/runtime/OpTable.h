@@ -17,6 +17,9 @@
 
 namespace tpc::runtime {
 
+/// Transfers' tags lie in [0, kMaxTransferTag] (MPI guarantees 32767).
+inline constexpr int64_t kMaxTransferTag = 32767;
+
 /// The most operands (AdamW: 7) and results (LayerNormGrad, AdamW: 3) of any
 /// kind; executors bind steps on the stack with these bounds.
 inline constexpr size_t kMaxStepOperands = 7;
@@ -128,6 +131,9 @@ struct OpInfo {
   /// Whether result 0 has operand 0's dtype: kinds that move elements
   /// without arithmetic, collectives, in-place updates.
   bool resultHasOperandDType = false;
+  /// Whether operand 0 may be an i32 block of token ids (1.12: a pipelined
+  /// step slices each micro-batch's ids), its result then i32 too.
+  bool movesIntegers = false;
   /// The plan format minor version that added the kind (0: before 1.10,
   /// whose kinds the loader does not date).
   uint8_t sinceMinor = 0;

@@ -48,6 +48,12 @@ struct StoredBlock {
   std::vector<int64_t> globalOffset, shape;
   int64_t point = -1, id = -1; // the rebalance point and block id, if any
 };
+/// Whether the rank at `coords` holds `param`: every rank does, except in a
+/// pipelined plan, where the ranks of its stage do (Param.stage); empty
+/// coords (a one-rank or whole store) hold everything.
+bool holdsParam(const LoadedPlan &plan, const plan::Param &param,
+                const std::vector<int64_t> &coords);
+/// A rank's blocks of `param`; none where it does not hold it.
 std::vector<StoredBlock> storedBlocks(const LoadedPlan &plan,
                                       const plan::Param &param,
                                       const std::vector<int64_t> &coords,

@@ -19,7 +19,7 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 11;
+inline constexpr uint32_t kPlanVersionMinor = 12;
 /// The first minor version whose plans carry Plan.content_checksum.
 inline constexpr uint32_t kPlanChecksumMinor = 2;
 /// The first minor version with bf16 activations and KV caches (mixed
@@ -27,6 +27,9 @@ inline constexpr uint32_t kPlanChecksumMinor = 2;
 inline constexpr uint32_t kPlanBf16Minor = 10;
 /// The minor version that added Plan.eos_token_ids.
 inline constexpr uint32_t kPlanEosMinor = 11;
+/// The minor version with pipeline stages: Plan.pipeline, Program.stage,
+/// Param.stage and the transfer op kinds.
+inline constexpr uint32_t kPlanPipelineMinor = 12;
 
 class PlanError : public std::runtime_error {
 public:
@@ -69,8 +72,14 @@ public:
                               const std::string &what);
 
   const plan::Plan &plan() const { return *root; }
-  /// The program called `name`, or null.
+  /// The program called `name`, or null; of a pipelined one, stage 0's.
   const plan::Program *program(const std::string &name) const;
+  /// The program called `name` that stage `stage` runs (-1: no pipeline):
+  /// its own for a pipelined name, else the one every rank runs; or null.
+  const plan::Program *program(const std::string &name, int64_t stage) const;
+  /// The pipeline stage of the rank at grid coordinates `coords` (empty:
+  /// the first rank), or -1 when the plan has no pipeline.
+  int64_t stageOf(const std::vector<int64_t> &coords) const;
   /// The whole shape of program `name`'s input of `kind` (its declared
   /// block times the ranks of each dimension's split), or empty when the
   /// program or the input does not exist.

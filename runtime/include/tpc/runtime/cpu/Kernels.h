@@ -154,6 +154,9 @@ void slice(const float *in, Shape inShape, std::span<const int64_t> offsets,
            float *out, Shape outShape);
 void slice(const uint16_t *in, Shape inShape, std::span<const int64_t> offsets,
            uint16_t *out, Shape outShape);
+/// A block of token ids (a pipelined step's micro-batch).
+void slice(const int32_t *in, Shape inShape, std::span<const int64_t> offsets,
+           int32_t *out, Shape outShape);
 /// out[offsets[d] : offsets[d] + inShape[d]] = in per dim; the rest of `out`
 /// is left as it is.
 void insert(const float *in, Shape inShape, std::span<const int64_t> offsets,

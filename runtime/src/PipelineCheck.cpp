@@ -1,0 +1,278 @@
+// The loader's checks of a pipelined plan (format 1.12, docs/pipeline.md):
+// the Pipeline record, which stage runs each program and holds each
+// parameter, and, across the stage programs of one name, that every send
+// meets one receive of its type and that the programs cannot deadlock. A
+// rank runs only its stage's program, so a plan that failed here would hang
+// its ranks at run time instead of failing at load.
+#include "PipelineCheck.h"
+
+#include "tpc/runtime/OpTable.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace tpc::runtime {
+
+namespace {
+
+[[noreturn]] void fail(const std::string &message) { throw PlanError(message); }
+
+std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
+  return v ? std::vector<int64_t>(v->begin(), v->end())
+           : std::vector<int64_t>();
+}
+
+bool isTransfer(plan::OpKind kind) {
+  return kind == plan::OpKind::SendStart || kind == plan::OpKind::SendWait ||
+         kind == plan::OpKind::RecvStart || kind == plan::OpKind::RecvWait;
+}
+
+/// One message direction and tag: (from stage, to stage, tag).
+using Channel = std::tuple<int64_t, int64_t, int64_t>;
+
+/// What travels: dtype and shape of the tensor sent or received.
+struct Payload {
+  plan::DType dtype;
+  std::vector<int64_t> shape;
+  bool operator==(const Payload &other) const = default;
+};
+
+Payload payloadOf(const plan::Program &program, uint32_t tensor) {
+  const plan::Tensor &t = *program.tensors()->Get(tensor);
+  return {t.dtype(), toVector(t.shape())};
+}
+
+/// A collective whose group spans the stages: every stage must make the
+/// same ones in the same order.
+struct CrossStageCollective {
+  plan::OpKind kind;
+  std::vector<int64_t> axes;
+  Payload payload;
+  bool operator==(const CrossStageCollective &other) const = default;
+};
+
+/// Replays the stage programs of one name (each already checked alone):
+/// starts never block; a send's wait needs its receive posted and a
+/// receive's wait its send started (the k-th of a channel meets the k-th);
+/// a collective over the stage axis waits for every stage to reach it.
+void replay(const plan::Plan &p, const std::string &name,
+            const std::vector<const plan::Program *> &stages, int64_t axis,
+            const std::string &what) {
+  const size_t n = stages.size();
+  std::map<Channel, std::vector<Payload>> sent, received;
+  std::vector<size_t> next(n, 0), collectivesDone(n, 0);
+  std::vector<std::vector<CrossStageCollective>> collectives(n);
+  auto stepAt = [&](size_t s, size_t i) -> const plan::Step & {
+    return *stages[s]->steps()->Get(i);
+  };
+  auto describe = [&](size_t s) {
+    const plan::Step &step = stepAt(s, next[s]);
+    return "stage " + std::to_string(s) + " at step " +
+           std::to_string(next[s]) + " (" + opKindName(step.kind()) + ")";
+  };
+  // Which send or receive of its channel a wait completes: the k-th start.
+  std::vector<std::map<Channel, size_t>> sendsWaited(n), receivesWaited(n);
+  std::vector<std::map<uint32_t, Channel>> receiveOf(n);
+  auto spansStages = [&](const plan::Step &step) {
+    const OpInfo *info = findOpInfo(step.kind());
+    if (!info || info->grid != GridUse::Always || isTransfer(step.kind()))
+      return false;
+    std::span<const int64_t> axes = stepInts(step);
+    return std::find(axes.begin(), axes.end(), axis) != axes.end();
+  };
+  // The collectives over the stage axis each stage reaches in turn.
+  for (size_t s = 0; s < n; ++s)
+    for (const plan::Step *step : *stages[s]->steps())
+      if (spansStages(*step))
+        collectives[s].push_back(
+            {step->kind(), toVector(step->ints()),
+             payloadOf(*stages[s], step->operands()->Get(0))});
+  for (size_t s = 1; s < n; ++s)
+    if (collectives[s] != collectives[0])
+      fail(what + ": the '" + name + "' programs of stages 0 and " +
+           std::to_string(s) +
+           " make different collectives over the stage axis (" +
+           std::to_string(collectives[0].size()) + " and " +
+           std::to_string(collectives[s].size()) +
+           "), which would leave their ranks waiting");
+  // Advances stage s as far as it can go; returns whether it moved.
+  auto advance = [&](size_t s) {
+    const plan::Program &program = *stages[s];
+    bool moved = false;
+    while (next[s] < program.steps()->size()) {
+      const plan::Step &step = stepAt(s, next[s]);
+      const int64_t self = int64_t(s);
+      if (step.kind() == plan::OpKind::SendStart) {
+        Channel channel{self, step.peer(), step.tag()};
+        sent[channel].push_back(payloadOf(program, step.operands()->Get(0)));
+      } else if (step.kind() == plan::OpKind::RecvStart) {
+        Channel channel{step.peer(), self, step.tag()};
+        receiveOf[s][step.results()->Get(0)] = channel;
+        received[channel].push_back(payloadOf(program, step.results()->Get(0)));
+      } else if (step.kind() == plan::OpKind::SendWait) {
+        Channel channel{self, step.peer(), step.tag()};
+        const size_t k = sendsWaited[s][channel];
+        if (k >= sent[channel].size())
+          fail(what + ": stage " + std::to_string(s) + " step " +
+               std::to_string(next[s]) + " waits for a send to stage " +
+               std::to_string(step.peer()) + " with tag " +
+               std::to_string(step.tag()) + " that it never started");
+        if (received[channel].size() <= k)
+          break; // the receive is not posted yet
+        ++sendsWaited[s][channel];
+      } else if (step.kind() == plan::OpKind::RecvWait) {
+        // The program check paired the wait with its start.
+        const Channel channel = receiveOf[s].at(step.operands()->Get(0));
+        const size_t k = receivesWaited[s][channel]++;
+        if (sent[channel].size() <= k) {
+          --receivesWaited[s][channel];
+          break; // nothing sent yet
+        }
+      } else if (spansStages(step)) {
+        const size_t j = collectivesDone[s];
+        bool everyone = true;
+        for (size_t t = 0; t < n; ++t)
+          everyone = everyone && (collectivesDone[t] > j ||
+                                  (next[t] < stages[t]->steps()->size() &&
+                                   spansStages(stepAt(t, next[t])) &&
+                                   collectivesDone[t] == j));
+        if (!everyone)
+          break;
+        ++collectivesDone[s];
+      }
+      ++next[s];
+      moved = true;
+    }
+    return moved;
+  };
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t s = 0; s < n; ++s)
+      moved = advance(s) || moved;
+  }
+  std::string blocked;
+  for (size_t s = 0; s < n; ++s)
+    if (next[s] < stages[s]->steps()->size())
+      blocked += (blocked.empty() ? "" : "; ") + describe(s);
+  if (!blocked.empty())
+    fail(what + ": the '" + name + "' stage programs deadlock: " + blocked);
+  std::set<Channel> channels;
+  for (const auto &[channel, payloads] : sent)
+    channels.insert(channel);
+  for (const auto &[channel, payloads] : received)
+    channels.insert(channel);
+  for (const Channel &channel : channels) {
+    const auto &[from, to, tag] = channel;
+    const std::vector<Payload> &out = sent[channel], &in = received[channel];
+    std::string subject = what + ": '" + name + "' stage " +
+                          std::to_string(from) + " to stage " +
+                          std::to_string(to) + " tag " + std::to_string(tag);
+    if (out.size() != in.size())
+      fail(subject + ": " + std::to_string(out.size()) + " sends but " +
+           std::to_string(in.size()) + " receives");
+    for (size_t k = 0; k < out.size(); ++k)
+      if (!(out[k] == in[k]))
+        fail(subject + ": sends " + dtypeName(out[k].dtype) + " " +
+             shapeString(out[k].shape) + " but receives " +
+             dtypeName(in[k].dtype) + " " + shapeString(in[k].shape));
+  }
+  (void)p;
+}
+
+} // namespace
+
+void checkPipeline(const plan::Plan &p, const std::string &what) {
+  const plan::Pipeline *pipeline = p.pipeline();
+  int64_t stages = 0, axis = -1;
+  if (pipeline) {
+    axis = pipeline->axis();
+    if (axis < 0 || axis >= int64_t(p.grid()->size()))
+      fail(what + ": the pipeline's axis " + std::to_string(axis) +
+           " is not a grid axis");
+    stages = pipeline->stages();
+    if (stages != p.grid()->Get(axis))
+      fail(what + ": the pipeline has " + std::to_string(stages) +
+           " stages but its grid axis " + std::to_string(axis) + " has size " +
+           std::to_string(p.grid()->Get(axis)));
+    const std::string schedule = pipeline->schedule()->str();
+    if (schedule != "gpipe" && schedule != "1f1b" && schedule != "interleaved")
+      fail(what + ": unknown pipeline schedule '" + schedule + "'");
+    if (pipeline->microbatches() < 1 || pipeline->chunks() < 1)
+      fail(what + ": the pipeline needs at least one micro-batch and chunk");
+    if (pipeline->layers() &&
+        int64_t(pipeline->layers()->size()) != stages * pipeline->chunks())
+      fail(what + ": the pipeline lists " +
+           std::to_string(pipeline->layers()->size()) + " layer groups for " +
+           std::to_string(stages) + " stages of " +
+           std::to_string(pipeline->chunks()) + " chunks");
+  }
+  for (const plan::Param *param : *p.params())
+    if (param->stage() != -1 &&
+        (param->stage() < 0 || param->stage() >= stages))
+      fail(what + ": parameter '" + param->name()->str() + "' is held by " +
+           "stage " + std::to_string(param->stage()) + ", which the plan " +
+           (pipeline ? "does not have" : "has no pipeline for"));
+  // Programs by name: one for every rank, or one per stage.
+  std::map<std::string, std::vector<const plan::Program *>> byName;
+  for (const plan::Program *program : *p.programs())
+    byName[program->name()->str()].push_back(program);
+  for (auto &[name, programs] : byName) {
+    const bool staged = programs.front()->stage() >= 0;
+    std::vector<const plan::Program *> ordered(size_t(staged ? stages : 1),
+                                               nullptr);
+    for (const plan::Program *program : programs) {
+      const int64_t stage = program->stage();
+      if ((stage >= 0) != staged)
+        fail(what + ": program '" + name +
+             "' is given both for every rank and for a stage");
+      if (stage >= stages)
+        fail(what + ": program '" + name + "' of stage " +
+             std::to_string(stage) + ": the plan has " +
+             (pipeline ? std::to_string(stages) + " stages" : "no pipeline"));
+      const size_t slot = staged ? size_t(stage) : 0;
+      if (ordered[slot])
+        fail(what + ": program '" + name + "' appears twice" +
+             (staged ? " for stage " + std::to_string(stage) : ""));
+      ordered[slot] = program;
+    }
+    if (!staged) {
+      for (const plan::Step *step : *programs.front()->steps())
+        if (isTransfer(step->kind()))
+          fail(what + ": program '" + name +
+               "' runs on every rank but transfers between stages");
+      continue;
+    }
+    for (size_t s = 0; s < ordered.size(); ++s) {
+      if (!ordered[s])
+        fail(what + ": program '" + name + "' has no program for stage " +
+             std::to_string(s));
+      const plan::Program &program = *ordered[s];
+      for (const plan::Tensor *tensor : *program.tensors()) {
+        if (tensor->storage() != plan::Storage::Param &&
+            tensor->storage() != plan::Storage::ExpAvg &&
+            tensor->storage() != plan::Storage::ExpAvgSq)
+          continue;
+        const plan::Param &param = *p.params()->Get(tensor->index());
+        if (param.stage() != int64_t(s) && param.stage() != -1)
+          fail(what + ": program '" + name + "' of stage " + std::to_string(s) +
+               " uses parameter '" + param.name()->str() + "', which stage " +
+               std::to_string(param.stage()) + " holds");
+      }
+      for (const plan::Step *step : *program.steps())
+        if (isTransfer(step->kind()) &&
+            step->kind() != plan::OpKind::RecvWait &&
+            (stepInts(*step)[0] != axis || step->peer() == int64_t(s)))
+          fail(what + ": program '" + name + "' of stage " + std::to_string(s) +
+               " transfers over grid axis " +
+               std::to_string(stepInts(*step)[0]) + " to stage " +
+               std::to_string(step->peer()) +
+               ": transfers go between stages along the pipeline's axis");
+    }
+    replay(p, name, ordered, axis, what);
+  }
+}
+
+} // namespace tpc::runtime

@@ -1,0 +1,17 @@
+// The loader's checks of pipeline stages (PipelineCheck.cpp).
+#pragma once
+
+#include "tpc/runtime/Plan.h"
+
+#include <string>
+
+namespace tpc::runtime {
+
+/// Checks Plan.pipeline, which stage runs each program and holds each
+/// parameter, and replays each name's stage programs together: every send
+/// meets one receive of its dtype and shape, and no order of their starts
+/// and waits can leave ranks waiting on each other. Throws PlanError with
+/// `what` leading the message. The programs were checked one by one before.
+void checkPipeline(const plan::Plan &plan, const std::string &what);
+
+} // namespace tpc::runtime
