@@ -89,9 +89,16 @@
 // RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 train=false" 2>&1 | FileCheck %s --check-prefix=NO-TRAIN
 // NO-TRAIN: tp-pipeline: pp and microbatches cut the training step; they need train=true
 
-// Plans of pipeline stages are not written yet (no stage programs in the
-// plan format): a one-line error, and no file.
-// RUN: rm -f %t.tpplan
-// RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2" -o %t.tpplan 2>&1 | FileCheck %s --check-prefix=NO-PLAN
-// RUN: not test -e %t.tpplan
-// NO-PLAN: error: plan: a pipelined step (pp, microbatches) cannot be written to a plan yet: the plan format has no stage programs
+// Plans record the pipeline (format 1.12) and which stage runs each
+// program; gradient accumulation alone is one stage.
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 microbatches=2" -o %t.tpplan
+// RUN: tp-run %t.tpplan --print-plan | FileCheck %s --check-prefix=PLAN
+// PLAN:      "pipeline": {
+// PLAN-NEXT:   "axis": 0,
+// PLAN-NEXT:   "stages": 1,
+// PLAN-NEXT:   "microbatches": 2,
+// PLAN-NEXT:   "chunks": 1,
+// PLAN-NEXT:   "schedule": "1f1b",
+// PLAN:      "name": "train_step",
+// PLAN-NEXT: "arena_bytes": {{[0-9]+}},
+// PLAN-NEXT: "stage": 0,
