@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 namespace tpc::runtime {
@@ -27,6 +28,21 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
       backend(backend) {
   if (!program)
     throw PlanError("the plan has no program '" + name + "'");
+  // Creating a group's communicator is collective over the world, and a
+  // pipeline stage's program uses other groups than its neighbours' (or
+  // the same in another order): every rank creates those of every program
+  // up front, in one order.
+  if (comm) {
+    std::set<std::vector<int>> groups;
+    for (const plan::Program *any : *loaded.plan().programs())
+      for (const plan::Step *step : *any->steps())
+        if (stepUsesGrid(*step)) {
+          std::span<const int64_t> axes = stepInts(*step);
+          groups.emplace(axes.begin(), axes.end());
+        }
+    for (const std::vector<int> &axes : groups)
+      comm->group(axes);
+  }
   arena = backend.allocate(program->arena_bytes());
   for (const plan::Tensor *t : *program->tensors()) {
     shapes.emplace_back(t->shape()->begin(), t->shape()->end());

@@ -102,3 +102,15 @@
 // PLAN:      "name": "train_step",
 // PLAN-NEXT: "arena_bytes": {{[0-9]+}},
 // PLAN-NEXT: "stage": 0,
+
+// Two stages: every stage's program makes the same collectives over the
+// stage axis after the whole pipeline, so the loader's replay accepts it.
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=2 pp=2 microbatches=2" -o %t.pp.tpplan
+// RUN: tp-run %t.pp.tpplan --print-plan | FileCheck %s --check-prefix=PP-PLAN
+// PP-PLAN:      "stages": 2,
+// PP-PLAN:      "name": "train_step",
+// PP-PLAN-NEXT: "arena_bytes": {{[0-9]+}},
+// PP-PLAN-NEXT: "stage": 0,
+// PP-PLAN:      "name": "train_step",
+// PP-PLAN-NEXT: "arena_bytes": {{[0-9]+}},
+// PP-PLAN-NEXT: "stage": 1,

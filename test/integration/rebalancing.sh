@@ -210,9 +210,17 @@ $check weights "$work/one/model.safetensors" \
   "$work/resumed-speeds/model.safetensors" $keybias
 
 echo "== $model: rank 1 slow, --rebalance resize"
-train 2 "$work/rb-nosp.tpplan" "$work/resize" --steps $steps $slow:12 \
-  --rebalance resize
-grep -E "^rebalance:" "$work/resize.log"
+# Under a loaded machine (ctest -j) the timing noise can hide the emulated
+# straggler for a whole run: one more run then, and a message if neither
+# decided anything.
+for attempt in 1 2; do
+  train 2 "$work/rb-nosp.tpplan" "$work/resize" --steps $steps $slow:12 \
+    --rebalance resize
+  grep -qE "^rebalance:" "$work/resize.log" && break
+  echo "resize: run $attempt made no rebalance decision"
+done
+grep -E "^rebalance:" "$work/resize.log" ||
+  { echo "resize: no rebalance decision in two runs" >&2; exit 1; }
 $check decisions "$work/resize.json" --slow-rank 1 --first resize --back
 $check losses "$work/one.json" "$work/resize.json" --rel 0.1
 

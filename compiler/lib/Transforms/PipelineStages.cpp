@@ -29,7 +29,7 @@ using namespace mlir::tp;
 namespace {
 
 /// The pipeline axis: the micro-batches' axis before this pass.
-constexpr int64_t kPipelineAxis = 0;
+constexpr int64_t kPipelineAxis = kPipelineStageAxis;
 
 /// When an op runs: once before the micro-batches (it reads only
 /// parameters, moments and the step's scalars), once per micro-batch, or

@@ -200,6 +200,30 @@ std::optional<int64_t> mlir::tp::layerOf(Operation *op) {
   return std::nullopt;
 }
 
+namespace {
+/// What collectives between pipeline stages write (addStageExchangeEffects).
+struct StageExchangeResource
+    : public SideEffects::Resource::Base<StageExchangeResource> {
+  StringRef getName() final { return "tp.stage_exchange"; }
+};
+} // namespace
+
+void mlir::tp::addStageExchangeEffects(
+    Operation *op, ArrayRef<int64_t> gridAxes,
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  if (!llvm::is_contained(gridAxes, kPipelineStageAxis))
+    return;
+  auto module = op->getParentOfType<ModuleOp>();
+  auto record = module ? module->getAttrOfType<DictionaryAttr>(
+                             TPDialect::PipelineAttrHelper::getNameStr())
+                       : DictionaryAttr();
+  auto stages = record ? record.getAs<IntegerAttr>("stages") : IntegerAttr();
+  if (stages && stages.getInt() > 1)
+    effects.emplace_back(MemoryEffects::Write::get(),
+                         StageExchangeResource::get());
+}
+
 void mlir::tp::registerTPDialect(DialectRegistry &registry) {
   registry.insert<TPDialect, func::FuncDialect>();
   registry.addExtension(+[](MLIRContext *ctx, func::FuncDialect *) {

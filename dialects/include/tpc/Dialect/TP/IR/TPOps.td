@@ -71,11 +71,12 @@ class TP_Op<string mnemonic, list<Trait> traits = []>
 // and with every #tp.dist layout of its types checked against its grid.
 // `ruleMethods` and `precisionMethods` list the ShardingRuleOpInterface and
 // MixedPrecisionOpInterface methods with a default that the op overrides.
+// A collective (`pure` = 0) declares its memory effects instead (see
+// TP_CollectiveOp).
 class TP_ComputeOp<string mnemonic, list<Trait> traits = [],
                    list<string> ruleMethods = [],
-                   list<string> precisionMethods = []>
-    : TP_Op<mnemonic, !listconcat(traits, [
-        Pure,
+                   list<string> precisionMethods = [], bit pure = 1>
+    : TP_Op<mnemonic, !listconcat(traits, !if(pure, [Pure], []), [
         DeclareOpInterfaceMethods<TP_ShardingRuleOpInterface, ruleMethods>,
         DeclareOpInterfaceMethods<TP_MixedPrecisionOpInterface,
                                   precisionMethods>,
@@ -838,8 +839,16 @@ def TP_PadOp : TP_ComputeOp<"pad", [TP_PassesPartialSums, TP_HasVJP]> {
 // the layouts are on `grid`. Per-rank view (after tp-partition, no layouts):
 // the result shard follows from the input shard and the group size, which
 // the grid's shape gives.
+//
+// Pure, except over the stage axis of a pipelined module (tp.pipeline with
+// more than one stage): there each stage program must make the collective
+// whether or not it uses the result, so a write on the stage-exchange
+// resource keeps later passes from erasing or merging it on one stage only
+// (addStageExchangeEffects).
 class TP_CollectiveOp<string mnemonic, string desc, list<Trait> traits = []>
-    : TP_ComputeOp<mnemonic, !listconcat(traits, [TP_NeedsUniformShards])> {
+    : TP_ComputeOp<mnemonic, !listconcat(traits, [TP_NeedsUniformShards,
+          AlwaysSpeculatable,
+          DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]), [], [], 0> {
   let summary = desc;
   let results = (outs TP_AnyTensor:$result);
   let assemblyFormat = [{
@@ -853,6 +862,12 @@ class TP_CollectiveOp<string mnemonic, string desc, list<Trait> traits = []>
         ::llvm::ArrayRef<int64_t> input, int64_t ranks);
   }];
   let extraClassDefinition = [{
+    void $cppClass::getEffects(
+        ::llvm::SmallVectorImpl<::mlir::SideEffects::EffectInstance<
+            ::mlir::MemoryEffects::Effect>> &effects) {
+      ::mlir::tp::addStageExchangeEffects(getOperation(), getGridAxes(),
+                                          effects);
+    }
     ::llvm::LogicalResult $cppClass::verifySymbolUses(
         ::mlir::SymbolTableCollection &symbolTables) {
       // (No sharding-rule check: per-rank collectives change the shape the
