@@ -6,7 +6,9 @@
 # stages (1F1B) and the interleaved schedule (2 chunks per stage). Losses
 # within 1e-5 and the exported weights (gathered from their stages) within
 # 1e-4 of the plain one-rank run: the micro-batches' gradients add up in
-# another order than the whole batch's.
+# another order than the whole batch's. Checkpoints hold whole parameters: a
+# pp 2 run stopped at step 3 resumes on pp 2 bit-identically to the run that
+# did not stop, and on one rank and on 1D x pp 2 within the same tolerances.
 #
 #   pipeline.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
@@ -36,6 +38,22 @@ pipelined one pp2-1f1b 2 "$work/model.mlir" "mode=1d grid=1 pp=2 microbatches=4"
 pipelined one pp2-1d2 4 "$work/model.mlir" "mode=1d grid=2 pp=2 microbatches=2"
 pipelined one pp2-dp2 4 "$work/model.mlir" \
   "mode=1d grid=1 dp=2 pp=2 microbatches=2"
+
+echo "== a pp 2 checkpoint resumed on pp 2, on one rank and on 1D x pp 2"
+train 2 "$work/pp2-1f1b.tpplan" "$work/stopped" --steps 3 \
+  --checkpoint-dir "$work/stopped.ckpt"
+train 2 "$work/pp2-1f1b.tpplan" "$work/resumed" --steps $steps \
+  --resume "$work/stopped.ckpt" --export "$work/resumed"
+cmp "$work/pp2-1f1b/model.safetensors" "$work/resumed/model.safetensors"
+echo "resumed on pp 2: weights identical to the run that did not stop"
+for target in one:1 pp2-1d2:4; do
+  train "${target#*:}" "$work/${target%:*}.tpplan" "$work/resumed-${target%:*}" \
+    --steps $steps --resume "$work/stopped.ckpt" \
+    --export "$work/resumed-${target%:*}"
+  $check weights "$work/one/model.safetensors" \
+    "$work/resumed-${target%:*}/model.safetensors" --rel 1e-4 $keybias
+  echo "resumed on ${target%:*}: equal to one rank"
+done
 
 # Four layers: four stages, and two chunks on each of two stages.
 "$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
