@@ -286,21 +286,21 @@ ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
   std::vector<std::vector<int64_t>> rankCoords;
   for (int rank = 0; rank < comm.size(); ++rank)
     rankCoords.push_back(GridComm::coordsOf(comm.shape(), rank));
+  const std::vector<int64_t> capacity = capacityBlocks(plan.plan());
   for (size_t i = 0; i < params.size(); ++i) {
     const plan::Param &param = *params.Get(i);
     const std::vector<int64_t> shape = wholeShape(param);
     // Every rank that holds a parameter stores as much of it (its even
     // share, or the capacity of a rebalanced one); a rank of another
     // pipeline stage holds none and sends as much padding.
-    const size_t share = size_t(storageElements(plan, param, rankCoords[0],
-                                                capacityBlocks(plan.plan())));
+    const size_t share =
+        size_t(storageElements(plan, param, rankCoords[0], capacity));
     auto gather = [&](const std::vector<float> &local) {
       if (!param.split() && param.stage() < 0)
         return local;
-      std::vector<float> mine = local;
-      mine.resize(share, 0.0f);
+      const std::vector<float> padding(local.empty() ? share : 0, 0.0f);
       std::vector<float> all(share * size_t(comm.size()));
-      comm.gatherState(mine, all);
+      comm.gatherState(local.empty() ? padding : local, all);
       std::vector<float> result(size_t(product(shape)));
       for (int rank = 0; rank < comm.size(); ++rank)
         for (const StoredBlock &block :

@@ -20,11 +20,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string &message) { throw PlanError(message); }
 
-std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
-  return v ? std::vector<int64_t>(v->begin(), v->end())
-           : std::vector<int64_t>();
-}
-
 bool isTransfer(plan::OpKind kind) {
   return kind == plan::OpKind::SendStart || kind == plan::OpKind::SendWait ||
          kind == plan::OpKind::RecvStart || kind == plan::OpKind::RecvWait;
@@ -58,7 +53,7 @@ struct CrossStageCollective {
 /// starts never block; a send's wait needs its receive posted and a
 /// receive's wait its send started (the k-th of a channel meets the k-th);
 /// a collective over the stage axis waits for every stage to reach it.
-void replay(const plan::Plan &p, const std::string &name,
+void replay(const std::string &name,
             const std::vector<const plan::Program *> &stages, int64_t axis,
             const std::string &what) {
   const size_t n = stages.size();
@@ -179,10 +174,14 @@ void replay(const plan::Plan &p, const std::string &name,
              shapeString(out[k].shape) + " but receives " +
              dtypeName(in[k].dtype) + " " + shapeString(in[k].shape));
   }
-  (void)p;
 }
 
 } // namespace
+
+std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
+  return v ? std::vector<int64_t>(v->begin(), v->end())
+           : std::vector<int64_t>();
+}
 
 void checkPipeline(const plan::Plan &p, const std::string &what) {
   const plan::Pipeline *pipeline = p.pipeline();
@@ -271,7 +270,7 @@ void checkPipeline(const plan::Plan &p, const std::string &what) {
                std::to_string(step->peer()) +
                ": transfers go between stages along the pipeline's axis");
     }
-    replay(p, name, ordered, axis, what);
+    replay(name, ordered, axis, what);
   }
 }
 

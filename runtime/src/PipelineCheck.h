@@ -4,6 +4,7 @@
 #include "tpc/runtime/Plan.h"
 
 #include <string>
+#include <vector>
 
 namespace tpc::runtime {
 
@@ -13,5 +14,8 @@ namespace tpc::runtime {
 /// and waits can leave ranks waiting on each other. Throws PlanError with
 /// `what` leading the message. The programs were checked one by one before.
 void checkPipeline(const plan::Plan &plan, const std::string &what);
+
+/// A plan's integer vector as a std::vector (empty when absent).
+std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v);
 
 } // namespace tpc::runtime

@@ -81,11 +81,6 @@ splitShards(const flatbuffers::Vector<flatbuffers::Offset<plan::Axes>> &split,
   return shards;
 }
 
-std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
-  return v ? std::vector<int64_t>(v->begin(), v->end())
-           : std::vector<int64_t>();
-}
-
 /// Checks a tensor's or parameter's `rebalance_dims` against its shape and
 /// the plan's points (checked by checkRebalancePoints before): one entry per
 /// dim, each -1 or a point whose capacity (tensors) or blocks (parameters,

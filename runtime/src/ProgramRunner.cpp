@@ -21,8 +21,7 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
     : plan(&loaded.plan()),
       program(loaded.program(
           name,
-          loaded.stageOf(comm ? GridComm::coordsOf(comm->shape(), comm->rank())
-                              : std::vector<int64_t>()))),
+          loaded.stageOf(comm ? comm->coords() : std::vector<int64_t>()))),
       params(params), comm(comm),
       hostChannel(comm ? std::make_unique<MpiChannel>(*comm) : nullptr),
       backend(backend) {

@@ -285,9 +285,8 @@ FailureOr<flatbuffers::Offset<fb::Pipeline>> PlanEmitter::buildPipeline() {
     return module.emitError()
            << "plan: tp.pipeline needs schedule, stages, microbatches, chunks "
               "and layers";
-  // tp-pipeline-stages puts the stages on grid axis 0.
   return fb::CreatePipeline(
-      builder, /*axis=*/0, *stages, *microbatches, *chunks,
+      builder, kPipelineStageAxis, *stages, *microbatches, *chunks,
       builder.CreateString(schedule.getValue().str()),
       builder.CreateVector(layers.asArrayRef().data(), layers.size()));
 }
