@@ -14,23 +14,10 @@ build=$1 python=$2 work=$3 model=$4
 batch=4 seq=8 steps=6 lr=3e-3
 source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
 
-compile() { # NAME PIPELINE-OPTIONS
-  "$bin/tpc-opt" "$work/model.mlir" -o "$work/$1.tpplan" \
-    --tp-pipeline="train $2" 2> /dev/null
-}
-compile one "mode=1d grid=1"
+train_plan "$work/model.mlir" one "mode=1d grid=1"
 train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
 # NAME RANKS OPTIONS: M micro-batches against the one-rank plan.
-accumulated() {
-  local name=$1 ranks=$2
-  compile "$name" "$3"
-  train "$ranks" "$work/$name.tpplan" "$work/$name" --steps $steps \
-    --export "$work/$name"
-  $check losses "$work/one.json" "$work/$name.json" --rel 1e-5
-  $check weights "$work/one/model.safetensors" \
-    "$work/$name/model.safetensors" --rel 1e-4 $keybias
-  echo "$name: equal to one rank"
-}
+accumulated() { equals_one_rank one "$1" "$2" "$work/model.mlir" "$3"; }
 accumulated m4 1 "mode=1d grid=1 microbatches=4"
 accumulated dp2-m2 2 "mode=1d grid=1 dp=2 microbatches=2"
 accumulated zero-m2 2 "mode=1d grid=1 dp=2 shard-optimizer=true microbatches=2"

@@ -16,27 +16,13 @@ build=$1 python=$2 work=$3 model=$4
 batch=4 seq=8 steps=6 lr=3e-3
 source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
 
-compile() { # MLIR NAME PIPELINE-OPTIONS
-  "$bin/tpc-opt" "$1" -o "$work/$2.tpplan" --tp-pipeline="train $3" 2> /dev/null
-}
-# BASE NAME RANKS MLIR OPTIONS: trained against BASE (a one-rank run).
-pipelined() {
-  local base=$1 name=$2 ranks=$3
-  compile "$4" "$name" "$5"
-  train "$ranks" "$work/$name.tpplan" "$work/$name" --steps $steps \
-    --export "$work/$name"
-  $check losses "$work/$base.json" "$work/$name.json" --rel 1e-5
-  $check weights "$work/$base/model.safetensors" \
-    "$work/$name/model.safetensors" --rel 1e-4 $keybias
-  echo "$name: equal to one rank"
-}
-compile "$work/model.mlir" one "mode=1d grid=1"
+train_plan "$work/model.mlir" one "mode=1d grid=1"
 train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
-pipelined one pp2-gpipe 2 "$work/model.mlir" \
+equals_one_rank one pp2-gpipe 2 "$work/model.mlir" \
   "mode=1d grid=1 pp=2 microbatches=2 schedule=gpipe"
-pipelined one pp2-1f1b 2 "$work/model.mlir" "mode=1d grid=1 pp=2 microbatches=4"
-pipelined one pp2-1d2 4 "$work/model.mlir" "mode=1d grid=2 pp=2 microbatches=2"
-pipelined one pp2-dp2 4 "$work/model.mlir" \
+equals_one_rank one pp2-1f1b 2 "$work/model.mlir" "mode=1d grid=1 pp=2 microbatches=4"
+equals_one_rank one pp2-1d2 4 "$work/model.mlir" "mode=1d grid=2 pp=2 microbatches=2"
+equals_one_rank one pp2-dp2 4 "$work/model.mlir" \
   "mode=1d grid=1 dp=2 pp=2 microbatches=2"
 
 echo "== a pp 2 checkpoint resumed on pp 2, on one rank and on 1D x pp 2"
@@ -60,8 +46,8 @@ done
 c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] = 4
 json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/four.json"
 "$bin/tpc-import" "$work/four.json" --batch $batch --seq $seq -o "$work/four.mlir"
-compile "$work/four.mlir" four "mode=1d grid=1"
+train_plan "$work/four.mlir" four "mode=1d grid=1"
 train 1 "$work/four.tpplan" "$work/four" --steps $steps --export "$work/four"
-pipelined four pp4-1f1b 4 "$work/four.mlir" "mode=1d grid=1 pp=4 microbatches=4"
-pipelined four pp2-interleaved 2 "$work/four.mlir" \
+equals_one_rank four pp4-1f1b 4 "$work/four.mlir" "mode=1d grid=1 pp=4 microbatches=4"
+equals_one_rank four pp2-interleaved 2 "$work/four.mlir" \
   "mode=1d grid=1 pp=2 microbatches=2 schedule=interleaved pp-chunks=2"

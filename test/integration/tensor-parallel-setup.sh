@@ -3,7 +3,8 @@
 # checks the Python, makes WORK_DIR, tokenizes the bundled text, imports the
 # model (config: test/integration/Inputs/tp-MODEL.json) for batch x seq, and
 # defines train RANKS PLAN OUT [tp-run flags...] (data: the token file, the
-# bundled text unless set) and import_layer_models.
+# bundled text unless set), import_layer_models, train_plan and
+# equals_one_rank.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=$build/bin
 check="$python $here/tensor_parallel_check.py"
@@ -39,4 +40,22 @@ train() { # RANKS PLAN OUT [tp-run flags...]
   timeout 120 mpirun -np "$ranks" --oversubscribe "$bin/tp-run" "$plan" \
     --data "${data:-$work/text.tokens}" --lr $lr --warmup 0 --decay-steps $steps \
     --metrics "$out.json" "$@" > "$out.log"
+}
+# Compiles MLIR into $work/NAME.tpplan for training with tp-pipeline OPTIONS.
+train_plan() { # MLIR NAME OPTIONS
+  "$bin/tpc-opt" "$1" -o "$work/$2.tpplan" --tp-pipeline="train $3" 2> /dev/null
+}
+# Compiles and trains NAME on RANKS and checks it against BASE, a one-rank
+# run of the same steps: losses within 1e-5 and exported weights within
+# 1e-4 (gradients summed over micro-batches or stages add up in another
+# order than the whole batch's).
+equals_one_rank() { # BASE NAME RANKS MLIR OPTIONS
+  local base=$1 name=$2 ranks=$3
+  train_plan "$4" "$name" "$5"
+  train "$ranks" "$work/$name.tpplan" "$work/$name" --steps $steps \
+    --export "$work/$name"
+  $check losses "$work/$base.json" "$work/$name.json" --rel 1e-5
+  $check weights "$work/$base/model.safetensors" \
+    "$work/$name/model.safetensors" --rel 1e-4 $keybias
+  echo "$name: equal to one rank"
 }
