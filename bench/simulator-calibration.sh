@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The step simulator against tp-run on this machine (issue 13): the
+# The step simulator against tp-run on this machine (issues 13 and 32): the
 # GPT-2-small shape (vocabulary padded to 50304) at batch BATCH x seq 256 on
 # 1, 2 and 4 MPI ranks under every scheme that fits, each compiled with
-# cluster=CLUSTER (default clusters/this-machine.json, whose one device the
-# ranks share) so tp-pipeline prints the predicted step, then run for STEPS
-# steps. Prints per run the predicted and the measured median step (steps
+# cluster=CLUSTER so tp-pipeline prints the predicted step, then run for
+# STEPS steps. Without CLUSTER, tpc-calibrate measures this machine first
+# (2 ranks, into the work directory: the file describes the machine that
+# runs the benchmark, whichever it is). Prints per run the predicted and the measured median step (steps
 # after the first) and the prediction's error; the last line is the median
 # and worst absolute error. One rank runs 2 threads (the whole machine),
 # several ranks 1 thread each (4 ranks oversubscribe the 2 cores).
@@ -15,13 +16,19 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 batch=${1:-4}
 steps=${2:-4}
-cluster=$(realpath "${3:-$root/clusters/this-machine.json}")
 work=$build/bench/simulator-calibration
+mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ -n "${3:-}" ]; then
+  cluster=$(realpath "$3")
+else
+  cluster=$work/this-machine.json
+  mpirun -np 2 --bind-to none "$build/bin/tpc-calibrate" -o "$cluster" > /dev/null
+fi
 source "$root/bench/gpt2-small-setup.sh"
 config=$work/config.json
 padded_gpt2_small_config "$config"
 "$build/bin/tpc-import" "$config" --batch "$batch" --seq 256 -o "$work/model.mlir"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$build/bin/tpc-tokenize" /usr/share/games/fortunes/fortunes -o "$work/text.tokens" > /dev/null
 
 runs=(

@@ -6,7 +6,11 @@
 
 #include <cblas.h>
 
+#include <unistd.h>
+
+#include <fstream>
 #include <stdexcept>
+#include <thread>
 
 namespace tpc::runtime {
 
@@ -17,6 +21,23 @@ std::string Backend::collectivePath() const {
 std::string Backend::kernelLibraries() const {
   return std::string("products: OpenBLAS (") + openblas_get_corename() +
          "); the rest: tpc's kernels";
+}
+
+DeviceDescription hostDescription() {
+  DeviceDescription host;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string model = "CPU";
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0) {
+      if (size_t colon = line.find(':'); colon != std::string::npos)
+        model = line.substr(line.find_first_not_of(' ', colon + 1));
+      break;
+    }
+  host.name = model + " (" +
+              std::to_string(std::thread::hardware_concurrency()) + " cores)";
+  host.memoryBytes =
+      uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
+  return host;
 }
 
 std::vector<std::string> deviceNames() {

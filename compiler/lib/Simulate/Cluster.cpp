@@ -179,8 +179,10 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
   if (!root)
     return llvm::createStringError(path + ": must be a JSON object");
   Reader top(*root, "", path);
-  if (llvm::Error error =
-          top.onlyFields({"name", "source", "device", "devices", "network"}))
+  // "calibration" holds what tpc-calibrate measured, for people: the
+  // model reads only the fit.
+  if (llvm::Error error = top.onlyFields(
+          {"name", "source", "device", "devices", "network", "calibration"}))
     return std::move(error);
   ClusterModel cluster;
   if (llvm::Error error = top.string("name", cluster.name))

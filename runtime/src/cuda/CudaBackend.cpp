@@ -289,6 +289,7 @@ public:
     return std::make_unique<DeviceBuffer>(bytes, usage);
   }
   uint64_t peakDeviceBytes() const override { return usage.peak; }
+  DeviceDescription describeDevice() const override;
   void upload(std::byte *device, const void *host, uint64_t bytes) override {
     flushAdamW();
     if (bytes == 0)
@@ -1937,6 +1938,15 @@ bool needsCudaKernel(const OpInfo &info) {
          (hasNcclSupport() &&
           std::find(kNcclExchangeKinds.begin(), kNcclExchangeKinds.end(),
                     info.kind) != kNcclExchangeKinds.end());
+}
+
+DeviceDescription CudaBackend::describeDevice() const {
+  int ordinal = 0, count = 0;
+  check(cudaGetDevice(&ordinal), "querying the GPU");
+  check(cudaGetDeviceCount(&count), "counting GPUs");
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, ordinal), "querying the GPU");
+  return {properties.name, uint64_t(properties.totalGlobalMem), count};
 }
 
 CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {

@@ -89,6 +89,20 @@ public:
   virtual void submit() = 0;
 };
 
+/// What a backend's device is, for describing the machine to the step
+/// simulator (Calibration.h).
+struct DeviceDescription {
+  /// "AMD EPYC (2 cores)", "NVIDIA H100 80GB HBM3".
+  std::string name;
+  uint64_t memoryBytes = 0;
+  /// Devices of this kind on one machine: 1 for the host CPU, which every
+  /// rank on the machine shares; the GPUs a machine has.
+  int perMachine = 1;
+};
+
+/// The host CPU: its model, cores, memory.
+DeviceDescription hostDescription();
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -129,6 +143,8 @@ public:
   /// The most device memory this backend's buffers held at once, when the
   /// device is not the host (the CPU's is in the process's RSS).
   virtual uint64_t peakDeviceBytes() const { return 0; }
+  /// The device this backend computes on (the host CPU by default).
+  virtual DeviceDescription describeDevice() const { return hostDescription(); }
   /// Called on every rank once the grid's communicator exists (collective
   /// over the world): a backend may set up its own path between devices
   /// (NCCL when every rank has a GPU of its own). Without one, steps that
