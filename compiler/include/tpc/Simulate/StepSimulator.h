@@ -57,6 +57,28 @@ FailureOr<StepPrediction> simulateStep(func::FuncOp func,
                                        const ClusterModel &cluster,
                                        int64_t rank = 0);
 
+/// A pipelined step: the stages' programs replayed together on one rank of
+/// each stage (its first), a receive waiting for its send to be posted and
+/// the data to cross, a send for its receive, an exchange over the stages
+/// for the last stage to reach it.
+struct PipelinePrediction {
+  /// The step: until the last stage is done.
+  double seconds = 0;
+  /// Each stage's own prediction (its `seconds`: when it is done).
+  SmallVector<StepPrediction> stages;
+  /// Seconds each stage waits for the others in the step: for transfers,
+  /// for exchanges over the stages, and after it is done until the last
+  /// is (the bubble, with the transfers' exposed time).
+  SmallVector<double> idleSeconds;
+};
+
+/// `stages` are the programs of stages 0, 1, ... of a grid whose axis 0 is
+/// the pipeline's. Fails after a diagnostic on a layout no kernel runs or
+/// programs that would wait for each other forever.
+FailureOr<PipelinePrediction> simulatePipeline(ArrayRef<func::FuncOp> stages,
+                                               ArrayRef<int64_t> gridShape,
+                                               const ClusterModel &cluster);
+
 } // namespace mlir::tp
 
 #endif // TPC_SIMULATE_STEPSIMULATOR_H
