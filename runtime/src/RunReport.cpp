@@ -117,6 +117,8 @@ void RunReport::setTraining(const LoadedPlan &plan, const TrainConfig &config,
                      {"lr", r.learningRate},
                      {"seconds", r.seconds}});
   root["loss_curve"] = std::move(curve);
+  if (!result.rankComputeSeconds.empty())
+    root["rank_compute_seconds"] = result.rankComputeSeconds;
   if (config.evalEvery > 0) {
     root["evaluation"] = {
         {"every", config.evalEvery},

@@ -220,6 +220,9 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
                   config.rebalance);
   ProgramRunner &runner = trainer.programRunner();
   runner.setOpByOpRuns(config.opByOpSteps);
+  if (config.rankTimes)
+    runner.setStepTiming(true);
+  std::vector<float> computeSeconds; // this rank's, with rankTimes
   Rebalancer &rebalancer = trainer.rebalancer();
   observer.started(backend);
   const std::vector<int64_t> &shape = trainer.tokensShape();
@@ -254,6 +257,8 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     StepOutcome outcome = trainer.step(batch.tokens, batch.targets);
     const double loss = outcome.record.loss;
     result.records.push_back(outcome.record);
+    if (config.rankTimes)
+      computeSeconds.push_back(float(runner.computeSeconds()));
     StepProgress progress;
     progress.steps = config.steps;
     progress.record = outcome.record;
@@ -301,6 +306,19 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
         observer.checkpointWritten(written);
       lastCheckpoint = checkpointPath(config.checkpointDir, step);
     }
+  }
+  if (config.rankTimes) {
+    // Every rank ran as many steps (all stop at the same loss).
+    const int ranks = config.comm ? config.comm->size() : 1;
+    std::vector<float> all(computeSeconds.size() * size_t(ranks));
+    if (config.comm)
+      config.comm->gatherState(computeSeconds, all);
+    else
+      all = computeSeconds;
+    for (int r = 0; r < ranks; ++r)
+      result.rankComputeSeconds.emplace_back(
+          all.begin() + ptrdiff_t(size_t(r) * computeSeconds.size()),
+          all.begin() + ptrdiff_t(size_t(r + 1) * computeSeconds.size()));
   }
   result.computeTimes = rebalancer.computeTimes();
   result.rebalanceWindows = rebalancer.windows();

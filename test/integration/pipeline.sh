@@ -25,6 +25,23 @@ equals_one_rank one pp2-1d2 4 "$work/model.mlir" "mode=1d grid=2 pp=2 microbatch
 equals_one_rank one pp2-dp2 4 "$work/model.mlir" \
   "mode=1d grid=1 dp=2 pp=2 microbatches=2"
 
+echo "== every rank's compute seconds (--rank-times), numerics unchanged"
+train 2 "$work/pp2-1f1b.tpplan" "$work/timed" --steps $steps --rank-times
+$check losses "$work/pp2-1f1b.json" "$work/timed.json" --rel 0
+"$python" - "$work/timed.json" $steps <<'PY'
+import json, sys
+m, steps = json.load(open(sys.argv[1])), int(sys.argv[2])
+ranks = m["rank_compute_seconds"]
+walls = [r["seconds"] for r in m["loss_curve"]]
+assert len(ranks) == 2 and all(len(r) == steps for r in ranks), ranks
+# A rank computes for part of each step and waits for the other stage in
+# the rest (the first step's wall includes setup).
+for rank in ranks:
+    for compute, wall in zip(rank, walls):
+        assert 0 < compute < wall, (compute, wall)
+print("rank times: each rank computes for part of every step")
+PY
+
 echo "== a pp 2 checkpoint resumed on pp 2, on one rank and on 1D x pp 2"
 train 2 "$work/pp2-1f1b.tpplan" "$work/stopped" --steps 3 \
   --checkpoint-dir "$work/stopped.ckpt"

@@ -272,6 +272,12 @@ Options parseArgs(int argc, char **argv) {
                  "recorded step where the device can")
         ->check(numberCheck(true, 1))
         ->group(trainingGroup);
+    a.add_flag("--rank-times", o.rankTimes,
+               "Time every step's ops on every rank and write each rank's "
+               "compute seconds per step to the metrics' "
+               "\"rank_compute_seconds\" (the rest of a step is waiting: a "
+               "pipeline's bubble); no step is replayed")
+        ->group(trainingGroup);
     a.add_option("--export", o.exportDir,
                  "Write model.safetensors + config.json (HF layout) here")
         ->group(trainingGroup);

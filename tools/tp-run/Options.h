@@ -34,6 +34,7 @@ struct Options {
   std::string checkpointDir, resume, exportDir, plot;
   int64_t checkpointEvery = 0;
   int64_t opByOpSteps = 1; // --profile-steps
+  bool rankTimes = false;  // --rank-times
   // Generation.
   int64_t generate = 0;
   int64_t samples = 1;

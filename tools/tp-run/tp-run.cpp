@@ -139,6 +139,7 @@ int trainRun(const Options &o, Prepared &p) {
   config.hyperparameters = o.schedule.hyperparameters(o.steps);
   config.checkpointEvery = o.checkpointEvery;
   config.opByOpSteps = o.opByOpSteps;
+  config.rankTimes = o.rankTimes;
   config.checkpointDir = o.checkpointDir;
   config.resume = o.resume;
   config.comm = &p.session->grid();

@@ -37,6 +37,11 @@ struct TrainConfig {
   /// step replays it (without rebalancing). The first pays one-time setup
   /// (allocations, library plans), so 2 gives one warm per-op profile.
   int64_t opByOpSteps = 1;
+  /// Time every step's ops on every rank and gather each rank's compute
+  /// seconds per step (TrainResult::rankComputeSeconds): a rank's idle time
+  /// in a step is the rest (a pipeline's bubble). A device then runs each
+  /// step op by op, never replaying a recorded one.
+  bool rankTimes = false;
 };
 
 /// One held-out evaluation: the mean loss over its batches (each batch's
@@ -80,6 +85,9 @@ struct TrainResult {
   std::vector<Rebalancer::StepTimes> computeTimes;
   std::vector<Rebalancer::WindowRecord> rebalanceWindows;
   std::vector<RebalanceEvent> rebalanceEvents;
+  /// With TrainConfig::rankTimes: [world rank][step] compute seconds (the
+  /// step's wall time less its waits for other ranks).
+  std::vector<std::vector<double>> rankComputeSeconds;
 };
 
 /// The batch offset of a 1-based step: consecutive windows of batch*seq
