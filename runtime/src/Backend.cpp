@@ -37,6 +37,7 @@ DeviceDescription hostDescription() {
               std::to_string(std::thread::hardware_concurrency()) + " cores)";
   host.memoryBytes =
       uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
+  host.cores = int(std::thread::hardware_concurrency());
   return host;
 }
 

@@ -268,7 +268,7 @@ std::vector<StreamSample> measureStreams(Backend &backend,
     DeviceTensor a(backend, {n / width, width}, plan::DType::F32, random),
         b(backend, {n / width, width}, plan::DType::F32, random),
         out(backend, {n / width, width}, plan::DType::F32, random);
-    const double budget = options.secondsPerPoint / 3;
+    const double budget = options.secondsPerPoint;
     samples.push_back({"add", n, a.bytes() + b.bytes() + out.bytes(),
                        timeStep(backend, plan::OpKind::Add, {&a, &b}, {&out},
                                 plan::Precision::F32, budget)});
@@ -667,6 +667,8 @@ MachineCalibration::clusterJson(const std::string &date) const {
       {"gemm_efficiency",
        {{"max", 1.0}, {"half_flops", rounded(productFit.halfFlops)}}},
       {"op_overhead_seconds", rounded(overhead)}};
+  if (device.cores > 0)
+    cluster["device"]["cores"] = device.cores;
   cluster["network"] = std::move(network);
   cluster["calibration"] = {{"threads", threads},
                             {"products", std::move(productRecord)},

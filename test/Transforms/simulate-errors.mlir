@@ -47,6 +47,9 @@
 // RUN: sed 's/"source"/"devices": 0, "source"/' %S/Inputs/clusters/unit.json > %t.devices.json
 // RUN: not tpc-opt %s --tp-simulate=cluster=%t.devices.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=DEVICES
 // DEVICES: error: tp-simulate: {{.*}}.devices.json: devices must be an integer between 1 and 16777216
+// RUN: sed 's/"memory_bandwidth": 1e9/"memory_bandwidth": 1e9, "cores": 0.5/' %S/Inputs/clusters/unit.json > %t.cores.json
+// RUN: not tpc-opt %s --tp-simulate=cluster=%t.cores.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=CORES
+// CORES: error: tp-simulate: {{.*}}.cores.json: device.cores must be an integer between 1 and 16777216
 // RUN: sed 's/"level": "node",/"level": "node", "links": 1,/' %S/Inputs/clusters/unit.json > %t.links.json
 // RUN: not tpc-opt %s --tp-simulate=cluster=%t.links.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=LINKS
 // LINKS: error: tp-simulate: {{.*}}.links.json: network[0].links is for a level with one inside it (the innermost level's links are its ranks')

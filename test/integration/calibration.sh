@@ -28,6 +28,8 @@ c = json.load(open(sys.argv[1]))
 d = c["device"]
 assert c["name"] == "quick-test", c["name"]
 assert c["devices"] == 1, "one CPU shared by 2 ranks"
+import os
+assert d["cores"] == os.cpu_count(), d
 record = c["calibration"]
 overhead, half = d["op_overhead_seconds"], d["gemm_efficiency"]["half_flops"]
 close = lambda a, b, tol: abs(a - b) <= tol * abs(b)

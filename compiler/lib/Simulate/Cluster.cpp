@@ -197,7 +197,7 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
     return device.takeError();
   if (llvm::Error error = device->onlyFields(
           {"name", "peak_flops", "memory_bytes", "memory_bandwidth",
-           "gemm_efficiency", "op_overhead_seconds"}))
+           "gemm_efficiency", "op_overhead_seconds", "cores"}))
     return std::move(error);
   DeviceModel &d = cluster.device;
   if (llvm::Error error = device->string("name", d.name))
@@ -214,6 +214,9 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
   if (llvm::Error error =
           device->optionalNumber("op_overhead_seconds", d.opOverhead, kSeconds))
     return std::move(error);
+  if (device->object.get("cores"))
+    if (llvm::Error error = device->integer("cores", d.cores, 1, kMaxRanks))
+      return std::move(error);
   if (llvm::Error error = peak->onlyFields({"f32", "tf32", "bf16"}))
     return std::move(error);
   if (llvm::Error error = peak->number("f32", d.peakF32, kFlops))

@@ -5,7 +5,9 @@
 #include "tpc/Dialect/TP/IR/TPOps.h"
 #include "tpc/Simulate/Traffic.h"
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -106,118 +108,166 @@ struct Transfer {
 };
 using TransferKey = std::tuple<int64_t, int64_t, int64_t>;
 
-/// One rank running a program op by op on one compute stream, with ring
-/// shifts on a communication channel of their own.
-class RankTimeline {
-public:
-  RankTimeline(ArrayRef<int64_t> gridShape, const ClusterModel &cluster,
-               int64_t rank)
-      : gridShape(gridShape), cluster(cluster), rank(rank),
-        device(cluster.deviceFor(llvm::product_of(gridShape))) {}
+/// Whether `op` exchanges over the pipeline's stages (every stage takes
+/// part at once).
+bool overStages(Operation &op) {
+  auto axes = op.getAttrOfType<DenseI64ArrayAttr>("grid_axes");
+  return axes && llvm::is_contained(axes.asArrayRef(), kPipelineStageAxis);
+}
 
-  /// What `op` exchanges, and in how many seconds over its level.
-  FailureOr<double> exchangeOf(Operation &op,
-                               SmallVector<CollectiveTraffic> &traffic) {
-    FailureOr<SmallVector<CollectiveTraffic>> found =
+/// Runs programs on one rank each (one per pipeline stage, or one alone)
+/// against a global clock. A kernel is a fixed part (its overhead, its
+/// exchanges) and work: seconds on the whole device, done at the share of
+/// it the rank gets. Ranks on one device (`devices` fewer than ranks) share
+/// it: alone, every rank is taken to be as busy as the others (the busiest
+/// device's share, all the time); in a pipeline, only the ranks computing
+/// at the moment share it, each getting at most 1 / min(cores, ranks per
+/// device) of it, so a stage in its bubble lends its share to the others.
+class Replay {
+public:
+  Replay(ArrayRef<func::FuncOp> programs, ArrayRef<int64_t> gridShape,
+         const ClusterModel &cluster, ArrayRef<int64_t> ranks, bool pipeline)
+      : gridShape(gridShape), cluster(cluster), pipeline(pipeline) {
+    const int64_t world = llvm::product_of(gridShape);
+    perDevice = cluster.devices == 0 || world <= cluster.devices
+                    ? 1
+                    : (world + cluster.devices - 1) / cluster.devices;
+    const int64_t perStage = pipeline ? world / gridShape.front() : 1;
+    for (auto [func, rank] : llvm::zip(programs, ranks)) {
+      Lane &lane = lanes.emplace_back();
+      lane.func = func;
+      lane.rank = rank;
+      lane.device = rank / perDevice;
+      for (int64_t r = rank; r < rank + perStage; ++r)
+        if (r / perDevice == lane.device)
+          ++lane.onDevice;
+      for (Operation &op : lane.func.getBody().front().without_terminator())
+        lane.ops.push_back(&op);
+    }
+  }
+
+  /// Runs every lane to its end; fails after a diagnostic on a layout no
+  /// kernel runs or programs that wait for each other forever.
+  LogicalResult run() {
+    while (true) {
+      if (failed(settle()))
+        return failure();
+      if (llvm::all_of(lanes, [](const Lane &l) { return l.phase == Done; }))
+        return success();
+      // Each computing lane's share of its device, and the next event.
+      DenseMap<int64_t, int64_t> busy;
+      for (const Lane &lane : lanes)
+        if (lane.phase == Work)
+          busy[lane.device] += lane.onDevice;
+      const double cap =
+          1.0 / double(std::min(std::max<int64_t>(cluster.device.cores, 1),
+                                perDevice));
+      double next = std::numeric_limits<double>::infinity();
+      for (Lane &lane : lanes) {
+        if (lane.phase == Work) {
+          lane.rate = pipeline ? std::min(cap, 1.0 / double(busy[lane.device]))
+                               : 1.0 / double(perDevice);
+          next = std::min(next, now + lane.remaining / lane.rate);
+        } else if (lane.phase == Fixed || lane.phase == Waiting) {
+          next = std::min(next, lane.until);
+        }
+      }
+      if (!std::isfinite(next))
+        return stuck();
+      for (Lane &lane : lanes) {
+        if (lane.phase == Work) {
+          lane.remaining -= lane.rate * (next - now);
+          if (lane.remaining <= 1e-15 * std::max(1.0, next))
+            finishOp(lane, next);
+        } else if ((lane.phase == Fixed || lane.phase == Waiting) &&
+                   lane.until <= next) {
+          if (lane.phase == Fixed && lane.pendingWork > 0) {
+            lane.phase = Work;
+            lane.remaining = lane.pendingWork;
+            lane.pendingWork = 0;
+          } else {
+            finishOp(lane, next);
+          }
+        }
+      }
+      now = next;
+    }
+  }
+
+  /// Each lane's prediction, its `seconds` when it was done.
+  SmallVector<StepPrediction> predictions() const {
+    SmallVector<StepPrediction> all;
+    for (const Lane &lane : lanes) {
+      StepPrediction p = lane.p;
+      p.seconds = lane.finished;
+      if (auto arena = lane.func->getAttrOfType<IntegerAttr>(
+              TPDialect::ArenaBytesAttrHelper::getNameStr()))
+        p.arenaBytes = double(arena.getInt());
+      for (Type type : func::FuncOp(lane.func).getArgumentTypes())
+        p.argumentBytes += bytesOf(type);
+      all.push_back(p);
+    }
+    return all;
+  }
+  /// Seconds each lane waited for another stage.
+  SmallVector<double> waits() const {
+    SmallVector<double> all;
+    for (const Lane &lane : lanes)
+      all.push_back(lane.waited);
+    return all;
+  }
+
+private:
+  enum Phase {
+    Ready,     // issues its next op now
+    Fixed,     // until `until`, then `pendingWork` if any
+    Work,      // `remaining` device-seconds at `rate`
+    Waiting,   // for data known to arrive at `until`
+    Blocked,   // for a side of a transfer another stage has not posted
+    AtBarrier, // at an exchange over the stages
+    Done
+  };
+  enum Category { Product, Other, Exchange, None };
+  struct Lane {
+    func::FuncOp func;
+    SmallVector<Operation *> ops;
+    size_t next = 0;
+    int64_t rank = 0, device = 0, onDevice = 0;
+    Phase phase = Ready;
+    double until = 0, remaining = 0, pendingWork = 0, rate = 1;
+    double opStart = 0, finished = 0, waited = 0;
+    Category category = None;
+    StepPrediction p;
+    double channelFree = 0;          // the channel of ring shifts
+    DenseMap<Value, double> arrives; // a ring shift's result: when it is in
+  };
+
+  LogicalResult stuck() {
+    for (Lane &lane : lanes)
+      if (lane.phase == Blocked || lane.phase == AtBarrier)
+        return lane.ops[lane.next]->emitError(
+            "tp-simulate: the stages' programs wait for each other forever");
+    return lanes.front().func.emitError(
+        "tp-simulate: the stages' programs wait for each other forever");
+  }
+
+  /// What `op` exchanges on `lane`'s rank, in seconds over its level.
+  FailureOr<double> exchangeOf(Lane &lane, Operation &op) {
+    FailureOr<SmallVector<CollectiveTraffic>> traffic =
         collectiveTraffic(&op, gridShape);
-    if (failed(found))
+    if (failed(traffic))
       return failure();
-    traffic = std::move(*found);
     double seconds = 0;
-    for (const CollectiveTraffic &t : traffic)
-      seconds += cluster.exchangeSeconds(groupRanks(gridShape, rank, t.axes),
-                                         t.ringSteps, t.bytes);
+    for (const CollectiveTraffic &t : *traffic) {
+      lane.p.exchangeBytes += t.bytes;
+      seconds += cluster.exchangeSeconds(
+          groupRanks(gridShape, lane.rank, t.axes), t.ringSteps, t.bytes);
+    }
+    lane.p.exchangeSeconds += seconds;
     return seconds;
   }
 
-  /// Runs `op`. A pipeline transfer is matched in `transfers` (its stage
-  /// is `stage`): returns false, leaving the clock, when `op` waits for a
-  /// side another stage has not posted yet. Without `transfers` (one
-  /// program alone) the other side is taken to be ready.
-  FailureOr<bool> run(Operation &op, int64_t stage,
-                      std::map<TransferKey, Transfer> *transfers) {
-    if (auto send = dyn_cast<SendStartOp>(op)) {
-      SmallVector<CollectiveTraffic> traffic;
-      if (failed(exchangeOf(op, traffic)))
-        return failure();
-      // Between this rank and its peer alone.
-      SmallVector<int64_t> pair = {rank, peerRank(send.getPeer())};
-      const double seconds =
-          cluster.exchangeSeconds(pair, 1, traffic.front().bytes);
-      p.exchangeBytes += traffic.front().bytes;
-      p.exchangeSeconds += seconds;
-      Transfer &t = lookup(transfers, {stage, send.getPeer(), send.getTag()});
-      t.sent = now;
-      t.seconds = seconds;
-      return true;
-    }
-    if (auto recv = dyn_cast<RecvStartOp>(op)) {
-      lookup(transfers, {recv.getPeer(), stage, recv.getTag()}).received = now;
-      return true;
-    }
-    if (auto wait = dyn_cast<SendWaitOp>(op))
-      return waitFor(lookup(transfers, {stage, wait.getPeer(), wait.getTag()}),
-                     transfers);
-    if (auto wait = dyn_cast<RecvWaitOp>(op)) {
-      auto start = wait.getReceived().getDefiningOp<RecvStartOp>();
-      return waitFor(
-          lookup(transfers, {start.getPeer(), stage, start.getTag()}),
-          transfers);
-    }
-
-    SmallVector<CollectiveTraffic> traffic;
-    FailureOr<double> exchange = exchangeOf(op, traffic);
-    if (failed(exchange))
-      return failure();
-    for (const CollectiveTraffic &t : traffic)
-      p.exchangeBytes += t.bytes;
-    p.exchangeSeconds += *exchange;
-
-    if (isa<RingShiftStartOp>(op)) {
-      // Sent in the background from here; its wait blocks until it is in.
-      const double start = std::max(now, channelFree);
-      channelFree = start + *exchange;
-      arrives[op.getResult(0)] = channelFree;
-      return true;
-    }
-    if (isa<RingShiftWaitOp>(op)) {
-      const double in = arrives.lookup(op.getOperand(0));
-      if (in > now) {
-        p.exposedExchangeSeconds += in - now;
-        now = in;
-      }
-      return true;
-    }
-    if (isa<MatrixProductOpInterface>(op)) {
-      const KernelCost cost = kernelCost(op, device);
-      p.productFlops += cost.productFlops;
-      p.productSeconds += cost.seconds;
-      now += cost.seconds;
-      return true;
-    }
-    if (!traffic.empty() &&
-        !isa<VocabParallelOpInterface, SplitStatisticsOpInterface>(op)) {
-      // A collective: the exchange itself, blocking.
-      p.exposedExchangeSeconds += *exchange;
-      now += device.opOverhead + *exchange;
-      return true;
-    }
-    // Any other kernel (a vocabulary-parallel loss or split norm also
-    // exchanges statistics, blocking).
-    const double seconds = kernelCost(op, device).seconds;
-    p.otherSeconds += seconds;
-    p.exposedExchangeSeconds += *exchange;
-    now += seconds + *exchange;
-    return true;
-  }
-
-  StepPrediction p;
-  /// The compute stream's clock, and the part of it spent waiting for
-  /// other stages.
-  double now = 0, waited = 0;
-
-private:
-  int64_t peerRank(int64_t peerStage) const {
+  int64_t peerRank(int64_t rank, int64_t peerStage) const {
     SmallVector<int64_t> coords(gridShape.size());
     for (size_t d = gridShape.size(), rest = size_t(rank); d-- > 0;) {
       coords[d] = int64_t(rest) % gridShape[d];
@@ -230,64 +280,199 @@ private:
     return r;
   }
 
-  Transfer &lookup(std::map<TransferKey, Transfer> *transfers,
-                   TransferKey key) {
-    return transfers ? (*transfers)[key] : alone;
+  /// The op `lane` is at is over: its time goes to its category.
+  void finishOp(Lane &lane, double at) {
+    const double took = at - lane.opStart;
+    if (lane.category == Product)
+      lane.p.productSeconds += took;
+    else if (lane.category == Other)
+      lane.p.otherSeconds += took;
+    lane.category = None;
+    lane.phase = Ready;
+    ++lane.next;
   }
 
-  /// A send or receive wait: the clock moves to when the data is in.
-  bool waitFor(Transfer &t, std::map<TransferKey, Transfer> *transfers) {
-    if (!transfers) { // the peer is ready at once
-      alone = Transfer{};
-      return true;
+  /// Starts a kernel: `fixed` seconds, then `work` device-seconds.
+  void startKernel(Lane &lane, Category category, double fixed, double work) {
+    lane.opStart = now;
+    lane.category = category;
+    lane.phase = Fixed;
+    lane.until = now + fixed;
+    lane.pendingWork = work;
+  }
+
+  /// A transfer's wait: done, waiting for the data, or blocked.
+  void waitFor(Lane &lane, const Transfer &t) {
+    std::optional<double> done = pipeline ? t.done() : std::optional(now);
+    if (!done) {
+      lane.phase = Blocked;
+      lane.opStart = now;
+      return;
     }
-    std::optional<double> done = t.done();
-    if (!done)
-      return false;
-    if (*done > now) {
-      p.exposedExchangeSeconds += *done - now;
-      waited += *done - now;
-      now = *done;
+    if (*done <= now) {
+      ++lane.next;
+      return;
     }
-    return true;
+    lane.p.exposedExchangeSeconds += *done - now;
+    lane.waited += *done - now;
+    lane.phase = Waiting;
+    lane.until = *done;
+  }
+
+  /// Issues `lane`'s ops from `now` until one takes time or blocks.
+  LogicalResult issue(Lane &lane, int64_t stage) {
+    const DeviceModel &device = cluster.device;
+    while (lane.phase == Ready) {
+      if (lane.next == lane.ops.size()) {
+        lane.phase = Done;
+        lane.finished = now;
+        return success();
+      }
+      Operation &op = *lane.ops[lane.next];
+      if (auto send = dyn_cast<SendStartOp>(op)) {
+        FailureOr<SmallVector<CollectiveTraffic>> traffic =
+            collectiveTraffic(&op, gridShape);
+        if (failed(traffic))
+          return failure();
+        // Between this rank and its peer alone.
+        const double bytes = traffic->front().bytes;
+        SmallVector<int64_t> pair = {lane.rank,
+                                     peerRank(lane.rank, send.getPeer())};
+        Transfer &t = transfers[{stage, send.getPeer(), send.getTag()}];
+        t.sent = now;
+        t.seconds = cluster.exchangeSeconds(pair, 1, bytes);
+        lane.p.exchangeBytes += bytes;
+        lane.p.exchangeSeconds += t.seconds;
+        ++lane.next;
+      } else if (auto recv = dyn_cast<RecvStartOp>(op)) {
+        transfers[{recv.getPeer(), stage, recv.getTag()}].received = now;
+        ++lane.next;
+      } else if (auto wait = dyn_cast<SendWaitOp>(op)) {
+        waitFor(lane, transfers[{stage, wait.getPeer(), wait.getTag()}]);
+      } else if (auto wait = dyn_cast<RecvWaitOp>(op)) {
+        auto start = wait.getReceived().getDefiningOp<RecvStartOp>();
+        waitFor(lane, transfers[{start.getPeer(), stage, start.getTag()}]);
+      } else if (pipeline && overStages(op)) {
+        lane.phase = AtBarrier;
+        lane.opStart = now;
+      } else {
+        FailureOr<double> exchange = exchangeOf(lane, op);
+        if (failed(exchange))
+          return failure();
+        if (isa<RingShiftStartOp>(op)) {
+          // Sent in the background from here; its wait blocks until it is
+          // in.
+          const double start = std::max(now, lane.channelFree);
+          lane.channelFree = start + *exchange;
+          lane.arrives[op.getResult(0)] = lane.channelFree;
+          ++lane.next;
+        } else if (isa<RingShiftWaitOp>(op)) {
+          const double in = lane.arrives.lookup(op.getOperand(0));
+          if (in > now) {
+            lane.p.exposedExchangeSeconds += in - now;
+            lane.phase = Waiting;
+            lane.until = in;
+          } else {
+            ++lane.next;
+          }
+        } else if (isa<MatrixProductOpInterface>(op)) {
+          const KernelCost cost = kernelCost(op, device);
+          lane.p.productFlops += cost.productFlops;
+          startKernel(lane, Product, device.opOverhead,
+                      cost.seconds - device.opOverhead);
+        } else if (*exchange > 0 &&
+                   !isa<VocabParallelOpInterface, SplitStatisticsOpInterface>(
+                       op)) {
+          // A collective: the exchange itself, blocking.
+          lane.p.exposedExchangeSeconds += *exchange;
+          startKernel(lane, Exchange, device.opOverhead + *exchange, 0);
+        } else {
+          // Any other kernel (a vocabulary-parallel loss or split norm also
+          // exchanges statistics, blocking); a view runs nothing.
+          const double seconds = kernelCost(op, device).seconds;
+          lane.p.exposedExchangeSeconds += *exchange;
+          if (seconds == 0 && *exchange == 0) {
+            ++lane.next;
+            continue;
+          }
+          startKernel(lane, Other, device.opOverhead + *exchange,
+                      seconds - device.opOverhead);
+        }
+      }
+    }
+    return success();
+  }
+
+  /// Issues and unblocks at `now` until nothing changes; an exchange over
+  /// the stages starts once every stage is at it.
+  LogicalResult settle() {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto [stage, lane] : llvm::enumerate(lanes)) {
+        if (lane.phase == Blocked) {
+          const double since = lane.opStart;
+          lane.phase = Ready;
+          Operation &op = *lane.ops[lane.next];
+          if (auto wait = dyn_cast<SendWaitOp>(op))
+            waitFor(lane,
+                    transfers[{int64_t(stage), wait.getPeer(), wait.getTag()}]);
+          else if (auto wait = dyn_cast<RecvWaitOp>(op)) {
+            auto start = wait.getReceived().getDefiningOp<RecvStartOp>();
+            waitFor(
+                lane,
+                transfers[{start.getPeer(), int64_t(stage), start.getTag()}]);
+          }
+          if (lane.phase == Blocked) {
+            lane.opStart = since;
+            continue;
+          }
+          // Waiting for the other side to post counts as waiting too.
+          lane.p.exposedExchangeSeconds += now - since;
+          lane.waited += now - since;
+          changed = true;
+        }
+        if (lane.phase == Ready) {
+          if (failed(issue(lane, int64_t(stage))))
+            return failure();
+          changed = true;
+        }
+      }
+      if (!lanes.empty() && llvm::all_of(lanes, [](const Lane &l) {
+            return l.phase == AtBarrier;
+          })) {
+        for (Lane &lane : lanes) {
+          FailureOr<double> exchange = exchangeOf(lane, *lane.ops[lane.next]);
+          if (failed(exchange))
+            return failure();
+          // Waiting for the last stage, then the exchange itself.
+          lane.waited += now - lane.opStart;
+          lane.p.exposedExchangeSeconds += now - lane.opStart + *exchange;
+          startKernel(lane, Exchange, cluster.device.opOverhead + *exchange, 0);
+        }
+        changed = true;
+      }
+    }
+    return success();
   }
 
   ArrayRef<int64_t> gridShape;
   const ClusterModel &cluster;
-  int64_t rank;
-  DeviceModel device;
-  double channelFree = 0;          // the channel of ring shifts
-  DenseMap<Value, double> arrives; // a ring shift's result: when it is in
-  Transfer alone;                  // a transfer without its other side
+  bool pipeline;
+  int64_t perDevice = 1;
+  std::vector<Lane> lanes;
+  std::map<TransferKey, Transfer> transfers;
+  double now = 0;
 };
-
-void finish(StepPrediction &p, func::FuncOp func, double seconds) {
-  p.seconds = seconds;
-  if (auto arena = func->getAttrOfType<IntegerAttr>(
-          TPDialect::ArenaBytesAttrHelper::getNameStr()))
-    p.arenaBytes = double(arena.getInt());
-  for (Type type : func.getArgumentTypes())
-    p.argumentBytes += bytesOf(type);
-}
-
-/// Whether `op` exchanges over the pipeline's stages (every stage takes
-/// part at once).
-bool overStages(Operation &op) {
-  auto axes = op.getAttrOfType<DenseI64ArrayAttr>("grid_axes");
-  return axes && llvm::is_contained(axes.asArrayRef(), kPipelineStageAxis);
-}
 } // namespace
 
 FailureOr<StepPrediction> mlir::tp::simulateStep(func::FuncOp func,
                                                  ArrayRef<int64_t> gridShape,
                                                  const ClusterModel &cluster,
                                                  int64_t rank) {
-  RankTimeline timeline(gridShape, cluster, rank);
-  for (Operation &op : func.getBody().front().without_terminator())
-    if (failed(timeline.run(op, 0, nullptr)))
-      return failure();
-  finish(timeline.p, func, timeline.now);
-  return timeline.p;
+  Replay replay(func, gridShape, cluster, rank, /*pipeline=*/false);
+  if (failed(replay.run()))
+    return failure();
+  return replay.predictions().front();
 }
 
 FailureOr<PipelinePrediction>
@@ -295,73 +480,19 @@ mlir::tp::simulatePipeline(ArrayRef<func::FuncOp> stages,
                            ArrayRef<int64_t> gridShape,
                            const ClusterModel &cluster) {
   const int64_t perStage = llvm::product_of(gridShape) / gridShape.front();
-  std::vector<RankTimeline> timelines;
-  timelines.reserve(stages.size());
-  SmallVector<SmallVector<Operation *>> programs;
-  for (auto [s, stage] : llvm::enumerate(stages)) {
-    timelines.emplace_back(gridShape, cluster, int64_t(s) * perStage);
-    programs.emplace_back();
-    func::FuncOp func = stage;
-    for (Operation &op : func.getBody().front().without_terminator())
-      programs.back().push_back(&op);
-  }
-  std::map<TransferKey, Transfer> transfers;
-  SmallVector<size_t> next(stages.size(), 0);
-  while (true) {
-    bool progress = false;
-    for (size_t s = 0; s < stages.size(); ++s)
-      while (next[s] < programs[s].size() &&
-             !overStages(*programs[s][next[s]])) {
-        FailureOr<bool> ran =
-            timelines[s].run(*programs[s][next[s]], int64_t(s), &transfers);
-        if (failed(ran))
-          return failure();
-        if (!*ran)
-          break;
-        ++next[s];
-        progress = true;
-      }
-    // An exchange over the stages starts when the last stage reaches it.
-    bool allThere = true;
-    double start = 0;
-    for (size_t s = 0; s < stages.size(); ++s) {
-      allThere = allThere && next[s] < programs[s].size() &&
-                 overStages(*programs[s][next[s]]);
-      if (allThere)
-        start = std::max(start, timelines[s].now);
-    }
-    if (allThere) {
-      for (size_t s = 0; s < stages.size(); ++s) {
-        RankTimeline &t = timelines[s];
-        t.waited += start - t.now;
-        t.p.exposedExchangeSeconds += start - t.now;
-        t.now = start;
-        if (failed(t.run(*programs[s][next[s]], int64_t(s), &transfers)))
-          return failure();
-        ++next[s];
-      }
-      progress = true;
-    }
-    bool done = true;
-    for (size_t s = 0; s < stages.size(); ++s)
-      done = done && next[s] == programs[s].size();
-    if (done)
-      break;
-    if (!progress)
-      return func::FuncOp(stages.front())
-          .emitError(
-              "tp-simulate: the stages' programs wait for each other forever");
-  }
+  SmallVector<int64_t> ranks;
+  for (size_t s = 0; s < stages.size(); ++s)
+    ranks.push_back(int64_t(s) * perStage);
+  Replay replay(stages, gridShape, cluster, ranks, /*pipeline=*/true);
+  if (failed(replay.run()))
+    return failure();
   PipelinePrediction prediction;
-  for (auto [s, timeline] : llvm::enumerate(timelines)) {
-    finish(timeline.p, stages[s], timeline.now);
-    prediction.seconds = std::max(prediction.seconds, timeline.now);
-  }
-  for (RankTimeline &timeline : timelines) {
+  prediction.stages = replay.predictions();
+  for (const StepPrediction &stage : prediction.stages)
+    prediction.seconds = std::max(prediction.seconds, stage.seconds);
+  for (auto [stage, waited] : llvm::zip(prediction.stages, replay.waits()))
     // Every stage ends the step when the last does.
-    prediction.idleSeconds.push_back(timeline.waited + prediction.seconds -
-                                     timeline.now);
-    prediction.stages.push_back(timeline.p);
-  }
+    prediction.idleSeconds.push_back(waited + prediction.seconds -
+                                     stage.seconds);
   return prediction;
 }

@@ -1946,7 +1946,7 @@ DeviceDescription CudaBackend::describeDevice() const {
   check(cudaGetDeviceCount(&count), "counting GPUs");
   cudaDeviceProp properties{};
   check(cudaGetDeviceProperties(&properties, ordinal), "querying the GPU");
-  return {properties.name, uint64_t(properties.totalGlobalMem), count};
+  return {properties.name, uint64_t(properties.totalGlobalMem), count, 0};
 }
 
 CudaBackend::CudaBackend(int ordinal, int localRank) : localRank(localRank) {

@@ -31,6 +31,11 @@ struct DeviceModel {
   double gemmMax = 1, gemmHalfFlops = 0;
   /// Fixed seconds per kernel (launch, dispatch).
   double opOverhead = 0;
+  /// How many ranks sharing the device run at full speed at once (a CPU's
+  /// cores, for ranks of one thread each): a rank gets at most 1 /
+  /// min(cores, ranks on the device) of it however many others idle. 0:
+  /// one (a GPU gives one rank all of it).
+  int64_t cores = 0;
 
   /// Seconds of a product of `flops` flops with operands in `precision`
   /// (null: f32; bf16; tf32).

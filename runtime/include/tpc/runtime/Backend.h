@@ -98,6 +98,10 @@ struct DeviceDescription {
   /// Devices of this kind on one machine: 1 for the host CPU, which every
   /// rank on the machine shares; the GPUs a machine has.
   int perMachine = 1;
+  /// Ranks of one thread that can compute at once at full speed when they
+  /// share the device: the host CPU's cores; 0 for a GPU (one rank's
+  /// kernels at a time).
+  int cores = 0;
 };
 
 /// The host CPU: its model, cores, memory.
