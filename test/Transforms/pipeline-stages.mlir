@@ -37,11 +37,29 @@
 // 1F1B: tp.send_start %{{.*}} over @tp to 0 tag 0 {{.*}} : tensor<2x8x32xf32>
 // 1F1B-NOT: func.func
 // 1F1B: tp.send_start %{{.*}} over @tp to 0 tag 1 {{.*}} : tensor<2x8x32xf32>
+// The held-out @loss is cut the same way and runs the forward halves in
+// the schedule's order; the last stage's loss is summed over the stages.
+// 1F1B-LABEL: func.func @loss_stage0
+// 1F1B-SAME: tp.schedule = "F0 F1", tp.stage = 0
+// 1F1B-NEXT: tp.send_start %arg0 over @tp to 1 tag 0 {{.*}} : tensor<32x32xf32>
+// 1F1B: tp.send_start %{{.*}} over @tp to 1 tag 1 {{.*}} : tensor<2x8x32xf32>
+// 1F1B: tp.send_start %{{.*}} over @tp to 1 tag 2 {{.*}} : tensor<2x8x32xf32>
+// 1F1B-NOT: tp.send_start
+// 1F1B: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>{{.*}} : tensor<f32>
+// 1F1B-LABEL: func.func @loss_stage1
+// 1F1B-SAME: tp.schedule = "F0 F1", tp.stage = 1
+// 1F1B-NOT: tp.send_start
+// 1F1B: tp.linear_cross_entropy
+// 1F1B: tp.linear_cross_entropy
+// 1F1B: tp.all_reduce %{{.*}} over @tp {grid_axes = array<i64: 0>{{.*}} : tensor<f32>
+
 // Only the residual stream crosses (one activation and one gradient per
 // micro-batch), and each rank sends its own shard of the table.
 // RUN: FileCheck %s --check-prefix=1F1B-TRAFFIC < %t.remarks
 // 1F1B-TRAFFIC: @train_step_stage0 communication per rank: {{.*}}send 8192 bytes (3 calls)
 // 1F1B-TRAFFIC: @train_step_stage1 communication per rank: {{.*}}send 4096 bytes (2 calls)
+// 1F1B-TRAFFIC: @loss_stage0 communication per rank: {{.*}}send 8192 bytes (3 calls)
+// 1F1B-TRAFFIC-NOT: @loss_stage1 {{.*}}send
 
 // GPipe: every forward, then every backward; an explicit cut.
 // RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 schedule=gpipe stages=3,1" -o - 2>/dev/null | FileCheck %s --check-prefix=GPIPE
@@ -112,5 +130,11 @@
 // PP-PLAN-NEXT: "arena_bytes": {{[0-9]+}},
 // PP-PLAN-NEXT: "stage": 0,
 // PP-PLAN:      "name": "train_step",
+// PP-PLAN-NEXT: "arena_bytes": {{[0-9]+}},
+// PP-PLAN-NEXT: "stage": 1,
+// PP-PLAN:      "name": "loss",
+// PP-PLAN-NEXT: "arena_bytes": {{[0-9]+}},
+// PP-PLAN-NEXT: "stage": 0,
+// PP-PLAN:      "name": "loss",
 // PP-PLAN-NEXT: "arena_bytes": {{[0-9]+}},
 // PP-PLAN-NEXT: "stage": 1,

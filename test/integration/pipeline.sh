@@ -9,12 +9,19 @@
 # another order than the whole batch's. Checkpoints hold whole parameters: a
 # pp 2 run stopped at step 3 resumes on pp 2 bit-identically to the run that
 # did not stop, and on one rank and on 1D x pp 2 within the same tolerances.
+# Every run evaluates held-out text on its stages as it trains (the
+# held-out losses within 1e-5), and `tp-run eval` of a pp 2 plan
+# equals one rank's.
 #
 #   pipeline.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
 build=$1 python=$2 work=$3 model=$4
 batch=4 seq=8 steps=6 lr=3e-3
 source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
+# Every run also evaluates held-out text (this script's bytes) every 3 steps
+# (@loss on the stages), checked as the training losses are.
+"$bin/tpc-tokenize" "${BASH_SOURCE[0]}" -o "$work/heldout.tokens" > /dev/null
+train_flags="--eval-every 3 --eval-data $work/heldout.tokens --eval-tokens 64"
 
 train_plan "$work/model.mlir" one "mode=1d grid=1"
 train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
@@ -24,6 +31,21 @@ equals_one_rank one pp2-1f1b 2 "$work/model.mlir" "mode=1d grid=1 pp=2 microbatc
 equals_one_rank one pp2-1d2 4 "$work/model.mlir" "mode=1d grid=2 pp=2 microbatches=2"
 equals_one_rank one pp2-dp2 4 "$work/model.mlir" \
   "mode=1d grid=1 dp=2 pp=2 microbatches=2"
+
+echo "== tp-run eval on pp 2 stages equals one rank (trained weights)"
+for plan in one pp2-1f1b; do
+  ranks=1 && [ $plan = one ] || ranks=2
+  timeout 60 mpirun -np $ranks --oversubscribe "$bin/tp-run" eval \
+    "$work/$plan.tpplan" --data "$work/text.tokens" --offset 5 \
+    --weights "$work/one/model.safetensors" --metrics "$work/eval-$plan.json" \
+    > "$work/eval-$plan.log"
+done
+"$python" - "$work/eval-one.json" "$work/eval-pp2-1f1b.json" <<'PY'
+import json, sys
+one, staged = (json.load(open(p))["loss"] for p in sys.argv[1:])
+assert abs(one - staged) <= 1e-6 * abs(one), (one, staged)
+print(f"eval: {staged} on 2 stages, {one} on one rank")
+PY
 
 echo "== every rank's compute seconds (--rank-times), numerics unchanged"
 train 2 "$work/pp2-1f1b.tpplan" "$work/timed" --steps $steps --rank-times

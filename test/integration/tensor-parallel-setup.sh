@@ -39,7 +39,7 @@ train() { # RANKS PLAN OUT [tp-run flags...]
   shift 3
   timeout 120 mpirun -np "$ranks" --oversubscribe "$bin/tp-run" "$plan" \
     --data "${data:-$work/text.tokens}" --lr $lr --warmup 0 --decay-steps $steps \
-    --metrics "$out.json" "$@" > "$out.log"
+    --metrics "$out.json" ${train_flags:-} "$@" > "$out.log"
 }
 # Compiles MLIR into $work/NAME.tpplan for training with tp-pipeline OPTIONS.
 train_plan() { # MLIR NAME OPTIONS

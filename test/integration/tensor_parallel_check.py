@@ -42,14 +42,19 @@ import sys
 
 
 def losses(args):
-    a = [r["loss"] for r in json.load(open(args.a))["loss_curve"]]
-    b = [r["loss"] for r in json.load(open(args.b))["loss_curve"]]
-    if len(a) != len(b):
-        sys.exit(f"losses: {len(b)} steps against {len(a)}")
-    worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-    print(f"losses: {len(a)} steps, worst rel {worst:.2e}")
-    if worst > args.rel:
-        sys.exit(f"losses differ: {a} vs {b}")
+    """The training losses, and the held-out ones when A has them."""
+    first, second = json.load(open(args.a)), json.load(open(args.b))
+    for curve in ("loss_curve", "eval_curve"):
+        if curve == "eval_curve" and curve not in first:
+            continue
+        a = [r["loss"] for r in first[curve]]
+        b = [r["loss"] for r in second.get(curve, [])]
+        if len(a) != len(b):
+            sys.exit(f"{curve}: {len(b)} losses against {len(a)}")
+        worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+        print(f"{curve}: {len(a)} losses, worst rel {worst:.2e}")
+        if worst > args.rel:
+            sys.exit(f"{curve} differs: {a} vs {b}")
 
 
 def weights(args):

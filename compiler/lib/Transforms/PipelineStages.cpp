@@ -2,7 +2,8 @@
 //
 // One micro-batch's per-rank @train_step (grid axis 0: the micro-batches)
 // -> one @train_step_stage<s> per pipeline stage (grid axis 0: the stages)
-// that runs every micro-batch in its schedule's order, then the optimizer.
+// that runs every micro-batch in its schedule's order, then the optimizer;
+// the held-out @loss likewise, forward halves only.
 // See the pass description in Passes.td.
 //
 //===----------------------------------------------------------------------===//
@@ -83,9 +84,15 @@ class StageSplitter {
 public:
   StageSplitter(ModuleOp module, func::FuncOp step, GridOp grid, int64_t stages,
                 int64_t chunks, PipelineSchedule schedule,
-                ArrayRef<int64_t> layers, const ClusterModel &cluster);
+                ArrayRef<int64_t> layers, const ClusterModel &cluster,
+                int64_t microbatches);
 
+  /// Builds @<step>_stage<s> for every stage (the step itself stays, for
+  /// the caller to erase with the module's other unstaged functions).
   LogicalResult run();
+  ArrayRef<func::FuncOp> stageFunctions() const { return stageFuncs; }
+  /// Layers per virtual stage, as cut.
+  ArrayRef<int64_t> layersPerGroup() const { return groupLayers; }
 
 private:
   InFlightDiagnostic error(Operation *op) {
@@ -175,10 +182,10 @@ StageSplitter::StageSplitter(ModuleOp module, func::FuncOp step, GridOp grid,
                              int64_t stages, int64_t chunks,
                              PipelineSchedule schedule,
                              ArrayRef<int64_t> layers,
-                             const ClusterModel &cluster)
+                             const ClusterModel &cluster, int64_t microbatches)
     : module(module), step(step), grid(grid), stages(stages), chunks(chunks),
       schedule(schedule), explicitLayers(layers), cluster(cluster),
-      microbatches(grid.getShape()[kPipelineAxis]) {
+      microbatches(microbatches) {
   // Moments name their parameter by its tp.param.
   llvm::StringMap<unsigned> paramByName;
   StringRef paramAttr = TPDialect::ParamAttrHelper::getNameStr();
@@ -692,7 +699,7 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
     resultTypes.push_back(v.getType());
   }
   auto func =
-      func::FuncOp::create(loc, ("train_step_stage" + Twine(s)).str(),
+      func::FuncOp::create(loc, (step.getName() + "_stage" + Twine(s)).str(),
                            FunctionType::get(ctx, argTypes, resultTypes));
   func.setAllArgAttrs(argAttrs);
   for (auto [n, j] : llvm::enumerate(resultFrom)) {
@@ -1080,27 +1087,15 @@ LogicalResult StageSplitter::run() {
     return failure();
   planTransfers();
   slots = pipelineSlots(schedule, stages, microbatches, chunks);
+  // A forward-only program (@loss) runs the schedule's forward halves in
+  // their order.
+  if (llvm::none_of(ops, [&](Operation *op) { return backward.lookup(op); }))
+    for (SmallVector<PipelineSlot> &order : slots)
+      llvm::erase_if(order,
+                     [](const PipelineSlot &slot) { return slot.backward; });
   for (int64_t s = 0; s < stages; ++s)
     if (failed(buildStage(s)))
       return failure();
-  // The pipeline axis takes the micro-batches' place; the step's other
-  // functions, sharded for one micro-batch, go.
-  SmallVector<int64_t> shape(grid.getShape());
-  shape[kPipelineAxis] = stages;
-  OpBuilder b(grid);
-  grid.setShapeAttr(b.getDenseI64ArrayAttr(shape));
-  for (func::FuncOp func : llvm::to_vector(module.getOps<func::FuncOp>()))
-    if (!llvm::is_contained(stageFuncs, func))
-      func.erase();
-  SmallVector<NamedAttribute> record = {
-      b.getNamedAttr("schedule",
-                     b.getStringAttr(pipelineScheduleName(schedule))),
-      b.getNamedAttr("stages", b.getI64IntegerAttr(stages)),
-      b.getNamedAttr("microbatches", b.getI64IntegerAttr(microbatches)),
-      b.getNamedAttr("chunks", b.getI64IntegerAttr(chunks)),
-      b.getNamedAttr("layers", b.getDenseI64ArrayAttr(groupLayers))};
-  module->setAttr(TPDialect::PipelineAttrHelper::getNameStr(),
-                  b.getDictionaryAttr(record));
   return verifyTransfers();
 }
 
@@ -1145,10 +1140,39 @@ struct TPPipelineStages
         return fail(llvm::toString(loaded.takeError()));
       cluster = std::move(*loaded);
     }
+    // The step, then the held-out loss (forward only) cut the same way.
     StageSplitter splitter(module, step, grid, stages, chunks, schedule, layers,
-                           cluster);
+                           cluster, microbatches);
     if (failed(splitter.run()))
-      signalPassFailure();
+      return signalPassFailure();
+    SmallVector<func::FuncOp> staged(splitter.stageFunctions());
+    if (auto loss = module.lookupSymbol<func::FuncOp>("loss")) {
+      StageSplitter lossSplitter(module, loss, grid, stages, chunks, schedule,
+                                 splitter.layersPerGroup(), cluster,
+                                 microbatches);
+      if (failed(lossSplitter.run()))
+        return signalPassFailure();
+      llvm::append_range(staged, lossSplitter.stageFunctions());
+    }
+    // The pipeline axis takes the micro-batches' place; the functions
+    // sharded for one micro-batch go.
+    SmallVector<int64_t> shape(grid.getShape());
+    shape[kPipelineAxis] = stages;
+    OpBuilder b(grid);
+    grid.setShapeAttr(b.getDenseI64ArrayAttr(shape));
+    for (func::FuncOp func : llvm::to_vector(module.getOps<func::FuncOp>()))
+      if (!llvm::is_contained(staged, func))
+        func.erase();
+    SmallVector<NamedAttribute> record = {
+        b.getNamedAttr("schedule",
+                       b.getStringAttr(pipelineScheduleName(schedule))),
+        b.getNamedAttr("stages", b.getI64IntegerAttr(stages)),
+        b.getNamedAttr("microbatches", b.getI64IntegerAttr(microbatches)),
+        b.getNamedAttr("chunks", b.getI64IntegerAttr(chunks)),
+        b.getNamedAttr("layers",
+                       b.getDenseI64ArrayAttr(splitter.layersPerGroup()))};
+    module->setAttr(TPDialect::PipelineAttrHelper::getNameStr(),
+                    b.getDictionaryAttr(record));
   }
 };
 

@@ -201,6 +201,10 @@ def TPPipelineStages : Pass<"tp-pipeline-stages", "::mlir::ModuleOp"> {
       global gradient norm, the loss) is all-reduced over axis 0, every
       stage taking part.
 
+    The held-out @loss, when the module has it, is cut at the same layers
+    into `@loss_stage<s>`, which runs the schedule's forward halves in
+    their order; its loss is summed over the stages as the step's is.
+
     The micro-batches' tokens are the rows of the rank's token block, M
     blocks of the micro-batch's size. Every stage's program checks that
     each send has its receive, of the same type, and that no order of the
