@@ -231,11 +231,12 @@ std::vector<ProductSample> measureProducts(Backend &backend,
     shapes.push_back({1024, 1024, 64});
     shapes.push_back({2048, 192, 768});
   }
-  std::vector<std::pair<std::string, plan::Precision>> precisions = {
-      {"f32", plan::Precision::F32}, {"bf16", plan::Precision::BF16}};
-  // Only a GPU's products have a TF32 mode of their own.
-  if (backend.name() == "cuda")
-    precisions.push_back({"tf32", plan::Precision::TF32});
+  // Each precision as the backend runs it (a CPU rounds the operands and
+  // runs SGEMM; a GPU has modes of its own).
+  const std::vector<std::pair<std::string, plan::Precision>> precisions = {
+      {"f32", plan::Precision::F32},
+      {"tf32", plan::Precision::TF32},
+      {"bf16", plan::Precision::BF16}};
   std::mt19937 random(1);
   std::vector<ProductSample> samples;
   for (const auto &[name, precision] : precisions) {
