@@ -406,18 +406,19 @@ LinearFit fitRelative(std::span<const double> x, std::span<const double> t) {
 
 ProductFit fitProducts(std::span<const ProductSample> samples,
                        double overhead) {
+  if (samples.empty())
+    throw std::runtime_error("calibration: no products to fit");
   std::vector<std::string> precisions;
   for (const ProductSample &s : samples)
     if (std::find(precisions.begin(), precisions.end(), s.precision) ==
         precisions.end())
       precisions.push_back(s.precision);
-  // For a given halfFlops, each precision's 1/peak is a one-variable least
-  // squares; halfFlops itself is searched on a logarithmic grid, then
-  // refined around the best point.
-  auto fitFor = [&](double half, ProductFit &fit) {
-    double error = 0;
-    fit.halfFlops = half;
-    for (const std::string &p : precisions) {
+  ProductFit fit;
+  for (const std::string &p : precisions) {
+    // For a given halfFlops, 1/peak is a one-variable least squares of the
+    // relative errors; halfFlops itself is searched on a logarithmic grid,
+    // then refined around the best point.
+    auto errorFor = [&](double half, double &peak) {
       double sxy = 0, sxx = 0;
       for (const ProductSample &s : samples)
         if (s.precision == p) {
@@ -426,38 +427,35 @@ ProductFit fitProducts(std::span<const ProductSample> samples,
           sxy += x * y;
           sxx += x * x;
         }
-      const double inversePeak = std::max(sxy / sxx, 1e-30);
-      fit.peak[p] = 1.0 / inversePeak;
+      peak = 1.0 / std::max(sxy / sxx, 1e-30);
+      double error = 0;
       for (const ProductSample &s : samples)
         if (s.precision == p) {
-          const double r = (fit.predict(s, overhead) - s.seconds) / s.seconds;
-          error += r * r;
+          const double model = overhead + (s.flops() + half) / peak;
+          error += (model - s.seconds) * (model - s.seconds) /
+                   (s.seconds * s.seconds);
         }
-    }
-    return error;
-  };
-  if (samples.empty())
-    throw std::runtime_error("calibration: no products to fit");
-  ProductFit best;
-  double bestError = fitFor(0, best);
-  double bestHalf = 0;
-  for (double log = 2; log <= 14; log += 0.05) {
-    ProductFit fit;
-    const double half = std::pow(10.0, log);
-    if (double error = fitFor(half, fit); error < bestError) {
-      bestError = error;
-      best = fit;
-      bestHalf = half;
-    }
+      return error;
+    };
+    double bestHalf = 0, bestPeak = 0;
+    double bestError = errorFor(0, bestPeak);
+    auto consider = [&](double half) {
+      double peak;
+      if (double error = errorFor(half, peak); error < bestError) {
+        bestError = error;
+        bestHalf = half;
+        bestPeak = peak;
+      }
+    };
+    for (double log = 2; log <= 14; log += 0.05)
+      consider(std::pow(10.0, log));
+    const double coarse = bestHalf;
+    for (double factor = 0.9; factor <= 1.1; factor += 0.002)
+      consider(coarse * factor);
+    fit.peak[p] = bestPeak;
+    fit.halfFlops[p] = bestHalf;
   }
-  for (double factor = 0.9; factor <= 1.1; factor += 0.002) {
-    ProductFit fit;
-    if (double error = fitFor(bestHalf * factor, fit); error < bestError) {
-      bestError = error;
-      best = fit;
-    }
-  }
-  return best;
+  return fit;
 }
 
 StreamFit fitStreams(std::span<const StreamSample> samples, double cacheBytes) {
@@ -630,9 +628,11 @@ MachineCalibration::clusterJson(const std::string &date) const {
                                    s.bytes / level->fit.bandwidth)}});
   }
 
-  json peak = json::object();
+  json peak = json::object(), half = json::object();
   for (const auto &[precision, flops] : productFit.peak)
     peak[precision] = rounded(flops);
+  for (const auto &[precision, flops] : productFit.halfFlops)
+    half[precision] = rounded(flops);
   json network = json::array();
   for (const Level &level : levels) {
     json entry = {{"level", level.name}};
@@ -666,7 +666,7 @@ MachineCalibration::clusterJson(const std::string &date) const {
       {"memory_bytes", double(device.memoryBytes)},
       {"memory_bandwidth", rounded(streamFit.bandwidth)},
       {"gemm_efficiency",
-       {{"max", 1.0}, {"half_flops", rounded(productFit.halfFlops)}}},
+       {{"max", 1.0}, {"half_flops", std::move(half)}}},
       {"op_overhead_seconds", rounded(overhead)}};
   if (device.cores > 0)
     cluster["device"]["cores"] = device.cores;

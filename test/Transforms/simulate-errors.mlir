@@ -44,6 +44,9 @@
 // RUN: sed 's/"half_flops": 4194304/"half_flops": "big"/' %S/Inputs/clusters/slow-gemm.json > %t.half.json
 // RUN: not tpc-opt %s --tp-simulate=cluster=%t.half.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=HALF
 // HALF: error: tp-simulate: {{.*}}.half.json: device.gemm_efficiency.half_flops must be a number
+// RUN: sed 's/"half_flops": 4194304/"half_flops": {"f32": 1, "fp8": 2}/' %S/Inputs/clusters/slow-gemm.json > %t.half-fp8.json
+// RUN: not tpc-opt %s --tp-simulate=cluster=%t.half-fp8.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=HALF-FP8
+// HALF-FP8: error: tp-simulate: {{.*}}.half-fp8.json: device.gemm_efficiency.half_flops.fp8 is not a field of the format
 // RUN: sed 's/"source"/"devices": 0, "source"/' %S/Inputs/clusters/unit.json > %t.devices.json
 // RUN: not tpc-opt %s --tp-simulate=cluster=%t.devices.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=DEVICES
 // DEVICES: error: tp-simulate: {{.*}}.devices.json: devices must be an integer between 1 and 16777216

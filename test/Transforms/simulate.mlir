@@ -17,6 +17,13 @@
 // A quarter of the peak (0.5 x F / (F + F)) and 10 us a kernel: matmul
 // 16.787216 ms, gelu 0.141072 ms, the all-reduce 0.01 + 0.098304 ms.
 // SLOW: remark: @step on slow-gemm: 17.037 ms per run (products 16.787 ms, 4.194e+06 flops; other kernels 0.141 ms; exchanges 0.098 ms, 0.098 ms exposed)
+// half_flops per precision: f32's as before, bf16's 0 (the bf16 product of
+// @inner, 32768 flops at half of 1 GFLOP/s, 65.536 us + 10 us, where f32's
+// half_flops would make it 8.464 ms).
+// RUN: sed 's/"half_flops": 4194304/"half_flops": {"f32": 4194304, "bf16": 0}/' %S/Inputs/clusters/slow-gemm.json > %t.half.json
+// RUN: tpc-opt %s --split-input-file --tp-simulate=cluster=%t.half.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=HALF
+// HALF: remark: @step on slow-gemm: 17.037 ms per run
+// HALF: remark: @inner on slow-gemm: 0.090 ms per run (products 0.076 ms
 // One link per node between nodes ("links": 1): a group holding both
 // ranks of each node it spans crosses alone (the first case, unchanged); the
 // shift over axis 0 of a 4x2 grid (ranks 0, 2, 4, 6) shares each node's link

@@ -23,20 +23,24 @@ TEST(Calibration, RelativeLineFitRecoversInterceptAndSlope) {
                std::runtime_error);
 }
 
-TEST(Calibration, ProductFitRecoversPeakPerPrecisionAndHalfFlops) {
-  const double overhead = 4e-6, half = 3e6;
-  const std::map<std::string, double> peak = {{"f32", 1.5e11}, {"bf16", 6e10}};
+TEST(Calibration, ProductFitRecoversPeakAndHalfFlopsPerPrecision) {
+  const double overhead = 4e-6;
+  // precision: peak, half_flops (bf16 needs larger products to fill).
+  const std::map<std::string, std::pair<double, double>> truth = {
+      {"f32", {1.5e11, 3e6}}, {"bf16", {6e11, 4e8}}};
   std::vector<ProductSample> samples;
-  for (const auto &[precision, flops] : peak)
+  for (const auto &[precision, model] : truth)
     for (int64_t size : {32, 64, 128, 256, 512, 1024, 2048}) {
       ProductSample s{precision, size, size / 2, size, 0};
-      s.seconds = overhead + (s.flops() + half) / flops;
+      s.seconds = overhead + (s.flops() + model.second) / model.first;
       samples.push_back(s);
     }
   const ProductFit fit = fitProducts(samples, overhead);
-  EXPECT_NEAR(fit.halfFlops / half, 1.0, 2e-3);
-  EXPECT_NEAR(fit.peak.at("f32") / 1.5e11, 1.0, 1e-3);
-  EXPECT_NEAR(fit.peak.at("bf16") / 6e10, 1.0, 1e-3);
+  for (const auto &[precision, model] : truth) {
+    EXPECT_NEAR(fit.peak.at(precision) / model.first, 1.0, 1e-3) << precision;
+    EXPECT_NEAR(fit.halfFlops.at(precision) / model.second, 1.0, 2e-3)
+        << precision;
+  }
   for (const ProductSample &s : samples)
     EXPECT_NEAR(fit.predict(s, overhead) / s.seconds, 1.0, 2e-3)
         << s.precision << " " << s.m;

@@ -12,6 +12,7 @@
 #include "tpc/runtime/Calibration.h"
 #include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Files.h"
+#include "tpc/runtime/SanitizerDefaults.h"
 #include "tpc/runtime/cpu/Kernels.h"
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,9 @@
 #include <string>
 
 using namespace tpc::runtime;
+
+// An MPI program: OpenMPI's own allocations outlive MPI_Finalize.
+TPC_ASAN_DEFAULT_OPTIONS(":detect_leaks=0")
 
 namespace {
 std::string today() {

@@ -16,14 +16,17 @@ using namespace mlir;
 using namespace mlir::tp;
 
 double DeviceModel::productSeconds(double flops, TypeAttr precision) const {
-  double peak = peakF32;
-  if (precision && isa<BFloat16Type>(precision.getValue()))
+  double peak = peakF32, halfFlops = halfFlopsF32;
+  if (precision && isa<BFloat16Type>(precision.getValue())) {
     peak = peakBF16;
-  else if (precision && isa<FloatTF32Type>(precision.getValue()))
+    halfFlops = halfFlopsBF16;
+  } else if (precision && isa<FloatTF32Type>(precision.getValue())) {
     peak = peakTF32;
+    halfFlops = halfFlopsTF32;
+  }
   if (flops <= 0)
     return opOverhead;
-  const double efficiency = gemmMax * flops / (flops + gemmHalfFlops);
+  const double efficiency = gemmMax * flops / (flops + halfFlops);
   return opOverhead + flops / (peak * efficiency);
 }
 
@@ -236,9 +239,30 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
       return std::move(error);
     if (llvm::Error error = efficiency->number("max", d.gemmMax, kEfficiency))
       return std::move(error);
-    if (llvm::Error error = efficiency->optionalNumber(
-            "half_flops", d.gemmHalfFlops, kHalfFlops))
-      return std::move(error);
+    // One number for every precision, or one per precision (the others
+    // f32's).
+    if (efficiency->object.getObject("half_flops")) {
+      auto half = efficiency->child("half_flops");
+      if (!half)
+        return half.takeError();
+      if (llvm::Error error = half->onlyFields({"f32", "tf32", "bf16"}))
+        return std::move(error);
+      if (llvm::Error error =
+              half->number("f32", d.halfFlopsF32, kHalfFlops))
+        return std::move(error);
+      d.halfFlopsTF32 = d.halfFlopsBF16 = d.halfFlopsF32;
+      if (llvm::Error error =
+              half->optionalNumber("tf32", d.halfFlopsTF32, kHalfFlops))
+        return std::move(error);
+      if (llvm::Error error =
+              half->optionalNumber("bf16", d.halfFlopsBF16, kHalfFlops))
+        return std::move(error);
+    } else {
+      if (llvm::Error error = efficiency->optionalNumber(
+              "half_flops", d.halfFlopsF32, kHalfFlops))
+        return std::move(error);
+      d.halfFlopsTF32 = d.halfFlopsBF16 = d.halfFlopsF32;
+    }
   }
 
   const llvm::json::Array *network = root->getArray("network");

@@ -27,8 +27,11 @@ struct DeviceModel {
   double memoryBytes = 0;
   /// Bytes/s the device's memory streams (elementwise and other kernels).
   double memoryBandwidth = 0;
-  /// A product of F flops runs at peak * gemmMax * F / (F + gemmHalfFlops).
-  double gemmMax = 1, gemmHalfFlops = 0;
+  /// A product of F flops runs at peak * gemmMax * F / (F + halfFlops),
+  /// halfFlops by operand precision (a GPU's bf16 tensor cores need larger
+  /// products to fill than its f32 units).
+  double gemmMax = 1;
+  double halfFlopsF32 = 0, halfFlopsTF32 = 0, halfFlopsBF16 = 0;
   /// Fixed seconds per kernel (launch, dispatch).
   double opOverhead = 0;
   /// How many ranks sharing the device run at full speed at once (a CPU's

@@ -69,13 +69,14 @@ struct LinearFit {
 LinearFit fitRelative(std::span<const double> x, std::span<const double> t);
 
 /// The simulator's product model, t = overhead + (flops + halfFlops) /
-/// peak (gemm_efficiency.max 1), fitted per precision with one halfFlops
-/// for all; `overhead` is the kernel cost fitted from the streams.
+/// peak (gemm_efficiency.max 1), fitted per precision; `overhead` is the
+/// kernel cost fitted from the streams.
 struct ProductFit {
-  std::map<std::string, double> peak; // FLOP/s per precision
-  double halfFlops = 0;
+  std::map<std::string, double> peak;      // FLOP/s per precision
+  std::map<std::string, double> halfFlops; // per precision
   double predict(const ProductSample &s, double overhead) const {
-    return overhead + (s.flops() + halfFlops) / peak.at(s.precision);
+    return overhead +
+           (s.flops() + halfFlops.at(s.precision)) / peak.at(s.precision);
   }
 };
 ProductFit fitProducts(std::span<const ProductSample> samples, double overhead);
