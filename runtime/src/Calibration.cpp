@@ -665,8 +665,7 @@ MachineCalibration::clusterJson(const std::string &date) const {
       {"peak_flops", std::move(peak)},
       {"memory_bytes", double(device.memoryBytes)},
       {"memory_bandwidth", rounded(streamFit.bandwidth)},
-      {"gemm_efficiency",
-       {{"max", 1.0}, {"half_flops", std::move(half)}}},
+      {"gemm_efficiency", {{"max", 1.0}, {"half_flops", std::move(half)}}},
       {"op_overhead_seconds", rounded(overhead)}};
   if (device.cores > 0)
     cluster["device"]["cores"] = device.cores;

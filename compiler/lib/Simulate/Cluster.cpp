@@ -247,8 +247,7 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
         return half.takeError();
       if (llvm::Error error = half->onlyFields({"f32", "tf32", "bf16"}))
         return std::move(error);
-      if (llvm::Error error =
-              half->number("f32", d.halfFlopsF32, kHalfFlops))
+      if (llvm::Error error = half->number("f32", d.halfFlopsF32, kHalfFlops))
         return std::move(error);
       d.halfFlopsTF32 = d.halfFlopsBF16 = d.halfFlopsF32;
       if (llvm::Error error =
