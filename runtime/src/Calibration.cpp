@@ -416,24 +416,25 @@ ProductFit fitProducts(std::span<const ProductSample> samples,
   ProductFit fit;
   for (const std::string &p : precisions) {
     // For a given halfFlops, 1/peak is a one-variable least squares of the
-    // relative errors; halfFlops itself is searched on a logarithmic grid,
-    // then refined around the best point.
+    // relative errors, each weighed by the product's time (a step's error
+    // is its large products'; small ones, slower than the model, would pull
+    // the asymptote down); halfFlops itself is searched on a logarithmic
+    // grid, then refined around the best point.
     auto errorFor = [&](double half, double &peak) {
       double sxy = 0, sxx = 0;
       for (const ProductSample &s : samples)
         if (s.precision == p) {
           const double x = (s.flops() + half) / s.seconds;
           const double y = (s.seconds - overhead) / s.seconds;
-          sxy += x * y;
-          sxx += x * x;
+          sxy += s.seconds * x * y;
+          sxx += s.seconds * x * x;
         }
       peak = 1.0 / std::max(sxy / sxx, 1e-30);
       double error = 0;
       for (const ProductSample &s : samples)
         if (s.precision == p) {
           const double model = overhead + (s.flops() + half) / peak;
-          error += (model - s.seconds) * (model - s.seconds) /
-                   (s.seconds * s.seconds);
+          error += (model - s.seconds) * (model - s.seconds) / s.seconds;
         }
       return error;
     };

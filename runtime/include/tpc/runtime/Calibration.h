@@ -69,8 +69,9 @@ struct LinearFit {
 LinearFit fitRelative(std::span<const double> x, std::span<const double> t);
 
 /// The simulator's product model, t = overhead + (flops + halfFlops) /
-/// peak (gemm_efficiency.max 1), fitted per precision; `overhead` is the
-/// kernel cost fitted from the streams.
+/// peak (gemm_efficiency.max 1), fitted per precision (relative errors
+/// weighed by each product's time); `overhead` is the kernel cost fitted
+/// from the streams.
 struct ProductFit {
   std::map<std::string, double> peak;      // FLOP/s per precision
   std::map<std::string, double> halfFlops; // per precision
