@@ -227,7 +227,7 @@ private:
     AtBarrier, // at an exchange over the stages
     Done
   };
-  enum Category { Product, Other, Exchange, None };
+  enum Category { Product, Other, Collective, None };
   struct Lane {
     func::FuncOp func;
     SmallVector<Operation *> ops;
@@ -251,20 +251,26 @@ private:
         "tp-simulate: the stages' programs wait for each other forever");
   }
 
-  /// What `op` exchanges on `lane`'s rank, in seconds over its level.
-  FailureOr<double> exchangeOf(Lane &lane, Operation &op) {
+  /// What `op` exchanges on `lane`'s rank: whether it exchanges at all (a
+  /// collective over a group of one rank does, moving nothing), and in how
+  /// many seconds over its level.
+  struct Exchange {
+    bool any = false;
+    double seconds = 0;
+  };
+  FailureOr<Exchange> exchangeOf(Lane &lane, Operation &op) {
     FailureOr<SmallVector<CollectiveTraffic>> traffic =
         collectiveTraffic(&op, gridShape);
     if (failed(traffic))
       return failure();
-    double seconds = 0;
+    Exchange exchange{!traffic->empty(), 0};
     for (const CollectiveTraffic &t : *traffic) {
       lane.p.exchangeBytes += t.bytes;
-      seconds += cluster.exchangeSeconds(
+      exchange.seconds += cluster.exchangeSeconds(
           groupRanks(gridShape, lane.rank, t.axes), t.ringSteps, t.bytes);
     }
-    lane.p.exchangeSeconds += seconds;
-    return seconds;
+    lane.p.exchangeSeconds += exchange.seconds;
+    return exchange;
   }
 
   int64_t peerRank(int64_t rank, int64_t peerStage) const {
@@ -356,14 +362,14 @@ private:
         lane.phase = AtBarrier;
         lane.opStart = now;
       } else {
-        FailureOr<double> exchange = exchangeOf(lane, op);
+        FailureOr<Exchange> exchange = exchangeOf(lane, op);
         if (failed(exchange))
           return failure();
         if (isa<RingShiftStartOp>(op)) {
           // Sent in the background from here; its wait blocks until it is
           // in.
           const double start = std::max(now, lane.channelFree);
-          lane.channelFree = start + *exchange;
+          lane.channelFree = start + exchange->seconds;
           lane.arrives[op.getResult(0)] = lane.channelFree;
           ++lane.next;
         } else if (isa<RingShiftWaitOp>(op)) {
@@ -380,22 +386,23 @@ private:
           lane.p.productFlops += cost.productFlops;
           startKernel(lane, Product, device.opOverhead,
                       cost.seconds - device.opOverhead);
-        } else if (*exchange > 0 &&
+        } else if (exchange->any &&
                    !isa<VocabParallelOpInterface, SplitStatisticsOpInterface>(
                        op)) {
           // A collective: the exchange itself, blocking.
-          lane.p.exposedExchangeSeconds += *exchange;
-          startKernel(lane, Exchange, device.opOverhead + *exchange, 0);
+          lane.p.exposedExchangeSeconds += exchange->seconds;
+          startKernel(lane, Collective, device.opOverhead + exchange->seconds,
+                      0);
         } else {
           // Any other kernel (a vocabulary-parallel loss or split norm also
           // exchanges statistics, blocking); a view runs nothing.
           const double seconds = kernelCost(op, device).seconds;
-          lane.p.exposedExchangeSeconds += *exchange;
-          if (seconds == 0 && *exchange == 0) {
+          lane.p.exposedExchangeSeconds += exchange->seconds;
+          if (seconds == 0 && !exchange->any) {
             ++lane.next;
             continue;
           }
-          startKernel(lane, Other, device.opOverhead + *exchange,
+          startKernel(lane, Other, device.opOverhead + exchange->seconds,
                       seconds - device.opOverhead);
         }
       }
@@ -441,13 +448,15 @@ private:
             return l.phase == AtBarrier;
           })) {
         for (Lane &lane : lanes) {
-          FailureOr<double> exchange = exchangeOf(lane, *lane.ops[lane.next]);
+          FailureOr<Exchange> exchange = exchangeOf(lane, *lane.ops[lane.next]);
           if (failed(exchange))
             return failure();
           // Waiting for the last stage, then the exchange itself.
           lane.waited += now - lane.opStart;
-          lane.p.exposedExchangeSeconds += now - lane.opStart + *exchange;
-          startKernel(lane, Exchange, cluster.device.opOverhead + *exchange, 0);
+          lane.p.exposedExchangeSeconds +=
+              now - lane.opStart + exchange->seconds;
+          startKernel(lane, Collective,
+                      cluster.device.opOverhead + exchange->seconds, 0);
         }
         changed = true;
       }
