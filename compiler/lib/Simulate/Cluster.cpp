@@ -34,11 +34,16 @@ double DeviceModel::streamSeconds(double bytes) const {
   return opOverhead + bytes / memoryBandwidth;
 }
 
-DeviceModel ClusterModel::deviceFor(int64_t worldRanks) const {
+int64_t ClusterModel::ranksPerDevice(int64_t worldRanks) const {
   if (devices == 0 || worldRanks <= devices)
+    return 1;
+  return (worldRanks + devices - 1) / devices;
+}
+
+DeviceModel ClusterModel::deviceFor(int64_t worldRanks) const {
+  const double share = double(ranksPerDevice(worldRanks));
+  if (share == 1)
     return device;
-  // Ranks are placed in order, so the busiest device has this many.
-  const double share = double((worldRanks + devices - 1) / devices);
   DeviceModel shared = device;
   shared.peakF32 /= share;
   shared.peakTF32 /= share;

@@ -25,21 +25,30 @@ double bytesOf(Type type) {
          double((tensor.getElementTypeBitWidth() + 7) / 8);
 }
 
-/// The global ranks of `rank`'s group over `axes` of a row-major grid.
-SmallVector<int64_t> groupRanks(ArrayRef<int64_t> gridShape, int64_t rank,
-                                ArrayRef<int64_t> axes) {
+/// `rank`'s coordinates on a row-major grid, and back.
+SmallVector<int64_t> coordsOf(ArrayRef<int64_t> gridShape, int64_t rank) {
   SmallVector<int64_t> coords(gridShape.size());
   for (size_t d = gridShape.size(), rest = size_t(rank); d-- > 0;) {
     coords[d] = int64_t(rest) % gridShape[d];
     rest /= size_t(gridShape[d]);
   }
+  return coords;
+}
+int64_t rankOf(ArrayRef<int64_t> gridShape, ArrayRef<int64_t> coords) {
+  int64_t r = 0;
+  for (size_t d = 0; d < gridShape.size(); ++d)
+    r = r * gridShape[d] + coords[d];
+  return r;
+}
+
+/// The global ranks of `rank`'s group over `axes` of a row-major grid.
+SmallVector<int64_t> groupRanks(ArrayRef<int64_t> gridShape, int64_t rank,
+                                ArrayRef<int64_t> axes) {
+  SmallVector<int64_t> coords = coordsOf(gridShape, rank);
   SmallVector<int64_t> ranks;
   std::function<void(size_t)> visit = [&](size_t i) {
     if (i == axes.size()) {
-      int64_t r = 0;
-      for (size_t d = 0; d < gridShape.size(); ++d)
-        r = r * gridShape[d] + coords[d];
-      ranks.push_back(r);
+      ranks.push_back(rankOf(gridShape, coords));
       return;
     }
     const int64_t axis = axes[i], saved = coords[axis];
@@ -129,9 +138,7 @@ public:
          const ClusterModel &cluster, ArrayRef<int64_t> ranks, bool pipeline)
       : gridShape(gridShape), cluster(cluster), pipeline(pipeline) {
     const int64_t world = llvm::product_of(gridShape);
-    perDevice = cluster.devices == 0 || world <= cluster.devices
-                    ? 1
-                    : (world + cluster.devices - 1) / cluster.devices;
+    perDevice = cluster.ranksPerDevice(world);
     const int64_t perStage = pipeline ? world / gridShape.front() : 1;
     for (auto [func, rank] : llvm::zip(programs, ranks)) {
       Lane &lane = lanes.emplace_back();
@@ -273,17 +280,20 @@ private:
     return exchange;
   }
 
+  /// The rank of stage `peerStage` with `rank`'s other coordinates.
   int64_t peerRank(int64_t rank, int64_t peerStage) const {
-    SmallVector<int64_t> coords(gridShape.size());
-    for (size_t d = gridShape.size(), rest = size_t(rank); d-- > 0;) {
-      coords[d] = int64_t(rest) % gridShape[d];
-      rest /= size_t(gridShape[d]);
-    }
+    SmallVector<int64_t> coords = coordsOf(gridShape, rank);
     coords[kPipelineStageAxis] = peerStage;
-    int64_t r = 0;
-    for (size_t d = 0; d < gridShape.size(); ++d)
-      r = r * gridShape[d] + coords[d];
-    return r;
+    return rankOf(gridShape, coords);
+  }
+
+  /// The transfer a send or receive wait of stage `stage` completes.
+  Transfer &transferOf(Operation &wait, int64_t stage) {
+    if (auto send = dyn_cast<SendWaitOp>(wait))
+      return transfers[{stage, send.getPeer(), send.getTag()}];
+    auto start =
+        cast<RecvWaitOp>(wait).getReceived().getDefiningOp<RecvStartOp>();
+    return transfers[{start.getPeer(), stage, start.getTag()}];
   }
 
   /// The op `lane` is at is over: its time goes to its category.
@@ -353,11 +363,8 @@ private:
       } else if (auto recv = dyn_cast<RecvStartOp>(op)) {
         transfers[{recv.getPeer(), stage, recv.getTag()}].received = now;
         ++lane.next;
-      } else if (auto wait = dyn_cast<SendWaitOp>(op)) {
-        waitFor(lane, transfers[{stage, wait.getPeer(), wait.getTag()}]);
-      } else if (auto wait = dyn_cast<RecvWaitOp>(op)) {
-        auto start = wait.getReceived().getDefiningOp<RecvStartOp>();
-        waitFor(lane, transfers[{start.getPeer(), stage, start.getTag()}]);
+      } else if (isa<SendWaitOp, RecvWaitOp>(op)) {
+        waitFor(lane, transferOf(op, stage));
       } else if (pipeline && overStages(op)) {
         lane.phase = AtBarrier;
         lane.opStart = now;
@@ -419,16 +426,7 @@ private:
         if (lane.phase == Blocked) {
           const double since = lane.opStart;
           lane.phase = Ready;
-          Operation &op = *lane.ops[lane.next];
-          if (auto wait = dyn_cast<SendWaitOp>(op))
-            waitFor(lane,
-                    transfers[{int64_t(stage), wait.getPeer(), wait.getTag()}]);
-          else if (auto wait = dyn_cast<RecvWaitOp>(op)) {
-            auto start = wait.getReceived().getDefiningOp<RecvStartOp>();
-            waitFor(
-                lane,
-                transfers[{start.getPeer(), int64_t(stage), start.getTag()}]);
-          }
+          waitFor(lane, transferOf(*lane.ops[lane.next], int64_t(stage)));
           if (lane.phase == Blocked) {
             lane.opStart = since;
             continue;

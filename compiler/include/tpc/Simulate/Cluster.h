@@ -72,6 +72,9 @@ struct ClusterModel {
   /// Innermost first; the last spans every rank.
   SmallVector<NetworkLevel> levels;
 
+  /// Ranks on the busiest device (ranks are placed in order, consecutive
+  /// ones sharing a device): 1 with a device per rank.
+  int64_t ranksPerDevice(int64_t worldRanks) const;
   /// What one of `worldRanks` ranks gets of its device: all of it, or with
   /// several ranks to a device their share of its FLOP/s, memory bandwidth
   /// and memory.
