@@ -162,6 +162,19 @@ public:
       return fail(field, "must be an object");
     return Reader(*inner, where + field.str() + ".", path);
   }
+  /// An object of numbers by operand precision: "f32" is needed, "tf32"
+  /// and "bf16" default to it.
+  llvm::Error byPrecision(Range range, double &f32, double &tf32,
+                          double &bf16) const {
+    if (llvm::Error error = onlyFields({"f32", "tf32", "bf16"}))
+      return error;
+    if (llvm::Error error = number("f32", f32, range))
+      return error;
+    tf32 = bf16 = f32;
+    if (llvm::Error error = optionalNumber("tf32", tf32, range))
+      return error;
+    return optionalNumber("bf16", bf16, range);
+  }
   /// Fails on a field the format does not have (a misspelt one would be
   /// ignored otherwise).
   llvm::Error onlyFields(llvm::ArrayRef<llvm::StringRef> known) const {
@@ -225,16 +238,10 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
   if (device->object.get("cores"))
     if (llvm::Error error = device->integer("cores", d.cores, 1, kMaxRanks))
       return std::move(error);
-  if (llvm::Error error = peak->onlyFields({"f32", "tf32", "bf16"}))
-    return std::move(error);
-  if (llvm::Error error = peak->number("f32", d.peakF32, kFlops))
-    return std::move(error);
   // A device without faster modes runs them at its f32 rate (a CPU rounds
   // the operands and runs SGEMM).
-  d.peakTF32 = d.peakBF16 = d.peakF32;
-  if (llvm::Error error = peak->optionalNumber("tf32", d.peakTF32, kFlops))
-    return std::move(error);
-  if (llvm::Error error = peak->optionalNumber("bf16", d.peakBF16, kFlops))
+  if (llvm::Error error =
+          peak->byPrecision(kFlops, d.peakF32, d.peakTF32, d.peakBF16))
     return std::move(error);
   if (device->object.get("gemm_efficiency")) {
     auto efficiency = device->child("gemm_efficiency");
@@ -250,16 +257,8 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
       auto half = efficiency->child("half_flops");
       if (!half)
         return half.takeError();
-      if (llvm::Error error = half->onlyFields({"f32", "tf32", "bf16"}))
-        return std::move(error);
-      if (llvm::Error error = half->number("f32", d.halfFlopsF32, kHalfFlops))
-        return std::move(error);
-      d.halfFlopsTF32 = d.halfFlopsBF16 = d.halfFlopsF32;
-      if (llvm::Error error =
-              half->optionalNumber("tf32", d.halfFlopsTF32, kHalfFlops))
-        return std::move(error);
-      if (llvm::Error error =
-              half->optionalNumber("bf16", d.halfFlopsBF16, kHalfFlops))
+      if (llvm::Error error = half->byPrecision(
+              kHalfFlops, d.halfFlopsF32, d.halfFlopsTF32, d.halfFlopsBF16))
         return std::move(error);
     } else {
       if (llvm::Error error = efficiency->optionalNumber(
