@@ -33,11 +33,10 @@ DeviceDescription hostDescription() {
         model = line.substr(line.find_first_not_of(' ', colon + 1));
       break;
     }
-  host.name = model + " (" +
-              std::to_string(std::thread::hardware_concurrency()) + " cores)";
+  host.cores = int(std::thread::hardware_concurrency());
+  host.name = model + " (" + std::to_string(host.cores) + " cores)";
   host.memoryBytes =
       uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
-  host.cores = int(std::thread::hardware_concurrency());
   return host;
 }
 

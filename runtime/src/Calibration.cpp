@@ -34,19 +34,23 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-/// Runs `run` once to warm up, then until `budget` seconds have passed
-/// (at least 3 times); the median run, each waited for on `backend`.
-template <typename F>
-double timeRuns(Backend &backend, double budget, F &&run) {
+/// Seconds of one `run`, waited for on `backend`.
+template <typename F> double timedRun(Backend &backend, F &run) {
+  const double start = now();
   run();
   backend.synchronize();
+  return now() - start;
+}
+
+/// Runs `run` once to warm up, then until `budget` seconds have passed
+/// (at least 3 times); the median run.
+template <typename F>
+double timeRuns(Backend &backend, double budget, F &&run) {
+  timedRun(backend, run);
   std::vector<double> runs;
   double total = 0;
   while (runs.size() < 3 || (total < budget && runs.size() < 10000)) {
-    const double start = now();
-    run();
-    backend.synchronize();
-    runs.push_back(now() - start);
+    runs.push_back(timedRun(backend, run));
     total += runs.back();
   }
   return median(std::move(runs));
@@ -85,28 +89,18 @@ double timeTogether(Backend &backend, const Comm &world, double budget,
     worldMax(world, 0);
     return 0;
   }
-  run();
-  backend.synchronize();
-  double start = now();
-  run();
-  backend.synchronize();
-  const double first = worldMax(world, now() - start);
+  timedRun(backend, run);
+  const double first = worldMax(world, timedRun(backend, run));
   const int count = int(std::clamp(budget / std::max(first, 1e-9), 3.0, 1e3));
   std::vector<double> runs;
-  for (int i = 0; i < count; ++i) {
-    start = now();
-    run();
-    backend.synchronize();
-    runs.push_back(now() - start);
-  }
+  for (int i = 0; i < count; ++i)
+    runs.push_back(timedRun(backend, run));
   return median(std::move(runs));
 }
 
-/// The largest cache between the device's cores and its memory: the host
-/// CPU's last level (a GPU's L2 is smaller than the CPU's caches taken as
-/// a bound).
-double cacheBytes(const Backend &backend) {
-  (void)backend;
+/// The cache size kernels must exceed to stream from memory: the host
+/// CPU's last level, at least 64 MiB (a GPU's L2 is below that).
+double lastLevelCacheBytes() {
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   return std::max(double(l3 > 0 ? l3 : 0), double(64 << 20));
 }
@@ -384,26 +378,6 @@ double rounded(double value) {
 
 } // namespace
 
-LinearFit fitRelative(std::span<const double> x, std::span<const double> t) {
-  // Minimise sum ((a + b x - t) / t)^2: weighted least squares, weight 1/t^2.
-  double sw = 0, sx = 0, sxx = 0, st = 0, sxt = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double w = 1.0 / (t[i] * t[i]);
-    sw += w;
-    sx += w * x[i];
-    sxx += w * x[i] * x[i];
-    st += w * t[i];
-    sxt += w * x[i] * t[i];
-  }
-  const double det = sw * sxx - sx * sx;
-  if (x.size() < 2 || !(det > 0))
-    throw std::runtime_error("calibration: too few distinct sizes to fit");
-  LinearFit fit{(sxx * st - sx * sxt) / det, (sw * sxt - sx * st) / det};
-  if (fit.intercept < 0) // no negative fixed cost: the slope alone
-    fit = {0, sxt / sxx};
-  return fit;
-}
-
 ProductFit fitProducts(std::span<const ProductSample> samples,
                        double overhead) {
   if (samples.empty())
@@ -542,7 +516,7 @@ MachineCalibration calibrateMachine(Backend &backend, Comm &world,
   if (world.rank() == 0) {
     try {
       c.streams = measureStreams(backend, options);
-      c.streamFit = fitStreams(c.streams, cacheBytes(backend));
+      c.streamFit = fitStreams(c.streams, lastLevelCacheBytes());
       c.products = measureProducts(backend, options);
       c.productFit = fitProducts(c.products, c.streamFit.overhead);
     } catch (const std::exception &e) {

@@ -12,17 +12,6 @@
 namespace tpc::runtime {
 namespace {
 
-TEST(Calibration, RelativeLineFitRecoversInterceptAndSlope) {
-  std::vector<double> x = {1, 10, 100, 1e4, 1e6}, t;
-  for (double v : x)
-    t.push_back(3e-6 + 2e-9 * v);
-  const LinearFit fit = fitRelative(x, t);
-  EXPECT_NEAR(fit.intercept, 3e-6, 1e-12);
-  EXPECT_NEAR(fit.slope / 2e-9, 1.0, 1e-9);
-  EXPECT_THROW(fitRelative(std::vector<double>{5}, std::vector<double>{1}),
-               std::runtime_error);
-}
-
 TEST(Calibration, ProductFitRecoversPeakAndHalfFlopsPerPrecision) {
   const double overhead = 4e-6;
   // precision: peak, half_flops (bf16 needs larger products to fill).

@@ -61,13 +61,6 @@ struct ExchangeSample {
   double buffer = 0, messages = 0, bytes = 0, seconds = 0;
 };
 
-/// t = intercept + slope * x, minimising the squared relative error (times
-/// span orders of magnitude; each point counts alike).
-struct LinearFit {
-  double intercept = 0, slope = 0;
-};
-LinearFit fitRelative(std::span<const double> x, std::span<const double> t);
-
 /// The simulator's product model, t = overhead + (flops + halfFlops) /
 /// peak (gemm_efficiency.max 1), fitted per precision (relative errors
 /// weighed by each product's time); `overhead` is the kernel cost fitted
