@@ -139,9 +139,14 @@ LogicalResult TPPlanMemory::planFunction(func::FuncOp func) {
   });
   SmallVector<int64_t> placed;
   int64_t arenaBytes = 0;
+  SmallVector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
   for (int64_t idx : order) {
     Buffer &buffer = buffers[idx];
-    SmallVector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
+    if (buffer.bytes == 0) {
+      buffer.offset = 0; // empty (the rest are too: largest first)
+      continue;
+    }
+    busy.clear();
     for (int64_t other : placed) {
       const Buffer &o = buffers[other];
       if (!reuse ||
