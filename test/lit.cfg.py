@@ -11,7 +11,7 @@ config.name = "TPC"
 # RUN lines go through /bin/sh so that tests can check exact exit codes.
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "json-query.py", "rss-ratio.py", "runtime", "fuzz", "Inputs"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "json-query.py", "rss-ratio.py", "pipeline-estimate.py", "runtime", "fuzz", "Inputs"]
 
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.tpc_obj_root, "test")
@@ -21,6 +21,9 @@ config.substitutions.append(("%tpc_src_root", config.tpc_src_root))
 # Tests read JSON (metrics, manifests, plan dumps) with a JSON parser.
 config.substitutions.append(
     ("%json", sys.executable + " " + os.path.join(config.tpc_src_root, "test", "json-query.py")))
+# mode=auto's estimate of a pipelined choice against its op-level replay.
+config.substitutions.append(
+    ("%pipeline_estimate", sys.executable + " " + os.path.join(config.tpc_src_root, "test", "pipeline-estimate.py")))
 # Memory growth as a ratio of two commands' peak RSS.
 config.substitutions.append(
     ("%rss_ratio", sys.executable + " " + os.path.join(config.tpc_src_root, "test", "rss-ratio.py")))

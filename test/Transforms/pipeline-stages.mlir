@@ -89,6 +89,27 @@
 // RUN: tpc-opt %t.mlir --tp-pipeline="mode=2d grid=2x2 pp=2 microbatches=2" -o - 2>/dev/null | FileCheck %s --check-prefix=TWO-D
 // TWO-D: tp.grid @tp [2, 2, 2]
 
+// mode=auto times a pipeline candidate's micro-batch on a one-stage program
+// of micro-batch 0 alone (single-microbatch=true): every op of it tagged
+// with its micro-batch, the layer it is cut with (the embedding with the
+// first, the head and loss with the last) and its half, and each running
+// sum over the micro-batches an add, as a later micro-batch makes it.
+// RUN: tpc-opt %t.mlir --canonicalize --cse --tp-fuse-attention --tp-fuse-elementwise="across-layers=false" --tp-autodiff="mark-backward=true" --canonicalize --cse --tp-shard="mode=1d grid=2 microbatches=2" --tp-lower-collectives --tp-partition --tp-pipeline-stages="single-microbatch=true" | FileCheck %s --check-prefix=ONE
+// ONE: tp.grid @tp [1, 2]
+// ONE-LABEL: func.func @train_step_stage0
+// ONE-SAME: tp.schedule = "F0 B0"
+// ONE: tp.embedding {{.*}} {tp.layer = 0 : i64, tp.microbatch = 0 : i64
+// ONE: tp.cross_entropy_grad {{.*}} {tp.backward, tp.layer = 3 : i64, tp.microbatch = 0 : i64
+// The tied table's gradient (the lookup's part plus the head's), then its
+// running sum.
+// ONE: tp.embedding_grad {{.*}} {tp.backward, tp.layer = 0 : i64, tp.microbatch = 0 : i64
+// ONE-NEXT: %[[GRAD:.*]] = tp.add %{{.*}}, %{{.*}} {tp.backward, tp.layer = 0 : i64, tp.microbatch = 0 : i64}
+// ONE-NEXT: tp.add %[[GRAD]], %[[GRAD]] {tp.backward, tp.layer = 0 : i64, tp.microbatch = 0 : i64}
+// ONE-LABEL: func.func @loss_stage0
+// ONE-SAME: tp.schedule = "F0"
+// RUN: not tpc-opt %t.mlir --canonicalize --tp-autodiff="mark-backward=true" --tp-shard="mode=1d grid=2 microbatches=2" --tp-lower-collectives --tp-partition --tp-pipeline-stages="single-microbatch=true pp=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=ONE-STAGE
+// ONE-STAGE: error: tp-pipeline-stages: single-microbatch=true times one stage; it needs pp=1
+
 // Errors.
 // RUN: not tpc-opt %t.mlir --tp-pipeline="pp=2" 2>&1 | FileCheck %s --check-prefix=NO-MODE
 // NO-MODE: tp-pipeline: pp and microbatches need a mode, e.g. mode=1d (grid=1 for pipeline parallelism alone)

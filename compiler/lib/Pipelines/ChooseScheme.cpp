@@ -16,11 +16,15 @@
 #include "tpc/Dialect/TP/IR/TPDialect.h"
 #include "tpc/Simulate/StepSimulator.h"
 #include "tpc/Simulate/Traffic.h"
+#include "tpc/Transforms/PipelineSchedule.h"
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <set>
 
 using namespace mlir;
 using namespace mlir::tp;
@@ -38,6 +42,12 @@ struct Candidate {
   int64_t dataParallel = 1;
   bool shardOptimizer = false;
   RematMode remat = RematMode::None;
+  /// Pipeline stages around [dp, scheme...], and the micro-batches they
+  /// pipeline (1 and 1: no pipeline).
+  int64_t stages = 1, microbatches = 1;
+  /// A pipeline's layers per virtual stage and predicted idle share.
+  std::vector<int64_t> stageLayers;
+  double bubble = 0;
 
   std::optional<StepPrediction> prediction;
   std::string rejected; // why, when it was
@@ -53,6 +63,8 @@ struct Candidate {
       os << " seq-parallel=true";
     if (dataParallel > 1)
       os << " dp=" << dataParallel;
+    if (stages > 1)
+      os << " pp=" << stages << " microbatches=" << microbatches;
     if (shardOptimizer)
       os << " shard-optimizer=true";
     os << " remat=" << (remat == RematMode::Layer ? "layer" : "none");
@@ -99,6 +111,37 @@ SmallVector<Candidate> candidatesFor(int64_t ranks) {
     }
   }
   return out;
+}
+
+/// The step's batch: the rows of the token input (0 if no function has
+/// one).
+int64_t batchOf(ModuleOp module) {
+  for (auto func : module.getOps<func::FuncOp>())
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+      if (auto input = func.getArgAttrOfType<StringAttr>(
+              i, TPDialect::InputAttrHelper::getNameStr());
+          input && input.getValue() == "tokens")
+        return cast<RankedTensorType>(func.getArgument(i).getType())
+            .getDimSize(0);
+  return 0;
+}
+
+/// The bytes of the model's parameters (the function that takes the most).
+double parameterBytesOf(ModuleOp module) {
+  double most = 0;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    double bytes = 0;
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+      if (!func.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()) ||
+          func.getArgAttr(i, TPDialect::StateAttrHelper::getNameStr()))
+        continue;
+      auto type = cast<RankedTensorType>(func.getArgument(i).getType());
+      bytes += double(type.getNumElements()) *
+               double((type.getElementTypeBitWidth() + 7) / 8);
+    }
+    most = std::max(most, bytes);
+  }
+  return most;
 }
 
 std::string bytesText(double bytes) {
@@ -203,6 +246,102 @@ StepPrediction extrapolate(const StepPrediction &low, int64_t lowLayers,
   return p;
 }
 
+/// One micro-batch of a pipeline candidate, timed on its one-micro-batch
+/// program (tp-pipeline-stages single-microbatch=true) of a cut module:
+/// per layer of the cut, the seconds of its forward and backward halves
+/// (the embedding counted with the first layer, the head and loss with the
+/// last, as the stage cut counts them), the bytes a micro-batch sends over
+/// each cut between layers each way, and what runs once a step (AdamW,
+/// the data-parallel exchange) with the bytes held.
+struct MicrobatchTiming {
+  SmallVector<double> forward, backward;
+  SmallVector<double> forwardBytes, backwardBytes;
+  /// Per layer, the bytes of its forward values its backward reads: what a
+  /// stage holds for each micro-batch in flight.
+  SmallVector<double> savedBytes;
+  double onceSeconds = 0;
+  double arenaBytes = 0, argumentBytes = 0;
+};
+
+/// Attributes `step`'s simulated time op by op: an op tagged
+/// tp.microbatch to its layer's half; an op a later pass made between them
+/// (a ring step, a fused product) to the half of the tagged op before it;
+/// the rest, before and after the micro-batch, once a step.
+MicrobatchTiming attributeMicrobatch(func::FuncOp step,
+                                     ArrayRef<double> opFinished,
+                                     const StepPrediction &p) {
+  MicrobatchTiming t;
+  SmallVector<Operation *> ops;
+  for (Operation &op : step.getBody().front().without_terminator())
+    ops.push_back(&op);
+  auto tagged = [](Operation *op) {
+    return op->hasAttr(TPDialect::MicrobatchAttrHelper::getNameStr());
+  };
+  auto lastTagged = llvm::find_if(llvm::reverse(ops), tagged);
+  const size_t end =
+      lastTagged == ops.rend() ? 0 : size_t(ops.rend() - lastTagged);
+  std::optional<std::pair<int64_t, bool>> half; // (layer, backward)
+  DenseMap<Operation *, std::pair<int64_t, bool>> halfOf;
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    const double took = opFinished[i] - (i ? opFinished[i - 1] : 0.0);
+    if (tagged(op))
+      half = {*layerOf(op),
+              op->hasAttr(TPDialect::BackwardAttrHelper::getNameStr())};
+    if (!half || i >= end) {
+      t.onceSeconds += took;
+      continue;
+    }
+    auto [layer, backward] = *half;
+    SmallVector<double> &seconds = backward ? t.backward : t.forward;
+    if (int64_t(seconds.size()) <= layer)
+      seconds.resize(layer + 1, 0);
+    seconds[layer] += took;
+    halfOf[op] = *half;
+  }
+  const size_t layers = std::max(t.forward.size(), t.backward.size());
+  t.forward.resize(layers, 0);
+  t.backward.resize(layers, 0);
+  t.forwardBytes.assign(layers ? layers - 1 : 0, 0);
+  t.backwardBytes.assign(layers ? layers - 1 : 0, 0);
+  t.savedBytes.assign(layers, 0);
+  auto bytesOf = [](Value v) {
+    auto type = cast<RankedTensorType>(v.getType());
+    return double(type.getNumElements()) *
+           double((type.getElementTypeBitWidth() + 7) / 8);
+  };
+  // A value of layer a read by a half of layer b in the same direction
+  // crosses every cut between them, once however many ops read it.
+  DenseSet<std::pair<Value, int64_t>> counted;
+  for (Operation *op : ops) {
+    auto to = halfOf.find(op);
+    if (to == halfOf.end())
+      continue;
+    for (Value operand : op->getOperands()) {
+      auto from = halfOf.find(operand.getDefiningOp());
+      if (from == halfOf.end() || from->second.second != to->second.second)
+        continue;
+      const int64_t a = from->second.first, b = to->second.first;
+      const double bytes = bytesOf(operand);
+      for (int64_t cut = std::min(a, b); cut < std::max(a, b); ++cut)
+        if (counted.insert({operand, cut}).second)
+          (to->second.second ? t.backwardBytes : t.forwardBytes)[cut] += bytes;
+    }
+  }
+  for (auto [op, half] : halfOf) {
+    if (half.second)
+      continue;
+    for (Value result : op->getResults())
+      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
+            auto it = halfOf.find(user);
+            return it != halfOf.end() && it->second.second;
+          }))
+        t.savedBytes[half.first] += bytesOf(result);
+  }
+  t.arenaBytes = p.arenaBytes;
+  t.argumentBytes = p.argumentBytes;
+  return t;
+}
+
 class ChooseScheme : public PassWrapper<ChooseScheme, OperationPass<ModuleOp>> {
 public:
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ChooseScheme)
@@ -240,18 +379,24 @@ public:
     // compiles of kLowLayers and kHighLayers of its layers (a few percent of
     // the whole compile each), on a straight line to all of them; only the
     // choice is compiled whole.
-    layers = options.estimateLayers ? layerCount(module) : 0;
-    if (layers > kHighLayers + 1) {
+    // A pipeline candidate is timed per micro-batch on the same cuts, so
+    // needs them however deep the model (from 3 layers: one alike layer
+    // between the first and the last).
+    modelLayers = layerCount(module);
+    layers = options.estimateLayers && modelLayers > kHighLayers + 1
+                 ? modelLayers
+                 : 0;
+    const bool considerPipelines = options.train && modelLayers >= kHighLayers;
+    if (layers || considerPipelines) {
       for (auto [keep, cut] : {std::pair{kLowLayers, &lowModule},
                                std::pair{kHighLayers, &highModule}}) {
         *cut = cast<ModuleOp>(module->clone());
         if (failed(keepLayers(*cut, keep))) {
-          layers = 0; // not alike: compile every candidate whole
+          // Not alike: compile every candidate whole, and no pipelines.
+          layers = modelLayers = 0;
           break;
         }
       }
-    } else {
-      layers = 0;
     }
     llvm::scope_exit dropCuts([&] {
       for (ModuleOp *cut : {&lowModule, &highModule})
@@ -264,7 +409,96 @@ public:
     // order, only while it does not fit. A given remat is kept.
     SmallVector<Candidate> candidates;
     const bool chooseRemat = options.train && !options.remat.hasValue();
-    for (const Candidate &shape : candidatesFor(ranks)) {
+    SmallVector<Candidate> shapes;
+    for (int64_t stages = 1; stages <= ranks; ++stages) {
+      if (ranks % stages != 0 || (options.pipelineStages.hasValue() &&
+                                  stages != options.pipelineStages))
+        continue;
+      if (stages > 1 && (!considerPipelines || !modelLayers ||
+                         stages * options.pipelineChunks > modelLayers))
+        continue;
+      for (Candidate c : candidatesFor(ranks / stages)) {
+        c.stages = stages;
+        if (stages == 1) {
+          shapes.push_back(c);
+          continue;
+        }
+        if (c.mode == ParallelMode::None) {
+          // Pipeline parallelism alone: 1D over one rank.
+          c.mode = ParallelMode::OneD;
+          c.grid = GridShape{{1}};
+        }
+        for (int64_t m :
+             microbatchCounts(batchOf(module) / c.dataParallel, stages)) {
+          c.microbatches = m;
+          shapes.push_back(c);
+        }
+      }
+    }
+    if (shapes.empty()) {
+      const int64_t stages = options.pipelineStages;
+      InFlightDiagnostic error = emitError(UnknownLoc::get(&getContext()))
+                                 << "tp-pipeline mode=auto: ";
+      if (ranks % stages != 0)
+        error << "pp=" << stages << " does not divide the " << ranks
+              << " ranks";
+      else
+        error << "no candidate for " << ranks << " ranks with pp=" << stages
+              << " (pipelines need train=true and at least pp x pp-chunks "
+                 "alike layers; the model has "
+              << modelLayers << ")";
+      return signalPassFailure();
+    }
+    // Compiles are the search's cost: a candidate whose parameters and
+    // moments alone cannot fit is rejected without one, and a pipeline
+    // whose micro-batches of fewer sequences fit in no variant is not tried
+    // with larger ones (which hold more).
+    parameterBytes = parameterBytesOf(module);
+    std::set<std::string> unfitPipelines, slowerPipelines;
+    std::map<std::string, double> fastestPipeline;
+    auto pipelineKey = [](Candidate c) {
+      c.microbatches = 0;
+      return c.str();
+    };
+    // A scheme and grid that cannot split a micro-batch of some size (heads
+    // a grid does not divide, rows it cannot split) fails alike whatever
+    // the stages and replicas around it: such failures are kept by scheme,
+    // grid and sequences per micro-batch, not compiled again.
+    const int64_t batch = batchOf(module);
+    std::map<std::string, std::string> shapeFailures;
+    auto shapeKey = [&](const Candidate &c) {
+      Candidate key(c.mode, c.grid, c.seqParallel);
+      return key.str() + " with " +
+             std::to_string(batch / c.dataParallel / c.microbatches) +
+             " sequences";
+    };
+    for (const Candidate &shape : shapes) {
+      // (A batch the replicas and micro-batches do not divide is the
+      // compiler's to report, and not a scheme's failure.)
+      const bool divides =
+          batch % (shape.dataParallel * shape.microbatches) == 0;
+      if (auto failed = divides ? shapeFailures.find(shapeKey(shape))
+                                : shapeFailures.end();
+          failed != shapeFailures.end()) {
+        Candidate c = shape;
+        c.rejected = failed->second;
+        candidates.push_back(std::move(c));
+        continue;
+      }
+      if (shape.stages > 1 && unfitPipelines.count(pipelineKey(shape))) {
+        Candidate c = shape;
+        c.rejected = "fits with no fewer micro-batches either (larger ones "
+                     "hold more)";
+        candidates.push_back(std::move(c));
+        continue;
+      }
+      if (shape.stages > 1 && slowerPipelines.count(pipelineKey(shape))) {
+        Candidate c = shape;
+        c.rejected = "not tried: fewer micro-batches were already slower "
+                     "than more";
+        candidates.push_back(std::move(c));
+        continue;
+      }
       SmallVector<std::pair<bool, RematMode>> variants = {
           {false, options.remat}};
       if (shape.dataParallel > 1 && options.train)
@@ -276,10 +510,32 @@ public:
         Candidate c = shape;
         c.shardOptimizer = shardOptimizer;
         c.remat = remat;
-        evaluate(c, *cluster, budget);
+        if (const double floor = parameterFloor(c); floor > budget) {
+          c.overBudget = true;
+          c.rejected = "its parameters" +
+                       std::string(options.train ? " and AdamW moments" : "") +
+                       " alone hold at least " + bytesText(floor) +
+                       " per rank, over the budget of " + bytesText(budget);
+        } else {
+          evaluate(c, *cluster, budget);
+        }
+        if (divides && !c.rejected.empty() && !c.overBudget)
+          shapeFailures[shapeKey(c)] = c.rejected;
         candidates.push_back(std::move(c));
         if (!candidates.back().overBudget)
           break;
+      }
+      if (shape.stages > 1 && candidates.back().overBudget)
+        unfitPipelines.insert(pipelineKey(shape));
+      // The bubble grows as the micro-batches get fewer: once that costs
+      // more than larger kernels save, fewer still will not be faster.
+      if (shape.stages > 1 && candidates.back().rejected.empty()) {
+        const double seconds = candidates.back().prediction->seconds;
+        auto [previous, first] =
+            fastestPipeline.try_emplace(pipelineKey(shape), seconds);
+        if (!first && seconds >= previous->second)
+          slowerPipelines.insert(pipelineKey(shape));
+        previous->second = std::min(previous->second, seconds);
       }
     }
 
@@ -306,6 +562,19 @@ public:
           continue;
         }
         const StepPrediction &p = *c->prediction;
+        if (c->stages > 1) {
+          remark << llvm::formatv(
+              "{0}. {1}: {2:f3} ms per step, {3} per rank on its fullest "
+              "stage, layers per stage {4}, {5:f1} % idle",
+              index + 1, c->str(), p.seconds * 1e3,
+              bytesText(p.arenaBytes + p.argumentBytes),
+              llvm::join(
+                  llvm::map_range(c->stageLayers,
+                                  [](int64_t n) { return std::to_string(n); }),
+                  ","),
+              c->bubble * 100);
+          continue;
+        }
         remark << llvm::formatv(
             "{0}. {1}: {2:f3} ms per step, {3} per rank, {4} sent per rank "
             "({5:f3} ms exchanging, {6:f3} ms exposed)",
@@ -323,16 +592,25 @@ public:
         error << "; " << c->str() << ": " << c->rejected;
       return signalPassFailure();
     }
+    const size_t rejectedCount = llvm::count_if(
+        candidates, [](const Candidate &c) { return !c.rejected.empty(); });
+    if (!options.compileChoice) {
+      emitRemark(UnknownLoc::get(&getContext())) << llvm::formatv(
+          "tp-pipeline mode=auto: would choose {0} for {1} ranks of {2}: "
+          "{3:f3} ms per step, {4} per rank, estimated ({5} candidates, {6} "
+          "rejected); compile-choice=false leaves the module as it was",
+          best.str(), ranks, cluster->name, best.prediction->seconds * 1e3,
+          bytesText(best.prediction->arenaBytes +
+                    best.prediction->argumentBytes),
+          candidates.size(), rejectedCount);
+      return;
+    }
     // The module becomes the chosen compilation; the remark gives its own
     // prediction (with estimated candidates, the check of the estimate).
     OpPassManager pm(ModuleOp::getOperationName());
     if (failed(buildCandidate(pm, best)) || failed(runPipeline(pm, module)))
       return signalPassFailure();
-    auto step = module.lookupSymbol<func::FuncOp>(options.train ? "train_step"
-                                                                : "loss");
-    FailureOr<StepPrediction> chosen =
-        step ? simulateStep(step, gridShapeOf(module), *cluster)
-             : FailureOr<StepPrediction>(failure());
+    FailureOr<StepPrediction> chosen = simulateChoice(module, *cluster);
     if (failed(chosen)) {
       emitError(UnknownLoc::get(&getContext()))
           << "tp-pipeline mode=auto: the simulator cannot time the choice";
@@ -355,24 +633,62 @@ public:
     emitRemark(UnknownLoc::get(&getContext())) << llvm::formatv(
         "tp-pipeline mode=auto: chose {0} for {1} ranks of "
         "{2}: {3:f3} ms per step, {4} per rank ({5} "
-        "candidates, {6} rejected{7})",
+        "candidates, {6} rejected{7}{8})",
         best.str(), ranks, cluster->name, chosen->seconds * 1e3,
         bytesText(chosen->arenaBytes + chosen->argumentBytes),
-        candidates.size(),
-        llvm::count_if(candidates,
-                       [](const Candidate &c) { return !c.rejected.empty(); }),
+        candidates.size(), rejectedCount,
         layers ? llvm::formatv("; each predicted from {0} and {1} of its {2} "
                                "layers",
                                kLowLayers, kHighLayers, layers)
                      .str()
-               : std::string());
+               : std::string(),
+        best.stages > 1
+            ? llvm::formatv("; estimated {0:f3} ms from one micro-batch's "
+                            "layers, the stages replayed here",
+                            best.prediction->seconds * 1e3)
+                  .str()
+            : std::string());
   }
 
 private:
+  /// The micro-batch counts tried for a pipeline of `stages` stages whose
+  /// replicas each take `batch` sequences: the one given, else micro-batches
+  /// of 1, 2, 4 and 8 sequences where that makes at least as many
+  /// micro-batches as stages (fewer leave most of the step idle), else
+  /// micro-batches of one sequence. Smaller ones shrink the bubble and the
+  /// activations held; larger ones run each kernel on more rows.
+  SmallVector<int64_t> microbatchCounts(int64_t batch, int64_t stages) const {
+    if (options.microbatches.hasValue())
+      return {options.microbatches};
+    SmallVector<int64_t> counts;
+    for (int64_t size : {1, 2, 4, 8})
+      if (batch % size == 0 && batch / size >= stages)
+        counts.push_back(batch / size);
+    if (counts.empty())
+      counts.push_back(std::max<int64_t>(batch, 1));
+    return counts;
+  }
+
+  /// `timing`: the one-micro-batch program a pipeline candidate is timed
+  /// by (pp=1, the candidate's micro-batches, micro-batch 0 emitted).
   LogicalResult buildCandidate(OpPassManager &pm, const Candidate &c,
-                               std::string *error = nullptr) {
+                               std::string *error = nullptr,
+                               bool timing = false) {
     PipelineOptions concrete;
     concrete.copyOptionValuesFrom(options);
+    const bool pipeline = c.stages > 1 && !timing;
+    concrete.pipelineStages = pipeline ? c.stages : 1;
+    concrete.microbatches = c.microbatches;
+    concrete.schedule =
+        pipeline ? options.schedule.getValue() : PipelineSchedule::OneFOneB;
+    concrete.pipelineChunks = pipeline ? int64_t(options.pipelineChunks) : 1;
+    concrete.timeOneMicrobatch = timing;
+    // The cut the candidate was estimated with (its costs are of the
+    // compiled micro-batch, the cluster's), not the pass's own.
+    concrete.stageLayers.clear();
+    if (pipeline)
+      concrete.stageLayers = ArrayRef<int64_t>(c.stageLayers);
+    concrete.compileChoice = true;
     concrete.mode = c.mode;
     concrete.grid = c.grid;
     concrete.seqParallel = c.seqParallel;
@@ -390,13 +706,43 @@ private:
     });
   }
 
+  /// The chosen compilation's step as the simulator replays it: a
+  /// pipeline's stage programs together, each stage's bytes its own (the
+  /// fullest stage's reported).
+  FailureOr<StepPrediction> simulateChoice(ModuleOp module,
+                                           const ClusterModel &cluster) {
+    StringRef name = options.train ? "train_step" : "loss";
+    if (auto step = module.lookupSymbol<func::FuncOp>(name))
+      return simulateStep(step, gridShapeOf(module), cluster);
+    SmallVector<func::FuncOp> stageFuncs;
+    while (auto stage = module.lookupSymbol<func::FuncOp>(
+               (name + "_stage" + Twine(stageFuncs.size())).str()))
+      stageFuncs.push_back(stage);
+    if (stageFuncs.empty())
+      return failure();
+    FailureOr<PipelinePrediction> pipeline =
+        simulatePipeline(stageFuncs, gridShapeOf(module), cluster);
+    if (failed(pipeline))
+      return failure();
+    StepPrediction fullest = pipeline->stages.front();
+    for (const StepPrediction &stage : pipeline->stages)
+      if (stage.arenaBytes + stage.argumentBytes >
+          fullest.arenaBytes + fullest.argumentBytes)
+        fullest = stage;
+    fullest.seconds = pipeline->seconds;
+    return fullest;
+  }
+
   /// Compiles `c` on a copy of `source` (nested in the pass's module while
   /// it runs, as a pass may only run pipelines below its op) and predicts
   /// its step; sets `c.rejected` when it does not compile or cannot be timed.
+  /// `timing`: `c`'s one-micro-batch program instead, its time op by op
+  /// attributed to the layers (`timingOut`).
   std::optional<StepPrediction> predict(Candidate &c, ModuleOp source,
-                                        const ClusterModel &cluster) {
+                                        const ClusterModel &cluster,
+                                        MicrobatchTiming *timingOut = nullptr) {
     OpPassManager pm(ModuleOp::getOperationName());
-    if (failed(buildCandidate(pm, c, &c.rejected)))
+    if (failed(buildCandidate(pm, c, &c.rejected, timingOut != nullptr)))
       return std::nullopt;
     auto copy = cast<ModuleOp>(source->clone());
     getOperation().getBody()->push_back(copy);
@@ -414,21 +760,186 @@ private:
         return std::nullopt;
       }
     }
-    auto step =
-        copy.lookupSymbol<func::FuncOp>(options.train ? "train_step" : "loss");
+    auto step = copy.lookupSymbol<func::FuncOp>(
+        timingOut ? "train_step_stage0"
+                  : (options.train ? "train_step" : "loss"));
+    // A micro-batch runs on the pipeline's grid: axis 0 is the stages.
+    SmallVector<int64_t> shape = gridShapeOf(copy);
+    if (timingOut && !shape.empty())
+      shape.front() = c.stages;
+    SmallVector<double> opFinished;
     FailureOr<StepPrediction> p =
-        step ? simulateStep(step, gridShapeOf(copy), cluster)
+        step ? simulateStep(step, shape, cluster, 0,
+                            timingOut ? &opFinished : nullptr)
              : FailureOr<StepPrediction>(failure());
     if (failed(p)) {
       c.rejected = "the simulator cannot time it";
       return std::nullopt;
     }
+    if (timingOut)
+      *timingOut = attributeMicrobatch(step, opFinished, *p);
     return *p;
+  }
+
+  /// A pipeline candidate, from its micro-batch timed on the 2- and
+  /// 3-layer cuts: the model's layers (the first with the embedding, alike
+  /// ones, the last with the head) cut into balanced groups as
+  /// tp-pipeline-stages cuts them, the schedule replayed over the groups'
+  /// halves and the transfers between them, then each stage's once-a-step
+  /// part (its layers' share of it; the rest on stage 0). Bytes per stage:
+  /// its parameters and state, and the activations of the micro-batches
+  /// its slot order holds at once.
+  void evaluatePipeline(Candidate &c, const ClusterModel &cluster,
+                        double budget) {
+    const int64_t stages = c.stages, chunks = options.pipelineChunks;
+    const int64_t groups = stages * chunks;
+    if (options.schedule == PipelineSchedule::Interleaved &&
+        c.microbatches % stages != 0) {
+      c.rejected = llvm::formatv("schedule=interleaved needs the "
+                                 "micro-batches ({0}) a multiple of pp={1}",
+                                 c.microbatches, stages);
+      return;
+    }
+    // The 3-layer cut times the layers; the 2-layer one only gives what a
+    // layer adds once a step and to the bytes, so a candidate already over
+    // the budget without those is not compiled twice.
+    MicrobatchTiming low, high;
+    if (!predict(c, highModule, cluster, &high))
+      return;
+    if (high.forward.size() != size_t(kHighLayers)) {
+      c.rejected = "its micro-batch's layers cannot be told apart";
+      return;
+    }
+    // The model's layers: the first (with the embedding), alike ones, the
+    // last (with the head and loss).
+    auto spread = [&](ArrayRef<double> cut) {
+      SmallVector<double> all(modelLayers, cut[1]);
+      all.front() = cut.front();
+      all.back() = cut.back();
+      return all;
+    };
+    SmallVector<double> forward = spread(high.forward),
+                        backward = spread(high.backward),
+                        saved = spread(high.savedBytes), cost(modelLayers);
+    for (int64_t l = 0; l < modelLayers; ++l)
+      cost[l] = forward[l] + backward[l];
+    SmallVector<int64_t> balanced = balanceLayers(cost, groups);
+    c.stageLayers.assign(balanced.begin(), balanced.end());
+
+    SlotCosts slots;
+    SmallVector<int64_t> stageLayerCount(stages, 0);
+    SmallVector<double> groupSaved;
+    for (int64_t g = 0, l = 0; g < groups; ++g) {
+      double f = 0, b = 0, held = 0;
+      for (int64_t i = 0; i < c.stageLayers[g]; ++i, ++l) {
+        f += forward[l];
+        b += backward[l];
+        held += saved[l];
+      }
+      slots.forward.push_back(f);
+      slots.backward.push_back(b);
+      groupSaved.push_back(held);
+      stageLayerCount[g % stages] += c.stageLayers[g];
+    }
+    // Between alike layers a micro-batch sends its residual stream shard.
+    const double forwardBytes = *llvm::max_element(high.forwardBytes);
+    const double backwardBytes = *llvm::max_element(high.backwardBytes);
+    const int64_t ranksPerStage =
+        options.grid.getValue().sizes.front() / stages;
+    for (int64_t g = 0; g + 1 < groups; ++g) {
+      SmallVector<int64_t> pair = {(g % stages) * ranksPerStage,
+                                   ((g + 1) % stages) * ranksPerStage};
+      slots.forwardTransfer.push_back(
+          cluster.exchangeSeconds(pair, 1, forwardBytes));
+      slots.backwardTransfer.push_back(
+          cluster.exchangeSeconds(pair, 1, backwardBytes));
+    }
+    SmallVector<double> done =
+        replaySlots(options.schedule, stages, c.microbatches, chunks, slots);
+    if (done.empty()) {
+      c.rejected = "its schedule waits forever";
+      return;
+    }
+    // The activations each stage holds at most: of the forwards not yet
+    // backward.
+    SmallVector<SmallVector<PipelineSlot>> order =
+        pipelineSlots(options.schedule, stages, c.microbatches, chunks);
+    SmallVector<double> mostHeld(stages, 0), busy(stages, 0);
+    for (int64_t s = 0; s < stages; ++s) {
+      double held = 0;
+      for (const PipelineSlot &slot : order[s]) {
+        const int64_t g = slot.chunk * stages + s;
+        busy[s] += slot.backward ? slots.backward[g] : slots.forward[g];
+        held += slot.backward ? -groupSaved[g] : groupSaved[g];
+        mostHeld[s] = std::max(mostHeld[s], held);
+      }
+    }
+    if (const double floor = parameterFloor(c) + *llvm::max_element(mostHeld);
+        floor > budget) {
+      c.overBudget = true;
+      c.rejected = "its parameters, moments and the activations its "
+                   "schedule holds take at least " +
+                   bytesText(floor) + " per rank, over the budget of " +
+                   bytesText(budget);
+      return;
+    }
+    if (!predict(c, lowModule, cluster, &low))
+      return;
+    if (low.forward.size() != size_t(kLowLayers)) {
+      c.rejected = "its micro-batch's layers cannot be told apart";
+      return;
+    }
+
+    // Once a step, and bytes: a layer's share from the two cuts' difference.
+    auto perLayer = [&](double atLow, double atHigh) {
+      const double layer = atHigh - atLow;
+      return std::pair{layer, std::max(0.0, atLow - kLowLayers * layer)};
+    };
+    auto [onceLayer, onceRest] = perLayer(low.onceSeconds, high.onceSeconds);
+    auto [argsLayer, argsRest] =
+        perLayer(low.argumentBytes, high.argumentBytes);
+    // The arena past the saved activations (working buffers, once-a-step
+    // buffers) as the cuts have it; the saved ones per micro-batch held.
+    auto [arenaLayer, arenaRest] = perLayer(
+        std::max(0.0, low.arenaBytes - llvm::sum_of(low.savedBytes)),
+        std::max(0.0, high.arenaBytes - llvm::sum_of(high.savedBytes)));
+    StepPrediction p;
+    double idle = 0;
+    SmallVector<double> finish(stages, 0);
+    for (int64_t s = 0; s < stages; ++s) {
+      const double once =
+          onceLayer * stageLayerCount[s] + (s == 0 ? onceRest : 0);
+      finish[s] = done[s] + once;
+      busy[s] += once;
+      const double args =
+          argsLayer * stageLayerCount[s] + (s == 0 ? argsRest : 0);
+      const double arena =
+          arenaRest + arenaLayer * stageLayerCount[s] + mostHeld[s];
+      if (args + arena >= p.arenaBytes + p.argumentBytes) {
+        p.argumentBytes = args;
+        p.arenaBytes = arena;
+      }
+    }
+    p.seconds = *llvm::max_element(finish);
+    for (double b : busy)
+      idle += (p.seconds - b) / p.seconds / double(stages);
+    c.bubble = idle;
+    c.prediction = p;
+    const double bytes = p.arenaBytes + p.argumentBytes;
+    if (bytes > budget) {
+      c.overBudget = true;
+      c.rejected = bytesText(bytes) +
+                   " per rank on its fullest stage "
+                   "exceeds the budget of " +
+                   bytesText(budget);
+    }
   }
 
   /// Predicts `c`'s step (from two cut modules when `layers` is set) and
   /// rejects it when it does not compile or fit the budget.
   void evaluate(Candidate &c, const ClusterModel &cluster, double budget) {
+    if (c.stages > 1)
+      return evaluatePipeline(c, cluster, budget);
     if (layers) {
       std::optional<StepPrediction> low = predict(c, lowModule, cluster);
       std::optional<StepPrediction> high =
@@ -452,7 +963,17 @@ private:
   // Estimates from cut modules (runOnOperation): layer counts, the model's
   // layers (0: every candidate compiled whole) and the cut modules.
   static constexpr int64_t kLowLayers = 2, kHighLayers = 3;
-  int64_t layers = 0;
+  int64_t layers = 0, modelLayers = 0;
+  double parameterBytes = 0;
+
+  /// The least bytes `c` holds per rank: its share of the parameters (and
+  /// AdamW moments). Tensor and pipeline ranks split them at most; ZeRO-1
+  /// splits them over the replicas too.
+  double parameterFloor(const Candidate &c) const {
+    return parameterBytes * (options.train ? 3 : 1) /
+           double(llvm::product_of(c.grid.sizes) * c.stages *
+                  (c.shardOptimizer ? c.dataParallel : 1));
+  }
   ModuleOp lowModule, highModule;
 
   PipelineOptions options;

@@ -27,26 +27,43 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     if (options.rebalance)
       return emitError("tp-pipeline: mode=auto does not choose rebalance "
                        "points yet; give a mode with rebalance=true");
-    if (options.pipelineStages.hasValue() || options.microbatches.hasValue())
-      return emitError("tp-pipeline: mode=auto does not choose pipeline "
-                       "stages yet; give a mode with pp=P");
+    if (!options.stageLayers.empty())
+      return emitError("tp-pipeline: mode=auto cuts the stages itself; give "
+                       "a mode with pp=P for stages=");
+    const bool pipelineGiven =
+        options.pipelineStages.hasValue() || options.microbatches.hasValue() ||
+        options.schedule.hasValue() || options.pipelineChunks.hasValue();
+    if (pipelineGiven && !options.train)
+      return emitError("tp-pipeline: pp and microbatches cut the training "
+                       "step; they need train=true");
+    if (options.pipelineStages < 1 || options.microbatches < 1 ||
+        options.pipelineChunks < 1)
+      return emitError("tp-pipeline: pp, microbatches and pp-chunks must be "
+                       "positive");
+    if ((options.schedule == PipelineSchedule::Interleaved) !=
+        (options.pipelineChunks > 1))
+      return emitError("tp-pipeline: schedule=interleaved and pp-chunks=V "
+                       "(V > 1) go together");
     pm.addPass(createChooseScheme(options));
     return success();
   }
   // estimate-layers=true is the default: only turning it off says something.
-  if (options.memoryBudget != 0 || options.explain || !options.estimateLayers)
-    return emitError("tp-pipeline: memory-budget, explain and "
-                     "estimate-layers are for mode=auto");
+  if (options.memoryBudget != 0 || options.explain || !options.estimateLayers ||
+      !options.compileChoice)
+    return emitError("tp-pipeline: memory-budget, explain, estimate-layers "
+                     "and compile-choice are for mode=auto");
   // Options that would be silently ignored are errors.
   if (failed(verifyShardOptions("tp-pipeline", options.mode,
                                 options.grid.getValue(), options.seqParallel,
                                 options.dataParallel, options.shardOptimizer,
                                 emitError)))
     return failure();
-  const bool pipelined =
-      options.pipelineStages != 1 || options.microbatches != 1 ||
-      options.pipelineChunks.hasValue() || options.schedule.hasValue() ||
-      !options.stageLayers.empty();
+  // By value: mode=auto hands its candidates every option it was given.
+  const bool pipelined = options.pipelineStages != 1 ||
+                         options.microbatches != 1 ||
+                         options.pipelineChunks != 1 ||
+                         options.schedule != PipelineSchedule::OneFOneB ||
+                         !options.stageLayers.empty();
   if (pipelined) {
     if (options.pipelineStages < 1)
       return emitError("tp-pipeline: pp=" + Twine(options.pipelineStages) +
@@ -87,7 +104,8 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
   if (options.fuseElementwise) {
     // A pipeline cut between layers sends only the residual stream.
     TPFuseElementwiseOptions fuse;
-    fuse.acrossLayers = options.pipelineStages == 1;
+    fuse.acrossLayers =
+        options.pipelineStages == 1 && !options.timeOneMicrobatch;
     pm.addPass(createTPFuseElementwise(fuse));
   }
   // bf16 is mixed precision in Megatron-LM's sense: activations stored in
@@ -130,6 +148,7 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     stages.layers.assign(options.stageLayers.begin(),
                          options.stageLayers.end());
     stages.clusterPath = options.cluster;
+    stages.singleMicrobatch = options.timeOneMicrobatch;
     pm.addPass(createTPPipelineStages(stages));
   }
   if (options.mode != ParallelMode::None) {

@@ -216,6 +216,8 @@ public:
     }
     return all;
   }
+  /// When each op of the first lane's program was done.
+  ArrayRef<double> opFinished() const { return lanes.front().opFinished; }
   /// Seconds each lane waited for another stage.
   SmallVector<double> waits() const {
     SmallVector<double> all;
@@ -247,6 +249,7 @@ private:
     StepPrediction p;
     double channelFree = 0;          // the channel of ring shifts
     DenseMap<Value, double> arrives; // a ring shift's result: when it is in
+    SmallVector<double> opFinished;  // when each op of `ops` was done
   };
 
   LogicalResult stuck() {
@@ -296,6 +299,12 @@ private:
     return transfers[{start.getPeer(), stage, start.getTag()}];
   }
 
+  /// `lane` is done with its op at `at`.
+  static void advance(Lane &lane, double at) {
+    lane.opFinished.push_back(at);
+    ++lane.next;
+  }
+
   /// The op `lane` is at is over: its time goes to its category.
   void finishOp(Lane &lane, double at) {
     const double took = at - lane.opStart;
@@ -305,7 +314,7 @@ private:
       lane.p.otherSeconds += took;
     lane.category = None;
     lane.phase = Ready;
-    ++lane.next;
+    advance(lane, at);
   }
 
   /// Starts a kernel: `fixed` seconds, then `work` device-seconds.
@@ -326,7 +335,7 @@ private:
       return;
     }
     if (*done <= now) {
-      ++lane.next;
+      advance(lane, now);
       return;
     }
     lane.p.exposedExchangeSeconds += *done - now;
@@ -359,10 +368,10 @@ private:
         t.seconds = cluster.exchangeSeconds(pair, 1, bytes);
         lane.p.exchangeBytes += bytes;
         lane.p.exchangeSeconds += t.seconds;
-        ++lane.next;
+        advance(lane, now);
       } else if (auto recv = dyn_cast<RecvStartOp>(op)) {
         transfers[{recv.getPeer(), stage, recv.getTag()}].received = now;
-        ++lane.next;
+        advance(lane, now);
       } else if (isa<SendWaitOp, RecvWaitOp>(op)) {
         waitFor(lane, transferOf(op, stage));
       } else if (pipeline && overStages(op)) {
@@ -378,7 +387,7 @@ private:
           const double start = std::max(now, lane.channelFree);
           lane.channelFree = start + exchange->seconds;
           lane.arrives[op.getResult(0)] = lane.channelFree;
-          ++lane.next;
+          advance(lane, now);
         } else if (isa<RingShiftWaitOp>(op)) {
           const double in = lane.arrives.lookup(op.getOperand(0));
           if (in > now) {
@@ -386,7 +395,7 @@ private:
             lane.phase = Waiting;
             lane.until = in;
           } else {
-            ++lane.next;
+            advance(lane, now);
           }
         } else if (isa<MatrixProductOpInterface>(op)) {
           const KernelCost cost = kernelCost(op, device);
@@ -406,7 +415,7 @@ private:
           const double seconds = kernelCost(op, device).seconds;
           lane.p.exposedExchangeSeconds += exchange->seconds;
           if (seconds == 0 && !exchange->any) {
-            ++lane.next;
+            advance(lane, now);
             continue;
           }
           startKernel(lane, Other, device.opOverhead + exchange->seconds,
@@ -472,13 +481,15 @@ private:
 };
 } // namespace
 
-FailureOr<StepPrediction> mlir::tp::simulateStep(func::FuncOp func,
-                                                 ArrayRef<int64_t> gridShape,
-                                                 const ClusterModel &cluster,
-                                                 int64_t rank) {
+FailureOr<StepPrediction>
+mlir::tp::simulateStep(func::FuncOp func, ArrayRef<int64_t> gridShape,
+                       const ClusterModel &cluster, int64_t rank,
+                       SmallVectorImpl<double> *opFinished) {
   Replay replay(func, gridShape, cluster, rank, /*pipeline=*/false);
   if (failed(replay.run()))
     return failure();
+  if (opFinished)
+    opFinished->assign(replay.opFinished().begin(), replay.opFinished().end());
   return replay.predictions().front();
 }
 

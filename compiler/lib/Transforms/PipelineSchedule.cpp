@@ -3,6 +3,10 @@
 #include "tpc/Transforms/PipelineSchedule.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+#include <tuple>
 
 using namespace llvm;
 using namespace mlir;
@@ -49,6 +53,90 @@ mlir::tp::pipelineSlots(PipelineSchedule schedule, int64_t stages,
       slots.push_back(slotOf(k, true));
   }
   return order;
+}
+
+SmallVector<int64_t> mlir::tp::balanceLayers(ArrayRef<double> costs,
+                                             int64_t groups) {
+  const int64_t numLayers = costs.size();
+  // best[g][l]: the least largest group cost with layers [0, l) in the
+  // first g groups, each group at least one layer.
+  const double inf = std::numeric_limits<double>::infinity();
+  SmallVector<double> prefix(numLayers + 1, 0);
+  for (int64_t l = 0; l < numLayers; ++l)
+    prefix[l + 1] = prefix[l] + costs[l];
+  SmallVector<SmallVector<double>> best(
+      groups + 1, SmallVector<double>(numLayers + 1, inf));
+  SmallVector<SmallVector<int64_t>> cut(groups + 1,
+                                        SmallVector<int64_t>(numLayers + 1, 0));
+  best[0][0] = 0;
+  for (int64_t g = 1; g <= groups; ++g)
+    for (int64_t l = g; l <= numLayers - (groups - g); ++l)
+      for (int64_t k = g - 1; k < l; ++k) {
+        if (best[g - 1][k] == inf)
+          continue;
+        double c = std::max(best[g - 1][k], prefix[l] - prefix[k]);
+        if (c < best[g][l]) {
+          best[g][l] = c;
+          cut[g][l] = k;
+        }
+      }
+  SmallVector<int64_t> layers(groups, 0);
+  for (int64_t g = groups, l = numLayers; g > 0; --g) {
+    int64_t k = cut[g][l];
+    layers[g - 1] = l - k;
+    l = k;
+  }
+  return layers;
+}
+
+SmallVector<double> mlir::tp::replaySlots(PipelineSchedule schedule,
+                                          int64_t stages, int64_t microbatches,
+                                          int64_t chunks,
+                                          const SlotCosts &costs) {
+  SmallVector<SmallVector<PipelineSlot>> order =
+      pipelineSlots(schedule, stages, microbatches, chunks);
+  const int64_t v = schedule == PipelineSchedule::Interleaved ? chunks : 1;
+  const int64_t groups = stages * v;
+  // When each (backward, micro-batch, group) half is done.
+  std::map<std::tuple<bool, int64_t, int64_t>, double> done;
+  SmallVector<size_t> next(stages, 0);
+  SmallVector<double> clock(stages, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t s = 0; s < stages; ++s) {
+      for (; next[s] < order[s].size(); ++next[s]) {
+        const PipelineSlot &slot = order[s][next[s]];
+        const int64_t g = slot.chunk * stages + s;
+        // The half this one reads, and the transfer it comes over.
+        std::optional<std::tuple<bool, int64_t, int64_t>> input;
+        double transfer = 0;
+        if (!slot.backward && g > 0) {
+          input = {false, slot.microbatch, g - 1};
+          transfer = costs.forwardTransfer[g - 1];
+        } else if (slot.backward && g + 1 < groups) {
+          input = {true, slot.microbatch, g + 1};
+          transfer = costs.backwardTransfer[g];
+        } else if (slot.backward) {
+          input = {false, slot.microbatch, g};
+        }
+        double ready = 0;
+        if (input) {
+          auto it = done.find(*input);
+          if (it == done.end())
+            break;
+          ready = it->second + transfer;
+        }
+        clock[s] = std::max(clock[s], ready) +
+                   (slot.backward ? costs.backward[g] : costs.forward[g]);
+        done[{slot.backward, slot.microbatch, g}] = clock[s];
+        progress = true;
+      }
+    }
+  }
+  for (int64_t s = 0; s < stages; ++s)
+    if (next[s] != order[s].size())
+      return {};
+  return clock;
 }
 
 std::string mlir::tp::describeSlots(ArrayRef<PipelineSlot> slots,

@@ -87,6 +87,12 @@ public:
                 ArrayRef<int64_t> layers, const ClusterModel &cluster,
                 int64_t microbatches);
 
+  /// Emit only micro-batch 0's slots, each op tagged with its micro-batch,
+  /// layer and half, and each running sum's add as a later micro-batch
+  /// makes it: a program to time one micro-batch by (one stage), not a step
+  /// to run.
+  void emitOneMicrobatch() { oneMicrobatch = true; }
+
   /// Builds @<step>_stage<s> for every stage (the step itself stays, for
   /// the caller to erase with the module's other unstaged functions).
   LogicalResult run();
@@ -137,6 +143,7 @@ private:
   SmallVector<int64_t> explicitLayers;
   const ClusterModel &cluster;
   int64_t microbatches;
+  bool oneMicrobatch = false;
 
   /// Each parameter or moment argument's parameter argument.
   DenseMap<unsigned, unsigned> paramOfArg;
@@ -385,34 +392,7 @@ LogicalResult StageSplitter::cutLayers() {
              << "tp-pipeline-stages: " << groups << " pipeline groups (pp x "
              << "pp-chunks) need at least as many layers; the model has "
              << numLayers;
-    // best[g][l]: the least largest group cost with layers [0, l) in the
-    // first g groups, each group at least one layer.
-    const double inf = std::numeric_limits<double>::infinity();
-    SmallVector<double> prefix(numLayers + 1, 0);
-    for (int64_t l = 0; l < numLayers; ++l)
-      prefix[l + 1] = prefix[l] + costs[l];
-    SmallVector<SmallVector<double>> best(
-        groups + 1, SmallVector<double>(numLayers + 1, inf));
-    SmallVector<SmallVector<int64_t>> cut(
-        groups + 1, SmallVector<int64_t>(numLayers + 1, 0));
-    best[0][0] = 0;
-    for (int64_t g = 1; g <= groups; ++g)
-      for (int64_t l = g; l <= numLayers - (groups - g); ++l)
-        for (int64_t k = g - 1; k < l; ++k) {
-          if (best[g - 1][k] == inf)
-            continue;
-          double c = std::max(best[g - 1][k], prefix[l] - prefix[k]);
-          if (c < best[g][l]) {
-            best[g][l] = c;
-            cut[g][l] = k;
-          }
-        }
-    groupLayers.assign(groups, 0);
-    for (int64_t g = groups, l = numLayers; g > 0; --g) {
-      int64_t k = cut[g][l];
-      groupLayers[g - 1] = l - k;
-      l = k;
-    }
+    groupLayers = balanceLayers(costs, groups);
   }
   for (int64_t g = 0, next = 0; g < groups; ++g)
     for (int64_t i = 0; i < groupLayers[g]; ++i)
@@ -852,6 +832,15 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
         operands.map(operand, *value);
       }
       Operation *clone = b.clone(*op, operands);
+      if (oneMicrobatch) {
+        clone->setAttr(TPDialect::MicrobatchAttrHelper::getNameStr(),
+                       b.getI64IntegerAttr(m));
+        clone->setAttr(TPDialect::LayerAttrHelper::getNameStr(),
+                       b.getI64IntegerAttr(layer.lookup(op)));
+        if (slot.backward)
+          clone->setAttr(TPDialect::BackwardAttrHelper::getNameStr(),
+                         b.getUnitAttr());
+      }
       for (auto [result, copy] :
            llvm::zip_equal(op->getResults(), clone->getResults())) {
         micro[m].map(result, copy);
@@ -864,6 +853,19 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
         for (Operation *user : result.getUsers())
           if (microbatchSums.contains(user)) {
             Value &sum = accumulated[user];
+            if (oneMicrobatch) {
+              // Timed as a later micro-batch's running sum: an add (of
+              // itself; the program is not run).
+              auto add = AddOp::create(b, loc, copy, copy);
+              for (StringRef tag :
+                   {TPDialect::MicrobatchAttrHelper::getNameStr(),
+                    TPDialect::LayerAttrHelper::getNameStr(),
+                    TPDialect::BackwardAttrHelper::getNameStr()})
+                if (Attribute value = clone->getAttr(tag))
+                  add->setAttr(tag, value);
+              sum = add;
+              continue;
+            }
             sum = sum ? Value(AddOp::create(b, loc, sum, copy)) : Value(copy);
           }
       }
@@ -1087,6 +1089,10 @@ LogicalResult StageSplitter::run() {
     return failure();
   planTransfers();
   slots = pipelineSlots(schedule, stages, microbatches, chunks);
+  if (oneMicrobatch)
+    for (SmallVector<PipelineSlot> &order : slots)
+      llvm::erase_if(order,
+                     [](const PipelineSlot &slot) { return slot.microbatch; });
   // A forward-only program (@loss) runs the schedule's forward halves in
   // their order.
   if (llvm::none_of(ops, [&](Operation *op) { return backward.lookup(op); }))
@@ -1141,8 +1147,12 @@ struct TPPipelineStages
       cluster = std::move(*loaded);
     }
     // The step, then the held-out loss (forward only) cut the same way.
+    if (singleMicrobatch && stages != 1)
+      return fail("single-microbatch=true times one stage; it needs pp=1");
     StageSplitter splitter(module, step, grid, stages, chunks, schedule, layers,
                            cluster, microbatches);
+    if (singleMicrobatch)
+      splitter.emitOneMicrobatch();
     if (failed(splitter.run()))
       return signalPassFailure();
     SmallVector<func::FuncOp> staged(splitter.stageFunctions());
@@ -1150,6 +1160,8 @@ struct TPPipelineStages
       StageSplitter lossSplitter(module, loss, grid, stages, chunks, schedule,
                                  splitter.layersPerGroup(), cluster,
                                  microbatches);
+      if (singleMicrobatch)
+        lossSplitter.emitOneMicrobatch();
       if (failed(lossSplitter.run()))
         return signalPassFailure();
       llvm::append_range(staged, lossSplitter.stageFunctions());

@@ -142,6 +142,12 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
                      "of them (the layers are alike), and compile only the "
                      "choice whole; false compiles every candidate whole"),
       llvm::cl::init(true)};
+  Option<bool> compileChoice{
+      *this, "compile-choice",
+      llvm::cl::desc("mode=auto: compile the choice into the module (false: "
+                     "only rank the candidates and leave the module as it "
+                     "was)"),
+      llvm::cl::init(true)};
   Option<MatmulPrecision> precision{
       *this, "precision",
       llvm::cl::desc("Training precision: f32; bf16, mixed precision with "
@@ -149,6 +155,12 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
                      "f32 masters (tp-mixed-precision); or tf32, f32 "
                      "tensors with TF32 products (tp-matmul-precision)"),
       llvm::cl::init(MatmulPrecision::F32), matmulPrecisionValues()};
+
+  /// Not an option: mode=auto's timing compile of a pipeline candidate,
+  /// with pp=1 and microbatches=M, emits one micro-batch's program
+  /// (tp-pipeline-stages single-microbatch=true) cut between layers as the
+  /// pipeline's would be.
+  bool timeOneMicrobatch = false;
 };
 
 /// Global tp module -> per-rank program with planned memory, ready for the

@@ -51,11 +51,12 @@ FailureOr<double> predictOpSeconds(Operation &op, ArrayRef<int64_t> gridShape,
 
 /// The prediction for rank `rank` of a grid of `gridShape` (row-major rank
 /// order; the grid's rank 0 by default). Fails, after a diagnostic, on a
-/// layout no kernel runs.
-FailureOr<StepPrediction> simulateStep(func::FuncOp func,
-                                       ArrayRef<int64_t> gridShape,
-                                       const ClusterModel &cluster,
-                                       int64_t rank = 0);
+/// layout no kernel runs. `opFinished`, when given, receives when each op
+/// of the body (terminator aside) was done: the step's time op by op.
+FailureOr<StepPrediction>
+simulateStep(func::FuncOp func, ArrayRef<int64_t> gridShape,
+             const ClusterModel &cluster, int64_t rank = 0,
+             SmallVectorImpl<double> *opFinished = nullptr);
 
 /// A pipelined step: the stages' programs replayed together on one rank of
 /// each stage (its first), a receive waiting for its send to be posted and

@@ -224,6 +224,11 @@ def TPPipelineStages : Pass<"tp-pipeline-stages", "::mlir::ModuleOp"> {
     Option<"clusterPath", "cluster", "std::string", "",
            "A cluster description whose device costs the layers (default: "
            "FLOPs and bytes at fixed rates)">,
+    Option<"singleMicrobatch", "single-microbatch", "bool", "false",
+           "Emit micro-batch 0 only, each op tagged with tp.microbatch, "
+           "tp.layer and tp.backward, its running sums added as a later "
+           "micro-batch's are: the program mode=auto times a pipeline's "
+           "micro-batch by, not a step to run (needs pp=1)">,
   ];
   let dependentDialects = ["::mlir::tp::TPDialect", "::mlir::func::FuncDialect"];
 }

@@ -44,6 +44,30 @@ llvm::SmallVector<llvm::SmallVector<PipelineSlot>>
 pipelineSlots(PipelineSchedule schedule, int64_t stages, int64_t microbatches,
               int64_t chunks);
 
+/// Layers per group for `groups` contiguous groups of layers costing
+/// `costs`, each at least one layer, minimising the largest group's cost
+/// (the balanced pipeline cut). Needs costs.size() >= groups.
+llvm::SmallVector<int64_t> balanceLayers(llvm::ArrayRef<double> costs,
+                                         int64_t groups);
+
+/// A schedule's slots costed per virtual stage (group g = chunk * stages +
+/// stage): one micro-batch's forward and backward half on group g, and the
+/// seconds a micro-batch's activation takes from group g to g + 1
+/// (`forwardTransfer[g]`) and its gradient back (`backwardTransfer[g]`).
+struct SlotCosts {
+  llvm::SmallVector<double> forward, backward;
+  llvm::SmallVector<double> forwardTransfer, backwardTransfer;
+};
+
+/// When each stage is done with its slots, replaying the schedule: a stage
+/// runs its slots in order, each once its input has arrived (the previous
+/// group's forward, the next group's backward, plus the transfer; the last
+/// group's backward after its own forward). Empty when the slots wait for
+/// each other forever (no schedule above does).
+llvm::SmallVector<double> replaySlots(PipelineSchedule schedule, int64_t stages,
+                                      int64_t microbatches, int64_t chunks,
+                                      const SlotCosts &costs);
+
 /// "F0 F1 B0 ..." (with chunks: "F0.1" is micro-batch 0 on chunk 1).
 std::string describeSlots(llvm::ArrayRef<PipelineSlot> slots, bool withChunks);
 

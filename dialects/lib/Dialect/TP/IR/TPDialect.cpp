@@ -84,6 +84,8 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
       {D::BackwardAttrHelper::getNameStr(), Placement::Operation, isA<UnitAttr>,
        "a unit attribute"},
       {D::StageAttrHelper::getNameStr(), Placement::Operation, isI64, "an i64"},
+      {D::MicrobatchAttrHelper::getNameStr(), Placement::Operation, isI64,
+       "an i64"},
       {D::ScheduleAttrHelper::getNameStr(), Placement::Operation,
        isA<StringAttr>, "a string"},
       {D::VocabAxesAttrHelper::getNameStr(), Placement::Operation,

@@ -57,6 +57,10 @@ def TP_Dialect : Dialect {
     // forward and backward micro-batch slots ("F0 F1 B0 ...").
     "::mlir::IntegerAttr":$stage,
     "::mlir::StringAttr":$schedule,
+    // Set by tp-pipeline-stages single-microbatch=true on each op of the one
+    // micro-batch it emits (with its tp.layer, and tp.backward in the
+    // backward): what mode=auto times per layer and micro-batch.
+    "::mlir::IntegerAttr":$microbatch,
     // Set by tp-partition on a per-rank tp.embedding whose table is split
     // along the vocabulary, or a tp.cross_entropy whose logits are: the
     // grid axes that split it. Each rank looks up only the ids in its block
