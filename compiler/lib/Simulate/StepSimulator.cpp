@@ -67,8 +67,21 @@ KernelCost mlir::tp::kernelCost(Operation &op, const DeviceModel &device) {
   KernelCost cost;
   if (auto products = dyn_cast<MatrixProductOpInterface>(op)) {
     cost.productFlops = products.getProductFlops();
-    cost.seconds = device.productSeconds(cost.productFlops,
-                                         products.getOperandPrecision());
+    // Rounded to a precision (tp-matmul-precision), else read as stored:
+    // under mixed precision every operand of a product is bf16.
+    TypeAttr precision = products.getOperandPrecision();
+    if (!precision) {
+      SmallVector<Type> floats;
+      for (Type type : op.getOperandTypes())
+        if (auto tensor = dyn_cast<RankedTensorType>(type);
+            tensor && isa<FloatType>(tensor.getElementType()))
+          floats.push_back(tensor.getElementType());
+      if (!floats.empty() && llvm::all_of(floats, [&](Type t) {
+            return t == floats.front() && !t.isF32();
+          }))
+        precision = TypeAttr::get(floats.front());
+    }
+    cost.seconds = device.productSeconds(cost.productFlops, precision);
     return cost;
   }
   if (auto alias = dyn_cast<StorageAliasOpInterface>(op);
