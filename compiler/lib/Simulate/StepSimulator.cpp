@@ -68,13 +68,16 @@ KernelCost mlir::tp::kernelCost(Operation &op, const DeviceModel &device) {
   if (auto products = dyn_cast<MatrixProductOpInterface>(op)) {
     cost.productFlops = products.getProductFlops();
     // Rounded to a precision (tp-matmul-precision), else read as stored:
-    // under mixed precision every operand of a product is bf16.
+    // under mixed precision the activations a product multiplies are bf16
+    // (its statistics, biases and the like may be f32).
     TypeAttr precision = products.getOperandPrecision();
     if (!precision) {
+      auto mixed = dyn_cast<MixedPrecisionOpInterface>(op);
       SmallVector<Type> floats;
-      for (Type type : op.getOperandTypes())
+      for (auto [index, type] : llvm::enumerate(op.getOperandTypes()))
         if (auto tensor = dyn_cast<RankedTensorType>(type);
-            tensor && isa<FloatType>(tensor.getElementType()))
+            tensor && isa<FloatType>(tensor.getElementType()) &&
+            !(mixed && mixed.readsOperandAsStored(index)))
           floats.push_back(tensor.getElementType());
       if (!floats.empty() && llvm::all_of(floats, [&](Type t) {
             return t == floats.front() && !t.isF32();
