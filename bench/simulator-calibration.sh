@@ -54,8 +54,10 @@ for run in "${runs[@]}"; do
   threads=1 bind=core
   [ "$ranks" = 1 ] && threads=2 bind=none
   [ "$ranks" -gt "$(nproc)" ] && bind=none
-  mpirun -np "$ranks" --oversubscribe --bind-to $bind --map-by core \
-    -x OPENBLAS_CORETYPE -x OPENBLAS_NUM_THREADS=$threads \
+  # OPENBLAS_CORETYPE travels only when set (mpirun warns of an unset one).
+  env=(-x OPENBLAS_NUM_THREADS=$threads)
+  [ -n "${OPENBLAS_CORETYPE:-}" ] && env+=(-x OPENBLAS_CORETYPE)
+  mpirun -np "$ranks" --oversubscribe --bind-to $bind --map-by core "${env[@]}" \
     "$build/bin/tp-run" "$work/$name.tpplan" --data "$work/text.tokens" \
     --steps "$steps" --threads $threads --metrics "$work/$name.json" > "$work/$name.log"
   read -r measured _ < <(python3 "$root/bench/step_summary.py" "$work/$name.json")
