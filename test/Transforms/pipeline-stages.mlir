@@ -86,6 +86,13 @@
 // RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=2 dp=2 shard-optimizer=true pp=2 microbatches=2" -o - 2>/dev/null | FileCheck %s --check-prefix=DP
 // DP: tp.grid @tp [2, 2, 2]
 // DP-COUNT-2: tp.stage
+// ZeRO-1's reduce-scatters take the sum over the micro-batches, once a
+// step: one per parameter, 26 on stage 0 (wte, wpe and 2 layers of 12) and
+// 27 on stage 1 (2 layers, ln_f and the tied table's part), not one per
+// parameter and micro-batch.
+// RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=2 dp=2 shard-optimizer=true pp=2 microbatches=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=DP-SCATTER
+// DP-SCATTER: @train_step_stage0 communication per rank: {{.*}}reduce_scatter {{[0-9]+}} bytes (26 calls)
+// DP-SCATTER: @train_step_stage1 communication per rank: {{.*}}reduce_scatter {{[0-9]+}} bytes (27 calls)
 // RUN: tpc-opt %t.mlir --tp-pipeline="mode=2d grid=2x2 pp=2 microbatches=2" -o - 2>/dev/null | FileCheck %s --check-prefix=TWO-D
 // TWO-D: tp.grid @tp [2, 2, 2]
 

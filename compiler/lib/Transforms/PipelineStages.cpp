@@ -263,6 +263,26 @@ LogicalResult StageSplitter::splitMicrobatchSums() {
       if (axis != kPipelineAxis)
         rest.push_back(axis);
     if (rest.empty()) {
+      // A sum of reduce-scattered gradients (ZeRO-1's) sums the gradients
+      // first and reduce-scatters the sum once a step: the same sum, one
+      // exchange a step instead of one a micro-batch (as Megatron-LM's
+      // distributed optimizer reduce-scatters its accumulated main_grad).
+      auto scatter = allReduce.getInput().getDefiningOp<ReduceScatterOp>();
+      if (scatter && scatter->hasOneUse()) {
+        OpBuilder b(op);
+        auto sum = AllReduceOp::create(
+            b, op->getLoc(), scatter.getInput().getType(), scatter.getInput(),
+            allReduce.getGridAttr(), b.getDenseI64ArrayAttr({kPipelineAxis}));
+        sum->setAttrs(op->getDiscardableAttrDictionary());
+        IRMapping mapping;
+        mapping.map(scatter.getInput(), sum.getResult());
+        Operation *once = b.clone(*scatter, mapping);
+        op->getResult(0).replaceAllUsesWith(once->getResult(0));
+        op->erase();
+        scatter->erase();
+        microbatchSums.insert(sum);
+        continue;
+      }
       microbatchSums.insert(op);
       continue;
     }
