@@ -265,8 +265,8 @@ struct MicrobatchTiming {
 
 /// Attributes `step`'s simulated time op by op: an op tagged
 /// tp.microbatch to its layer's half; an op a later pass made between them
-/// (a ring step, a fused product) to the half of the tagged op before it;
-/// the rest, before and after the micro-batch, once a step.
+/// (a ring step, a fused product: it reads the micro-batch) to the half of
+/// the tagged op before it; the rest once a step.
 MicrobatchTiming attributeMicrobatch(func::FuncOp step,
                                      ArrayRef<double> opFinished,
                                      const StepPrediction &p) {
@@ -287,7 +287,15 @@ MicrobatchTiming attributeMicrobatch(func::FuncOp step,
     if (tagged(op))
       half = {*layerOf(op),
               op->hasAttr(TPDialect::BackwardAttrHelper::getNameStr())};
-    if (!half || i >= end) {
+    // An untagged op among the micro-batch's is a later pass's (a ring
+    // step, a fused product) when it reads the micro-batch; one that does
+    // not is a step invariant emitted where first needed (ZeRO-1's
+    // parameter gathers): once a step, and never saved per micro-batch.
+    const bool readsMicrobatch =
+        tagged(op) || llvm::any_of(op->getOperands(), [&](Value v) {
+          return halfOf.count(v.getDefiningOp());
+        });
+    if (!half || i >= end || !readsMicrobatch) {
       t.onceSeconds += took;
       continue;
     }
