@@ -135,9 +135,7 @@ double parameterBytesOf(ModuleOp module) {
       if (!func.getArgAttr(i, TPDialect::ParamAttrHelper::getNameStr()) ||
           func.getArgAttr(i, TPDialect::StateAttrHelper::getNameStr()))
         continue;
-      auto type = cast<RankedTensorType>(func.getArgument(i).getType());
-      bytes += double(type.getNumElements()) *
-               double((type.getElementTypeBitWidth() + 7) / 8);
+      bytes += tensorBytes(func.getArgument(i).getType());
     }
     most = std::max(most, bytes);
   }
@@ -312,11 +310,6 @@ MicrobatchTiming attributeMicrobatch(func::FuncOp step,
   t.forwardBytes.assign(layers ? layers - 1 : 0, 0);
   t.backwardBytes.assign(layers ? layers - 1 : 0, 0);
   t.savedBytes.assign(layers, 0);
-  auto bytesOf = [](Value v) {
-    auto type = cast<RankedTensorType>(v.getType());
-    return double(type.getNumElements()) *
-           double((type.getElementTypeBitWidth() + 7) / 8);
-  };
   // A value of layer a read by a half of layer b in the same direction
   // crosses every cut between them, once however many ops read it.
   DenseSet<std::pair<Value, int64_t>> counted;
@@ -329,7 +322,7 @@ MicrobatchTiming attributeMicrobatch(func::FuncOp step,
       if (from == halfOf.end() || from->second.second != to->second.second)
         continue;
       const int64_t a = from->second.first, b = to->second.first;
-      const double bytes = bytesOf(operand);
+      const double bytes = tensorBytes(operand.getType());
       for (int64_t cut = std::min(a, b); cut < std::max(a, b); ++cut)
         if (counted.insert({operand, cut}).second)
           (to->second.second ? t.backwardBytes : t.forwardBytes)[cut] += bytes;
@@ -343,7 +336,7 @@ MicrobatchTiming attributeMicrobatch(func::FuncOp step,
             auto it = halfOf.find(user);
             return it != halfOf.end() && it->second.second;
           }))
-        t.savedBytes[half.first] += bytesOf(result);
+        t.savedBytes[half.first] += tensorBytes(result.getType());
   }
   t.arenaBytes = p.arenaBytes;
   t.argumentBytes = p.argumentBytes;
@@ -417,6 +410,7 @@ public:
     // order, only while it does not fit. A given remat is kept.
     SmallVector<Candidate> candidates;
     const bool chooseRemat = options.train && !options.remat.hasValue();
+    const int64_t batch = batchOf(module);
     SmallVector<Candidate> shapes;
     for (int64_t stages = 1; stages <= ranks; ++stages) {
       if (ranks % stages != 0 || (options.pipelineStages.hasValue() &&
@@ -436,8 +430,7 @@ public:
           c.mode = ParallelMode::OneD;
           c.grid = GridShape{{1}};
         }
-        for (int64_t m :
-             microbatchCounts(batchOf(module) / c.dataParallel, stages)) {
+        for (int64_t m : microbatchCounts(batch / c.dataParallel, stages)) {
           c.microbatches = m;
           shapes.push_back(c);
         }
@@ -472,7 +465,6 @@ public:
     // a grid does not divide, rows it cannot split) fails alike whatever
     // the stages and replicas around it: such failures are kept by scheme,
     // grid and sequences per micro-batch, not compiled again.
-    const int64_t batch = batchOf(module);
     std::map<std::string, std::string> shapeFailures;
     auto shapeKey = [&](const Candidate &c) {
       Candidate key(c.mode, c.grid, c.seqParallel);
@@ -485,25 +477,20 @@ public:
       // compiler's to report, and not a scheme's failure.)
       const bool divides =
           batch % (shape.dataParallel * shape.microbatches) == 0;
+      std::string skipped;
       if (auto failed = divides ? shapeFailures.find(shapeKey(shape))
                                 : shapeFailures.end();
-          failed != shapeFailures.end()) {
+          failed != shapeFailures.end())
+        skipped = failed->second;
+      else if (shape.stages > 1 && unfitPipelines.count(pipelineKey(shape)))
+        skipped = "fits with no fewer micro-batches either (larger ones hold "
+                  "more)";
+      else if (shape.stages > 1 && slowerPipelines.count(pipelineKey(shape)))
+        skipped = "not tried: fewer micro-batches were already slower than "
+                  "more";
+      if (!skipped.empty()) {
         Candidate c = shape;
-        c.rejected = failed->second;
-        candidates.push_back(std::move(c));
-        continue;
-      }
-      if (shape.stages > 1 && unfitPipelines.count(pipelineKey(shape))) {
-        Candidate c = shape;
-        c.rejected = "fits with no fewer micro-batches either (larger ones "
-                     "hold more)";
-        candidates.push_back(std::move(c));
-        continue;
-      }
-      if (shape.stages > 1 && slowerPipelines.count(pipelineKey(shape))) {
-        Candidate c = shape;
-        c.rejected = "not tried: fewer micro-batches were already slower "
-                     "than more";
+        c.rejected = std::move(skipped);
         candidates.push_back(std::move(c));
         continue;
       }

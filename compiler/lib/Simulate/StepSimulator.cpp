@@ -17,14 +17,6 @@ using namespace mlir;
 using namespace mlir::tp;
 
 namespace {
-double bytesOf(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  return double(tensor.getNumElements()) *
-         double((tensor.getElementTypeBitWidth() + 7) / 8);
-}
-
 /// `rank`'s coordinates on a row-major grid, and back.
 SmallVector<int64_t> coordsOf(ArrayRef<int64_t> gridShape, int64_t rank) {
   SmallVector<int64_t> coords(gridShape.size());
@@ -93,9 +85,9 @@ KernelCost mlir::tp::kernelCost(Operation &op, const DeviceModel &device) {
   // Any other kernel streams its operands and results once.
   double bytes = 0;
   for (Type type : op.getOperandTypes())
-    bytes += bytesOf(type);
+    bytes += tensorBytes(type);
   for (Type type : op.getResultTypes())
-    bytes += bytesOf(type);
+    bytes += tensorBytes(type);
   cost.seconds = device.streamSeconds(bytes);
   return cost;
 }
@@ -227,7 +219,7 @@ public:
               TPDialect::ArenaBytesAttrHelper::getNameStr()))
         p.arenaBytes = double(arena.getInt());
       for (Type type : func::FuncOp(lane.func).getArgumentTypes())
-        p.argumentBytes += bytesOf(type);
+        p.argumentBytes += tensorBytes(type);
       all.push_back(p);
     }
     return all;

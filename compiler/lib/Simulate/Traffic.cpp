@@ -8,11 +8,18 @@
 using namespace mlir;
 using namespace mlir::tp;
 
+double mlir::tp::tensorBytes(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  return double(tensor.getNumElements()) *
+         double((tensor.getElementTypeBitWidth() + 7) / 8);
+}
+
 namespace {
 /// Bytes one rank holds of `type` under its layout.
 double localBytes(RankedTensorType type, ArrayRef<int64_t> gridShape) {
-  double bytes =
-      double(type.getNumElements()) * ((type.getElementTypeBitWidth() + 7) / 8);
+  double bytes = tensorBytes(type);
   if (DistAttr dist = getDistLayout(type))
     for (int64_t d = 0; d < type.getRank(); ++d)
       for (int64_t axis : dist.getSplitAxes(d))

@@ -45,6 +45,9 @@ collectiveTraffic(Operation *op, ArrayRef<int64_t> gridShape);
 /// The shape of the module's tp.grid, or {1} when it has none.
 SmallVector<int64_t> gridShapeOf(Operation *module);
 
+/// The bytes of a whole tensor of `type` (0 for anything else).
+double tensorBytes(Type type);
+
 } // namespace mlir::tp
 
 #endif // TPC_SIMULATE_TRAFFIC_H
