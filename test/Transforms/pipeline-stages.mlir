@@ -8,7 +8,7 @@
 // [pp, tensor], two layers per stage (the balanced cut), stage 0 runs one
 // forward ahead, stage 1 alternates.
 // RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=2 pp=2 microbatches=2" 2>%t.remarks | FileCheck %s --check-prefix=1F1B
-// 1F1B: tp.pipeline = {chunks = 1 : i64, layers = array<i64: 2, 2>, microbatches = 2 : i64, schedule = "1f1b", stages = 2 : i64}
+// 1F1B: tp.pipeline = {chunks = 1 : i64, layer_seconds = array<f64: {{[-+0-9.eE, ]+}}>, layers = array<i64: 2, 2>, microbatches = 2 : i64, schedule = "1f1b", stages = 2 : i64}
 // 1F1B: tp.grid @tp [2, 2]
 // 1F1B-LABEL: func.func @train_step_stage0
 // The tied embedding table's shard (the vocabulary split over the tensor
@@ -70,7 +70,7 @@
 // The interleaved schedule: 2 chunks per stage, one layer each; chunk c of stage s
 // holds layer group 2c + s (Megatron-LM's order of virtual micro-batches).
 // RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=4 schedule=interleaved pp-chunks=2" -o - 2>/dev/null | FileCheck %s --check-prefix=INTER
-// INTER: chunks = 2 : i64, layers = array<i64: 1, 1, 1, 1>, microbatches = 4 : i64, schedule = "interleaved"
+// INTER: chunks = 2 : i64, layer_seconds = array<f64: {{[-+0-9.eE, ]+}}>, layers = array<i64: 1, 1, 1, 1>, microbatches = 4 : i64, schedule = "interleaved"
 // INTER: tp.schedule = "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0", tp.stage = 0
 // INTER: tp.schedule = "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0", tp.stage = 1
 
@@ -135,7 +135,7 @@
 // RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 train=false" 2>&1 | FileCheck %s --check-prefix=NO-TRAIN
 // NO-TRAIN: tp-pipeline: pp and microbatches cut the training step; they need train=true
 
-// Plans record the pipeline (format 1.12) and which stage runs each
+// Plans record the pipeline (format 1.12; stage cuts 1.13) and which stage runs each
 // program; gradient accumulation alone is one stage.
 // RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 microbatches=2" -o %t.tpplan
 // RUN: tp-run %t.tpplan --print-plan | FileCheck %s --check-prefix=PLAN
@@ -166,3 +166,37 @@
 // PP-PLAN:      "name": "loss",
 // PP-PLAN-NEXT: "arena_bytes": {{[0-9]+}},
 // PP-PLAN-NEXT: "stage": 1,
+
+// Stage cuts for stage rebalancing (stage-moves=K): 6 layers on 3 stages,
+// the balanced cut (2,2,2) and each move of one layer off a stage to a
+// neighbour, in stage order. A stage whose layers a cut leaves alone runs
+// the program of cut 0 (stage 0 under (2,1,3) and (2,3,1), stage 2 under
+// (1,3,2) and (3,1,2)): one function serves several cuts; the others are
+// named for their cut. Each layer's predicted time is recorded.
+// RUN: echo '{"model_type": "gpt2", "vocab_size": 64, "n_embd": 32, "n_layer": 6, "n_head": 4, "n_positions": 16}' > %t.six.json
+// RUN: tpc-import %t.six.json --batch 6 --seq 8 -o %t.six.mlir
+// RUN: tpc-opt %t.six.mlir --tp-pipeline="mode=1d grid=1 pp=3 microbatches=3 stage-moves=1" 2>/dev/null | FileCheck %s --check-prefix=CUTS
+// CUTS: tp.pipeline = {chunks = 1 : i64, cuts = [array<i64: 2, 2, 2>, array<i64: 1, 3, 2>, array<i64: 2, 1, 3>, array<i64: 3, 1, 2>, array<i64: 2, 3, 1>], layer_seconds = array<f64: {{([-+0-9.eE]+, ){5}[-+0-9.eE]+}}>, layers = array<i64: 2, 2, 2>
+// CUTS-DAG: func.func @train_step_stage0({{.*}} tp.cuts = array<i64: 0, 2, 4>, {{.*}}tp.stage = 0
+// CUTS-DAG: func.func @train_step_stage1({{.*}} tp.cuts = array<i64: 0>, {{.*}}tp.stage = 1
+// CUTS-DAG: func.func @train_step_stage2({{.*}} tp.cuts = array<i64: 0, 1, 3>, {{.*}}tp.stage = 2
+// CUTS-DAG: func.func @train_step_stage0_cut1({{.*}} tp.cuts = array<i64: 1>, {{.*}}tp.stage = 0
+// CUTS-DAG: func.func @train_step_stage1_cut2({{.*}} tp.cuts = array<i64: 2>, {{.*}}tp.stage = 1
+// CUTS-DAG: func.func @train_step_stage2_cut4({{.*}} tp.cuts = array<i64: 4>, {{.*}}tp.stage = 2
+// CUTS-DAG: func.func @loss_stage2({{.*}} tp.cuts = array<i64: 0, 1, 3>, {{.*}}tp.stage = 2
+// CUTS-NOT: func.func @train_step_stage0_cut2
+// A parameter of layer 2 lives on stage 1, except under the cuts that move
+// layer 2 to stage 0 (cut 3) or (never) to stage 2; the plan says so.
+// RUN: tpc-opt %t.six.mlir --tp-pipeline="mode=1d grid=1 pp=3 microbatches=3 stage-moves=1" -o %t.six.tpplan
+// RUN: tp-run %t.six.tpplan --print-plan | FileCheck %s --check-prefix=CUT-PLAN
+// CUT-PLAN:      "name": "transformer.h.2.attn.c_attn.weight",
+// CUT-PLAN:      "stage": 1,
+// CUT-PLAN-NEXT: "cut_stages": [
+// CUT-PLAN-NEXT:   1,
+// CUT-PLAN-NEXT:   1,
+// CUT-PLAN-NEXT:   1,
+// CUT-PLAN-NEXT:   0,
+// CUT-PLAN-NEXT:   1
+// CUT-PLAN-NEXT: ],
+// RUN: not tpc-opt %t.six.mlir --tp-pipeline="mode=1d grid=1 pp=3 microbatches=3 stage-moves=-1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=NEGATIVE
+// NEGATIVE: tp-pipeline: stage-moves=-1 needs a positive count and pp > 1 with one chunk per stage (not interleaved)

@@ -30,6 +30,9 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     if (!options.stageLayers.empty())
       return emitError("tp-pipeline: mode=auto cuts the stages itself; give "
                        "a mode with pp=P for stages=");
+    if (options.stageMoves.hasValue())
+      return emitError("tp-pipeline: mode=auto does not compile stage moves; "
+                       "give its choice's mode with pp=P for stage-moves=K");
     const bool pipelineGiven =
         options.pipelineStages.hasValue() || options.microbatches.hasValue() ||
         options.schedule.hasValue() || options.pipelineChunks.hasValue();
@@ -82,6 +85,12 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
       return emitError("tp-pipeline: rebalance=true does not work with pp "
                        "or microbatches yet");
   }
+  if (options.stageMoves != 0 &&
+      (options.pipelineStages < 2 || options.pipelineChunks != 1 ||
+       options.stageMoves < 0))
+    return emitError("tp-pipeline: stage-moves=" + Twine(options.stageMoves) +
+                     " needs a positive count and pp > 1 with one chunk per "
+                     "stage (not interleaved)");
   if (options.rebalance && options.mode == ParallelMode::None)
     return emitError("tp-pipeline: rebalance=true needs a mode, e.g. mode=1d");
   bool rebalanceTuned = options.rebalanceGranularity.hasValue() ||
@@ -149,6 +158,7 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
                          options.stageLayers.end());
     stages.clusterPath = options.cluster;
     stages.singleMicrobatch = options.timeOneMicrobatch;
+    stages.stageMoves = options.stageMoves;
     pm.addPass(createTPPipelineStages(stages));
   }
   if (options.mode != ParallelMode::None) {

@@ -139,6 +139,27 @@ SmallVector<double> mlir::tp::replaySlots(PipelineSchedule schedule,
   return clock;
 }
 
+SmallVector<SmallVector<int64_t>>
+mlir::tp::neighbourCuts(ArrayRef<int64_t> balanced, int64_t moves) {
+  SmallVector<SmallVector<int64_t>> cuts;
+  const int64_t stages = balanced.size();
+  for (int64_t s = 0; s < stages; ++s)
+    for (int64_t left = 0; left <= (s > 0 ? moves : 0); ++left)
+      for (int64_t right = 0; right <= (s + 1 < stages ? moves : 0); ++right) {
+        if (left + right == 0 || balanced[s] - left - right < 1)
+          continue;
+        SmallVector<int64_t> cut(balanced);
+        cut[s] -= left + right;
+        if (left)
+          cut[s - 1] += left;
+        if (right)
+          cut[s + 1] += right;
+        if (!llvm::is_contained(cuts, cut))
+          cuts.push_back(std::move(cut));
+      }
+  return cuts;
+}
+
 std::string mlir::tp::describeSlots(ArrayRef<PipelineSlot> slots,
                                     bool withChunks) {
   std::string text;

@@ -15,6 +15,7 @@
 #include "tpc/Transforms/Passes.h"
 #include "tpc/Transforms/PipelineSchedule.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SetVector.h"
 
 #include <map>
@@ -99,6 +100,10 @@ public:
   ArrayRef<func::FuncOp> stageFunctions() const { return stageFuncs; }
   /// Layers per virtual stage, as cut.
   ArrayRef<int64_t> layersPerGroup() const { return groupLayers; }
+  /// Each layer's predicted seconds per micro-batch (forward and backward,
+  /// the embedding with the first layer, the head and loss with the last),
+  /// in layer order.
+  ArrayRef<double> layerSeconds() const { return layerCosts; }
 
 private:
   InFlightDiagnostic error(Operation *op) {
@@ -157,6 +162,7 @@ private:
   DenseMap<Operation *, bool> backward;
   /// Layers per virtual stage (groups), and each layer's group.
   SmallVector<int64_t> groupLayers;
+  SmallVector<double> layerCosts;
   std::map<int64_t, int64_t> groupOfLayer;
   DenseMap<Operation *, int64_t> virtualStage;
   /// Owner stage of each parameter argument.
@@ -387,6 +393,7 @@ LogicalResult StageSplitter::cutLayers() {
     layerIds.push_back(layer);
     costs.push_back(cost);
   }
+  layerCosts = costs;
   const int64_t groups = stages * chunks;
   const int64_t numLayers = layerIds.size();
   if (!explicitLayers.empty()) {
@@ -1125,6 +1132,22 @@ LogicalResult StageSplitter::run() {
   return verifyTransfers();
 }
 
+/// Whether two stage functions run the same program: equal but for their
+/// names and the cuts they serve.
+bool sameProgram(func::FuncOp a, func::FuncOp b) {
+  auto text = [](func::FuncOp func) {
+    func::FuncOp copy = func.clone();
+    copy.setName("stage");
+    copy->removeAttr(TPDialect::CutsAttrHelper::getNameStr());
+    std::string printed;
+    llvm::raw_string_ostream os(printed);
+    copy->print(os, OpPrintingFlags().printGenericOpForm());
+    copy.erase();
+    return printed;
+  };
+  return text(a) == text(b);
+}
+
 struct TPPipelineStages
     : public tp::impl::TPPipelineStagesBase<TPPipelineStages> {
   using TPPipelineStagesBase::TPPipelineStagesBase;
@@ -1169,22 +1192,108 @@ struct TPPipelineStages
     // The step, then the held-out loss (forward only) cut the same way.
     if (singleMicrobatch && stages != 1)
       return fail("single-microbatch=true times one stage; it needs pp=1");
-    StageSplitter splitter(module, step, grid, stages, chunks, schedule, layers,
-                           cluster, microbatches);
-    if (singleMicrobatch)
-      splitter.emitOneMicrobatch();
-    if (failed(splitter.run()))
+    if (stageMoves < 0)
+      return fail("stage-moves=" + Twine(stageMoves) + " is negative");
+    if (stageMoves > 0 && (stages < 2 || chunks > 1 || singleMicrobatch))
+      return fail("stage-moves=K moves layers between the stages of pp > 1 "
+                  "with one chunk per stage (not interleaved)");
+    auto loss = module.lookupSymbol<func::FuncOp>("loss");
+    // The alternative cuts start from the functions as they are now (the
+    // splitters rewrite the sums in place).
+    SmallVector<func::FuncOp> pristine;
+    if (stageMoves > 0)
+      for (func::FuncOp func : {step, loss})
+        if (func)
+          pristine.push_back(func.clone());
+    llvm::scope_exit cleanup([&] {
+      for (func::FuncOp func : pristine)
+        func.erase();
+    });
+    SmallVector<func::FuncOp> staged;
+    SmallVector<double> layerSeconds;
+    SmallVector<int64_t> balanced;
+    auto cut = [&](ArrayRef<func::FuncOp> funcs,
+                   ArrayRef<int64_t> given) -> LogicalResult {
+      SmallVector<int64_t> groups(given);
+      for (func::FuncOp func : funcs) {
+        StageSplitter splitter(module, func, grid, stages, chunks, schedule,
+                               groups, cluster, microbatches);
+        if (singleMicrobatch)
+          splitter.emitOneMicrobatch();
+        if (failed(splitter.run()))
+          return failure();
+        if (groups.empty())
+          groups.assign(splitter.layersPerGroup().begin(),
+                        splitter.layersPerGroup().end());
+        if (layerSeconds.empty())
+          layerSeconds.assign(splitter.layerSeconds().begin(),
+                              splitter.layerSeconds().end());
+        llvm::append_range(staged, splitter.stageFunctions());
+      }
+      if (balanced.empty())
+        balanced = groups;
+      return success();
+    };
+    SmallVector<func::FuncOp> originals = {step};
+    if (loss)
+      originals.push_back(loss);
+    if (failed(cut(originals, layers)))
       return signalPassFailure();
-    SmallVector<func::FuncOp> staged(splitter.stageFunctions());
-    if (auto loss = module.lookupSymbol<func::FuncOp>("loss")) {
-      StageSplitter lossSplitter(module, loss, grid, stages, chunks, schedule,
-                                 splitter.layersPerGroup(), cluster,
-                                 microbatches);
-      if (singleMicrobatch)
-        lossSplitter.emitOneMicrobatch();
-      if (failed(lossSplitter.run()))
+    SmallVector<SmallVector<int64_t>> cuts = {balanced};
+    if (stageMoves > 0) {
+      llvm::append_range(cuts, neighbourCuts(balanced, stageMoves));
+      for (func::FuncOp func : staged)
+        func->setAttr(TPDialect::CutsAttrHelper::getNameStr(),
+                      DenseI64ArrayAttr::get(&getContext(), {0}));
+    }
+    for (auto [c, groups] : llvm::drop_begin(llvm::enumerate(cuts))) {
+      // Each cut from fresh copies, under names of their own; its stage
+      // functions are then named for the cut, or share an earlier cut's
+      // equal function.
+      SmallVector<func::FuncOp> copies;
+      for (func::FuncOp func : pristine) {
+        func::FuncOp copy = func.clone();
+        copy.setName((func.getName() + "_cut" + Twine(c)).str());
+        module.push_back(copy);
+        copies.push_back(copy);
+      }
+      const size_t first = staged.size();
+      if (failed(cut(copies, groups)))
         return signalPassFailure();
-      llvm::append_range(staged, lossSplitter.stageFunctions());
+      for (func::FuncOp copy : copies)
+        copy.erase();
+      SmallVector<func::FuncOp> added(llvm::drop_begin(staged, first));
+      staged.truncate(first);
+      for (func::FuncOp func : added) {
+        auto stage = func->getAttrOfType<IntegerAttr>(
+            TPDialect::StageAttrHelper::getNameStr());
+        StringRef base = func.getName().drop_back(
+            ("_cut" + Twine(c) + "_stage" + Twine(stage.getInt()))
+                .str()
+                .size());
+        std::string name = (base + "_stage" + Twine(stage.getInt())).str();
+        func::FuncOp same;
+        for (func::FuncOp kept : staged)
+          if (kept->getAttr(TPDialect::StageAttrHelper::getNameStr()) ==
+                  stage &&
+              kept.getName().starts_with(name) && sameProgram(kept, func))
+            same = kept;
+        if (same) {
+          SmallVector<int64_t> list(
+              same->getAttrOfType<DenseI64ArrayAttr>(
+                      TPDialect::CutsAttrHelper::getNameStr())
+                  .asArrayRef());
+          list.push_back(c);
+          same->setAttr(TPDialect::CutsAttrHelper::getNameStr(),
+                        DenseI64ArrayAttr::get(&getContext(), list));
+          func.erase();
+          continue;
+        }
+        func.setName(name + "_cut" + std::to_string(c));
+        func->setAttr(TPDialect::CutsAttrHelper::getNameStr(),
+                      DenseI64ArrayAttr::get(&getContext(), {int64_t(c)}));
+        staged.push_back(func);
+      }
     }
     // The pipeline axis takes the micro-batches' place; the functions
     // sharded for one micro-batch go.
@@ -1201,8 +1310,14 @@ struct TPPipelineStages
         b.getNamedAttr("stages", b.getI64IntegerAttr(stages)),
         b.getNamedAttr("microbatches", b.getI64IntegerAttr(microbatches)),
         b.getNamedAttr("chunks", b.getI64IntegerAttr(chunks)),
-        b.getNamedAttr("layers",
-                       b.getDenseI64ArrayAttr(splitter.layersPerGroup()))};
+        b.getNamedAttr("layers", b.getDenseI64ArrayAttr(balanced)),
+        b.getNamedAttr("layer_seconds", b.getDenseF64ArrayAttr(layerSeconds))};
+    if (cuts.size() > 1) {
+      SmallVector<Attribute> list;
+      for (ArrayRef<int64_t> groups : cuts)
+        list.push_back(b.getDenseI64ArrayAttr(groups));
+      record.push_back(b.getNamedAttr("cuts", b.getArrayAttr(list)));
+    }
     module->setAttr(TPDialect::PipelineAttrHelper::getNameStr(),
                     b.getDictionaryAttr(record));
   }

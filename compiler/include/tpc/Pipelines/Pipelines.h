@@ -50,6 +50,13 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       *this, "stages",
       llvm::cl::desc("Layers per stage (per chunk with pp-chunks), instead "
                      "of the cut balanced by predicted cost")};
+  Option<int64_t> stageMoves{
+      *this, "stage-moves",
+      llvm::cl::desc("Also compile the stage cuts that move up to this many "
+                     "layers off any one stage to each neighbour, for the "
+                     "runtime to switch to when a stage straggles (stage "
+                     "rebalancing; pp > 1, not interleaved)"),
+      llvm::cl::init(0)};
   Option<bool> shardOptimizer{
       *this, "shard-optimizer",
       llvm::cl::desc("ZeRO-1: parameters and optimizer state stored split "

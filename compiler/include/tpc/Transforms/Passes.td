@@ -205,6 +205,16 @@ def TPPipelineStages : Pass<"tp-pipeline-stages", "::mlir::ModuleOp"> {
     into `@loss_stage<s>`, which runs the schedule's forward halves in
     their order; its loss is summed over the stages as the step's is.
 
+    With `stage-moves=K` (pp > 1, one chunk per stage), the pass also cuts
+    the step (and @loss) at every alternative that moves l <= K layers from
+    one stage to its left neighbour and r <= K to its right one, keeping a
+    layer on it: cut 0 is the balanced one, the others follow in stage
+    order. A stage program equal to an earlier cut's is shared; each
+    function lists the cuts it serves (`tp.cuts`) and alternatives are named
+    `@<step>_stage<s>_cut<c>`. `tp.pipeline` records the cuts and each
+    layer's predicted seconds, from which the runtime picks the cut a
+    straggling stage needs and moves the layers' parameters and moments.
+
     The micro-batches' tokens are the rows of the rank's token block, M
     blocks of the micro-batch's size. Every stage's program checks that
     each send has its receive, of the same type, and that no order of the
@@ -224,6 +234,9 @@ def TPPipelineStages : Pass<"tp-pipeline-stages", "::mlir::ModuleOp"> {
     Option<"clusterPath", "cluster", "std::string", "",
            "A cluster description whose device costs the layers (default: "
            "FLOPs and bytes at fixed rates)">,
+    Option<"stageMoves", "stage-moves", "int64_t", "0",
+           "Also emit the stage programs of every cut that moves up to this "
+           "many layers off one stage to each neighbour (stage rebalancing)">,
     Option<"singleMicrobatch", "single-microbatch", "bool", "false",
            "Emit micro-batch 0 only, each op tagged with tp.microbatch, "
            "tp.layer and tp.backward, its running sums added as a later "

@@ -50,6 +50,14 @@ pipelineSlots(PipelineSchedule schedule, int64_t stages, int64_t microbatches,
 llvm::SmallVector<int64_t> balanceLayers(llvm::ArrayRef<double> costs,
                                          int64_t groups);
 
+/// The cuts stage rebalancing may switch to from `balanced` (layers per
+/// stage): for each stage, every way of moving l <= `moves` layers to its
+/// left neighbour and r <= `moves` to its right one that leaves it a layer,
+/// in stage order, then l, then r; `balanced` itself not included, nor a
+/// cut twice.
+llvm::SmallVector<llvm::SmallVector<int64_t>>
+neighbourCuts(llvm::ArrayRef<int64_t> balanced, int64_t moves);
+
 /// A schedule's slots costed per virtual stage (group g = chunk * stages +
 /// stage): one micro-batch's forward and backward half on group g, and the
 /// seconds a micro-batch's activation takes from group g to g + 1

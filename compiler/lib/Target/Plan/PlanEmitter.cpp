@@ -44,6 +44,8 @@ private:
     std::optional<SmallVector<int64_t>> hfShape;
     SmallVector<int32_t> rebalanceDims;
     int32_t stage = -1; // the pipeline stage holding it; -1: every rank
+    /// With stage cuts: the stage holding it under each cut.
+    SmallVector<int32_t> cutStages;
   };
   flatbuffers::Offset<fb::Param> buildParam(const ParamInfo &param);
   /// The plan's Pipeline table from the module's tp.pipeline record, or
@@ -200,7 +202,9 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
       func.getArgAttr(argIdx, TPDialect::LayoutAttrHelper::getNameStr()),
       {},
       std::nullopt,
-      *rebalanceDims};
+      *rebalanceDims,
+      /*stage=*/-1,
+      /*cutStages=*/{}};
   auto initAttr = func.getArgAttrOfType<StringAttr>(
       argIdx, TPDialect::InitAttrHelper::getNameStr());
   StringRef initName = initAttr ? initAttr.getValue() : "";
@@ -261,9 +265,13 @@ flatbuffers::Offset<fb::Param> PlanEmitter::buildParam(const ParamInfo &param) {
                            ? 0
                            : builder.CreateVector(param.rebalanceDims.data(),
                                                   param.rebalanceDims.size());
+  auto cutStages =
+      param.cutStages.size() > 1
+          ? builder.CreateVector(param.cutStages.data(), param.cutStages.size())
+          : 0;
   return fb::CreateParam(builder, name, param.dtype, shape, param.init,
                          param.initStd, splitVec, hfShape, rebalanceDims,
-                         param.stage);
+                         param.stage, cutStages);
 }
 
 FailureOr<flatbuffers::Offset<fb::Pipeline>> PlanEmitter::buildPipeline() {
@@ -285,10 +293,26 @@ FailureOr<flatbuffers::Offset<fb::Pipeline>> PlanEmitter::buildPipeline() {
     return module.emitError()
            << "plan: tp.pipeline needs schedule, stages, microbatches, chunks "
               "and layers";
+  auto seconds = record.getAs<DenseF64ArrayAttr>("layer_seconds");
+  std::vector<flatbuffers::Offset<fb::StageCut>> cuts;
+  if (auto list = record.getAs<ArrayAttr>("cuts"))
+    for (Attribute cut : list) {
+      auto groups = dyn_cast<DenseI64ArrayAttr>(cut);
+      if (!groups)
+        return module.emitError()
+               << "plan: tp.pipeline's cuts must be arrays of layer counts";
+      cuts.push_back(fb::CreateStageCut(
+          builder,
+          builder.CreateVector(groups.asArrayRef().data(), groups.size())));
+    }
   return fb::CreatePipeline(
       builder, kPipelineStageAxis, *stages, *microbatches, *chunks,
       builder.CreateString(schedule.getValue().str()),
-      builder.CreateVector(layers.asArrayRef().data(), layers.size()));
+      builder.CreateVector(layers.asArrayRef().data(), layers.size()),
+      seconds
+          ? builder.CreateVector(seconds.asArrayRef().data(), seconds.size())
+          : 0,
+      cuts.empty() ? 0 : builder.CreateVector(cuts));
 }
 
 /// The plan kind that runs `op`: the enumerator of the name the op's
@@ -471,11 +495,26 @@ static std::string locationString(Location loc) {
 LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
   // A pipeline stage's program (tp-pipeline-stages' @<name>_stage<s>) keeps
   // the name every stage shares and says which stage runs it.
+  // Of a stage cut's own program, @<name>_stage<s>_cut<c> (c its first cut).
   std::string programName = func.getSymName().str();
   int32_t stage = -1;
+  SmallVector<int64_t> cuts = {0};
+  if (auto list = func->getAttrOfType<DenseI64ArrayAttr>(
+          TPDialect::CutsAttrHelper::getNameStr()))
+    cuts.assign(list.asArrayRef().begin(), list.asArrayRef().end());
+  if (cuts.empty() || llvm::any_of(cuts, [](int64_t c) { return c < 0; }))
+    return func.emitOpError() << "plan: tp.cuts must list cut indices";
   if (auto stageAttr = func->getAttrOfType<IntegerAttr>(
           TPDialect::StageAttrHelper::getNameStr())) {
     stage = int32_t(stageAttr.getInt());
+    if (cuts.front() != 0) {
+      std::string cutSuffix = "_cut" + std::to_string(cuts.front());
+      if (!StringRef(programName).ends_with(cutSuffix))
+        return func.emitOpError()
+               << "plan: the program of cut " << cuts.front()
+               << " must be named '<name>_stage<s>" << cutSuffix << "'";
+      programName.resize(programName.size() - cutSuffix.size());
+    }
     std::string suffix = "_stage" + std::to_string(stage);
     if (!StringRef(programName).ends_with(suffix))
       return func.emitOpError()
@@ -527,14 +566,21 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       if (failed(param) || failed(add(arg, func, storage, 0, *param)))
         return failure();
       // A stage's arguments are the parameters it holds and updates.
-      if (stage >= 0) {
-        int32_t &owner = params[*param].stage;
-        if (owner >= 0 && owner != stage)
-          return func.emitOpError()
-                 << "plan: parameter '" << params[*param].name
-                 << "' is held by stages " << owner << " and " << stage;
-        owner = stage;
-      }
+      if (stage >= 0)
+        for (int64_t cut : cuts) {
+          SmallVector<int32_t> &owners = params[*param].cutStages;
+          if (owners.size() <= size_t(cut))
+            owners.resize(cut + 1, -1);
+          int32_t &owner = owners[cut];
+          if (owner >= 0 && owner != stage)
+            return func.emitOpError()
+                   << "plan: parameter '" << params[*param].name
+                   << "' is held by stages " << owner << " and " << stage
+                   << (cut ? " under cut " + std::to_string(cut) : "");
+          owner = stage;
+          if (cut == 0)
+            params[*param].stage = stage;
+        }
       continue;
     }
     if (auto cache = func.getArgAttrOfType<StringAttr>(
@@ -686,7 +732,11 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       builder, builder.CreateString(programName), builder.CreateVector(tensors),
       builder.CreateVector(inputs), builder.CreateVector(steps),
       builder.CreateVector(results), arenaAttr.getInt(),
-      builder.CreateVector(resultNames), stage));
+      builder.CreateVector(resultNames), stage,
+      cuts.size() == 1 && cuts.front() == 0
+          ? 0
+          : builder.CreateVector(
+                std::vector<uint32_t>(cuts.begin(), cuts.end()))));
   return success();
 }
 

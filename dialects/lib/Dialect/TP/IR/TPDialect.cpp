@@ -88,6 +88,8 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
        "an i64"},
       {D::ScheduleAttrHelper::getNameStr(), Placement::Operation,
        isA<StringAttr>, "a string"},
+      {D::CutsAttrHelper::getNameStr(), Placement::Operation,
+       isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::VocabAxesAttrHelper::getNameStr(), Placement::Operation,
        isA<DenseI64ArrayAttr>, "an array<i64>"},
       {D::FeatureAxesAttrHelper::getNameStr(), Placement::Operation,

@@ -57,6 +57,9 @@ def TP_Dialect : Dialect {
     // forward and backward micro-batch slots ("F0 F1 B0 ...").
     "::mlir::IntegerAttr":$stage,
     "::mlir::StringAttr":$schedule,
+    // With stage-moves=K: the stage cuts (indices into tp.pipeline's cuts)
+    // whose stage `stage` runs this function.
+    "::mlir::DenseI64ArrayAttr":$cuts,
     // Set by tp-pipeline-stages single-microbatch=true on each op of the one
     // micro-batch it emits (with its tp.layer, and tp.backward in the
     // backward): what mode=auto times per layer and micro-batch.
