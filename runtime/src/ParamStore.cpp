@@ -133,16 +133,16 @@ void writeStoredBlock(const float *values, const StoredBlock &block,
 }
 
 bool holdsParam(const LoadedPlan &loaded, const plan::Param &param,
-                const std::vector<int64_t> &coords) {
-  return coords.empty() || param.stage() < 0 ||
-         loaded.stageOf(coords) == param.stage();
+                const std::vector<int64_t> &coords, int64_t cut) {
+  const int64_t stage = paramStage(param, cut);
+  return coords.empty() || stage < 0 || loaded.stageOf(coords) == stage;
 }
 
 std::vector<StoredBlock> storedBlocks(const LoadedPlan &loaded,
                                       const plan::Param &param,
                                       const std::vector<int64_t> &coords,
                                       const BlockAssignment &assignment) {
-  if (!holdsParam(loaded, param, coords))
+  if (!holdsParam(loaded, param, coords, assignment.cut()))
     return {};
   ParamBlock even = paramBlock(loaded, param, coords);
   const int64_t dim = rebalanceDim(param);
@@ -196,7 +196,7 @@ ParamStore ParamStore::allocate(const LoadedPlan &loaded,
   std::vector<int64_t> sizes;
   uint64_t bytes = 0;
   for (const plan::Param *param : *loaded.plan().params()) {
-    sizes.push_back(holdsParam(loaded, *param, coords)
+    sizes.push_back(holdsParam(loaded, *param, coords, store.assignment.cut())
                         ? storageElements(loaded, *param, coords, capacity)
                         : 0);
     bytes += uint64_t(sizes.back()) * sizeof(float);
@@ -296,7 +296,7 @@ ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
     const size_t share =
         size_t(storageElements(plan, param, rankCoords[0], capacity));
     auto gather = [&](const std::vector<float> &local) {
-      if (!param.split() && param.stage() < 0)
+      if (!param.split() && paramStage(param, assignment.cut()) < 0)
         return local;
       const std::vector<float> padding(local.empty() ? share : 0, 0.0f);
       std::vector<float> all(share * size_t(comm.size()));
@@ -320,6 +320,14 @@ ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
 
 RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
                                   const BlockAssignment &next, GridComm *comm) {
+  if (next.cut() != assignment.cut()) {
+    BlockAssignment blocksOnly = next;
+    blocksOnly.setCut(assignment.cut());
+    if (!(blocksOnly == assignment))
+      throw std::invalid_argument("a relayout moves blocks or changes the "
+                                  "stage cut, not both at once");
+    return moveStages(plan, next.cut(), comm);
+  }
   auto start = std::chrono::steady_clock::now();
   next.validate();
   RelayoutCost cost;
@@ -419,6 +427,96 @@ RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
     for (size_t k = 0; k < newStorage[i].size(); ++k)
       state(i, states[k]) = std::move(newStorage[i][k]);
   assignment = next;
+  ++version;
+  cost.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return cost;
+}
+
+RelayoutCost ParamStore::moveStages(const LoadedPlan &plan, int64_t cut,
+                                    GridComm *comm) {
+  auto start = std::chrono::steady_clock::now();
+  if (cut < 0 || cut >= plan.numCuts())
+    throw std::invalid_argument("stage cut " + std::to_string(cut) +
+                                " is not one of the plan's " +
+                                std::to_string(plan.numCuts()));
+  if (!comm || coords_.empty())
+    throw std::runtime_error("moving layers between stages needs ranks");
+  RelayoutCost cost;
+  const auto &params = *plan.plan().params();
+  const std::vector<State> states =
+      hasMoments()
+          ? std::vector<State>{State::Value, State::ExpAvg, State::ExpAvgSq}
+          : std::vector<State>{State::Value};
+  const int64_t axis = plan.plan().pipeline()->axis();
+  const int64_t mine = plan.stageOf(coords_);
+  auto rankOfStage = [&](int64_t stage) {
+    std::vector<int64_t> peer = coords_;
+    peer[size_t(axis)] = stage;
+    return int(GridComm::rankOf(comm->shape(), peer));
+  };
+  const std::vector<int64_t> capacity = capacityBlocks(plan.plan());
+  // Packed per peer in parameter order, value then moments: both sides
+  // derive the same order from the plan.
+  std::map<int, std::vector<float>> outgoing, incoming;
+  std::map<int, std::vector<size_t>> gained;
+  std::vector<size_t> lost;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const plan::Param &param = *params.Get(i);
+    const int64_t from = paramStage(param, assignment.cut()),
+                  to = paramStage(param, cut);
+    if (from == to || from < 0 || to < 0)
+      continue;
+    if (from == mine) {
+      std::vector<float> &buffer = outgoing[rankOfStage(to)];
+      for (State which : states) {
+        const std::vector<float> &array = state(i, which);
+        buffer.insert(buffer.end(), array.begin(), array.end());
+      }
+      lost.push_back(i);
+      ++cost.blocksSent;
+    } else if (to == mine) {
+      gained[rankOfStage(from)].push_back(i);
+      ++cost.blocksReceived;
+    }
+  }
+  std::vector<GridComm::Transfer> sends, receives;
+  for (auto &[peer, buffer] : outgoing) {
+    sends.push_back({peer, buffer});
+    cost.bytesSent += double(buffer.size() * sizeof(float));
+  }
+  for (const auto &[peer, list] : gained) {
+    size_t count = 0;
+    for (size_t i : list)
+      count +=
+          size_t(storageElements(plan, *params.Get(i), coords_, capacity)) *
+          states.size();
+    incoming[peer].resize(count);
+    receives.push_back({peer, incoming[peer]});
+    cost.bytesReceived += double(count * sizeof(float));
+  }
+  comm->exchange(sends, receives);
+  for (const auto &[peer, list] : gained) {
+    const float *cursor = incoming[peer].data();
+    for (size_t i : list) {
+      const size_t n =
+          size_t(storageElements(plan, *params.Get(i), coords_, capacity));
+      for (State which : states) {
+        state(i, which).assign(cursor, cursor + n);
+        cursor += n;
+      }
+    }
+  }
+  // What this stage gave away is no longer its to keep (nor to upload).
+  for (size_t i : lost) {
+    for (State which : states)
+      std::vector<float>().swap(state(i, which));
+    if (device)
+      for (auto &buffer : device->buffers[i])
+        buffer.reset();
+  }
+  assignment.setCut(cut);
   ++version;
   cost.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

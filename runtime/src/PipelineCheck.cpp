@@ -1,4 +1,5 @@
-// The loader's checks of a pipelined plan (format 1.12, docs/pipeline.md):
+// The loader's checks of a pipelined plan (format 1.12; stage cuts 1.13;
+// docs/pipeline.md):
 // the Pipeline record, which stage runs each program and holds each
 // parameter, and, across the stage programs of one name, that every send
 // meets one receive of its type and that the programs cannot deadlock. A
@@ -9,6 +10,7 @@
 #include "tpc/runtime/OpTable.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -208,69 +210,164 @@ void checkPipeline(const plan::Plan &p, const std::string &what) {
            std::to_string(stages) + " stages of " +
            std::to_string(pipeline->chunks()) + " chunks");
   }
-  for (const plan::Param *param : *p.params())
+  // Stage cuts (1.13): alternative layer cuts the runtime switches between.
+  int64_t cuts = 1;
+  const bool withCuts =
+      pipeline && (pipeline->cuts() || pipeline->layer_seconds());
+  if (withCuts && p.version_minor() < kPlanStageCutsMinor)
+    fail(what + ": stage cuts are not in plan format 1." +
+         std::to_string(p.version_minor()));
+  if (pipeline && pipeline->layer_seconds()) {
+    int64_t layers = 0;
+    for (int64_t n : *pipeline->layers())
+      layers += n;
+    if (int64_t(pipeline->layer_seconds()->size()) != layers)
+      fail(what + ": the pipeline gives " +
+           std::to_string(pipeline->layer_seconds()->size()) +
+           " layer times for " + std::to_string(layers) + " layers");
+    for (double seconds : *pipeline->layer_seconds())
+      if (!std::isfinite(seconds) || seconds < 0)
+        fail(what + ": a layer's predicted time is " + std::to_string(seconds));
+  }
+  if (pipeline && pipeline->cuts()) {
+    cuts = int64_t(pipeline->cuts()->size());
+    if (cuts < 1)
+      fail(what + ": the pipeline lists no stage cut");
+    if (pipeline->chunks() != 1)
+      fail(what + ": stage cuts need one chunk per stage");
+    if (!pipeline->layers() || !pipeline->layer_seconds())
+      fail(what + ": stage cuts need the pipeline's layers and layer times");
+    const std::vector<int64_t> balanced = toVector(pipeline->layers());
+    for (int64_t c = 0; c < cuts; ++c) {
+      const std::vector<int64_t> layers =
+          toVector(pipeline->cuts()->Get(size_t(c))->layers());
+      int64_t total = 0, expected = 0;
+      for (int64_t n : layers) {
+        if (n < 1)
+          fail(what + ": stage cut " + std::to_string(c) +
+               " leaves a stage without layers");
+        total += n;
+      }
+      for (int64_t n : balanced)
+        expected += n;
+      if (int64_t(layers.size()) != stages || total != expected)
+        fail(what + ": stage cut " + std::to_string(c) + " gives " +
+             std::to_string(total) + " layers to " +
+             std::to_string(layers.size()) + " stages; the pipeline has " +
+             std::to_string(expected) + " on " + std::to_string(stages));
+      if (c == 0 && layers != balanced)
+        fail(what + ": stage cut 0 must be the pipeline's layers");
+    }
+  }
+  for (const plan::Param *param : *p.params()) {
     if (param->stage() != -1 &&
         (param->stage() < 0 || param->stage() >= stages))
       fail(what + ": parameter '" + param->name()->str() + "' is held by " +
            "stage " + std::to_string(param->stage()) + ", which the plan " +
            (pipeline ? "does not have" : "has no pipeline for"));
-  // Programs by name: one for every rank, or one per stage.
+    if (!param->cut_stages())
+      continue;
+    if (p.version_minor() < kPlanStageCutsMinor)
+      fail(what + ": stage cuts are not in plan format 1." +
+           std::to_string(p.version_minor()));
+    if (int64_t(param->cut_stages()->size()) != cuts ||
+        param->cut_stages()->Get(0) != param->stage())
+      fail(what + ": parameter '" + param->name()->str() + "' gives " +
+           std::to_string(param->cut_stages()->size()) +
+           " stages for the pipeline's " + std::to_string(cuts) +
+           " cuts (the first its stage)");
+    for (int32_t stage : *param->cut_stages())
+      if (stage < 0 || stage >= stages)
+        fail(what + ": parameter '" + param->name()->str() +
+             "' is held by stage " + std::to_string(stage) +
+             " under a cut; the plan has " + std::to_string(stages));
+  }
+  // Programs by name: one for every rank, or one per stage and cut.
   std::map<std::string, std::vector<const plan::Program *>> byName;
-  for (const plan::Program *program : *p.programs())
+  for (const plan::Program *program : *p.programs()) {
     byName[program->name()->str()].push_back(program);
+    if (!program->cuts())
+      continue;
+    if (p.version_minor() < kPlanStageCutsMinor)
+      fail(what + ": stage cuts are not in plan format 1." +
+           std::to_string(p.version_minor()));
+    if (program->cuts()->size() == 0 || program->stage() < 0)
+      fail(what + ": program '" + program->name()->str() +
+           "' lists its cuts but is no stage's");
+    for (uint32_t cut : *program->cuts())
+      if (int64_t(cut) >= cuts)
+        fail(what + ": program '" + program->name()->str() + "' serves cut " +
+             std::to_string(cut) + "; the pipeline has " +
+             std::to_string(cuts));
+  }
   for (auto &[name, programs] : byName) {
     const bool staged = programs.front()->stage() >= 0;
-    std::vector<const plan::Program *> ordered(size_t(staged ? stages : 1),
-                                               nullptr);
-    for (const plan::Program *program : programs) {
-      const int64_t stage = program->stage();
-      if ((stage >= 0) != staged)
-        fail(what + ": program '" + name +
-             "' is given both for every rank and for a stage");
-      if (stage >= stages)
-        fail(what + ": program '" + name + "' of stage " +
-             std::to_string(stage) + ": the plan has " +
-             (pipeline ? std::to_string(stages) + " stages" : "no pipeline"));
-      const size_t slot = staged ? size_t(stage) : 0;
-      if (ordered[slot])
-        fail(what + ": program '" + name + "' appears twice" +
-             (staged ? " for stage " + std::to_string(stage) : ""));
-      ordered[slot] = program;
-    }
     if (!staged) {
+      for (const plan::Program *program : programs)
+        if (program->stage() >= 0)
+          fail(what + ": program '" + name +
+               "' is given both for every rank and for a stage");
+      if (programs.size() > 1)
+        fail(what + ": program '" + name + "' appears twice");
       for (const plan::Step *step : *programs.front()->steps())
         if (isTransfer(step->kind()))
           fail(what + ": program '" + name +
                "' runs on every rank but transfers between stages");
       continue;
     }
-    for (size_t s = 0; s < ordered.size(); ++s) {
-      if (!ordered[s])
-        fail(what + ": program '" + name + "' has no program for stage " +
-             std::to_string(s));
-      const plan::Program &program = *ordered[s];
-      for (const plan::Tensor *tensor : *program.tensors()) {
-        if (tensor->storage() != plan::Storage::Param &&
-            tensor->storage() != plan::Storage::ExpAvg &&
-            tensor->storage() != plan::Storage::ExpAvgSq)
-          continue;
-        const plan::Param &param = *p.params()->Get(tensor->index());
-        if (param.stage() != int64_t(s) && param.stage() != -1)
-          fail(what + ": program '" + name + "' of stage " + std::to_string(s) +
-               " uses parameter '" + param.name()->str() + "', which stage " +
-               std::to_string(param.stage()) + " holds");
-      }
-      for (const plan::Step *step : *program.steps())
-        if (isTransfer(step->kind()) &&
-            step->kind() != plan::OpKind::RecvWait &&
-            (stepInts(*step)[0] != axis || step->peer() == int64_t(s)))
-          fail(what + ": program '" + name + "' of stage " + std::to_string(s) +
-               " transfers over grid axis " +
-               std::to_string(stepInts(*step)[0]) + " to stage " +
-               std::to_string(step->peer()) +
-               ": transfers go between stages along the pipeline's axis");
+    for (const plan::Program *program : programs) {
+      const int64_t stage = program->stage();
+      if (stage < 0)
+        fail(what + ": program '" + name +
+             "' is given both for every rank and for a stage");
+      if (stage >= stages)
+        fail(what + ": program '" + name + "' of stage " +
+             std::to_string(stage) + ": the plan has " +
+             (pipeline ? std::to_string(stages) + " stages" : "no pipeline"));
     }
-    replay(name, ordered, axis, what);
+    for (int64_t cut = 0; cut < cuts; ++cut) {
+      const std::string ofCut =
+          cuts > 1 ? " under cut " + std::to_string(cut) : "";
+      std::vector<const plan::Program *> ordered(size_t(stages), nullptr);
+      for (const plan::Program *program : programs) {
+        if (!servesCut(*program, cut))
+          continue;
+        const size_t slot = size_t(program->stage());
+        if (ordered[slot])
+          fail(what + ": program '" + name + "' appears twice for stage " +
+               std::to_string(slot) + ofCut);
+        ordered[slot] = program;
+      }
+      for (size_t s = 0; s < ordered.size(); ++s) {
+        if (!ordered[s])
+          fail(what + ": program '" + name + "' has no program for stage " +
+               std::to_string(s) + ofCut);
+        const plan::Program &program = *ordered[s];
+        for (const plan::Tensor *tensor : *program.tensors()) {
+          if (tensor->storage() != plan::Storage::Param &&
+              tensor->storage() != plan::Storage::ExpAvg &&
+              tensor->storage() != plan::Storage::ExpAvgSq)
+            continue;
+          const plan::Param &param = *p.params()->Get(tensor->index());
+          const int64_t holder = paramStage(param, cut);
+          if (holder != int64_t(s) && holder != -1)
+            fail(what + ": program '" + name + "' of stage " +
+                 std::to_string(s) + ofCut + " uses parameter '" +
+                 param.name()->str() + "', which stage " +
+                 std::to_string(holder) + " holds");
+        }
+        for (const plan::Step *step : *program.steps())
+          if (isTransfer(step->kind()) &&
+              step->kind() != plan::OpKind::RecvWait &&
+              (stepInts(*step)[0] != axis || step->peer() == int64_t(s)))
+            fail(what + ": program '" + name + "' of stage " +
+                 std::to_string(s) + " transfers over grid axis " +
+                 std::to_string(stepInts(*step)[0]) + " to stage " +
+                 std::to_string(step->peer()) +
+                 ": transfers go between stages along the pipeline's axis");
+      }
+      replay(name, ordered, axis, what);
+    }
   }
 }
 

@@ -1040,18 +1040,37 @@ const plan::Program *LoadedPlan::program(const std::string &name) const {
   return program(name, root->pipeline() ? 0 : -1);
 }
 
-const plan::Program *LoadedPlan::program(const std::string &name,
-                                         int64_t stage) const {
+const plan::Program *LoadedPlan::program(const std::string &name, int64_t stage,
+                                         int64_t cut) const {
   const plan::Program *everyRank = nullptr;
   for (const plan::Program *p : *root->programs()) {
     if (p->name()->str() != name)
       continue;
     if (p->stage() == -1)
       everyRank = p;
-    else if (p->stage() == stage)
+    else if (p->stage() == stage && servesCut(*p, cut))
       return p;
   }
   return everyRank;
+}
+
+int64_t LoadedPlan::numCuts() const {
+  const plan::Pipeline *pipeline = root->pipeline();
+  return pipeline && pipeline->cuts() ? int64_t(pipeline->cuts()->size()) : 1;
+}
+
+int64_t paramStage(const plan::Param &param, int64_t cut) {
+  if (param.cut_stages() && cut >= 0 &&
+      size_t(cut) < param.cut_stages()->size())
+    return param.cut_stages()->Get(size_t(cut));
+  return param.stage();
+}
+
+bool servesCut(const plan::Program &program, int64_t cut) {
+  if (!program.cuts())
+    return cut == 0;
+  return std::find(program.cuts()->begin(), program.cuts()->end(),
+                   uint32_t(cut)) != program.cuts()->end();
 }
 
 int64_t LoadedPlan::stageOf(const std::vector<int64_t> &coords) const {
@@ -1116,6 +1135,8 @@ void LoadedPlan::printJson(std::ostream &os) const {
       entry["rebalance_dims"] = array(param->rebalance_dims());
     if (param->stage() >= 0)
       entry["stage"] = param->stage();
+    if (param->cut_stages())
+      entry["cut_stages"] = array(param->cut_stages());
     entry["init"] = plan::EnumNameInit(param->init());
     if (param->init() == plan::Init::Normal)
       entry["init_std"] = param->init_std();
@@ -1136,19 +1157,30 @@ void LoadedPlan::printJson(std::ostream &os) const {
                                 {"dtype", dtypeName(cache->dtype())},
                                 {"shape", array(cache->shape())}});
   }
-  if (const plan::Pipeline *pipeline = p.pipeline())
+  if (const plan::Pipeline *pipeline = p.pipeline()) {
     json["pipeline"] = {{"axis", pipeline->axis()},
                         {"stages", pipeline->stages()},
                         {"microbatches", pipeline->microbatches()},
                         {"chunks", pipeline->chunks()},
                         {"schedule", pipeline->schedule()->str()},
                         {"layers", array(pipeline->layers())}};
+    if (pipeline->layer_seconds())
+      json["pipeline"]["layer_seconds"] = array(pipeline->layer_seconds());
+    if (pipeline->cuts()) {
+      Json cuts = Json::array();
+      for (const plan::StageCut *cut : *pipeline->cuts())
+        cuts.push_back(array(cut->layers()));
+      json["pipeline"]["cuts"] = std::move(cuts);
+    }
+  }
   json["programs"] = Json::array();
   for (const plan::Program *program : *p.programs()) {
     Json entry = {{"name", program->name()->str()},
                   {"arena_bytes", program->arena_bytes()}};
     if (program->stage() >= 0)
       entry["stage"] = program->stage();
+    if (program->cuts())
+      entry["cuts"] = array(program->cuts());
     entry["inputs"] = Json::array();
     for (const plan::Input *input : *program->inputs())
       entry["inputs"].push_back(

@@ -19,9 +19,11 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
                              ParamStore &params, GridComm *comm,
                              Backend &backend)
     : plan(&loaded.plan()),
+      // The rank's stage's program under the stage cut the parameters
+      // are laid out for.
       program(loaded.program(
-          name,
-          loaded.stageOf(comm ? comm->coords() : std::vector<int64_t>()))),
+          name, loaded.stageOf(comm ? comm->coords() : std::vector<int64_t>()),
+          params.blocks().cut())),
       params(params), comm(comm),
       hostChannel(comm ? std::make_unique<MpiChannel>(*comm) : nullptr),
       backend(backend) {

@@ -154,15 +154,83 @@ Rebalancer::Rebalancer(const LoadedPlan &plan, ParamStore &params,
       memberOf.push_back(blocks.memberAt(0, GridComm::coordsOf(shape, r)));
   }
   settlePatience = this->options.patience;
+  stageMode = blocks.numPoints() == 0 && plan.numCuts() > 1;
+  if (stageMode) {
+    stageSeconds = cutStageSeconds(plan.plan());
+    const std::vector<int64_t> shape(plan.plan().grid()->begin(),
+                                     plan.plan().grid()->end());
+    for (int r = 0; r < ranks; ++r)
+      stageOfRank.push_back(plan.stageOf(GridComm::coordsOf(shape, r)));
+  }
   if (this->options.policy == RebalancePolicy::Off && given.empty())
     return;
-  if (params.blocks().numPoints() == 0)
+  const std::string what =
+      given.empty() ? "--rebalance=" +
+                          std::string(rebalancePolicyName(this->options.policy))
+                    : std::string("--rank-speeds");
+  if (stageMode && this->options.policy == RebalancePolicy::Resize)
     throw std::invalid_argument(
-        (given.empty() ? "--rebalance=" + std::string(rebalancePolicyName(
-                                              this->options.policy))
-                       : std::string("--rank-speeds")) +
-        ": the plan has no rebalance points (compile with tp-pipeline's "
-        "rebalance=true)");
+        what + ": the plan's pipeline stages move whole layers, which no "
+               "stage can leave out; use migrate or auto");
+  if (params.blocks().numPoints() == 0 && !stageMode)
+    throw std::invalid_argument(
+        what + ": the plan has no rebalance points (compile with "
+               "tp-pipeline's rebalance=true) nor stage cuts (pp=P with "
+               "stage-moves=K)");
+}
+
+std::vector<std::vector<double>> cutStageSeconds(const plan::Plan &plan) {
+  std::vector<std::vector<double>> seconds;
+  const plan::Pipeline *pipeline = plan.pipeline();
+  if (!pipeline || !pipeline->cuts() || !pipeline->layer_seconds())
+    return seconds;
+  // The loader checked that every cut covers the layers once.
+  for (const plan::StageCut *cut : *pipeline->cuts()) {
+    std::vector<double> stages;
+    size_t layer = 0;
+    for (int64_t count : *cut->layers()) {
+      double sum = 0;
+      for (int64_t i = 0; i < count; ++i)
+        sum += pipeline->layer_seconds()->Get(layer++);
+      stages.push_back(sum);
+    }
+    seconds.push_back(std::move(stages));
+  }
+  return seconds;
+}
+
+double cutStep(const std::vector<std::vector<double>> &stageSeconds,
+               int64_t cut, const std::vector<double> &slowness) {
+  double slowest = 0;
+  for (size_t s = 0; s < stageSeconds[size_t(cut)].size(); ++s)
+    slowest = std::max(slowest, stageSeconds[size_t(cut)][s] * slowness[s]);
+  return slowest;
+}
+
+int64_t bestStageCut(const std::vector<std::vector<double>> &stageSeconds,
+                     const std::vector<double> &slowness) {
+  int64_t best = 0;
+  for (int64_t c = 1; c < int64_t(stageSeconds.size()); ++c)
+    if (cutStep(stageSeconds, c, slowness) <
+        cutStep(stageSeconds, best, slowness))
+      best = c;
+  return best;
+}
+
+std::vector<double>
+Rebalancer::slowestPerStage(const std::vector<double> &perRank) const {
+  std::vector<double> stages(stageSeconds.empty() ? 0 : stageSeconds[0].size(),
+                             0.0);
+  for (size_t r = 0; r < perRank.size(); ++r)
+    stages[size_t(stageOfRank[r])] =
+        std::max(stages[size_t(stageOfRank[r])], perRank[r]);
+  return stages;
+}
+
+std::vector<int64_t> Rebalancer::cutLayers(int64_t cut) const {
+  const auto *layers =
+      plan.plan().pipeline()->cuts()->Get(size_t(cut))->layers();
+  return std::vector<int64_t>(layers->begin(), layers->end());
 }
 
 StepCosts Rebalancer::memberCosts(const StepCosts &perRank) const {
@@ -188,10 +256,37 @@ std::optional<RebalanceEvent> Rebalancer::applyRankSpeeds(int64_t step) {
   const std::vector<double> &given = options.rankSpeeds;
   if (given.empty())
     return std::nullopt;
+  const BlockAssignment &blocks = params.blocks();
+  const double fastestGiven = *std::max_element(given.begin(), given.end());
+  if (stageMode) {
+    // A stage runs at its slowest rank's speed.
+    std::vector<double> slowness, speeds;
+    for (double speed : given) {
+      speeds.push_back(speed / fastestGiven);
+      slowness.push_back(fastestGiven / speed);
+    }
+    BlockAssignment next = blocks;
+    next.setCut(bestStageCut(stageSeconds, slowestPerStage(slowness)));
+    if (next == blocks)
+      return std::nullopt;
+    std::string listed;
+    for (double speed : given) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%s%g", listed.empty() ? "" : ", ",
+                    speed);
+      listed += text;
+    }
+    RebalanceEvent event =
+        apply(step, next, "migrate", "rank speeds given: " + listed);
+    event.speeds = speeds;
+    event.slowestRank =
+        std::min_element(speeds.begin(), speeds.end()) - speeds.begin();
+    event.imbalance = 1.0 / speeds[size_t(event.slowestRank)] - 1.0;
+    return event;
+  }
   // Stated speeds, not measured ones: a block costs 1 / speed on each rank
   // and nothing else differs, so the migration's scheduling splits every
   // point in proportion (as finely as its blocks allow).
-  const BlockAssignment &blocks = params.blocks();
   StepCosts costs;
   const double fastest = *std::max_element(given.begin(), given.end());
   std::vector<double> speeds;
@@ -321,6 +416,7 @@ std::vector<int64_t> StepEvidence::key(const BlockAssignment &blocks) {
   for (size_t p = 0; p < blocks.numPoints(); ++p)
     for (int64_t m = 0; m < blocks.members(p); ++m)
       computed.push_back(blocks.active(p, m));
+  computed.push_back(blocks.cut());
   return computed;
 }
 
@@ -395,12 +491,21 @@ Rebalancer::resized(const StepCosts &costs,
 
 std::string Rebalancer::settleAfter(const BlockAssignment &now,
                                     const BlockAssignment &next) {
-  // Blocks each member gains (a migration) or 0 (a resize keeps them).
-  std::vector<int64_t> gained(size_t(now.members(0)), 0);
-  for (size_t p = 0; p < now.numPoints(); ++p)
-    for (int64_t m = 0; m < now.members(p); ++m)
-      gained[size_t(m)] +=
-          int64_t(next.held(p, m).size()) - int64_t(now.held(p, m).size());
+  // Blocks each member gains (a migration) or 0 (a resize keeps them);
+  // layers each stage gains.
+  std::vector<int64_t> gained;
+  if (stageMode) {
+    const std::vector<int64_t> before = cutLayers(now.cut()),
+                               after = cutLayers(next.cut());
+    for (size_t s = 0; s < before.size(); ++s)
+      gained.push_back(after[s] - before[s]);
+  } else {
+    gained.assign(size_t(now.members(0)), 0);
+    for (size_t p = 0; p < now.numPoints(); ++p)
+      for (int64_t m = 0; m < now.members(p); ++m)
+        gained[size_t(m)] +=
+            int64_t(next.held(p, m).size()) - int64_t(now.held(p, m).size());
+  }
   // A move that hands blocks back to a member the last move took them
   // from, soon after it, answered a speed that depended on the blocks held
   // (a rank that shares its core with another process gets more of it
@@ -416,10 +521,10 @@ std::string Rebalancer::settleAfter(const BlockAssignment &now,
   std::string said;
   if (reversal) {
     settlePatience = std::min(2 * settlePatience, kMaxSettlePatience);
-    said = "; moves blocks back within " +
-           std::to_string(window - lastMoveWindow) +
-           " windows: moved blocks now wait " + std::to_string(settlePatience) +
-           " windows";
+    const char *what = stageMode ? "layers" : "blocks";
+    said = std::string("; moves ") + what + " back within " +
+           std::to_string(window - lastMoveWindow) + " windows: moved " + what +
+           " now wait " + std::to_string(settlePatience) + " windows";
   }
   if (std::any_of(gained.begin(), gained.end(),
                   [](int64_t g) { return g != 0; })) {
@@ -502,6 +607,10 @@ RebalanceEvent Rebalancer::apply(int64_t step, const BlockAssignment &next,
   for (int r = 0; r < ranks; ++r) {
     event.bytesMoved += all[2 * size_t(r)];
     event.seconds = std::max(event.seconds, double(all[2 * size_t(r) + 1]));
+  }
+  if (stageMode) {
+    event.cut = next.cut();
+    event.stageLayers = cutLayers(next.cut());
   }
   for (size_t p = 0; p < next.numPoints(); ++p) {
     event.held.emplace_back();
@@ -637,7 +746,21 @@ Rebalancer::WindowMeasurement Rebalancer::measureWindow(int64_t step) {
   std::vector<double> &speeds = m.speeds;
   const double leastFixed =
       *std::min_element(costs.fixed.begin(), costs.fixed.end());
-  for (int r = 0; r < ranks; ++r) {
+  if (stageMode) {
+    // Stages do different work: a rank's speed is its stage's predicted
+    // seconds per second it computed.
+    std::vector<double> slowness;
+    for (int r = 0; r < ranks; ++r)
+      slowness.push_back(costs.fixed[size_t(r)] /
+                         std::max(stageSeconds[size_t(blocks.cut())]
+                                              [size_t(stageOfRank[size_t(r)])],
+                                  1e-12));
+    const double least = *std::min_element(slowness.begin(), slowness.end());
+    for (double value : slowness)
+      speeds.push_back(least / value);
+    m.slowness = slowestPerStage(slowness);
+  }
+  for (int r = 0; r < ranks && !stageMode; ++r) {
     double perBlock = 0;
     for (size_t p = 0; p < points; ++p)
       perBlock += costs.perBlock[size_t(r)][p];
@@ -666,7 +789,8 @@ Rebalancer::WindowMeasurement Rebalancer::measureWindow(int64_t step) {
   m.slowestSpeed = *std::min_element(speeds.begin(), speeds.end());
   windowRecords.push_back(
       {step, m.slowestRank, m.imbalance, costs.fixed, speeds});
-  costs = memberCosts(costs);
+  if (!stageMode)
+    costs = memberCosts(costs);
   // What this window's blocks measured: the median over its steps of the
   // slowest rank's step (the ranks meet every step, so nearly one time).
   std::vector<double> stepTimes;
@@ -688,9 +812,33 @@ Rebalancer::applyDecision(int64_t step, const PolicyDecision &decision,
   const BlockAssignment &blocks = params.blocks();
   BlockAssignment next = blocks;
   const char *action = "resize";
-  switch (decision.action) {
+  double before = 0, after = 0;
+  if (stageMode) {
+    // Whole layers move: a migration (or auto's light-imbalance answer)
+    // takes the cut that the measured speeds finish first; recovery, the
+    // balanced one.
+    action = "migrate";
+    switch (decision.action) {
+    case RebalanceAction::Migrate:
+    case RebalanceAction::Resize:
+      next.setCut(bestStageCut(stageSeconds, window.slowness));
+      break;
+    case RebalanceAction::MigrateHome:
+      next.setCut(0);
+      break;
+    default:
+      return std::nullopt;
+    }
+    if (next == blocks)
+      return std::nullopt;
+    before = cutStep(stageSeconds, blocks.cut(), window.slowness);
+    after = cutStep(stageSeconds, next.cut(), window.slowness);
+  }
+  switch (stageMode ? RebalanceAction::None : decision.action) {
   case RebalanceAction::None:
-    return std::nullopt;
+    if (!stageMode)
+      return std::nullopt;
+    break;
   case RebalanceAction::RestoreBlocks:
   case RebalanceAction::Probe:
     next = restored();
@@ -709,8 +857,10 @@ Rebalancer::applyDecision(int64_t step, const PolicyDecision &decision,
   }
   if (next == blocks)
     return std::nullopt;
-  const double before = window.costs.step(blocks, true),
-               after = window.costs.step(next, true);
+  if (!stageMode) {
+    before = window.costs.step(blocks, true);
+    after = window.costs.step(next, true);
+  }
   if (!replanPays(before, after, options.minGain, decision.always))
     return std::nullopt;
   // A move back to blocks measured no faster than these, under the same
@@ -776,11 +926,11 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
   // counts for nothing.
   state.warmup = measured.firstStep == 1;
   state.resized = blocks.isResized();
-  state.holdsEvenShares = blocks.holdsEvenShares();
-  state.even = blocks.isEven();
+  state.holdsEvenShares = blocks.holdsEvenShares() && blocks.cut() == 0;
+  state.even = blocks.isEven() && blocks.cut() == 0;
   // Priorities over the window just ended, for a resize.
   const std::vector<std::vector<double>> scores =
-      options.policy != RebalancePolicy::Migrate
+      options.policy != RebalancePolicy::Migrate && !stageMode
           ? blockScores()
           : std::vector<std::vector<double>>();
   const int64_t windowIndex = int64_t(windowRecords.size());
@@ -797,7 +947,7 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
   // From the even split a straggler is answered within `patience`
   // windows; once blocks are moved, moving them again waits as long as the
   // reversals so far say.
-  state.patience = blocks.holdsEvenShares() ? options.patience : settlePatience;
+  state.patience = state.holdsEvenShares ? options.patience : settlePatience;
   state.probed = probing;
   probing = false;
 
@@ -816,6 +966,8 @@ Rebalancer::afterStep(int64_t step, double stepSeconds, double computeSeconds,
     statusLine += " | resized";
   else if (!now.isEven())
     statusLine += " | migrated";
+  else if (now.cut() != 0)
+    statusLine += " | stage cut " + std::to_string(now.cut());
   return event;
 }
 

@@ -242,7 +242,7 @@ void RunReport::setRebalance(const RebalanceOptions &options,
                        {"speeds", w.speeds}});
   json["windows"] = std::move(windows);
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  for (const RebalanceEvent &e : result.rebalanceEvents)
+  for (const RebalanceEvent &e : result.rebalanceEvents) {
     events.push_back({{"step", e.step},
                       {"action", e.action},
                       {"reason", e.reason},
@@ -253,6 +253,12 @@ void RunReport::setRebalance(const RebalanceOptions &options,
                       {"computed", e.computed},
                       {"bytes_moved", e.bytesMoved},
                       {"move_seconds", e.seconds}});
+    // Stage rebalancing: the cut the stages run afterwards.
+    if (e.cut >= 0) {
+      events.back()["stage_cut"] = e.cut;
+      events.back()["stage_layers"] = e.stageLayers;
+    }
+  }
   json["decisions"] = std::move(events);
   root["rebalance"] = std::move(json);
 }

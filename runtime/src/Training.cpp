@@ -111,7 +111,14 @@ void ProgressLog::rebalanced(const RebalanceEvent &event) {
   std::snprintf(moved, sizeof moved, "moved %.0f bytes in %.2f ms\n",
                 event.bytesMoved, event.seconds * 1e3);
   out << "rebalance: " << event.action << " after step " << event.step << " ("
-      << event.reason << "); " << moved << std::flush;
+      << event.reason << "); ";
+  if (event.cut >= 0) {
+    out << "stage cut " << event.cut << ", layers per stage";
+    for (size_t s = 0; s < event.stageLayers.size(); ++s)
+      out << (s ? "," : " ") << event.stageLayers[s];
+    out << "; ";
+  }
+  out << moved << std::flush;
 }
 
 void ProgressLog::checkpointWritten(const std::string &path) {
@@ -150,14 +157,35 @@ const LoadedPlan &withTrainStep(const LoadedPlan &plan) {
 Trainer::Trainer(const LoadedPlan &plan, ParamStore &params, GridComm *comm,
                  Backend &backend, const std::array<float, 5> &hyperparameters,
                  const RebalanceOptions &rebalance)
-    : plan(plan), params(params), comm(comm),
-      runner(withTrainStep(plan), "train_step", params, comm, backend),
-      balancer(plan, params, comm, rebalance), settings(hyperparameters),
-      shape(runner.tokensShape()) {
-  runner.setHyperparameters(settings);
+    : plan(withTrainStep(plan)), params(params), comm(comm), backend(backend),
+      balancer(plan, params, comm, rebalance), settings(hyperparameters) {
   // Only rebalancing reads the per-step times: without it a device may
   // replay a recorded step.
-  runner.setStepTiming(balancer.enabled());
+  stepTiming = balancer.enabled();
+  makeRunner();
+  shape = runner->tokensShape();
+}
+
+void Trainer::makeRunner() {
+  // The old program's arena goes before the new one's is allocated.
+  runner.reset();
+  runner = std::make_unique<ProgramRunner>(plan, "train_step", params, comm,
+                                           backend);
+  runnerCut = params.blocks().cut();
+  runner->setHyperparameters(settings);
+  runner->setStepTiming(stepTiming);
+  if (opByOpRuns)
+    runner->setOpByOpRuns(*opByOpRuns);
+}
+
+void Trainer::setOpByOpRuns(int64_t runs) {
+  opByOpRuns = runs;
+  runner->setOpByOpRuns(runs);
+}
+
+void Trainer::setStepTiming(bool on) {
+  stepTiming = on;
+  runner->setStepTiming(on);
 }
 
 CheckpointState Trainer::resume(const std::string &path) {
@@ -179,6 +207,10 @@ StepOutcome Trainer::step(std::span<const int32_t> tokens,
     checkTokenBatch(values, shape[0], shape[1], plan.vocabularySize(), what,
                     "the plan's step");
   const int64_t step = next;
+  // A stage rebalance after the last step switched the stage cut.
+  if (params.blocks().cut() != runnerCut)
+    makeRunner();
+  ProgramRunner &runner = *this->runner;
   runner.setInput(plan::InputKind::Tokens, tokens);
   runner.setInput(plan::InputKind::Targets, targets);
   runner.setStep(step);
@@ -218,10 +250,9 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   Backend &backend = config.backend ? *config.backend : cpuBackend();
   Trainer trainer(plan, params, config.comm, backend, config.hyperparameters,
                   config.rebalance);
-  ProgramRunner &runner = trainer.programRunner();
-  runner.setOpByOpRuns(config.opByOpSteps);
+  trainer.setOpByOpRuns(config.opByOpSteps);
   if (config.rankTimes)
-    runner.setStepTiming(true);
+    trainer.setStepTiming(true);
   std::vector<float> computeSeconds; // this rank's, with rankTimes
   Rebalancer &rebalancer = trainer.rebalancer();
   observer.started(backend);
@@ -230,6 +261,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   result.tokensPerStep = trainer.tokensPerStep();
   // The held-out loss runs @loss on the parameters train_step updates.
   std::optional<Evaluator> evaluator;
+  int64_t evaluatorCut = 0;
   if (config.evalEvery > 0) {
     if (!plan.program("loss"))
       throw std::runtime_error("evaluation needs the plan's @loss program");
@@ -255,6 +287,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
         cutBatch(stream, batchOffset(step, stream.size(), result.tokensPerStep),
                  shape[0], shape[1]);
     StepOutcome outcome = trainer.step(batch.tokens, batch.targets);
+    ProgramRunner &runner = trainer.programRunner();
     const double loss = outcome.record.loss;
     result.records.push_back(outcome.record);
     if (config.rankTimes)
@@ -265,7 +298,13 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     progress.tokensPerStep = result.tokensPerStep;
     if (evaluator && std::isfinite(loss) &&
         (step % config.evalEvery == 0 || step == config.steps)) {
-      // While resized, every held block is computed for it (Evaluator).
+      // While resized, every held block is computed for it (Evaluator);
+      // after a stage rebalance, the stages run the new cut's @loss.
+      if (params.blocks().cut() != evaluatorCut) {
+        evaluator.reset();
+        evaluator.emplace(plan, params, config.comm, backend, "loss");
+        evaluatorCut = params.blocks().cut();
+      }
       const double heldOut =
           evaluator->meanLoss(config.evalStream, config.evalBatches);
       result.evals.push_back(
@@ -320,6 +359,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
           all.begin() + ptrdiff_t(size_t(r) * computeSeconds.size()),
           all.begin() + ptrdiff_t(size_t(r + 1) * computeSeconds.size()));
   }
+  ProgramRunner &runner = trainer.programRunner();
   result.computeTimes = rebalancer.computeTimes();
   result.rebalanceWindows = rebalancer.windows();
   result.arenaBytes = runner.arenaBytes();

@@ -448,3 +448,91 @@ TEST(RebalancePolicy, AReplanPaysItsMinimumGain) {
   EXPECT_FALSE(replanPays(10.0, 9.1, 0.1, false));
   EXPECT_TRUE(replanPays(10.0, 12.0, 0.1, /*always=*/true));
 }
+
+namespace {
+/// A plan of 2 pipeline stages (grid [2]) over 4 layers predicted at
+/// 1, 1, 1, 2 seconds, with the stage cuts `cuts` (the first the balanced
+/// one) and one parameter "h.3" that moves with layer 3's stage:
+/// `cutStages` per cut. No program.
+LoadedPlan stagedPlan(const std::vector<std::vector<int64_t>> &cuts,
+                      const std::vector<int32_t> &cutStages) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<fb::Param>> params = {fb::CreateParam(
+      b, b.CreateString("h.3"), fb::DType::F32,
+      b.CreateVector(std::vector<int64_t>{4}), fb::Init::Zeros, 0.0, 0, 0, 0,
+      cutStages.front(), b.CreateVector(cutStages))};
+  std::vector<flatbuffers::Offset<fb::StageCut>> cutTables;
+  for (const std::vector<int64_t> &cut : cuts)
+    cutTables.push_back(fb::CreateStageCut(b, b.CreateVector(cut)));
+  auto pipeline = fb::CreatePipeline(
+      b, 0, 2, 2, 1, b.CreateString("1f1b"), b.CreateVector(cuts.front()),
+      b.CreateVector(std::vector<double>{1, 1, 1, 2}),
+      b.CreateVector(cutTables));
+  std::vector<flatbuffers::Offset<fb::Program>> programs;
+  const fb::Checksum unsealed(0);
+  auto plan = fb::CreatePlan(
+      b, kPlanVersionMajor, kPlanVersionMinor, b.CreateString("test"),
+      b.CreateVector(std::vector<int64_t>{2}), 0, 0, b.CreateVector(params),
+      b.CreateVector(programs), &unsealed, 0, 0, 0, pipeline);
+  fb::FinishPlanBuffer(b, plan);
+  std::vector<uint8_t> bytes(b.GetBufferPointer(),
+                             b.GetBufferPointer() + b.GetSize());
+  EXPECT_TRUE(sealPlan(bytes));
+  return LoadedPlan::fromBytes(bytes.data(), bytes.size(), 2, "plan");
+}
+} // namespace
+
+TEST(StageRebalance, PicksTheCutWhoseSlowestStageFinishesFirst) {
+  LoadedPlan plan = stagedPlan({{2, 2}, {3, 1}, {1, 3}}, {1, 1, 1});
+  const std::vector<std::vector<double>> seconds = cutStageSeconds(plan.plan());
+  ASSERT_EQ(seconds.size(), 3u);
+  EXPECT_EQ(seconds[0], (std::vector<double>{2, 3}));
+  EXPECT_EQ(seconds[1], (std::vector<double>{3, 2}));
+  EXPECT_EQ(seconds[2], (std::vector<double>{1, 4}));
+  // Equal speeds: cuts 0 and 1 both take 3; the balanced one stays.
+  EXPECT_EQ(bestStageCut(seconds, {1, 1}), 0);
+  // Stage 1 twice as slow: 6, 4, 8 seconds.
+  EXPECT_DOUBLE_EQ(cutStep(seconds, 0, {1, 2}), 6);
+  EXPECT_DOUBLE_EQ(cutStep(seconds, 1, {1, 2}), 4);
+  EXPECT_EQ(bestStageCut(seconds, {1, 2}), 1);
+  // Stage 0 three times as slow: 6, 9, 4.
+  EXPECT_EQ(bestStageCut(seconds, {3, 1}), 2);
+}
+
+TEST(StageRebalance, ParametersFollowTheirStageUnderEachCut) {
+  LoadedPlan plan = stagedPlan({{2, 2}, {3, 1}, {1, 3}}, {1, 0, 1});
+  EXPECT_EQ(plan.numCuts(), 3);
+  const fb::Param &param = *plan.plan().params()->Get(0);
+  EXPECT_EQ(paramStage(param, 0), 1);
+  EXPECT_EQ(paramStage(param, 1), 0);
+  EXPECT_TRUE(holdsParam(plan, param, {1}, 0));
+  EXPECT_FALSE(holdsParam(plan, param, {1}, 1));
+  EXPECT_TRUE(holdsParam(plan, param, {0}, 1));
+  BlockAssignment blocks = BlockAssignment::even(plan.plan());
+  EXPECT_EQ(blocks.cut(), 0);
+  blocks.setCut(1);
+  EXPECT_TRUE(storedBlocks(plan, param, {1}, blocks).empty());
+  EXPECT_EQ(storedBlocks(plan, param, {0}, blocks).size(), 1u);
+}
+
+TEST(StageRebalance, TheLoaderRefusesInconsistentCuts) {
+  auto refused = [](const std::vector<std::vector<int64_t>> &cuts,
+                    const std::vector<int32_t> &cutStages) {
+    try {
+      stagedPlan(cuts, cutStages);
+    } catch (const PlanError &error) {
+      return std::string(error.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused({{2, 2}, {3, 1}}, {1, 0, 1})
+                .find("gives 3 stages for "
+                      "the pipeline's 2 cuts"),
+            std::string::npos);
+  EXPECT_NE(refused({{2, 2}, {4, 0}}, {1, 0}).find("leaves a stage without"),
+            std::string::npos);
+  EXPECT_NE(refused({{2, 2}, {3, 2}}, {1, 0}).find("gives 5 layers"),
+            std::string::npos);
+  EXPECT_NE(refused({{2, 2}, {3, 1}}, {1, 2}).find("held by stage 2"),
+            std::string::npos);
+}

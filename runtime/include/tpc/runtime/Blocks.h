@@ -9,6 +9,10 @@
 // rank keeps the same copy of the whole assignment: decisions are taken
 // from values all ranks share, so no rank ever has to ask another where a
 // block is.
+//
+// In a pipelined plan with stage cuts (Pipeline.cuts), the assignment also
+// says which cut the stages run: which layers, and so which parameters, each
+// stage holds. Stage rebalancing changes it as migration changes blocks.
 #pragma once
 
 #include "tpc/runtime/Plan.h"
@@ -24,8 +28,12 @@ class BlockAssignment {
 public:
   BlockAssignment() = default;
   /// The even split: member m holds blocks [m * b/n, (m+1) * b/n) in order
-  /// and computes all of them.
+  /// and computes all of them; the stages at the balanced cut (0).
   static BlockAssignment even(const plan::Plan &plan);
+
+  /// The pipeline's stage cut (Pipeline.cuts; 0: the balanced one).
+  int64_t cut() const { return stageCut; }
+  void setCut(int64_t cut) { stageCut = cut; }
 
   size_t numPoints() const { return points.size(); }
   const std::string &name(size_t point) const { return points[point].name; }
@@ -84,6 +92,7 @@ private:
     bool operator==(const Point &) const = default;
   };
   std::vector<Point> points;
+  int64_t stageCut = 0;
 };
 
 } // namespace tpc::runtime

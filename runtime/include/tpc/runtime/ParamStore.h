@@ -49,11 +49,13 @@ struct StoredBlock {
   int64_t point = -1, id = -1; // the rebalance point and block id, if any
 };
 /// Whether the rank at `coords` holds `param`: every rank does, except in a
-/// pipelined plan, where the ranks of its stage do (Param.stage); empty
-/// coords (a one-rank or whole store) hold everything.
+/// pipelined plan, where the ranks of its stage under stage cut `cut` do
+/// (Param.stage, Param.cut_stages); empty coords (a one-rank or whole store)
+/// hold everything.
 bool holdsParam(const LoadedPlan &plan, const plan::Param &param,
-                const std::vector<int64_t> &coords);
-/// A rank's blocks of `param`; none where it does not hold it.
+                const std::vector<int64_t> &coords, int64_t cut);
+/// A rank's blocks of `param` under `assignment` (its blocks and stage
+/// cut); none where it does not hold it.
 std::vector<StoredBlock> storedBlocks(const LoadedPlan &plan,
                                       const plan::Param &param,
                                       const std::vector<int64_t> &coords,
@@ -111,8 +113,11 @@ public:
   /// Moves to the block assignment `next` (validated; the same on every
   /// rank): blocks that change hands go with their weights and moments
   /// straight to their new rank, blocks that change between computed and
-  /// parked move within the rank's storage. Collective over the ranks that
-  /// send or receive; every rank must call it.
+  /// parked move within the rank's storage; under another stage cut, the
+  /// parameters of the layers that change stage go with their moments from
+  /// each rank of the old stage to the rank at the same place in the new
+  /// one (a relayout changes the blocks or the cut, not both). Collective
+  /// over the ranks that send or receive; every rank must call it.
   RelayoutCost relayout(const LoadedPlan &plan, const BlockAssignment &next,
                         GridComm *comm);
   const BlockAssignment &blocks() const { return assignment; }
@@ -151,6 +156,8 @@ private:
 
   /// The host array without syncing (moments allocated on first use).
   std::vector<float> &hostArray(size_t index, State which) const;
+  /// relayout() to another stage cut.
+  RelayoutCost moveStages(const LoadedPlan &plan, int64_t cut, GridComm *comm);
   /// Downloads what a device run wrote, if the host is behind.
   void syncHost() const;
   /// Before the host arrays may be written: sync, then the device copies

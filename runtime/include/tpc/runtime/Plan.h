@@ -19,7 +19,7 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 12;
+inline constexpr uint32_t kPlanVersionMinor = 13;
 /// The first minor version whose plans carry Plan.content_checksum.
 inline constexpr uint32_t kPlanChecksumMinor = 2;
 /// The first minor version with bf16 activations and KV caches (mixed
@@ -30,11 +30,20 @@ inline constexpr uint32_t kPlanEosMinor = 11;
 /// The minor version with pipeline stages: Plan.pipeline, Program.stage,
 /// Param.stage and the transfer op kinds.
 inline constexpr uint32_t kPlanPipelineMinor = 12;
+/// The minor version with stage cuts (stage rebalancing): Pipeline.cuts and
+/// layer_seconds, Program.cuts, Param.cut_stages.
+inline constexpr uint32_t kPlanStageCutsMinor = 13;
 
 class PlanError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
 };
+
+/// The pipeline stage holding `param` under stage cut `cut` (-1: every
+/// rank).
+int64_t paramStage(const plan::Param &param, int64_t cut);
+/// Whether `program` serves stage cut `cut`.
+bool servesCut(const plan::Program &program, int64_t cut);
 
 /// Bytes per element of a plan dtype.
 int64_t dtypeSize(plan::DType dtype);
@@ -74,9 +83,13 @@ public:
   const plan::Plan &plan() const { return *root; }
   /// The program called `name`, or null; of a pipelined one, stage 0's.
   const plan::Program *program(const std::string &name) const;
-  /// The program called `name` that stage `stage` runs (-1: no pipeline):
-  /// its own for a pipelined name, else the one every rank runs; or null.
-  const plan::Program *program(const std::string &name, int64_t stage) const;
+  /// The program called `name` that stage `stage` runs (-1: no pipeline)
+  /// under stage cut `cut`: its own for a pipelined name, else the one every
+  /// rank runs; or null.
+  const plan::Program *program(const std::string &name, int64_t stage,
+                               int64_t cut = 0) const;
+  /// The stage cuts the pipeline may switch between (1 without any).
+  int64_t numCuts() const;
   /// The pipeline stage of the rank at grid coordinates `coords` (empty:
   /// the first rank), or -1 when the plan has no pipeline.
   int64_t stageOf(const std::vector<int64_t> &coords) const;

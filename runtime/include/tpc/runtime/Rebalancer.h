@@ -7,6 +7,11 @@
 // to the faster ranks; ZERO-resizing keeps every block in place and has the
 // slow rank compute only its highest-priority ones. Every rank takes the same
 // decision from the same gathered numbers.
+//
+// A pipelined plan compiled with stage cuts (tp-pipeline's stage-moves=K)
+// rebalances its stages instead: the same detector, and a migration switches
+// to the cut whose slowest stage finishes first at the measured speeds,
+// moving whole layers (parameters and moments) between neighbouring stages.
 #pragma once
 
 #include "tpc/runtime/Executor.h"
@@ -68,7 +73,24 @@ struct RebalanceEvent {
   std::vector<std::vector<int64_t>> held, computed;
   double bytesMoved = 0; // sent by all ranks together
   double seconds = 0;    // the slowest rank's time to move
+  /// Stage rebalancing: the stage cut and its layers per stage afterwards
+  /// (-1 and empty for blocks).
+  int64_t cut = -1;
+  std::vector<int64_t> stageLayers;
 };
+
+/// Stage rebalancing's prediction: per stage cut, each stage's predicted
+/// seconds (its layers' Pipeline.layer_seconds); empty without stage cuts.
+std::vector<std::vector<double>> cutStageSeconds(const plan::Plan &plan);
+/// The step cut `cut` takes when stage s runs `slowness[s]` seconds per
+/// predicted second: its slowest stage's time (every micro-batch waits for
+/// the slowest stage's slot).
+double cutStep(const std::vector<std::vector<double>> &stageSeconds,
+               int64_t cut, const std::vector<double> &slowness);
+/// The cut with the fastest step at `slowness`; among equals the lowest
+/// index (the balanced cut, 0, first).
+int64_t bestStageCut(const std::vector<std::vector<double>> &stageSeconds,
+                     const std::vector<double> &slowness);
 
 /// What a step costs each rank: its compute outside the points' blocks
 /// ("fixed") and one block of each point, measured over a window.
@@ -177,7 +199,8 @@ private:
 class Rebalancer {
 public:
   /// Throws std::invalid_argument if the policy is not off and the plan has
-  /// no rebalance point, or if its points spread over different axes. The
+  /// no rebalance point nor stage cuts (resize needs points), or if its
+  /// points spread over different axes. The
   /// ranks along the other axes (data-parallel replicas, 2D's other axis)
   /// keep the same blocks: every rank takes the same decisions from the
   /// same timings, each position of the points' axis costed by its slowest
@@ -231,6 +254,9 @@ private:
     double imbalance = 0, slowestSpeed = 1;
     /// The median over the window's steps of the slowest rank's step.
     double stepSeconds = 0;
+    /// Stage rebalancing: per stage, its slowest rank's compute per
+    /// predicted second of the stage's layers.
+    std::vector<double> slowness;
   };
   /// Exchanges the window's timings (collective) and measures them.
   WindowMeasurement measureWindow(int64_t step);
@@ -263,11 +289,21 @@ private:
   /// window, summed over ranks (collective); snapshots the weights.
   std::vector<std::vector<double>> blockScores();
 
+  /// Per stage, the slowest of its ranks' `perRank` values.
+  std::vector<double> slowestPerStage(const std::vector<double> &perRank) const;
+  /// Layers per stage of stage cut `cut`.
+  std::vector<int64_t> cutLayers(int64_t cut) const;
+
   const LoadedPlan &plan;
   ParamStore &params;
   GridComm *comm;
   RebalanceOptions options;
   int ranks = 1, rank = 0;
+  /// Stage rebalancing (a plan with stage cuts and no rebalance points):
+  /// each cut's predicted seconds per stage, and each rank's stage.
+  bool stageMode = false;
+  std::vector<std::vector<double>> stageSeconds;
+  std::vector<int64_t> stageOfRank;
   /// Per rank, its position on the rebalance points' axis.
   std::vector<int64_t> memberOf;
   /// This rank's window: per step its compute seconds, those on each

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -215,14 +216,26 @@ public:
   /// returns; the others return an empty string). Collective.
   std::string saveCheckpoint(const std::string &dir);
 
-  ProgramRunner &programRunner() { return runner; }
+  /// The runner of the step's program. Stage rebalancing switches the
+  /// program (another stage cut's): take it anew after every step.
+  ProgramRunner &programRunner() { return *runner; }
   Rebalancer &rebalancer() { return balancer; }
+  /// Runner settings that hold across a switch of program.
+  void setOpByOpRuns(int64_t runs);
+  void setStepTiming(bool on);
 
 private:
+  /// A runner for the program of the parameters' stage cut.
+  void makeRunner();
+
   const LoadedPlan &plan;
   ParamStore &params;
   GridComm *comm;
-  ProgramRunner runner;
+  Backend &backend;
+  std::unique_ptr<ProgramRunner> runner;
+  int64_t runnerCut = 0;
+  std::optional<int64_t> opByOpRuns;
+  bool stepTiming = false;
   Rebalancer balancer;
   std::array<float, 5> settings;
   std::vector<int64_t> shape;
