@@ -1,0 +1,200 @@
+#include "tpc/runtime/EmbeddingCache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+namespace tpc::runtime {
+
+namespace {
+[[noreturn]] void fail(const std::string &message) {
+  throw std::invalid_argument(message);
+}
+} // namespace
+
+IdFrequencies IdFrequencies::count(std::span<const int32_t> stream,
+                                   int64_t rows, int64_t batchTokens) {
+  if (rows < 1)
+    fail("an embedding table needs rows; got " + std::to_string(rows));
+  if (batchTokens < 1)
+    fail("a batch needs tokens; got " + std::to_string(batchTokens));
+  std::vector<int64_t> counts(size_t(rows), 0), lastWindow(size_t(rows), -1);
+  // The windows the training steps read (Training.cpp's batchOffset): the
+  // last token of the stream is only ever a target.
+  const int64_t windows =
+      stream.empty() ? 0 : (int64_t(stream.size()) - 1) / batchTokens;
+  IdFrequencies result;
+  for (int64_t w = 0; w < windows; ++w) {
+    int64_t distinct = 0;
+    for (int64_t i = w * batchTokens; i < (w + 1) * batchTokens; ++i) {
+      const int64_t id = stream[size_t(i)];
+      if (id < 0 || id >= rows)
+        fail("token " + std::to_string(i) + " is id " + std::to_string(id) +
+             ", outside the embedding's " + std::to_string(rows) + " rows");
+      ++counts[size_t(id)];
+      if (lastWindow[size_t(id)] != w) {
+        lastWindow[size_t(id)] = w;
+        ++distinct;
+      }
+    }
+    result.maxDistinct = std::max(result.maxDistinct, distinct);
+  }
+  result.order_.resize(size_t(rows));
+  std::iota(result.order_.begin(), result.order_.end(), int64_t(0));
+  std::sort(result.order_.begin(), result.order_.end(),
+            [&](int64_t a, int64_t b) {
+              return counts[size_t(a)] != counts[size_t(b)]
+                         ? counts[size_t(a)] > counts[size_t(b)]
+                         : a < b;
+            });
+  result.rank_.resize(size_t(rows));
+  for (size_t r = 0; r < result.order_.size(); ++r)
+    result.rank_[size_t(result.order_[r])] = int64_t(r);
+  return result;
+}
+
+IdFrequencies IdFrequencies::fromOrder(std::vector<int64_t> order,
+                                       int64_t maxDistinctPerBatch) {
+  IdFrequencies result;
+  result.rank_.assign(order.size(), -1);
+  for (size_t r = 0; r < order.size(); ++r) {
+    const int64_t row = order[r];
+    if (row < 0 || row >= int64_t(order.size()) ||
+        result.rank_[size_t(row)] >= 0)
+      fail("an embedding ranking must list each of its " +
+           std::to_string(order.size()) + " rows once; position " +
+           std::to_string(r) + " holds " + std::to_string(row));
+    result.rank_[size_t(row)] = int64_t(r);
+  }
+  if (maxDistinctPerBatch < 0 || maxDistinctPerBatch > int64_t(order.size()))
+    fail("an embedding ranking's distinct rows per batch (" +
+         std::to_string(maxDistinctPerBatch) + ") must be within its " +
+         std::to_string(order.size()) + " rows");
+  result.order_ = std::move(order);
+  result.maxDistinct = maxDistinctPerBatch;
+  return result;
+}
+
+CachePlanner::CachePlanner(IdFrequencies frequencies, int64_t capacity,
+                           double warmupRatio)
+    : freq(std::move(frequencies)), warmupRatio(warmupRatio) {
+  const int64_t rows = freq.rows();
+  if (capacity < 1 || capacity > rows)
+    fail("an embedding cache of " + std::to_string(capacity) +
+         " rows: it must hold 1 to the table's " + std::to_string(rows));
+  if (!(warmupRatio >= 0 && warmupRatio <= 1))
+    fail("the embedding cache's warm-up ratio must be within [0, 1]");
+  if (capacity < freq.maxDistinctPerBatch())
+    fail("an embedding cache of " + std::to_string(capacity) +
+         " rows is too small: a batch of the training data uses " +
+         std::to_string(freq.maxDistinctPerBatch()) + " distinct rows");
+  slotOfRow.assign(size_t(rows), -1);
+  rowInSlot.assign(size_t(capacity), -1);
+  freeSlots.resize(size_t(capacity));
+  std::iota(freeSlots.begin(), freeSlots.end(), int64_t(0));
+}
+
+CacheTransfer CachePlanner::warmUp() {
+  if (int64_t(freeSlots.size()) != capacity())
+    throw std::logic_error("the embedding cache warms up only when empty");
+  const auto count = std::min<int64_t>(
+      capacity(), int64_t(std::ceil(warmupRatio * double(capacity()))));
+  CacheTransfer transfer;
+  for (int64_t s = 0; s < count; ++s) {
+    const int64_t row = freq.order()[size_t(s)];
+    rowInSlot[size_t(s)] = row;
+    slotOfRow[size_t(row)] = s;
+    transfer.fetchRows.push_back(row);
+    transfer.fetchSlots.push_back(s);
+  }
+  freeSlots.erase(freeSlots.begin(), freeSlots.begin() + count);
+  return transfer;
+}
+
+void CachePlanner::checkIds(std::span<const int32_t> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= freq.rows())
+      fail("id " + std::to_string(ids[i]) + " at position " +
+           std::to_string(i) + " is outside the embedding's " +
+           std::to_string(freq.rows()) + " rows");
+}
+
+CacheTransfer CachePlanner::prepare(std::span<const int32_t> ids,
+                                    std::span<const int32_t> keep) {
+  checkIds(ids);
+  checkIds(keep);
+  // Rows this batch or the running one use (the latter may not be evicted
+  // while it is updated), and this batch's misses, most frequent first.
+  std::vector<char> used(size_t(freq.rows()), 0);
+  std::vector<int64_t> missing;
+  int64_t distinct = 0;
+  for (std::span<const int32_t> batch : {keep, ids})
+    for (int32_t id : batch)
+      if (!used[size_t(id)]) {
+        used[size_t(id)] = 1;
+        ++distinct;
+        if (slotOfRow[size_t(id)] < 0)
+          missing.push_back(id);
+      }
+  lookupCount += int64_t(ids.size());
+  for (int32_t id : ids)
+    missCount += slotOfRow[size_t(id)] < 0;
+  std::sort(missing.begin(), missing.end(),
+            [&](int64_t a, int64_t b) { return freq.rank(a) < freq.rank(b); });
+  CacheTransfer transfer;
+  const int64_t shortfall = int64_t(missing.size()) - int64_t(freeSlots.size());
+  if (shortfall > 0) {
+    // The least frequent cached rows that neither batch uses.
+    std::vector<int64_t> candidates;
+    for (int64_t row : rowInSlot)
+      if (row >= 0 && !used[size_t(row)])
+        candidates.push_back(row);
+    if (int64_t(candidates.size()) < shortfall)
+      fail("a batch needs " + std::to_string(distinct) +
+           " distinct embedding rows cached at once (with the batch still "
+           "running); the cache holds " +
+           std::to_string(capacity()));
+    std::partial_sort(
+        candidates.begin(), candidates.begin() + shortfall, candidates.end(),
+        [&](int64_t a, int64_t b) { return freq.rank(a) > freq.rank(b); });
+    candidates.resize(size_t(shortfall));
+    std::sort(candidates.begin(), candidates.end(), [&](int64_t a, int64_t b) {
+      return slotOfRow[size_t(a)] < slotOfRow[size_t(b)];
+    });
+    for (int64_t row : candidates) {
+      const int64_t slot = slotOfRow[size_t(row)];
+      transfer.evictRows.push_back(row);
+      transfer.evictSlots.push_back(slot);
+      slotOfRow[size_t(row)] = -1;
+      rowInSlot[size_t(slot)] = -1;
+      freeSlots.push_back(slot);
+    }
+    std::sort(freeSlots.begin(), freeSlots.end());
+  }
+  for (int64_t row : missing) {
+    const int64_t slot = freeSlots.front();
+    freeSlots.erase(freeSlots.begin());
+    rowInSlot[size_t(slot)] = row;
+    slotOfRow[size_t(row)] = slot;
+    transfer.fetchRows.push_back(row);
+    transfer.fetchSlots.push_back(slot);
+  }
+  return transfer;
+}
+
+std::vector<int32_t> CachePlanner::slotsOf(std::span<const int32_t> ids) const {
+  checkIds(ids);
+  std::vector<int32_t> slots;
+  slots.reserve(ids.size());
+  for (int32_t id : ids) {
+    const int64_t slot = slotOfRow[size_t(id)];
+    if (slot < 0)
+      throw std::logic_error("embedding row " + std::to_string(id) +
+                             " is not cached: prepare its batch first");
+    slots.push_back(int32_t(slot));
+  }
+  return slots;
+}
+
+} // namespace tpc::runtime

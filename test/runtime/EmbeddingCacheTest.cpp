@@ -1,0 +1,159 @@
+// The embedding cache's planning (docs/embedding-cache.md): frequencies
+// counted over the training windows, warm-up, misses and evictions, the
+// lookahead's protection of the running batch, and, over a long random run,
+// that applying the planned transfers to a host table and a device cache
+// leaves the table exactly as updating it in place would.
+#include "tpc/runtime/EmbeddingCache.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+using namespace tpc::runtime;
+
+namespace {
+/// The message of the std::invalid_argument `run` throws, or "".
+template <typename Run> std::string errorOf(Run run) {
+  try {
+    run();
+  } catch (const std::invalid_argument &error) {
+    return error.what();
+  }
+  return "";
+}
+} // namespace
+
+TEST(IdFrequencies, CountsTheTrainingWindowsAndRanksByCount) {
+  // Windows of 3 tokens: [0 1 1] and [2 2 2]; the last token (3) is only a
+  // target, so row 3 counts as never used.
+  const std::vector<int32_t> stream = {0, 1, 1, 2, 2, 2, 3};
+  IdFrequencies freq = IdFrequencies::count(stream, 5, 3);
+  EXPECT_EQ(freq.order(), (std::vector<int64_t>{2, 1, 0, 3, 4}));
+  EXPECT_EQ(freq.rank(0), 2);
+  EXPECT_EQ(freq.maxDistinctPerBatch(), 2);
+  EXPECT_NE(errorOf([] {
+              IdFrequencies::count(std::vector<int32_t>{0, 7, 1, 1}, 5, 3);
+            }).find("token 1 is id 7, outside the embedding's 5 rows"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] {
+              IdFrequencies::fromOrder({0, 2, 2}, 1);
+            }).find("each of its 3 rows once"),
+            std::string::npos);
+}
+
+TEST(CachePlanner, RefusesCachesThatCannotServeABatch) {
+  const std::vector<int32_t> stream = {0, 1, 2, 3, 0, 1, 2};
+  auto make = [&](int64_t capacity, double warmup) {
+    return [=] {
+      CachePlanner(IdFrequencies::count(stream, 6, 3), capacity, warmup);
+    };
+  };
+  EXPECT_NE(errorOf(make(0, 0.7)).find("must hold 1 to the table's 6"),
+            std::string::npos);
+  EXPECT_NE(errorOf(make(7, 0.7)).find("must hold 1 to the table's 6"),
+            std::string::npos);
+  EXPECT_NE(errorOf(make(2, 0.7)).find("uses 3 distinct rows"),
+            std::string::npos);
+  EXPECT_NE(errorOf(make(3, 1.5)).find("warm-up ratio"), std::string::npos);
+  EXPECT_EQ(errorOf(make(3, 0.7)), "");
+}
+
+TEST(CachePlanner, FetchesMissesAndEvictsTheLeastFrequentUnusedRows) {
+  // Counts: row 0 x4, 1 x3, 2 x2, 3 x1, 4 and 5 never.
+  const std::vector<int32_t> stream = {0, 0, 0, 0, 1, 1, 1, 2, 2, 3, 9};
+  CachePlanner cache(IdFrequencies::count(stream, 10, 2), 4, 0.5);
+  CacheTransfer warm = cache.warmUp();
+  EXPECT_EQ(warm.fetchRows, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(warm.fetchSlots, (std::vector<int64_t>{0, 1}));
+
+  // Two misses fill the free slots, most frequent first.
+  CacheTransfer t = cache.prepare(std::vector<int32_t>{5, 2, 0, 5});
+  EXPECT_TRUE(t.evictRows.empty());
+  EXPECT_EQ(t.fetchRows, (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(t.fetchSlots, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(cache.slotsOf(std::vector<int32_t>{5, 2, 0, 5}),
+            (std::vector<int32_t>{3, 2, 0, 3}));
+  EXPECT_EQ(cache.lookups(), 4);
+  EXPECT_EQ(cache.misses(), 3);
+
+  // Full: rows 3 and 4 push out the least frequent rows this batch does not
+  // use (5, then 2); the running batch {1} stays whatever its rank.
+  t = cache.prepare(std::vector<int32_t>{3, 4, 0}, std::vector<int32_t>{1});
+  EXPECT_EQ(t.evictRows, (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(t.evictSlots, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(t.fetchRows, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(t.fetchSlots, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(cache.rowIn(2), 3);
+  EXPECT_EQ(cache.slotOf(5), -1);
+
+  // Five distinct rows at once do not fit in four slots.
+  EXPECT_NE(errorOf([&] {
+              cache.prepare(std::vector<int32_t>{6, 7, 8},
+                            std::vector<int32_t>{0, 1});
+            }).find("needs 5 distinct embedding rows"),
+            std::string::npos);
+  EXPECT_NE(
+      errorOf([&] { cache.prepare(std::vector<int32_t>{10}); }).find("id 10"),
+      std::string::npos);
+}
+
+TEST(CachePlanner, TransfersKeepTheTableExactOverALongRun) {
+  // Zipf-like ids over 500 rows, batches of 64, a cache of 80 rows with the
+  // lookahead's protection of the batch before. Each step adds a distinct
+  // value to the rows its batch uses: in the cache's slots for the cached
+  // run, in the table itself for the reference. Evictions write back, so
+  // after a final flush the tables are equal, element for element.
+  const int64_t rows = 500, batch = 64, steps = 200, dim = 3;
+  std::mt19937 random(7);
+  std::vector<double> weights;
+  for (int64_t r = 0; r < rows; ++r)
+    weights.push_back(1.0 / std::pow(double(r + 1), 1.1));
+  std::discrete_distribution<int32_t> zipf(weights.begin(), weights.end());
+  std::vector<int32_t> stream(size_t(batch * steps + 1));
+  for (int32_t &id : stream)
+    id = zipf(random);
+  CachePlanner cache(IdFrequencies::count(stream, rows, batch), 80);
+
+  std::vector<float> table(size_t(rows * dim)), reference;
+  for (size_t i = 0; i < table.size(); ++i)
+    table[i] = float(i) * 0.25f;
+  reference = table;
+  std::vector<float> device(size_t(cache.capacity() * dim), -1.0f);
+  auto apply = [&](const CacheTransfer &t) {
+    for (size_t k = 0; k < t.evictRows.size(); ++k)
+      for (int64_t d = 0; d < dim; ++d)
+        table[size_t(t.evictRows[k] * dim + d)] =
+            device[size_t(t.evictSlots[k] * dim + d)];
+    for (size_t k = 0; k < t.fetchRows.size(); ++k)
+      for (int64_t d = 0; d < dim; ++d)
+        device[size_t(t.fetchSlots[k] * dim + d)] =
+            table[size_t(t.fetchRows[k] * dim + d)];
+  };
+  apply(cache.warmUp());
+  std::span<const int32_t> previous;
+  int64_t fetched = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    std::span<const int32_t> ids(stream.data() + s * batch, size_t(batch));
+    CacheTransfer t = cache.prepare(ids, previous);
+    fetched += int64_t(t.fetchRows.size());
+    apply(t);
+    const std::vector<int32_t> slots = cache.slotsOf(ids);
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t d = 0; d < dim; ++d) {
+        const float delta = float(s + 1) * 0.5f + float(d);
+        device[size_t(slots[i] * dim + d)] += delta;
+        reference[size_t(ids[i] * dim + d)] += delta;
+      }
+    previous = ids;
+  }
+  for (int64_t slot = 0; slot < cache.capacity(); ++slot)
+    if (cache.rowIn(slot) >= 0)
+      for (int64_t d = 0; d < dim; ++d)
+        table[size_t(cache.rowIn(slot) * dim + d)] =
+            device[size_t(slot * dim + d)];
+  EXPECT_EQ(table, reference);
+  // The frequent rows stay: most lookups hit.
+  EXPECT_LT(double(cache.misses()) / double(cache.lookups()), 0.25);
+  EXPECT_LT(fetched, steps * batch / 4);
+}
