@@ -47,6 +47,12 @@
 // RUN: sed 's/"half_flops": 4194304/"half_flops": {"f32": 1, "fp8": 2}/' %S/Inputs/clusters/slow-gemm.json > %t.half-fp8.json
 // RUN: not tpc-opt %s --tp-simulate=cluster=%t.half-fp8.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=HALF-FP8
 // HALF-FP8: error: tp-simulate: {{.*}}.half-fp8.json: device.gemm_efficiency.half_flops.fp8 is not a field of the format
+// RUN: sed 's/"memory_bandwidth": 1e9/"memory_bandwidth": 1e9, "materialized_attention": {"forward_bytes_per_score": 13}/' %S/Inputs/clusters/unit.json > %t.scores.json
+// RUN: not tpc-opt %s --tp-simulate=cluster=%t.scores.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=SCORES
+// SCORES: error: tp-simulate: {{.*}}.scores.json: device.materialized_attention.backward_bytes_per_score must be a number
+// RUN: sed 's/"memory_bandwidth": 1e9/"memory_bandwidth": 1e9, "materialized_attention": {"forward_bytes_per_score": 13, "backward_bytes_per_score": 0}/' %S/Inputs/clusters/unit.json > %t.scores0.json
+// RUN: not tpc-opt %s --tp-simulate=cluster=%t.scores0.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=SCORES0
+// SCORES0: error: tp-simulate: {{.*}}.scores0.json: device.materialized_attention.backward_bytes_per_score must be
 // RUN: sed 's/"source"/"devices": 0, "source"/' %S/Inputs/clusters/unit.json > %t.devices.json
 // RUN: not tpc-opt %s --tp-simulate=cluster=%t.devices.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=DEVICES
 // DEVICES: error: tp-simulate: {{.*}}.devices.json: devices must be an integer between 1 and 16777216

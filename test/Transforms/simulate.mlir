@@ -100,3 +100,23 @@ func.func @alone(%x: tensor<1000xf32>) -> tensor<1000xf32> {
   %r = tp.all_reduce %x over @g {grid_axes = array<i64: 0>} : tensor<1000xf32> -> tensor<1000xf32>
   return %r : tensor<1000xf32>
 }
+
+// -----
+
+// Attention (2 heads of 64 queries and keys, D 16, causal) on the unit
+// device: fused, its products alone, the masked half skipped:
+// 2*2*2080*(16+16) = 266240 flops (0.266 ms) forward, 2*2*2080*(48+32) =
+// 665600 (0.666 ms) backward, which recomputes the scores. Materialised
+// (Megatron-LM 2021; bytes per score 13 forward, 19 backward): every score,
+// 2*2*4096*32 = 524288 flops (0.524 ms), plus 8192 scores x 13 bytes at
+// 1 GB/s (0.106 ms); the backward's 2*2*4096*64 = 1048576 flops (1.049 ms)
+// from the stored probabilities, plus 8192 x 19 bytes (0.156 ms).
+// RUN: sed 's/"memory_bandwidth": 1e9/"memory_bandwidth": 1e9, "materialized_attention": {"forward_bytes_per_score": 13, "backward_bytes_per_score": 19}/' %S/Inputs/clusters/unit.json > %t.materialized.json
+// RUN: tpc-opt %s --split-input-file --tp-simulate=cluster=%t.materialized.json -o /dev/null 2>&1 | FileCheck %s --check-prefix=MATERIALIZED
+// CHECK: remark: @attend on unit: 0.932 ms per run (products 0.932 ms, 9.318e+05 flops;
+// MATERIALIZED: remark: @attend on unit: 1.835 ms per run (products 1.835 ms, 1.573e+06 flops;
+func.func @attend(%q: tensor<2x64x16xf32>, %k: tensor<2x64x16xf32>, %v: tensor<2x64x16xf32>, %dy: tensor<2x64x16xf32>) -> (tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>) {
+  %o, %lse = tp.attention %q, %k, %v {alpha = 2.500000e-01 : f64, causal} : (tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>) -> (tensor<2x64x16xf32>, tensor<2x64xf32>)
+  %dq, %dk, %dv = tp.attention_grad %dy, %q, %k, %v, %o, %lse {alpha = 2.500000e-01 : f64, causal} : (tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x64xf32>) -> (tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>)
+  return %dq, %dk, %dv : tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>
+}

@@ -102,6 +102,7 @@ constexpr Range kLinkBandwidth{1e3, 1e14, "bytes/s"};
 constexpr Range kSeconds{0, 10, "seconds"};
 constexpr Range kHalfFlops{0, 1e15, "flops"};
 constexpr Range kEfficiency{1e-3, 1, "of the peak"};
+constexpr Range kScoreBytes{1e-3, 1e3, "bytes per score element"};
 constexpr int64_t kMaxRanks = int64_t(1) << 24;
 
 /// 1e+06, 0.5, 5e-324: numbers as people write them in the file.
@@ -218,7 +219,8 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
     return device.takeError();
   if (llvm::Error error = device->onlyFields(
           {"name", "peak_flops", "memory_bytes", "memory_bandwidth",
-           "gemm_efficiency", "op_overhead_seconds", "cores"}))
+           "gemm_efficiency", "op_overhead_seconds", "cores",
+           "materialized_attention"}))
     return std::move(error);
   DeviceModel &d = cluster.device;
   if (llvm::Error error = device->string("name", d.name))
@@ -266,6 +268,21 @@ llvm::Expected<ClusterModel> mlir::tp::parseCluster(llvm::StringRef text,
         return std::move(error);
       d.halfFlopsTF32 = d.halfFlopsBF16 = d.halfFlopsF32;
     }
+  }
+
+  if (device->object.get("materialized_attention")) {
+    auto attention = device->child("materialized_attention");
+    if (!attention)
+      return attention.takeError();
+    if (llvm::Error error = attention->onlyFields(
+            {"forward_bytes_per_score", "backward_bytes_per_score"}))
+      return std::move(error);
+    if (llvm::Error error = attention->number("forward_bytes_per_score",
+                                              d.scoreBytesForward, kScoreBytes))
+      return std::move(error);
+    if (llvm::Error error = attention->number(
+            "backward_bytes_per_score", d.scoreBytesBackward, kScoreBytes))
+      return std::move(error);
   }
 
   const llvm::json::Array *network = root->getArray("network");

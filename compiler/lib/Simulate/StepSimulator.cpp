@@ -76,6 +76,18 @@ KernelCost mlir::tp::kernelCost(Operation &op, const DeviceModel &device) {
           }))
         precision = TypeAttr::get(floats.front());
     }
+    // A materialising attention also runs every score and moves the score
+    // matrices through memory between its kernels.
+    if (const double scores = products.getScoreElements();
+        scores > 0 && device.scoreBytesForward > 0) {
+      cost.productFlops = products.getMaterializedProductFlops();
+      cost.seconds =
+          device.productSeconds(cost.productFlops, precision) +
+          device.streamSeconds(scores * (products.isScoreGradient()
+                                             ? device.scoreBytesBackward
+                                             : device.scoreBytesForward));
+      return cost;
+    }
     cost.seconds = device.productSeconds(cost.productFlops, precision);
     return cost;
   }

@@ -39,6 +39,12 @@ struct DeviceModel {
   /// min(cores, ranks on the device) of it however many others idle. 0:
   /// one (a GPU gives one rank all of it).
   int64_t cores = 0;
+  /// Attention that materialises its score matrices (Megatron-LM before
+  /// flash attention): bytes moved per score element by the forward's and
+  /// by the backward's kernels besides the products (scores, softmax,
+  /// dropout and their gradients); 0: one fused kernel, costed by its
+  /// products alone.
+  double scoreBytesForward = 0, scoreBytesBackward = 0;
 
   /// Seconds of a product of `flops` flops with operands in `precision`
   /// (null: f32; bf16; tf32).

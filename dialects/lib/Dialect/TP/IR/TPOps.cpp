@@ -1396,6 +1396,37 @@ double AttentionGradOp::getProductFlops() {
       getAttentionDims(getQuery(), getKey(), getValue()), getCausal(), 3, 2);
 }
 
+/// Score matrix elements: queries x keys for every head and sequence.
+static double scoreElements(const AttentionDims &dims) {
+  double heads = 1;
+  for (int64_t size : dims.batch)
+    heads *= double(size);
+  return heads * double(dims.queries) * double(dims.keys);
+}
+
+double AttentionOp::getScoreElements() {
+  return scoreElements(getAttentionDims(getQuery(), getKey(), getValue()));
+}
+
+double AttentionOp::getMaterializedProductFlops() {
+  return attentionProductFlops(
+      getAttentionDims(getQuery(), getKey(), getValue()), false, 1, 1);
+}
+
+bool AttentionOp::isScoreGradient() { return false; }
+
+double AttentionGradOp::getScoreElements() {
+  return scoreElements(getAttentionDims(getQuery(), getKey(), getValue()));
+}
+
+double AttentionGradOp::getMaterializedProductFlops() {
+  // dq, dk over D and dp, dv over Dv, from the stored probabilities.
+  return attentionProductFlops(
+      getAttentionDims(getQuery(), getKey(), getValue()), false, 2, 2);
+}
+
+bool AttentionGradOp::isScoreGradient() { return true; }
+
 LogicalResult RotaryOp::verify() {
   if (failed(verifyRankAtLeast(*this, {"input", getInput()}, 2,
                                "(its last two dims are [seq, head_dim])")))

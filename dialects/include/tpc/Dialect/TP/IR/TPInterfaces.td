@@ -239,6 +239,41 @@ def TP_MatrixProductOpInterface : OpInterface<"MatrixProductOpInterface"> {
       /*methodName=*/"getProductFlops",
       /*args=*/(ins)>,
     InterfaceMethod<
+      /*desc=*/[{
+        The elements of the score matrices (queries x keys per head and
+        sequence) an attention's products make; 0 for other products. An
+        implementation that materialises them (Megatron-LM before flash
+        attention) writes and reads them in memory: the step simulator's
+        `materialized_attention` costs that traffic.
+      }],
+      /*retTy=*/"double",
+      /*methodName=*/"getScoreElements",
+      /*args=*/(ins),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{ return 0; }]>,
+    InterfaceMethod<
+      /*desc=*/[{
+        The floating-point operations of an implementation that materialises
+        the scores: every score computed (none causally skipped), and a
+        backward that reads the stored probabilities instead of recomputing
+        them.
+      }],
+      /*retTy=*/"double",
+      /*methodName=*/"getMaterializedProductFlops",
+      /*args=*/(ins),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{ return $_op.getProductFlops(); }]>,
+    InterfaceMethod<
+      /*desc=*/[{
+        Whether its score matrices are those of an attention's backward
+        (gradients of the probabilities and scores) rather than its forward.
+      }],
+      /*retTy=*/"bool",
+      /*methodName=*/"isScoreGradient",
+      /*args=*/(ins),
+      /*methodBody=*/[{}],
+      /*defaultImplementation=*/[{ return false; }]>,
+    InterfaceMethod<
       /*desc=*/"The precision of its products' operands (null: f32).",
       /*retTy=*/"::mlir::TypeAttr",
       /*methodName=*/"getOperandPrecision",

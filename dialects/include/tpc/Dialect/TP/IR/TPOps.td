@@ -31,6 +31,11 @@ defvar TP_HasVJP = DeclareOpInterfaceMethods<TP_DifferentiableOpInterface>;
 // Made of matrix products: FLOPs and operand precision (TPOps.cpp).
 defvar TP_HasMatrixProducts =
     DeclareOpInterfaceMethods<TP_MatrixProductOpInterface>;
+// An attention's products, whose score matrices a materialising
+// implementation stores.
+defvar TP_HasAttentionProducts =
+    DeclareOpInterfaceMethods<TP_MatrixProductOpInterface,
+        ["getScoreElements", "getMaterializedProductFlops", "isScoreGradient"]>;
 
 // With AllTypesMatch: the result type is the input's, layout included.
 defvar TP_InferSameType = DeclareOpInterfaceMethods<InferTypeOpInterface>;
@@ -548,7 +553,7 @@ def TP_SoftmaxGradOp : TP_ComputeOp<"softmax_grad", [TP_InferResultShapes]> {
 }
 
 def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
-                                                TP_HasMatrixProducts]> {
+                                                TP_HasAttentionProducts]> {
   let planOpKind = "Attention";
   let summary = "Fused scaled dot-product attention (flash-attention style)";
   let description = [{
@@ -581,7 +586,7 @@ def TP_AttentionOp : TP_ComputeOp<"attention", [TP_InferResultShapes, TP_HasVJP,
 }
 
 def TP_AttentionGradOp : TP_ComputeOp<"attention_grad", [TP_InferResultShapes,
-                                                         TP_HasMatrixProducts],
+                                                         TP_HasAttentionProducts],
                                       [], ["readsOperandAsStored"]> {
   let planOpKind = "AttentionGrad";
   let summary = "Gradients of tp.attention w.r.t. query, key and value";
