@@ -233,8 +233,6 @@ void checkPipeline(const plan::Plan &p, const std::string &what) {
     cuts = int64_t(pipeline->cuts()->size());
     if (cuts < 1)
       fail(what + ": the pipeline lists no stage cut");
-    if (pipeline->chunks() != 1)
-      fail(what + ": stage cuts need one chunk per stage");
     if (!pipeline->layers() || !pipeline->layer_seconds())
       fail(what + ": stage cuts need the pipeline's layers and layer times");
     const std::vector<int64_t> balanced = toVector(pipeline->layers());
@@ -245,16 +243,17 @@ void checkPipeline(const plan::Plan &p, const std::string &what) {
       for (int64_t n : layers) {
         if (n < 1)
           fail(what + ": stage cut " + std::to_string(c) +
-               " leaves a stage without layers");
+               " leaves a stage (or virtual stage) without layers");
         total += n;
       }
       for (int64_t n : balanced)
         expected += n;
-      if (int64_t(layers.size()) != stages || total != expected)
+      const int64_t groups = stages * pipeline->chunks();
+      if (int64_t(layers.size()) != groups || total != expected)
         fail(what + ": stage cut " + std::to_string(c) + " gives " +
              std::to_string(total) + " layers to " +
-             std::to_string(layers.size()) + " stages; the pipeline has " +
-             std::to_string(expected) + " on " + std::to_string(stages));
+             std::to_string(layers.size()) + " groups; the pipeline has " +
+             std::to_string(expected) + " on " + std::to_string(groups));
       if (c == 0 && layers != balanced)
         fail(what + ": stage cut 0 must be the pipeline's layers");
     }

@@ -184,16 +184,14 @@ std::vector<std::vector<double>> cutStageSeconds(const plan::Plan &plan) {
   const plan::Pipeline *pipeline = plan.pipeline();
   if (!pipeline || !pipeline->cuts() || !pipeline->layer_seconds())
     return seconds;
-  // The loader checked that every cut covers the layers once.
+  // The loader checked that every cut covers the layers once. Group g (a
+  // virtual stage when interleaved) runs on stage g mod stages.
   for (const plan::StageCut *cut : *pipeline->cuts()) {
-    std::vector<double> stages;
+    std::vector<double> stages(size_t(pipeline->stages()), 0.0);
     size_t layer = 0;
-    for (int64_t count : *cut->layers()) {
-      double sum = 0;
-      for (int64_t i = 0; i < count; ++i)
-        sum += pipeline->layer_seconds()->Get(layer++);
-      stages.push_back(sum);
-    }
+    for (size_t g = 0; g < cut->layers()->size(); ++g)
+      for (int64_t i = 0; i < cut->layers()->Get(g); ++i)
+        stages[g % stages.size()] += pipeline->layer_seconds()->Get(layer++);
     seconds.push_back(std::move(stages));
   }
   return seconds;
@@ -492,7 +490,7 @@ Rebalancer::resized(const StepCosts &costs,
 std::string Rebalancer::settleAfter(const BlockAssignment &now,
                                     const BlockAssignment &next) {
   // Blocks each member gains (a migration) or 0 (a resize keeps them);
-  // layers each stage gains.
+  // layers each group (stage or virtual stage) gains.
   std::vector<int64_t> gained;
   if (stageMode) {
     const std::vector<int64_t> before = cutLayers(now.cut()),

@@ -113,7 +113,8 @@ void ProgressLog::rebalanced(const RebalanceEvent &event) {
   out << "rebalance: " << event.action << " after step " << event.step << " ("
       << event.reason << "); ";
   if (event.cut >= 0) {
-    out << "stage cut " << event.cut << ", layers per stage";
+    // Per stage, or per virtual stage in layer order when interleaved.
+    out << "stage cut " << event.cut << ", layers in pipeline order";
     for (size_t s = 0; s < event.stageLayers.size(); ++s)
       out << (s ? "," : " ") << event.stageLayers[s];
     out << "; ";

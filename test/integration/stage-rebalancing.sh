@@ -17,9 +17,11 @@
 #     (against the same grid without a straggler: losses 1e-6, weights
 #     1e-5; against one rank the tensor split alone drifts to ~1e-5 in 24
 #     steps, so 5e-5);
-#  5. --rank-speeds 1,0.25: the cut is chosen before the first step;
-#  6. --rebalance resize is refused (layers cannot be left out), and so is
-#     stage-moves without pp or with the interleaved schedule.
+#  5. interleaved 1F1B (8 layers, 2 chunks a stage): a layer leaves one of
+#     stage 1's virtual stages;
+#  6. --rank-speeds 1,0.25: the cut is chosen before the first step;
+#  7. --rebalance resize is refused (layers cannot be left out), and so is
+#     stage-moves without pp.
 #
 #   stage-rebalancing.sh BUILD_DIR PYTHON WORK_DIR gpt2|llama
 set -euo pipefail
@@ -109,6 +111,34 @@ $check weights "$work/one/model.safetensors" "$work/tp/model.safetensors" \
   --rel 1e-4 $keybias
 echo "tp: equal to the unmoved pp 2 x 1D 2 run and to one rank"
 
+echo "== $model: interleaved (2 chunks a stage, 8 layers): a layer leaves a virtual stage of stage 1"
+"$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
+c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] = 8
+json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/eight.json"
+"$bin/tpc-import" "$work/eight.json" --batch $batch --seq $seq -o "$work/eight.mlir"
+train_plan "$work/eight.mlir" eight "mode=1d grid=1"
+train 1 "$work/eight.tpplan" "$work/eight" --steps $steps --export "$work/eight"
+train_plan "$work/eight.mlir" inter \
+  "mode=1d grid=1 pp=2 microbatches=2 schedule=interleaved pp-chunks=2 stage-moves=1"
+train 2 "$work/inter.tpplan" "$work/inter" --steps $steps --export "$work/inter" \
+  --slow 1:8:4 --rebalance migrate --rebalance-threshold 0.25
+grep -E "^rebalance:" "$work/inter.log"
+# Virtual stages 0 and 2 run on stage 0, 1 and 3 on stage 1: one of stage
+# 1's four layers moves to stage 0.
+"$python" - "$work/inter.json" <<'PY'
+import json, sys
+decisions = json.load(open(sys.argv[1]))["rebalance"]["decisions"]
+assert decisions, "no re-plan"
+groups = decisions[0]["stage_layers"]
+assert len(groups) == 4 and sum(groups) == 8, groups
+assert groups[1] + groups[3] == 3, groups
+print("interleaved: layers per virtual stage", groups)
+PY
+$check losses "$work/eight.json" "$work/inter.json" --rel 1e-5
+$check weights "$work/eight/model.safetensors" "$work/inter/model.safetensors" \
+  --rel 1e-4 $keybias
+echo "inter: equal to one rank"
+
 echo "== $model: given rank speeds choose the cut before step 1"
 train 2 "$work/moves.tpplan" "$work/speeds" --steps $steps --export "$work/speeds" \
   --rank-speeds 1,0.25
@@ -136,7 +166,4 @@ refused "which no stage can leave out" \
 refused "stage-moves=1 needs a positive count and pp > 1" \
   "$bin/tpc-opt" "$work/four.mlir" -o /dev/null \
   --tp-pipeline="train mode=1d grid=1 microbatches=2 stage-moves=1"
-refused "stage-moves=1 needs a positive count and pp > 1 with one chunk" \
-  "$bin/tpc-opt" "$work/four.mlir" -o /dev/null \
-  --tp-pipeline="train mode=1d grid=1 pp=2 microbatches=2 schedule=interleaved pp-chunks=2 stage-moves=1"
-echo "refused: resize, stage-moves without pp, interleaved"
+echo "refused: resize, stage-moves without pp"

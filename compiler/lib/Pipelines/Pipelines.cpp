@@ -86,11 +86,9 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
                        "or microbatches yet");
   }
   if (options.stageMoves != 0 &&
-      (options.pipelineStages < 2 || options.pipelineChunks != 1 ||
-       options.stageMoves < 0))
+      (options.pipelineStages < 2 || options.stageMoves < 0))
     return emitError("tp-pipeline: stage-moves=" + Twine(options.stageMoves) +
-                     " needs a positive count and pp > 1 with one chunk per "
-                     "stage (not interleaved)");
+                     " needs a positive count and pp > 1");
   if (options.rebalance && options.mode == ParallelMode::None)
     return emitError("tp-pipeline: rebalance=true needs a mode, e.g. mode=1d");
   bool rebalanceTuned = options.rebalanceGranularity.hasValue() ||

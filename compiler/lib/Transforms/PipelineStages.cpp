@@ -1194,9 +1194,8 @@ struct TPPipelineStages
       return fail("single-microbatch=true times one stage; it needs pp=1");
     if (stageMoves < 0)
       return fail("stage-moves=" + Twine(stageMoves) + " is negative");
-    if (stageMoves > 0 && (stages < 2 || chunks > 1 || singleMicrobatch))
-      return fail("stage-moves=K moves layers between the stages of pp > 1 "
-                  "with one chunk per stage (not interleaved)");
+    if (stageMoves > 0 && (stages < 2 || singleMicrobatch))
+      return fail("stage-moves=K moves layers between the stages of pp > 1");
     auto loss = module.lookupSymbol<func::FuncOp>("loss");
     // The alternative cuts start from the functions as they are now (the
     // splitters rewrite the sums in place).

@@ -55,7 +55,8 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Also compile the stage cuts that move up to this many "
                      "layers off any one stage to each neighbour, for the "
                      "runtime to switch to when a stage straggles (stage "
-                     "rebalancing; pp > 1, not interleaved)"),
+                     "rebalancing; pp > 1; interleaved: off one virtual "
+                     "stage to its neighbours)"),
       llvm::cl::init(0)};
   Option<bool> shardOptimizer{
       *this, "shard-optimizer",

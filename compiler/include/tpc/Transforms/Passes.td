@@ -205,10 +205,10 @@ def TPPipelineStages : Pass<"tp-pipeline-stages", "::mlir::ModuleOp"> {
     into `@loss_stage<s>`, which runs the schedule's forward halves in
     their order; its loss is summed over the stages as the step's is.
 
-    With `stage-moves=K` (pp > 1, one chunk per stage), the pass also cuts
-    the step (and @loss) at every alternative that moves l <= K layers from
-    one stage to its left neighbour and r <= K to its right one, keeping a
-    layer on it: cut 0 is the balanced one, the others follow in stage
+    With `stage-moves=K` (pp > 1), the pass also cuts the step (and @loss)
+    at every alternative that moves l <= K layers from one group (a stage,
+    or a virtual stage when interleaved) to the group before it and r <= K
+    to the one after it, keeping a layer on it: cut 0 is the balanced one, the others follow in stage
     order. A stage program equal to an earlier cut's is shared; each
     function lists the cuts it serves (`tp.cuts`) and alternatives are named
     `@<step>_stage<s>_cut<c>`. `tp.pipeline` records the cuts and each

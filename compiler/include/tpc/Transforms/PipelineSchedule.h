@@ -51,10 +51,10 @@ llvm::SmallVector<int64_t> balanceLayers(llvm::ArrayRef<double> costs,
                                          int64_t groups);
 
 /// The cuts stage rebalancing may switch to from `balanced` (layers per
-/// stage): for each stage, every way of moving l <= `moves` layers to its
-/// left neighbour and r <= `moves` to its right one that leaves it a layer,
-/// in stage order, then l, then r; `balanced` itself not included, nor a
-/// cut twice.
+/// group: stage, or virtual stage in layer order): for each group, every
+/// way of moving l <= `moves` layers to the group before it and r <=
+/// `moves` to the one after it that leaves it a layer, in group order, then
+/// l, then r; `balanced` itself not included, nor a cut twice.
 llvm::SmallVector<llvm::SmallVector<int64_t>>
 neighbourCuts(llvm::ArrayRef<int64_t> balanced, int64_t moves);
 

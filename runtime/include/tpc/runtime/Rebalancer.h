@@ -73,8 +73,9 @@ struct RebalanceEvent {
   std::vector<std::vector<int64_t>> held, computed;
   double bytesMoved = 0; // sent by all ranks together
   double seconds = 0;    // the slowest rank's time to move
-  /// Stage rebalancing: the stage cut and its layers per stage afterwards
-  /// (-1 and empty for blocks).
+  /// Stage rebalancing: the stage cut and its layers per stage (per virtual
+  /// stage, in layer order, when interleaved) afterwards (-1 and empty for
+  /// blocks).
   int64_t cut = -1;
   std::vector<int64_t> stageLayers;
 };
@@ -291,7 +292,8 @@ private:
 
   /// Per stage, the slowest of its ranks' `perRank` values.
   std::vector<double> slowestPerStage(const std::vector<double> &perRank) const;
-  /// Layers per stage of stage cut `cut`.
+  /// Layers per group (stage, or virtual stage in layer order) of stage cut
+  /// `cut`.
   std::vector<int64_t> cutLayers(int64_t cut) const;
 
   const LoadedPlan &plan;
