@@ -166,7 +166,14 @@ if grep -E "^rebalance:" "$work/small-gain.log"; then
   echo "small gain: re-planned below the minimum gain of 0.6"
   exit 1
 fi
-grep -q "slowest rank 1 +[0-9][0-9][0-9]%" "$work/small-gain.log"
+# The straggler shows over the threshold (0.25) in some window: the gain
+# alone held the move back. (An 8x straggler usually reads +500 % or more;
+# on a loaded machine less, so any reading over the threshold counts.)
+if ! grep -Eq "slowest rank 1 \+([3-9][0-9]|[0-9]{3,})%" "$work/small-gain.log"; then
+  grep "slowest rank" "$work/small-gain.log" | tail -3
+  echo "small gain: the straggler never read over the threshold"
+  exit 1
+fi
 
 echo "== $model: a straggler that relapses soon after its blocks went home"
 # Rank 1 8x slow for steps 4-12, 25-36 and from 43 on: migrated after step 9,
