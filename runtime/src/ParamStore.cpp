@@ -318,6 +318,29 @@ ParamStore ParamStore::gathered(const LoadedPlan &plan, GridComm &comm) const {
   return whole;
 }
 
+/// Sends each peer its packed `outgoing` floats and receives `incomingSizes`
+/// floats from each (one GridComm::exchange; both sides pack in one order
+/// they derive alike), counting the bytes into `cost`. Without `comm`
+/// nothing may travel.
+static std::map<int, std::vector<float>>
+exchangePacked(GridComm *comm, std::map<int, std::vector<float>> &outgoing,
+               const std::map<int, size_t> &incomingSizes, RelayoutCost &cost) {
+  std::map<int, std::vector<float>> incoming;
+  std::vector<GridComm::Transfer> sends, receives;
+  for (auto &[peer, buffer] : outgoing) {
+    sends.push_back({peer, buffer});
+    cost.bytesSent += double(buffer.size() * sizeof(float));
+  }
+  for (const auto &[peer, count] : incomingSizes) {
+    incoming[peer].resize(count);
+    receives.push_back({peer, incoming[peer]});
+    cost.bytesReceived += double(count * sizeof(float));
+  }
+  if (comm)
+    comm->exchange(sends, receives);
+  return incoming;
+}
+
 RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
                                   const BlockAssignment &next, GridComm *comm) {
   if (next.cut() != assignment.cut()) {
@@ -338,7 +361,7 @@ RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
           : std::vector<State>{State::Value};
   // What goes to and comes from each other rank, packed in one order on
   // both sides: parameter, then block id, then value and moments.
-  std::map<int, std::vector<float>> outgoing, incoming;
+  std::map<int, std::vector<float>> outgoing;
   struct Unpack {
     size_t param;
     const StoredBlock *block;
@@ -399,22 +422,14 @@ RelayoutCost ParamStore::relayout(const LoadedPlan &plan,
       ++cost.blocksSent;
     }
   }
-  std::vector<GridComm::Transfer> sends, receives;
-  for (auto &[peer, buffer] : outgoing) {
-    sends.push_back({peer, buffer});
-    cost.bytesSent += double(buffer.size() * sizeof(float));
-  }
+  std::map<int, size_t> incomingSizes;
   for (const auto &[peer, list] : unpacks) {
-    size_t count = 0;
     for (const Unpack &u : list)
-      count += size_t(product(u.block->shape)) * states.size();
-    incoming[peer].resize(count);
-    receives.push_back({peer, incoming[peer]});
-    cost.bytesReceived += double(count * sizeof(float));
+      incomingSizes[peer] += size_t(product(u.block->shape)) * states.size();
     cost.blocksReceived += int64_t(list.size());
   }
-  if (comm)
-    comm->exchange(sends, receives);
+  std::map<int, std::vector<float>> incoming =
+      exchangePacked(comm, outgoing, incomingSizes, cost);
   for (const auto &[peer, list] : unpacks) {
     const float *cursor = incoming[peer].data();
     for (const Unpack &u : list)
@@ -459,7 +474,7 @@ RelayoutCost ParamStore::moveStages(const LoadedPlan &plan, int64_t cut,
   const std::vector<int64_t> capacity = capacityBlocks(plan.plan());
   // Packed per peer in parameter order, value then moments: both sides
   // derive the same order from the plan.
-  std::map<int, std::vector<float>> outgoing, incoming;
+  std::map<int, std::vector<float>> outgoing;
   std::map<int, std::vector<size_t>> gained;
   std::vector<size_t> lost;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -481,27 +496,22 @@ RelayoutCost ParamStore::moveStages(const LoadedPlan &plan, int64_t cut,
       ++cost.blocksReceived;
     }
   }
-  std::vector<GridComm::Transfer> sends, receives;
-  for (auto &[peer, buffer] : outgoing) {
-    sends.push_back({peer, buffer});
-    cost.bytesSent += double(buffer.size() * sizeof(float));
-  }
-  for (const auto &[peer, list] : gained) {
-    size_t count = 0;
-    for (size_t i : list)
-      count +=
-          size_t(storageElements(plan, *params.Get(i), coords_, capacity)) *
-          states.size();
-    incoming[peer].resize(count);
-    receives.push_back({peer, incoming[peer]});
-    cost.bytesReceived += double(count * sizeof(float));
-  }
-  comm->exchange(sends, receives);
+  // Each gained parameter's storage on this rank, as its old holder packs
+  // it.
+  std::map<size_t, size_t> gainedSize;
+  std::map<int, size_t> incomingSizes;
+  for (const auto &[peer, list] : gained)
+    for (size_t i : list) {
+      gainedSize[i] =
+          size_t(storageElements(plan, *params.Get(i), coords_, capacity));
+      incomingSizes[peer] += gainedSize[i] * states.size();
+    }
+  std::map<int, std::vector<float>> incoming =
+      exchangePacked(comm, outgoing, incomingSizes, cost);
   for (const auto &[peer, list] : gained) {
     const float *cursor = incoming[peer].data();
     for (size_t i : list) {
-      const size_t n =
-          size_t(storageElements(plan, *params.Get(i), coords_, capacity));
+      const size_t n = gainedSize[i];
       for (State which : states) {
         state(i, which).assign(cursor, cursor + n);
         cursor += n;

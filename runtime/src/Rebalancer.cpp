@@ -255,45 +255,28 @@ std::optional<RebalanceEvent> Rebalancer::applyRankSpeeds(int64_t step) {
   if (given.empty())
     return std::nullopt;
   const BlockAssignment &blocks = params.blocks();
-  const double fastestGiven = *std::max_element(given.begin(), given.end());
-  if (stageMode) {
-    // A stage runs at its slowest rank's speed.
-    std::vector<double> slowness, speeds;
-    for (double speed : given) {
-      speeds.push_back(speed / fastestGiven);
-      slowness.push_back(fastestGiven / speed);
-    }
-    BlockAssignment next = blocks;
-    next.setCut(bestStageCut(stageSeconds, slowestPerStage(slowness)));
-    if (next == blocks)
-      return std::nullopt;
-    std::string listed;
-    for (double speed : given) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%s%g", listed.empty() ? "" : ", ",
-                    speed);
-      listed += text;
-    }
-    RebalanceEvent event =
-        apply(step, next, "migrate", "rank speeds given: " + listed);
-    event.speeds = speeds;
-    event.slowestRank =
-        std::min_element(speeds.begin(), speeds.end()) - speeds.begin();
-    event.imbalance = 1.0 / speeds[size_t(event.slowestRank)] - 1.0;
-    return event;
-  }
-  // Stated speeds, not measured ones: a block costs 1 / speed on each rank
-  // and nothing else differs, so the migration's scheduling splits every
-  // point in proportion (as finely as its blocks allow).
-  StepCosts costs;
   const double fastest = *std::max_element(given.begin(), given.end());
   std::vector<double> speeds;
-  for (double speed : given) {
+  for (double speed : given)
     speeds.push_back(speed / fastest);
-    costs.fixed.push_back(0.0);
-    costs.perBlock.emplace_back(blocks.numPoints(), 1.0 / speeds.back());
+  BlockAssignment next = blocks;
+  if (stageMode) {
+    // A stage runs at its slowest rank's speed.
+    std::vector<double> slowness;
+    for (double speed : speeds)
+      slowness.push_back(1.0 / speed);
+    next.setCut(bestStageCut(stageSeconds, slowestPerStage(slowness)));
+  } else {
+    // Stated speeds, not measured ones: a block costs 1 / speed on each
+    // rank and nothing else differs, so the migration's scheduling splits
+    // every point in proportion (as finely as its blocks allow).
+    StepCosts costs;
+    for (double speed : speeds) {
+      costs.fixed.push_back(0.0);
+      costs.perBlock.emplace_back(blocks.numPoints(), 1.0 / speed);
+    }
+    next = migratedAssignment(blocks, memberCosts(costs));
   }
-  BlockAssignment next = migratedAssignment(blocks, memberCosts(costs));
   if (next == blocks)
     return std::nullopt;
   std::string listed;
