@@ -81,9 +81,7 @@ for target in one:1 pp2-1d2:4; do
 done
 
 # Four layers: four stages, and two chunks on each of two stages.
-"$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
-c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] = 4
-json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/four.json"
+config_with_layers 4 "$work/four.json"
 "$bin/tpc-import" "$work/four.json" --batch $batch --seq $seq -o "$work/four.mlir"
 train_plan "$work/four.mlir" four "mode=1d grid=1"
 train 1 "$work/four.tpplan" "$work/four" --steps $steps --export "$work/four"

@@ -31,9 +31,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
 "$bin/tpc-tokenize" "${BASH_SOURCE[0]}" -o "$work/heldout.tokens" > /dev/null
 train_flags="--eval-every 6 --eval-data $work/heldout.tokens --eval-tokens 64"
 
-"$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
-c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] = 4
-json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/four.json"
+config_with_layers 4 "$work/four.json"
 "$bin/tpc-import" "$work/four.json" --batch $batch --seq $seq -o "$work/four.mlir"
 train_plan "$work/four.mlir" one "mode=1d grid=1"
 train 1 "$work/one.tpplan" "$work/one" --steps $steps --export "$work/one"
@@ -112,9 +110,7 @@ $check weights "$work/one/model.safetensors" "$work/tp/model.safetensors" \
 echo "tp: equal to the unmoved pp 2 x 1D 2 run and to one rank"
 
 echo "== $model: interleaved (2 chunks a stage, 8 layers): a layer leaves a virtual stage of stage 1"
-"$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
-c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] = 8
-json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/eight.json"
+config_with_layers 8 "$work/eight.json"
 "$bin/tpc-import" "$work/eight.json" --batch $batch --seq $seq -o "$work/eight.mlir"
 train_plan "$work/eight.mlir" eight "mode=1d grid=1"
 train 1 "$work/eight.tpplan" "$work/eight" --steps $steps --export "$work/eight"

@@ -34,6 +34,12 @@ json.dump(c, open(sys.argv[2], "w"))' "$config" "$work/deeper.json"
   "$bin/tpc-import" "$work/deeper.json" --batch $layer_batch --seq $layer_seq \
     -o "$work/deeper.mlir"
 }
+# Writes the test model's config with LAYERS layers to OUT.
+config_with_layers() { # LAYERS OUT
+  "$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))
+c["n_layer" if c["model_type"] == "gpt2" else "num_hidden_layers"] = int(sys.argv[2])
+json.dump(c, open(sys.argv[3], "w"))' "$config" "$1" "$2"
+}
 train() { # RANKS PLAN OUT [tp-run flags...]
   local ranks=$1 plan=$2 out=$3
   shift 3
