@@ -540,9 +540,10 @@ Value ModelEmitter::gpt2(Value tokens) {
   setLoc("transformer.embed");
   Value wte = weight("transformer.wte.weight", {config.vocabSize, h}, std);
   Value wpe = weight("transformer.wpe.weight", {config.maxPositions, h}, std);
-  Value x = tp::EmbeddingOp::create(b, loc, wte, tokens);
+  Value x = tp::EmbeddingOp::create(b, loc, wte, tokens, Value());
   // A generation step's tokens sit at their positions; a sequence's at 0..S.
-  x = add(x, positions ? Value(tp::EmbeddingOp::create(b, loc, wpe, positions))
+  x = add(x, positions ? Value(tp::EmbeddingOp::create(b, loc, wpe, positions,
+                                                       Value()))
                        : slice(wpe, {0, 0}, {seq, h}));
   for (int64_t layer = 0; layer < config.numLayers; ++layer) {
     Operation *layerStart = lastOp();
@@ -599,7 +600,7 @@ Value ModelEmitter::llama(Value tokens) {
   const double std = config.initializerRange;
   setLoc("model.embed_tokens");
   Value embed = weight("model.embed_tokens.weight", {config.vocabSize, h}, std);
-  Value x = tp::EmbeddingOp::create(b, loc, embed, tokens);
+  Value x = tp::EmbeddingOp::create(b, loc, embed, tokens, Value());
   auto rmsNorm = [&](Value in, const std::string &name) -> Value {
     return tp::RmsNormOp::create(b, loc, in, param(name, {h}, Init::Ones),
                                  b.getF64FloatAttr(config.normEpsilon));

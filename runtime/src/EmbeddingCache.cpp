@@ -1,5 +1,7 @@
 #include "tpc/runtime/EmbeddingCache.h"
 
+#include "tpc/runtime/Backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -15,8 +17,16 @@ namespace {
 
 IdFrequencies IdFrequencies::count(std::span<const int32_t> stream,
                                    int64_t rows, int64_t batchTokens) {
-  if (rows < 1)
-    fail("an embedding table needs rows; got " + std::to_string(rows));
+  return countBlock(stream, rows, 0, rows, batchTokens);
+}
+
+IdFrequencies IdFrequencies::countBlock(std::span<const int32_t> stream,
+                                        int64_t vocabulary, int64_t firstRow,
+                                        int64_t rows, int64_t batchTokens) {
+  if (rows < 1 || firstRow < 0 || firstRow + rows > vocabulary)
+    fail("an embedding block needs rows within the table's " +
+         std::to_string(vocabulary) + "; got " + std::to_string(rows) +
+         " from row " + std::to_string(firstRow));
   if (batchTokens < 1)
     fail("a batch needs tokens; got " + std::to_string(batchTokens));
   std::vector<int64_t> counts(size_t(rows), 0), lastWindow(size_t(rows), -1);
@@ -28,10 +38,14 @@ IdFrequencies IdFrequencies::count(std::span<const int32_t> stream,
   for (int64_t w = 0; w < windows; ++w) {
     int64_t distinct = 0;
     for (int64_t i = w * batchTokens; i < (w + 1) * batchTokens; ++i) {
-      const int64_t id = stream[size_t(i)];
+      const int64_t token = stream[size_t(i)];
+      if (token < 0 || token >= vocabulary)
+        fail("token " + std::to_string(i) + " is id " + std::to_string(token) +
+             ", outside the embedding's " + std::to_string(vocabulary) +
+             " rows");
+      const int64_t id = token - firstRow;
       if (id < 0 || id >= rows)
-        fail("token " + std::to_string(i) + " is id " + std::to_string(id) +
-             ", outside the embedding's " + std::to_string(rows) + " rows");
+        continue;
       ++counts[size_t(id)];
       if (lastWindow[size_t(id)] != w) {
         lastWindow[size_t(id)] = w;
@@ -195,6 +209,163 @@ std::vector<int32_t> CachePlanner::slotsOf(std::span<const int32_t> ids) const {
     slots.push_back(int32_t(slot));
   }
   return slots;
+}
+
+//===----------------------------------------------------------------------===//
+// CachedTable
+//===----------------------------------------------------------------------===//
+
+CachedTable::CachedTable(int64_t vocabulary, int64_t firstRow,
+                         int64_t blockRows, int64_t slots, int64_t rowElements)
+    : vocab(vocabulary), first(firstRow), rows(blockRows), capacity(slots),
+      rowElements(rowElements), map(size_t(blockRows), -1) {
+  if (rows < 1 || capacity < 1 || capacity > rows || rowElements < 1 ||
+      first < 0 || first + rows > vocab)
+    fail("an embedding cache of " + std::to_string(slots) +
+         " rows over a "
+         "block of " +
+         std::to_string(blockRows) + " rows from row " +
+         std::to_string(firstRow) + " of " + std::to_string(vocabulary) +
+         " is inconsistent");
+}
+
+CachedTable::~CachedTable() = default;
+
+void CachedTable::rank(IdFrequencies frequencies) {
+  if (planner && planner->lookups() != 0)
+    throw std::logic_error("an embedding cache is ranked before its first "
+                           "batch");
+  if (frequencies.rows() != rows)
+    fail("an embedding ranking of " + std::to_string(frequencies.rows()) +
+         " rows for a block of " + std::to_string(rows));
+  planner.emplace(std::move(frequencies), capacity);
+  std::fill(map.begin(), map.end(), -1);
+  const CacheTransfer warm = planner->warmUp();
+  for (size_t i = 0; i < warm.fetchRows.size(); ++i)
+    map[size_t(warm.fetchRows[i])] = int32_t(warm.fetchSlots[i]);
+  // The warm rows are fetched with every cached row on first use.
+  deviceValid = false;
+}
+
+void CachedTable::allocate(Backend &backend) {
+  if (device == &backend)
+    return;
+  if (device)
+    throw std::logic_error("an embedding cache on two devices at once ('" +
+                           std::string(device->name()) + "' and '" +
+                           std::string(backend.name()) + "')");
+  device = &backend;
+  const uint64_t bytes = uint64_t(capacity * rowElements) * sizeof(float);
+  for (auto &buffer : buffers)
+    buffer = backend.allocate(bytes);
+  deviceValid = false;
+}
+
+void CachedTable::fetchRow(int64_t row, int64_t slot,
+                           const std::array<float *, 3> &host) {
+  const uint64_t bytes = uint64_t(rowElements) * sizeof(float);
+  for (size_t k = 0; k < 3; ++k)
+    device->upload(buffers[k]->data() + uint64_t(slot) * bytes,
+                   host[k] + row * rowElements, bytes);
+  ++counters.rowsFetched;
+  counters.bytesFetched += 3 * bytes;
+}
+
+void CachedTable::writeBackRow(int64_t row, int64_t slot,
+                               const std::array<float *, 3> &host) {
+  const uint64_t bytes = uint64_t(rowElements) * sizeof(float);
+  for (size_t k = 0; k < 3; ++k)
+    device->download(host[k] + row * rowElements,
+                     buffers[k]->data() + uint64_t(slot) * bytes, bytes);
+  ++counters.rowsWrittenBack;
+  counters.bytesWrittenBack += 3 * bytes;
+}
+
+void CachedTable::prepare(std::span<const int32_t> wholeIds,
+                          const std::array<float *, 3> &host,
+                          Backend &backend) {
+  allocate(backend);
+  if (!planner) {
+    // Unranked: rows by id.
+    std::vector<int64_t> order(static_cast<size_t>(rows));
+    std::iota(order.begin(), order.end(), int64_t(0));
+    rank(IdFrequencies::fromOrder(std::move(order), 0));
+  }
+  // The batch's rows of this block, as ids of the block.
+  std::vector<int32_t> ids;
+  ids.reserve(wholeIds.size());
+  for (size_t i = 0; i < wholeIds.size(); ++i) {
+    const int64_t id = wholeIds[i];
+    if (id < 0 || id >= vocab)
+      fail("token " + std::to_string(i) + " of the batch is id " +
+           std::to_string(id) + ", outside the embedding's " +
+           std::to_string(vocab) + " rows");
+    if (id >= first && id < first + rows)
+      ids.push_back(int32_t(id - first));
+  }
+  const CacheTransfer transfer = planner->prepare(ids);
+  counters.lookups = planner->lookups();
+  counters.misses = planner->misses();
+  // Victims first (their slots take the misses); the host copy of a row
+  // is current unless a program wrote the cache since it was fetched.
+  for (size_t i = 0; i < transfer.evictRows.size(); ++i) {
+    if (deviceValid && hostBehind)
+      writeBackRow(transfer.evictRows[i], transfer.evictSlots[i], host);
+    map[size_t(transfer.evictRows[i])] = -1;
+  }
+  for (size_t i = 0; i < transfer.fetchRows.size(); ++i) {
+    if (deviceValid)
+      fetchRow(transfer.fetchRows[i], transfer.fetchSlots[i], host);
+    map[size_t(transfer.fetchRows[i])] = int32_t(transfer.fetchSlots[i]);
+  }
+  batchRows.assign(ids.begin(), ids.end());
+  std::sort(batchRows.begin(), batchRows.end());
+  batchRows.erase(std::unique(batchRows.begin(), batchRows.end()),
+                  batchRows.end());
+}
+
+std::vector<int32_t> CachedTable::batchSlots(int64_t count) const {
+  if (int64_t(batchRows.size()) > count)
+    fail("a batch uses " + std::to_string(batchRows.size()) +
+         " rows of an embedding block; the step lists at most " +
+         std::to_string(count));
+  std::vector<int32_t> slots(size_t(count), -1);
+  for (size_t i = 0; i < batchRows.size(); ++i)
+    slots[i] = map[size_t(batchRows[i])];
+  return slots;
+}
+
+std::byte *CachedTable::data(size_t which, const std::array<float *, 3> &host,
+                             Backend &backend) {
+  allocate(backend);
+  if (!deviceValid) {
+    // Every cached row from the host (the host is current: whoever
+    // changed it wrote the cache back first).
+    const uint64_t before = counters.bytesFetched;
+    const int64_t fetched = counters.rowsFetched;
+    for (int64_t row = 0; row < rows; ++row)
+      if (map[size_t(row)] >= 0)
+        fetchRow(row, map[size_t(row)], host);
+    // A refill is not the batch's traffic: count it apart.
+    refillBytes += counters.bytesFetched - before;
+    counters.bytesFetched = before;
+    counters.rowsFetched = fetched;
+    deviceValid = true;
+    hostBehind = false;
+  }
+  return buffers[which]->data();
+}
+
+void CachedTable::writeBack(const std::array<float *, 3> &host) {
+  if (!deviceValid || !hostBehind)
+    return;
+  const CacheStats before = counters;
+  for (int64_t row = 0; row < rows; ++row)
+    if (map[size_t(row)] >= 0)
+      writeBackRow(row, map[size_t(row)], host);
+  flushBytes += counters.bytesWrittenBack - before.bytesWrittenBack;
+  counters = before;
+  hostBehind = false;
 }
 
 } // namespace tpc::runtime

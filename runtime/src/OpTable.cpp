@@ -41,11 +41,24 @@ int64_t product(const std::vector<int64_t> &shape) {
 // Forward ops
 //===----------------------------------------------------------------------===//
 
+/// A cached table's slot map (the optional third operand): one slot per
+/// row of the block, which the cache of `table[0]` rows cannot exceed.
+void checkSlotMap(const StepCheck &c, const std::vector<int64_t> &table) {
+  if (c.operands.size() < 3)
+    return;
+  c.requireRank(c.operands[2], 1, "slot_map");
+  if (c.operands[2].shape.size() != 1 || c.operands[2].shape[0] < table[0])
+    c.fail("slot_map " + shapeString(c.operands[2].shape) +
+           " must list the block's rows, at least the cache's " +
+           std::to_string(table[0]));
+}
+
 void checkEmbedding(const StepCheck &c) {
   const auto &table = c.operands[0].shape;
   if (table.size() != 2)
     c.fail("table must be [vocab, hidden]");
   c.gridAxes(/*allowNone=*/true, "vocabulary grid axes");
+  checkSlotMap(c, table);
   std::vector<int64_t> shape = c.operands[1].shape;
   shape.push_back(table[1]);
   c.requireShape(c.results[0], shape, "result");
@@ -298,6 +311,7 @@ void checkEmbeddingGrad(const StepCheck &c) {
   if (table.size() != 2)
     c.fail("table_grad must be [vocab, hidden]");
   c.gridAxes(/*allowNone=*/true, "vocabulary grid axes");
+  checkSlotMap(c, table);
   std::vector<int64_t> shape = c.operands[1].shape;
   shape.push_back(table[1]);
   c.requireShape(c.operands[0], shape, "result_grad");
@@ -458,6 +472,36 @@ void checkAdamW(const StepCheck &c) {
   if (!(s.weight_decay() >= 0.0 && s.weight_decay() < 1e6))
     c.fail("weight_decay must be >= 0");
   c.requirePositive(s.epsilon(), "epsilon");
+}
+
+/// AdamWRows: AdamW's operands with the rows list after the moments.
+void checkAdamWRows(const StepCheck &c) {
+  const auto &param = c.operands[0].shape;
+  if (param.empty())
+    c.fail("param must have rows");
+  for (size_t i : {1, 2, 3})
+    c.requireShape(c.operands[i], param, "grad/moment");
+  if (c.operands[4].shape.size() != 1)
+    c.fail("rows must be a list [count]");
+  for (size_t i : {5, 6, 7})
+    c.requireScalar(c.operands[i], "lr/step/grad_scale");
+  for (const TensorType &type : c.results)
+    c.requireShape(type, param, "result");
+  const plan::Step &s = c.step;
+  if (!(s.beta1() >= 0.0 && s.beta1() < 1.0 && s.beta2() >= 0.0 &&
+        s.beta2() < 1.0))
+    c.fail("betas must be in [0, 1)");
+  if (!(s.weight_decay() >= 0.0 && s.weight_decay() < 1e6))
+    c.fail("weight_decay must be >= 0");
+  c.requirePositive(s.epsilon(), "epsilon");
+}
+
+void checkNormSquaredRows(const StepCheck &c) {
+  if (c.operands[0].shape.empty())
+    c.fail("input must have rows");
+  if (c.operands[1].shape.size() != 1)
+    c.fail("rows must be a list [count]");
+  c.requireScalar(c.results[0], "result");
 }
 
 //===----------------------------------------------------------------------===//
@@ -637,10 +681,16 @@ constexpr auto kAlways = GridUse::Always, kWithAxes = GridUse::WhenAxesNamed,
 
 // In enum order (checked below), so a kind indexes its entry.
 constexpr std::array kOps = {
-    onGrid(withPrecisions(op(OpKind::Embedding, 2, 1, checkEmbedding, {F, I32}),
-                          /*stored=*/0b1, 0, 0),
-           kPlacementWithAxes),
-    onGrid(op(OpKind::EmbeddingGrad, 2, 1, checkEmbeddingGrad, {F, I32}),
+    // (1.14) A cached table's slot map as an optional third operand.
+    onGrid(
+        withOptionalOperands(withPrecisions(op(OpKind::Embedding, 3, 1,
+                                               checkEmbedding, {F, I32, I32}),
+                                            /*stored=*/0b1, 0, 0),
+                             1),
+        kPlacementWithAxes),
+    onGrid(withOptionalOperands(op(OpKind::EmbeddingGrad, 3, 1,
+                                   checkEmbeddingGrad, {F, I32, I32}),
+                                1),
            kPlacementWithAxes),
     withPrecision(op(OpKind::Matmul, 2, 1, checkMatmul)),
     op(OpKind::Add, 2, 1, checkBinary),
@@ -770,6 +820,17 @@ constexpr std::array kOps = {
                                ResultPlacement::AliasOperand),
                             kAlways, AsyncRole::Waits)),
           12),
+    // (param, grad, exp_avg, exp_avg_sq, rows, lr, step, grad_scale): AdamW
+    // on the listed rows, in place.
+    since(withPrecisions(op(OpKind::AdamWRows, 8, 3, checkAdamWRows,
+                            {F, F, F, F, I32, F, I64, F},
+                            ResultPlacement::UpdateInPlace, {0, 2, 3}),
+                         0, 0b10101111, 0b111),
+          14),
+    since(withPrecisions(
+              op(OpKind::NormSquaredRows, 2, 1, checkNormSquaredRows, {F, I32}),
+              0, 0, 0b1),
+          14),
 };
 
 constexpr bool inEnumOrder() {

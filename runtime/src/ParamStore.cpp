@@ -212,6 +212,20 @@ ParamStore ParamStore::allocate(const LoadedPlan &loaded,
         " of memory this machine has (a larger grid splits them further)");
   for (int64_t size : sizes)
     store.values.emplace_back(size_t(size), 0.0f);
+  // Cached embedding tables: the block stays here, a cache of some of its
+  // rows on the device.
+  const auto &params = *loaded.plan().params();
+  store.caches.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const plan::Param &param = *params.Get(i);
+    if (param.cache_rows() == 0 || sizes[i] == 0)
+      continue;
+    const ParamBlock block = paramBlock(loaded, param, coords);
+    const int64_t rowElements = sizes[i] / block.shape[0];
+    store.caches[i] = std::make_unique<CachedTable>(
+        block.globalShape[0], block.offset[0], block.shape[0],
+        std::min(param.cache_rows(), block.shape[0]), rowElements);
+  }
   return store;
 }
 
@@ -545,16 +559,16 @@ void writeWholeParams(const LoadedPlan &plan, const ParamStore &params,
 }
 
 std::vector<float> &ParamStore::state(size_t index, State which) {
-  hostWillChange();
+  hostWillChange(index);
   return hostArray(index, which);
 }
 
 std::vector<float> &ParamStore::expAvg(size_t index) {
-  hostWillChange();
+  hostWillChange(index);
   return hostArray(index, State::ExpAvg);
 }
 std::vector<float> &ParamStore::expAvgSq(size_t index) {
-  hostWillChange();
+  hostWillChange(index);
   return hostArray(index, State::ExpAvgSq);
 }
 const std::vector<float> &ParamStore::expAvg(size_t index) const {
@@ -576,7 +590,16 @@ std::vector<float> &ParamStore::hostArray(size_t index, State which) const {
   return moments[index];
 }
 
+std::array<float *, 3> ParamStore::cacheHost(size_t index) const {
+  return {hostArray(index, State::Value).data(),
+          hostArray(index, State::ExpAvg).data(),
+          hostArray(index, State::ExpAvgSq).data()};
+}
+
 void ParamStore::syncHost() const {
+  for (size_t i = 0; i < caches.size(); ++i)
+    if (caches[i])
+      caches[i]->writeBack(cacheHost(i));
   if (!device || device->hostCurrent)
     return;
   for (size_t i = 0; i < device->buffers.size(); ++i)
@@ -589,10 +612,22 @@ void ParamStore::syncHost() const {
   device->hostCurrent = true;
 }
 
+void ParamStore::hostWillChange(size_t index) {
+  if (CachedTable *cache = cachedTable(index)) {
+    cache->writeBack(cacheHost(index));
+    cache->hostChanged();
+  }
+  if (device)
+    hostWillChange();
+}
+
 void ParamStore::hostWillChange() {
+  syncHost();
+  for (const auto &cache : caches)
+    if (cache)
+      cache->hostChanged();
   if (!device)
     return;
-  syncHost();
   for (auto &current : device->current)
     current.fill(false);
 }
@@ -624,8 +659,36 @@ std::byte *ParamStore::deviceData(Backend &backend, size_t index, State which) {
 }
 
 void ParamStore::markDeviceWritten() {
+  for (const auto &cache : caches)
+    if (cache)
+      cache->deviceWritten();
   if (device)
     device->hostCurrent = false;
+}
+
+void ParamStore::rankCachedRows(size_t index, IdFrequencies frequencies) {
+  CachedTable *cache = cachedTable(index);
+  if (!cache)
+    throw std::logic_error("parameter " + std::to_string(index) +
+                           " is no cached embedding table");
+  cache->rank(std::move(frequencies));
+}
+
+void ParamStore::prepareCache(size_t index, std::span<const int32_t> wholeIds,
+                              Backend &backend) {
+  CachedTable *cache = cachedTable(index);
+  if (!cache)
+    throw std::logic_error("parameter " + std::to_string(index) +
+                           " is no cached embedding table");
+  cache->prepare(wholeIds, cacheHost(index), backend);
+}
+
+std::byte *ParamStore::cacheData(Backend &backend, size_t index, State which) {
+  CachedTable *cache = cachedTable(index);
+  if (!cache)
+    throw std::logic_error("parameter " + std::to_string(index) +
+                           " is no cached embedding table");
+  return cache->data(size_t(which), cacheHost(index), backend);
 }
 
 uint64_t ParamStore::bytes() const {

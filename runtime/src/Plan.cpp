@@ -233,9 +233,13 @@ void ProgramChecker::checkTensors() {
       // one that holds none (a program that runs only while they are
       // evenly spread) sees the even split.
       const bool holdsBlocks = rebalancePointOf(t) >= 0;
+      std::vector<int64_t> localShape =
+          paramLocalShape(plan, p, holdsBlocks ? active : evenBlocks(plan));
+      // A cached table is viewed as its cache: some rows of the block.
+      if (p.cache_rows() != 0 && !localShape.empty())
+        localShape[0] = p.cache_rows();
       int64_t local = 1;
-      for (int64_t d :
-           paramLocalShape(plan, p, holdsBlocks ? active : evenBlocks(plan)))
+      for (int64_t d : localShape)
         local *= d;
       if (holdsBlocks && !p.rebalance_dims())
         fail(what + " holds rebalance blocks of parameter '" + p.name()->str() +
@@ -279,6 +283,7 @@ void ProgramChecker::checkTensors() {
 
 void ProgramChecker::checkInputs() {
   std::set<plan::InputKind> seen;
+  std::set<std::pair<plan::InputKind, uint32_t>> seenCacheInputs;
   for (size_t i = 0; i < program.inputs()->size(); ++i) {
     const plan::Input &input = *program.inputs()->Get(i);
     std::string what = where + ": input " + std::to_string(i);
@@ -286,11 +291,19 @@ void ProgramChecker::checkInputs() {
         input.kind() != plan::InputKind::Targets &&
         input.kind() != plan::InputKind::Step &&
         input.kind() != plan::InputKind::Hyperparameters &&
-        input.kind() != plan::InputKind::Positions)
+        input.kind() != plan::InputKind::Positions &&
+        !(isCacheInput(input.kind()) &&
+          plan.version_minor() >= kPlanEmbeddingCacheMinor))
       fail(what + " has an unknown kind");
-    if (!seen.insert(input.kind()).second)
+    // Each table has its own cache inputs.
+    if (isCacheInput(input.kind())) {
+      if (!seenCacheInputs.insert({input.kind(), input.param()}).second)
+        fail(what + " repeats input kind " +
+             plan::EnumNameInputKind(input.kind()) + " for one table");
+    } else if (!seen.insert(input.kind()).second) {
       fail(what + " repeats input kind " +
            plan::EnumNameInputKind(input.kind()));
+    }
     if (input.tensor() >= tensors.size())
       fail(what + " refers to tensor " + std::to_string(input.tensor()) +
            " out of range");
@@ -326,6 +339,29 @@ void ProgramChecker::checkInputs() {
       if (t.dtype() != PlanDType::F32 || shape != std::vector<int64_t>{5})
         fail(what + " (hyperparameters) must be f32 [5]");
       break;
+    case plan::InputKind::CacheMap:
+    case plan::InputKind::CacheRows: {
+      const auto &params = *plan.params();
+      if (input.param() >= params.size() ||
+          params.Get(input.param())->cache_rows() == 0)
+        fail(what + " names parameter " + std::to_string(input.param()) +
+             ", which is no cached table");
+      const plan::Param &table = *params.Get(input.param());
+      const std::vector<int64_t> block =
+          paramLocalShape(plan, table, evenBlocks(plan));
+      if (t.dtype() != PlanDType::I32 || shape.size() != 1 ||
+          (input.kind() == plan::InputKind::CacheMap
+               ? shape[0] != block[0]
+               : shape[0] < 1 || shape[0] > block[0]))
+        fail(what + " must be i32 [" +
+             (input.kind() == plan::InputKind::CacheMap
+                  ? std::to_string(block[0])
+                  : "1.." + std::to_string(block[0])) +
+             "], one entry per row of parameter '" + table.name()->str() +
+             "''s block" +
+             (input.kind() == plan::InputKind::CacheMap ? "" : " at most"));
+      break;
+    }
     }
   }
 }
@@ -727,6 +763,22 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
                "point's axis " +
                std::to_string(axis) + ", or is its second such dimension");
       }
+    }
+    if (param.cache_rows() != 0 &&
+        p.version_minor() >= kPlanEmbeddingCacheMinor) {
+      // A cached table: a cache of some of each rank's rows.
+      const int64_t blockRows =
+          paramLocalShape(p, param, evenBlocks(p)).front();
+      if (param.shape()->size() != 2 || param.rebalance_dims() ||
+          param.stage() >= 0 || param.cache_rows() < 1 ||
+          param.cache_rows() > blockRows ||
+          !(param.cache_ratio() > 0 && param.cache_ratio() <= 1))
+        fail(what + ": parameter '" + name + "' is a cached table of " +
+             std::to_string(param.cache_rows()) + " rows (ratio " +
+             std::to_string(param.cache_ratio()) +
+             "); a cache holds 1 to the block's " + std::to_string(blockRows) +
+             " rows of a [rows, features] table at a ratio in (0, 1], without "
+             "rebalance blocks or pipeline stages");
     }
     if (param.dtype() != PlanDType::F32)
       fail(what + ": parameter '" + name + "' is " + dtypeName(param.dtype()) +
@@ -1137,6 +1189,10 @@ void LoadedPlan::printJson(std::ostream &os) const {
       entry["stage"] = param->stage();
     if (param->cut_stages())
       entry["cut_stages"] = array(param->cut_stages());
+    if (param->cache_rows() != 0) {
+      entry["cache_rows"] = param->cache_rows();
+      entry["cache_ratio"] = param->cache_ratio();
+    }
     entry["init"] = plan::EnumNameInit(param->init());
     if (param->init() == plan::Init::Normal)
       entry["init_std"] = param->init_std();
@@ -1182,10 +1238,13 @@ void LoadedPlan::printJson(std::ostream &os) const {
     if (program->cuts())
       entry["cuts"] = array(program->cuts());
     entry["inputs"] = Json::array();
-    for (const plan::Input *input : *program->inputs())
-      entry["inputs"].push_back(
-          {{"kind", plan::EnumNameInputKind(input->kind())},
-           {"tensor", input->tensor()}});
+    for (const plan::Input *input : *program->inputs()) {
+      Json item = {{"kind", plan::EnumNameInputKind(input->kind())},
+                   {"tensor", input->tensor()}};
+      if (isCacheInput(input->kind()))
+        item["param"] = input->param();
+      entry["inputs"].push_back(std::move(item));
+    }
     entry["results"] = array(program->results());
     if (program->result_names()) {
       entry["result_names"] = Json::array();

@@ -93,6 +93,8 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
     inputBlocks.push_back(
         blockOf(loaded, std::move(whole), input->split(), coords));
   }
+  for (const plan::Input *input : *program->inputs())
+    readsCachedTables |= isCacheInput(input->kind());
   bindings.resize(shapes.size());
   for (const plan::Step *step : *program->steps())
     for (uint32_t id : *step->results()) {
@@ -132,6 +134,9 @@ int64_t ProgramRunner::elements(uint32_t tensor) const {
 std::byte *ProgramRunner::storage(uint32_t tensor) {
   const plan::Tensor &t = *program->tensors()->Get(tensor);
   auto paramState = [&](ParamStore::State which) {
+    // A cached embedding table is its cache, on any backend.
+    if (params.cachedTable(t.index()))
+      return params.cacheData(backend, t.index(), which);
     return backend.hostVisible() ? reinterpret_cast<std::byte *>(
                                        params.state(t.index(), which).data())
                                  : params.deviceData(backend, t.index(), which);
@@ -207,6 +212,8 @@ void ProgramRunner::setInput(plan::InputKind kind,
         std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
         std::to_string(values.size()) + " values, the program expects " +
         std::to_string(whole));
+  if (kind == plan::InputKind::Tokens && readsCachedTables)
+    wholeTokens.assign(values.begin(), values.end());
   // This rank's block, row by row (tokens and targets are [batch, seq]).
   auto *out = reinterpret_cast<int32_t *>(inputs[i].data());
   const int64_t rows = block.shape[0], columns = block.shape[1];
@@ -362,8 +369,34 @@ bool ProgramRunner::runRecorded() {
   return true;
 }
 
+void ProgramRunner::prepareEmbeddingCaches() {
+  if (!readsCachedTables)
+    return;
+  if (wholeTokens.empty())
+    throw std::runtime_error("program '" + program->name()->str() +
+                             "' reads a cached embedding table: it needs its "
+                             "tokens before it runs");
+  // Each table's rows first (every table has a map), then the inputs.
+  for (const plan::Input *input : *program->inputs())
+    if (input->kind() == plan::InputKind::CacheMap)
+      params.prepareCache(input->param(), wholeTokens, backend);
+  for (size_t i = 0; i < program->inputs()->size(); ++i) {
+    const plan::Input &input = *program->inputs()->Get(i);
+    if (!isCacheInput(input.kind()))
+      continue;
+    const CachedTable &cache = *params.cachedTable(input.param());
+    const std::vector<int32_t> values =
+        input.kind() == plan::InputKind::CacheMap
+            ? cache.slotMap()
+            : cache.batchSlots(elements(input.tensor()));
+    std::memcpy(inputs[i].data(), values.data(),
+                values.size() * sizeof(int32_t));
+  }
+}
+
 void ProgramRunner::run() {
   updateShapes();
+  prepareEmbeddingCaches();
   bindTensors();
   for (size_t i = 0; i < deviceInputs.size(); ++i)
     backend.upload(deviceInputs[i]->data(), inputs[i].data(),

@@ -117,6 +117,26 @@ void RunReport::setTraining(const LoadedPlan &plan, const TrainConfig &config,
                      {"lr", r.learningRate},
                      {"seconds", r.seconds}});
   root["loss_curve"] = std::move(curve);
+  if (!result.embeddingCaches.empty()) {
+    // This rank's caches: lookups are the batches' ids in the rank's block.
+    nlohmann::ordered_json caches = nlohmann::ordered_json::array();
+    for (const EmbeddingCacheReport &cache : result.embeddingCaches) {
+      const CacheStats &s = cache.stats;
+      caches.push_back(
+          {{"name", cache.name},
+           {"slots", cache.slots},
+           {"block_rows", cache.blockRows},
+           {"lookups", s.lookups},
+           {"misses", s.misses},
+           {"hit_rate",
+            s.lookups ? 1.0 - double(s.misses) / double(s.lookups) : 1.0},
+           {"rows_fetched", s.rowsFetched},
+           {"rows_written_back", s.rowsWrittenBack},
+           {"bytes_fetched", s.bytesFetched},
+           {"bytes_written_back", s.bytesWrittenBack}});
+    }
+    root["embedding_caches"] = std::move(caches);
+  }
   if (!result.rankComputeSeconds.empty())
     root["rank_compute_seconds"] = result.rankComputeSeconds;
   if (config.evalEvery > 0) {

@@ -70,6 +70,14 @@ void ProgressLog::started(const Backend &backend) {
       << "kernels: " << backend.kernelLibraries() << "\n";
 }
 
+void ProgressLog::cachingEmbeddings(
+    const std::vector<EmbeddingCacheReport> &caches) {
+  for (const EmbeddingCacheReport &cache : caches)
+    out << "embedding cache: " << cache.name << ", " << cache.slots << " of "
+        << cache.blockRows << " rows per rank on the device, the rest in host "
+        << "memory\n";
+}
+
 void ProgressLog::resumed(int64_t step, const std::string &from) {
   out << "resumed from step " << step << " (" << from << ")\n";
 }
@@ -165,6 +173,37 @@ Trainer::Trainer(const LoadedPlan &plan, ParamStore &params, GridComm *comm,
   stepTiming = balancer.enabled();
   makeRunner();
   shape = runner->tokensShape();
+}
+
+void Trainer::rankCachedRows(std::span<const int32_t> stream) {
+  const auto &all = *plan.plan().params();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const CachedTable *cache = params.cachedTable(i);
+    if (!cache)
+      continue;
+    const std::string name = all.Get(i)->name()->str();
+    try {
+      params.rankCachedRows(
+          i, IdFrequencies::countBlock(stream, cache->vocabulary(),
+                                       cache->firstRow(), cache->blockRows(),
+                                       tokensPerStep()));
+    } catch (const std::invalid_argument &error) {
+      throw std::invalid_argument("embedding cache of '" + name +
+                                  "': " + error.what());
+    }
+  }
+}
+
+/// This rank's cached tables and what their caches did.
+std::vector<EmbeddingCacheReport>
+embeddingCacheReports(const LoadedPlan &plan, const ParamStore &params) {
+  std::vector<EmbeddingCacheReport> reports;
+  const auto &all = *plan.plan().params();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (const CachedTable *cache = params.cachedTable(i))
+      reports.push_back({all.Get(i)->name()->str(), cache->slots(),
+                         cache->blockRows(), cache->stats()});
+  return reports;
 }
 
 void Trainer::makeRunner() {
@@ -273,6 +312,12 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     result.firstStep = state.step + 1;
     observer.resumed(state.step, config.resume);
   }
+  // Before step 1: every token in range and every cache large enough.
+  trainer.rankCachedRows(stream);
+  if (std::vector<EmbeddingCacheReport> caches =
+          embeddingCacheReports(plan, params);
+      !caches.empty())
+    observer.cachingEmbeddings(caches);
   auto report = [&](RebalanceEvent event) {
     observer.rebalanced(event);
     result.rebalanceEvents.push_back(std::move(event));
@@ -371,6 +416,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   result.paramBytes = params.bytes();
   result.inputBytes = runner.inputBytes();
   result.replays = runner.replays();
+  result.embeddingCaches = embeddingCacheReports(plan, params);
   return result;
 }
 

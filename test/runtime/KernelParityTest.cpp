@@ -25,7 +25,10 @@ namespace fb = tpc::plan;
 namespace {
 
 /// How an operand is filled.
-enum class Fill { Normal, Positive, Ids, Step, Hyper, Positions };
+// Rows: distinct rows in [0, idBound) in a shuffled order, then -1 padding
+// (a cached table's listed rows). SlotMap: a shuffled permutation of
+// [0, n) (each row of a block cached in some slot).
+enum class Fill { Normal, Positive, Ids, Step, Hyper, Positions, Rows, SlotMap };
 
 struct Operand {
   std::vector<int64_t> shape;
@@ -161,6 +164,24 @@ std::vector<std::vector<uint8_t>> operandValues(const KernelCase &c) {
       std::vector<int32_t> v(static_cast<size_t>(n));
       for (int32_t &x : v)
         x = int32_t(random() % uint32_t(operand.idBound));
+      put(v);
+      break;
+    }
+    case Fill::Rows:
+    case Fill::SlotMap: {
+      const int64_t bound =
+          operand.fill == Fill::SlotMap ? n : operand.idBound;
+      std::vector<int32_t> all(static_cast<size_t>(bound));
+      for (size_t i = 0; i < all.size(); ++i)
+        all[i] = int32_t(i);
+      for (size_t i = all.size(); i > 1; --i)
+        std::swap(all[i - 1], all[size_t(random() % uint32_t(i))]);
+      std::vector<int32_t> v(static_cast<size_t>(n), -1);
+      // Rows: three quarters listed, the rest padding.
+      const size_t listed = operand.fill == Fill::SlotMap
+                                ? size_t(n)
+                                : std::min(all.size(), size_t(n * 3 / 4));
+      std::copy(all.begin(), all.begin() + ptrdiff_t(listed), v.begin());
       put(v);
       break;
     }
@@ -629,6 +650,18 @@ const std::vector<KernelCase> &cases() {
          {{{2, 5, 6}}, {{2, 5}, Fill::Ids, 4}},
          {{11, 6}},
          none},
+        // A cached table: the block's 11 rows in shuffled cache slots, read
+        // and scattered through the slot map.
+        {"EmbeddingCached",
+         OpKind::Embedding,
+         {{{11, 6}}, {{2, 5}, Fill::Ids, 11}, {{11}, Fill::SlotMap}},
+         {{2, 5, 6}},
+         with([](Attributes &a) { a.ints = {0}; })},
+        {"EmbeddingGradCached",
+         OpKind::EmbeddingGrad,
+         {{{2, 5, 6}}, {{2, 5}, Fill::Ids, 11}, {{11}, Fill::SlotMap}},
+         {{11, 6}},
+         none},
         {"CrossEntropy",
          OpKind::CrossEntropy,
          {{{6, 13}}, {{6}, Fill::Ids, 13}},
@@ -665,6 +698,28 @@ const std::vector<KernelCase> &cases() {
            a.beta2 = 0.95;
            a.epsilon = 1e-6;
            a.weightDecay = 0.05;
+         })},
+        {"NormSquaredRows",
+         OpKind::NormSquaredRows,
+         {{{9, 70}}, {{8}, Fill::Rows, 9}},
+         {{}},
+         none},
+        {"AdamWRows",
+         OpKind::AdamWRows,
+         {{{9, 40}},
+          {{9, 40}},
+          {{9, 40}},
+          {{9, 40}, Fill::Positive},
+          {{8}, Fill::Rows, 9},
+          {{}, Fill::Positive},
+          {{}, Fill::Step},
+          {{}, Fill::Positive}},
+         {{9, 40}, {9, 40}, {9, 40}},
+         with([](Attributes &a) {
+           a.beta1 = 0.85;
+           a.beta2 = 0.99;
+           a.epsilon = 1e-7;
+           a.weightDecay = 0.1;
          })},
         // Fused elementwise chains (tp-fuse-elementwise).
         {"Swiglu", OpKind::Swiglu, {{{300}}, {{300}}}, {{300}}, none},

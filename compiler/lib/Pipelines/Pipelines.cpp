@@ -5,6 +5,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 #include "tpc/Transforms/Passes.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace mlir::tp;
@@ -33,6 +34,10 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     if (options.stageMoves.hasValue())
       return emitError("tp-pipeline: mode=auto does not compile stage moves; "
                        "give its choice's mode with pp=P for stage-moves=K");
+    if (options.embeddingCache.hasValue())
+      return emitError("tp-pipeline: mode=auto does not choose with an "
+                       "embedding cache yet; give its choice's mode with "
+                       "embedding-cache=RATIO");
     const bool pipelineGiven =
         options.pipelineStages.hasValue() || options.microbatches.hasValue() ||
         options.schedule.hasValue() || options.pipelineChunks.hasValue();
@@ -89,6 +94,16 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
       (options.pipelineStages < 2 || options.stageMoves < 0))
     return emitError("tp-pipeline: stage-moves=" + Twine(options.stageMoves) +
                      " needs a positive count and pp > 1");
+  if (options.embeddingCache.hasValue()) {
+    if (!(options.embeddingCache > 0 && options.embeddingCache <= 1))
+      return emitError(llvm::formatv("tp-pipeline: embedding-cache={0} is "
+                                     "not a share of a table's rows in (0, 1]",
+                                     double(options.embeddingCache)));
+    if (pipelined || options.rebalance || options.shardOptimizer)
+      return emitError("tp-pipeline: embedding-cache does not work with "
+                       "pipeline stages, micro-batches, rebalance=true or "
+                       "shard-optimizer=true yet");
+  }
   if (options.rebalance && options.mode == ParallelMode::None)
     return emitError("tp-pipeline: rebalance=true needs a mode, e.g. mode=1d");
   bool rebalanceTuned = options.rebalanceGranularity.hasValue() ||
@@ -147,6 +162,11 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     pm.addPass(createTPLowerCollectives());
   }
   pm.addPass(createTPPartition());
+  if (options.embeddingCache.hasValue()) {
+    TPEmbeddingCacheOptions cache;
+    cache.ratio = options.embeddingCache;
+    pm.addPass(createTPEmbeddingCache(cache));
+  }
   if (pipelined) {
     TPPipelineStagesOptions stages;
     stages.stages = options.pipelineStages;

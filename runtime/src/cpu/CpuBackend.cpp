@@ -79,8 +79,49 @@ std::vector<float> gatheredCrossEntropyStats(const Dispatch &d,
   return gathered;
 }
 
+/// A cached table's lookups (operand 2, the slot map): each id in the
+/// rank's block becomes the slot caching its row, every other id the index
+/// just past the cache, which the kernels treat as another rank's row. The
+/// kernels then run on the cache exactly as on the table.
+std::vector<int32_t> cacheSlotIds(const Dispatch &d, const TensorBinding &ids,
+                                  int64_t cacheRows) {
+  const TensorBinding &map = d.operands[2];
+  const int64_t blockRows = map.shape[0];
+  const VocabBlock block = vocabBlock(d, blockRows);
+  const int64_t vocab = block.blocks * blockRows;
+  const int32_t *id = ids.i32(), *slotOf = map.i32();
+  std::vector<int32_t> slots(size_t(ids.elements));
+  for (int64_t t = 0; t < ids.elements; ++t) {
+    if (id[t] < 0 || id[t] >= vocab)
+      throw std::runtime_error("embedding: id " + std::to_string(id[t]) +
+                               " is outside the vocabulary of " +
+                               std::to_string(vocab));
+    const int64_t row = int64_t(id[t]) - block.first;
+    if (row < 0 || row >= blockRows) {
+      slots[size_t(t)] = int32_t(cacheRows);
+      continue;
+    }
+    const int32_t slot = slotOf[row];
+    if (slot < 0 || slot >= cacheRows)
+      throw std::runtime_error(
+          "embedding: row " + std::to_string(id[t]) +
+          " is not in the cache (slot " + std::to_string(slot) +
+          "); the runtime fetches a batch's rows before its step");
+    slots[size_t(t)] = slot;
+  }
+  return slots;
+}
+
 void embedding(const Dispatch &d) {
   const TensorBinding &table = d.operands[0], &ids = d.operands[1];
+  if (d.operands.size() > 2) {
+    const int64_t cacheRows = table.shape[0];
+    const std::vector<int32_t> slots = cacheSlotIds(d, ids, cacheRows);
+    cpu::embeddingBlock(table.f32(), 0, cacheRows, cacheRows + 1,
+                        table.shape[1], slots.data(), ids.elements,
+                        d.results[0].f32());
+    return;
+  }
   VocabBlock block = vocabBlock(d, table.shape[0]);
   cpu::embeddingBlock(table.f32(), block.first, table.shape[0],
                       block.blocks * table.shape[0], table.shape[1], ids.i32(),
@@ -407,6 +448,14 @@ void crossEntropy(const Dispatch &d) {
 
 void embeddingGrad(const Dispatch &d) {
   const TensorBinding &table = d.results[0], &ids = d.operands[1];
+  if (d.operands.size() > 2) {
+    const int64_t cacheRows = table.shape[0];
+    const std::vector<int32_t> slots = cacheSlotIds(d, ids, cacheRows);
+    cpu::embeddingGradBlock(d.operands[0].f32(), slots.data(), ids.elements, 0,
+                            cacheRows, cacheRows + 1, table.shape[1],
+                            table.f32());
+    return;
+  }
   VocabBlock block = vocabBlock(d, table.shape[0]);
   cpu::embeddingGradBlock(
       d.operands[0].f32(), ids.i32(), ids.elements, block.first, table.shape[0],
@@ -743,6 +792,43 @@ void normSquared(const Dispatch &d) {
       cpu::normSquared(d.operands[0].f32(), d.operands[0].elements);
 }
 
+/// Elements per row of a [rows, ...] tensor.
+int64_t rowElements(const TensorBinding &t) {
+  return t.shape.empty() || t.shape[0] == 0 ? 0 : t.elements / t.shape[0];
+}
+
+/// The rows list of a cached table's step, each entry a row of `of` or -1.
+void checkRowsList(const TensorBinding &rows, const TensorBinding &of,
+                   const char *what) {
+  const int32_t *row = rows.i32();
+  for (int64_t i = 0; i < rows.elements; ++i)
+    if (row[i] < -1 || row[i] >= of.shape[0])
+      throw std::runtime_error(std::string(what) + ": listed row " +
+                               std::to_string(row[i]) + " is outside the " +
+                               std::to_string(of.shape[0]) + " rows");
+}
+
+void normSquaredRows(const Dispatch &d) {
+  const TensorBinding &in = d.operands[0], &rows = d.operands[1];
+  checkRowsList(rows, in, "norm_squared_rows");
+  *d.results[0].f32() = cpu::normSquaredRows(in.f32(), rows.i32(),
+                                             rows.elements, rowElements(in));
+}
+
+void adamwRows(const Dispatch &d) {
+  const auto &in = d.operands;
+  const plan::Step &s = d.step;
+  checkRowsList(in[4], in[0], "adamw_rows");
+  // In place: the rows not listed keep their values.
+  for (size_t r = 0; r < 3; ++r)
+    copyIfMoved(in[r == 0 ? 0 : r + 1], d.results[r]);
+  cpu::adamwRows(d.results[0].f32(), in[1].f32(), d.results[1].f32(),
+                 d.results[2].f32(), in[4].i32(), in[4].elements,
+                 rowElements(in[0]), *in[5].f32(), in[6].i64Scalar(),
+                 *in[7].f32(), s.beta1(), s.beta2(), s.epsilon(),
+                 s.weight_decay());
+}
+
 void lrSchedule(const Dispatch &d) {
   const float *h = d.operands[1].f32();
   *d.results[0].f32() =
@@ -964,6 +1050,8 @@ void addCpuKernels(KernelTable &k) {
   set(OpKind::AdamW, adamw);
   set(OpKind::Constant, constant);
   set(OpKind::NormSquared, normSquared);
+  set(OpKind::NormSquaredRows, normSquaredRows);
+  set(OpKind::AdamWRows, adamwRows);
   set(OpKind::LrSchedule, lrSchedule);
   set(OpKind::ClipScale, clipScale);
   // Element movers, collectives and the conversion itself.

@@ -213,29 +213,74 @@ float normSquared(const float *in, int64_t count) {
   return static_cast<float>(sum);
 }
 
+namespace {
+/// AdamW's per-step scalars: computed in double, as torch computes them in
+/// Python, then rounded once.
+struct AdamWScalars {
+  float b1, c1, b2, c2, decay, stepSize, bc2Sqrt, eps;
+  AdamWScalars(float lr, int64_t step, double beta1, double beta2,
+               double epsilon, double weightDecay) {
+    if (step < 1)
+      throw std::runtime_error("adamw: step " + std::to_string(step) +
+                               " is not 1-based");
+    double bc1 = 1.0 - std::pow(beta1, double(step));
+    double bc2 = 1.0 - std::pow(beta2, double(step));
+    b1 = static_cast<float>(beta1);
+    c1 = static_cast<float>(1.0 - beta1);
+    b2 = static_cast<float>(beta2);
+    c2 = static_cast<float>(1.0 - beta2);
+    decay = static_cast<float>(1.0 - double(lr) * weightDecay);
+    stepSize = static_cast<float>(double(lr) / bc1);
+    bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+    eps = static_cast<float>(epsilon);
+  }
+};
+} // namespace
+
 void adamw(const float *param, const float *grad, const float *expAvg,
            const float *expAvgSq, float lr, int64_t step, float gradScale,
            double beta1, double beta2, double epsilon, double weightDecay,
            float *newParam, float *newExpAvg, float *newExpAvgSq,
            int64_t count) {
-  if (step < 1)
-    throw std::runtime_error("adamw: step " + std::to_string(step) +
-                             " is not 1-based");
-  // Scalars in double, as torch computes them in Python, then rounded once.
-  double bc1 = 1.0 - std::pow(beta1, double(step));
-  double bc2 = 1.0 - std::pow(beta2, double(step));
-  float b1 = static_cast<float>(beta1), c1 = static_cast<float>(1.0 - beta1);
-  float b2 = static_cast<float>(beta2), c2 = static_cast<float>(1.0 - beta2);
-  float decay = static_cast<float>(1.0 - double(lr) * weightDecay);
-  float stepSize = static_cast<float>(double(lr) / bc1);
-  float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  float eps = static_cast<float>(epsilon);
+  const AdamWScalars k(lr, step, beta1, beta2, epsilon, weightDecay);
   parallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
     adamwRange(param + begin, grad + begin, expAvg + begin, expAvgSq + begin,
                newParam + begin, newExpAvg + begin, newExpAvgSq + begin,
-               end - begin, gradScale, b1, c1, b2, c2, decay, stepSize, bc2Sqrt,
-               eps);
+               end - begin, gradScale, k.b1, k.c1, k.b2, k.c2, k.decay,
+               k.stepSize, k.bc2Sqrt, k.eps);
   });
+}
+
+void adamwRows(float *param, const float *grad, float *expAvg, float *expAvgSq,
+               const int32_t *rows, int64_t count, int64_t rowElements,
+               float lr, int64_t step, float gradScale, double beta1,
+               double beta2, double epsilon, double weightDecay) {
+  const AdamWScalars k(lr, step, beta1, beta2, epsilon, weightDecay);
+  parallelFor(count, rowGrain(rowElements), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (rows[i] < 0)
+        continue;
+      const int64_t at = int64_t(rows[i]) * rowElements;
+      adamwRange(param + at, grad + at, expAvg + at, expAvgSq + at, param + at,
+                 expAvg + at, expAvgSq + at, rowElements, gradScale, k.b1, k.c1,
+                 k.b2, k.c2, k.decay, k.stepSize, k.bc2Sqrt, k.eps);
+    }
+  });
+}
+
+float normSquaredRows(const float *in, const int32_t *rows, int64_t count,
+                      int64_t rowElements) {
+  std::vector<double> perRow(size_t(std::max<int64_t>(count, 0)), 0.0);
+  parallelFor(count, rowGrain(rowElements), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      if (rows[i] >= 0)
+        perRow[size_t(i)] = sumSquaredDouble(
+            in + int64_t(rows[i]) * rowElements, rowElements, 0.0);
+  });
+  double sum = 0.0;
+  for (double row : perRow)
+    sum += row;
+  return static_cast<float>(sum);
 }
 
 float learningRate(int64_t step, float peak, float minLr, float warmup,

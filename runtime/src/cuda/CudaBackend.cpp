@@ -1194,16 +1194,22 @@ void embedding(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &table = d.operands[0], &ids = d.operands[1];
   if (table.dtype != plan::DType::F32) // a bf16 table: widened
     return b.runWidened(d);
-  const VocabBlock block = vocabBlock(d, table.shape[0]);
-  cuda::embedding(f32(table), block.first, table.shape[0], table.shape[1],
-                  i32(ids), ids.elements, storageOf(d.results[0]),
+  // A cached table (operand 2, the slot map): the block has the map's rows.
+  const int32_t *slotMap = d.operands.size() > 2 ? i32(d.operands[2]) : nullptr;
+  const int64_t rows = slotMap ? d.operands[2].shape[0] : table.shape[0];
+  const VocabBlock block = vocabBlock(d, rows);
+  cuda::embedding(f32(table), block.first, rows, table.shape[1], i32(ids),
+                  ids.elements, slotMap, storageOf(d.results[0]),
                   d.results[0].data, b.stream);
 }
 void embeddingGrad(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &table = d.results[0], &ids = d.operands[1];
-  const VocabBlock block = vocabBlock(d, table.shape[0]);
+  const int32_t *slotMap = d.operands.size() > 2 ? i32(d.operands[2]) : nullptr;
+  const int64_t rows = slotMap ? d.operands[2].shape[0] : table.shape[0];
+  const VocabBlock block = vocabBlock(d, rows);
   cuda::embeddingGrad(f32(d.operands[0]), i32(ids), ids.elements, block.first,
-                      table.shape[0], table.shape[1], f32(table), b.stream);
+                      rows, table.shape[1], slotMap, table.shape[0],
+                      f32(table), b.stream);
 }
 
 #ifdef TPC_HAVE_NCCL
@@ -1677,6 +1683,32 @@ void clipScale(CudaBackend &b, const Dispatch &d) {
   cuda::clipScale(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
                   b.stream);
 }
+/// Elements per row of a [rows, ...] tensor.
+int64_t rowElements(const TensorBinding &t) {
+  return t.shape.empty() || t.shape[0] == 0 ? 0 : t.elements / t.shape[0];
+}
+void normSquaredRows(CudaBackend &b, const Dispatch &d) {
+  const TensorBinding &rows = d.operands[1];
+  auto *perRow = static_cast<double *>(b.scratch(
+      uint64_t(std::max<int64_t>(rows.elements, 1)) * sizeof(double)));
+  cuda::normSquaredRows(f32(d.operands[0]), i32(rows), rows.elements,
+                        rowElements(d.operands[0]), perRow, f32(d.results[0]),
+                        b.stream);
+}
+/// In place: the rows not listed keep their values (the results alias the
+/// parameter and moments, ResultPlacement::UpdateInPlace).
+void adamwRows(CudaBackend &b, const Dispatch &d) {
+  const auto &in = d.operands;
+  const plan::Step &s = d.step;
+  const cuda::AdamWTensor t{
+      f32(in[0]),          f32(in[1]),          f32(in[2]),
+      f32(in[3]),          f32(in[5]),          i64(in[6]),
+      f32(in[7]),          f32(d.results[0]),   f32(d.results[1]),
+      f32(d.results[2]),   d.results[0].elements, s.beta1(),
+      s.beta2(),           s.epsilon(),         s.weight_decay()};
+  cuda::adamwRows(t, i32(in[4]), in[4].elements, rowElements(in[0]),
+                  b.stream);
+}
 /// Queued, not launched: consecutive AdamW steps (a train step's last
 /// stretch) go out as one multi-tensor launch when the next other step,
 /// a synchronisation, a copy or the end of a recording comes.
@@ -1896,6 +1928,8 @@ void addCudaKernels(KernelRegistry<CudaKernel> &k) {
   set(OpKind::Constant, constant);
   set(OpKind::Pad, pad);
   set(OpKind::NormSquared, normSquared);
+  set(OpKind::NormSquaredRows, normSquaredRows);
+  set(OpKind::AdamWRows, adamwRows);
   set(OpKind::LrSchedule, lrSchedule);
   set(OpKind::ClipScale, clipScale);
   set(OpKind::LocalSplit, localSplit);

@@ -654,13 +654,16 @@ __global__ void cacheWriteKernel(float *cache, const float *update,
 template <class T>
 __global__ void embeddingKernel(const float *table, int64_t firstRow,
                                 int64_t rows, int64_t hidden,
-                                const int32_t *ids, int64_t tokens, T *out) {
+                                const int32_t *ids, int64_t tokens,
+                                const int32_t *slotMap, T *out) {
   TPC_GRID_STRIDE(i, tokens * hidden) {
     const int64_t t = i / hidden, h = i % hidden;
-    // The loader checked the token file against the vocabulary.
+    // The loader checked the token file against the vocabulary, the
+    // runtime cached every row of the batch.
     const int64_t row = int64_t(ids[t]) - firstRow;
-    out[i] =
-        fromFloat<T>(row >= 0 && row < rows ? table[row * hidden + h] : 0.0f);
+    const bool inBlock = row >= 0 && row < rows;
+    const int64_t at = inBlock && slotMap ? slotMap[row] : row;
+    out[i] = fromFloat<T>(inBlock ? table[at * hidden + h] : 0.0f);
   }
 }
 
@@ -669,12 +672,13 @@ __global__ void embeddingKernel(const float *table, int64_t firstRow,
 __global__ void embeddingGradKernel(const float *grad, const int32_t *ids,
                                     int64_t tokens, int64_t firstRow,
                                     int64_t rows, int64_t hidden,
-                                    float *tableGrad) {
+                                    const int32_t *slotMap, float *tableGrad) {
   TPC_GRID_STRIDE(h, hidden) {
     for (int64_t t = 0; t < tokens; ++t) {
       const int64_t row = int64_t(ids[t]) - firstRow;
       if (row >= 0 && row < rows)
-        tableGrad[row * hidden + h] += grad[t * hidden + h];
+        tableGrad[(slotMap ? slotMap[row] : row) * hidden + h] +=
+            grad[t * hidden + h];
     }
   }
 }
@@ -821,6 +825,31 @@ __global__ void squaresKernel(const float *in, int64_t count, double *partial) {
     partial[blockIdx.x] = sum;
 }
 
+/// One block per listed row: its squares in double (-1: padding, zero).
+__global__ void rowSquaresKernel(const float *in, const int32_t *rows,
+                                 int64_t rowElements, double *perRow) {
+  __shared__ double shared[kThreads / 32];
+  const int32_t row = rows[blockIdx.x];
+  double sum = 0.0;
+  if (row >= 0)
+    for (int64_t i = threadIdx.x; i < rowElements; i += blockDim.x) {
+      const double x = in[int64_t(row) * rowElements + i];
+      sum += x * x;
+    }
+  sum = blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    perRow[blockIdx.x] = sum;
+}
+
+/// The rows' sums in list order, one thread: as the CPU adds them.
+__global__ void sumInOrderKernel(const double *perRow, int64_t count,
+                                 float *out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < count; ++i)
+    sum += perRow[i];
+  *out = float(sum);
+}
+
 __global__ void sumPartialsKernel(const double *partial, float *out) {
   __shared__ double shared[kThreads / 32];
   double sum = threadIdx.x < kNormPartials ? partial[threadIdx.x] : 0.0;
@@ -878,6 +907,32 @@ __global__ void adamwKernel(AdamWBatch batch) {
   const float stepSize = float(double(lr) / bc1);
   const float bc2Sqrt = float(sqrt(bc2)), eps = float(t.epsilon);
   TPC_GRID_STRIDE(i, t.count) {
+    const float g = t.grad[i] * gradScale;
+    const float m = b1 * t.expAvg[i] + c1 * g;
+    const float v = b2 * t.expAvgSq[i] + c2 * (g * g);
+    const float denom = sqrtf(v) / bc2Sqrt + eps;
+    t.newParam[i] = t.param[i] * decay - stepSize * (m / denom);
+    t.newExpAvg[i] = m;
+    t.newExpAvgSq[i] = v;
+  }
+}
+
+/// AdamW on the listed rows, in place; one thread per element of them.
+__global__ void adamwRowsKernel(AdamWTensor t, const int32_t *rows,
+                                int64_t listed, int64_t rowElements) {
+  const float lr = *t.lr, gradScale = *t.gradScale;
+  const double step = double(*t.step);
+  const double bc1 = 1.0 - pow(t.beta1, step), bc2 = 1.0 - pow(t.beta2, step);
+  const float b1 = float(t.beta1), c1 = float(1.0 - t.beta1);
+  const float b2 = float(t.beta2), c2 = float(1.0 - t.beta2);
+  const float decay = float(1.0 - double(lr) * t.weightDecay);
+  const float stepSize = float(double(lr) / bc1);
+  const float bc2Sqrt = float(sqrt(bc2)), eps = float(t.epsilon);
+  TPC_GRID_STRIDE(k, listed * rowElements) {
+    const int32_t row = rows[k / rowElements];
+    if (row < 0)
+      continue;
+    const int64_t i = int64_t(row) * rowElements + k % rowElements;
     const float g = t.grad[i] * gradScale;
     const float m = b1 * t.expAvg[i] + c1 * g;
     const float v = b2 * t.expAvgSq[i] + c2 * (g * g);
@@ -1534,23 +1589,42 @@ void cacheWrite(float *cache, const float *update, int64_t outer,
 }
 void embedding(const float *table, int64_t firstRow, int64_t rows,
                int64_t hidden, const int32_t *ids, int64_t tokens,
-               Storage storage, void *out, cudaStream_t stream) {
+               const int32_t *slotMap, Storage storage, void *out,
+               cudaStream_t stream) {
   if (tokens * hidden == 0)
     return;
   if (storage == Storage::BF16)
     embeddingKernel<<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
-        table, firstRow, rows, hidden, ids, tokens,
+        table, firstRow, rows, hidden, ids, tokens, slotMap,
         static_cast<uint16_t *>(out));
   else
     embeddingKernel<<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
-        table, firstRow, rows, hidden, ids, tokens, static_cast<float *>(out));
+        table, firstRow, rows, hidden, ids, tokens, slotMap,
+        static_cast<float *>(out));
 }
 void embeddingGrad(const float *grad, const int32_t *ids, int64_t tokens,
                    int64_t firstRow, int64_t rows, int64_t hidden,
-                   float *tableGrad, cudaStream_t stream) {
-  cudaMemsetAsync(tableGrad, 0, size_t(rows * hidden) * sizeof(float), stream);
+                   const int32_t *slotMap, int64_t tableRows, float *tableGrad,
+                   cudaStream_t stream) {
+  cudaMemsetAsync(tableGrad, 0, size_t(tableRows * hidden) * sizeof(float),
+                  stream);
   embeddingGradKernel<<<blocksFor(hidden), kThreads, 0, stream>>>(
-      grad, ids, tokens, firstRow, rows, hidden, tableGrad);
+      grad, ids, tokens, firstRow, rows, hidden, slotMap, tableGrad);
+}
+void adamwRows(const AdamWTensor &t, const int32_t *rows, int64_t listed,
+               int64_t rowElements, cudaStream_t stream) {
+  if (listed * rowElements == 0)
+    return;
+  adamwRowsKernel<<<blocksFor(listed * rowElements), kThreads, 0, stream>>>(
+      t, rows, listed, rowElements);
+}
+void normSquaredRows(const float *in, const int32_t *rows, int64_t listed,
+                     int64_t rowElements, double *perRow, float *out,
+                     cudaStream_t stream) {
+  if (listed > 0)
+    rowSquaresKernel<<<unsigned(listed), kThreads, 0, stream>>>(
+        in, rows, rowElements, perRow);
+  sumInOrderKernel<<<1, 1, 0, stream>>>(perRow, listed, out);
 }
 void crossEntropy(const float *logits, const int32_t *targets, int64_t tokens,
                   int64_t vocab, double *rowLoss, float *out,

@@ -214,13 +214,18 @@ void cacheWrite(float *cache, const float *update, int64_t outer,
 /// `table` holds vocabulary rows [firstRow, firstRow + rows) (all of them
 /// unless vocabulary-parallel); a token whose row another rank holds gets
 /// zeros (cpu::embeddingBlock).
+/// With `slotMap` (a cached table, length `rows`), `table` is the cache:
+/// block row r lies in its row slotMap[r].
 void embedding(const float *table, int64_t firstRow, int64_t rows,
                int64_t hidden, const int32_t *ids, int64_t tokens,
-               Storage storage, void *out, cudaStream_t stream);
-/// The gradient of those rows (cpu::embeddingGradBlock).
+               const int32_t *slotMap, Storage storage, void *out,
+               cudaStream_t stream);
+/// The gradient of those rows (cpu::embeddingGradBlock); with `slotMap`,
+/// of a cache of `tableRows` rows.
 void embeddingGrad(const float *resultGrad, const int32_t *ids, int64_t tokens,
                    int64_t firstRow, int64_t rows, int64_t hidden,
-                   float *tableGrad, cudaStream_t stream);
+                   const int32_t *slotMap, int64_t tableRows, float *tableGrad,
+                   cudaStream_t stream);
 /// The mean loss into *out; `rowLoss` holds one double per token.
 void crossEntropy(const float *logits, const int32_t *targets, int64_t tokens,
                   int64_t vocab, double *rowLoss, float *out,
@@ -277,5 +282,16 @@ struct AdamWTensor {
 inline constexpr int kAdamWTensorsPerLaunch = 24;
 /// AdamW over `n` parameters, kAdamWTensorsPerLaunch per launch.
 void adamw(const AdamWTensor *tensors, int64_t n, cudaStream_t stream);
+/// AdamW on the rows of `t` (count = rows x rowElements elements in all)
+/// that `rows` lists (`listed` entries, -1 padding), in place
+/// (cpu::adamwRows).
+void adamwRows(const AdamWTensor &t, const int32_t *rows, int64_t listed,
+               int64_t rowElements, cudaStream_t stream);
+/// The sum of squares of the listed rows, each row's in double, then the
+/// rows' in list order (cpu::normSquaredRows); `perRow` holds `listed`
+/// doubles.
+void normSquaredRows(const float *in, const int32_t *rows, int64_t listed,
+                     int64_t rowElements, double *perRow, float *out,
+                     cudaStream_t stream);
 
 } // namespace tpc::runtime::cuda

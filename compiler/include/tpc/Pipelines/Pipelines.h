@@ -108,6 +108,13 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Vocabulary columns per chunk of a fused head (its "
                      "logits are never stored whole)"),
       llvm::cl::init(4096)};
+  Option<double> embeddingCache{
+      *this, "embedding-cache",
+      llvm::cl::desc("Keep every untied input embedding table in host "
+                     "memory with a cache of this share of each rank's "
+                     "rows, updated row-sparsely (tp-embedding-cache; 0: "
+                     "no cache)"),
+      llvm::cl::init(0.0)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Differentiate @loss into @gradients and "
                                     "@train_step (tp-autodiff)"),

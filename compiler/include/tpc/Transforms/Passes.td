@@ -451,6 +451,37 @@ def TPSimulate : Pass<"tp-simulate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tp::TPDialect"];
 }
 
+def TPEmbeddingCache : Pass<"tp-embedding-cache", "::mlir::ModuleOp"> {
+  let summary = "Keep input embedding tables in host memory, cached by rows";
+  let description = [{
+    On the per-rank program (after tp-partition): every parameter a
+    `tp.embedding` reads as its table, and nothing but the embedding and its
+    AdamW update reads, becomes a cache of `ratio` of the rank's block of
+    rows (docs/embedding-cache.md). The argument and its moments shrink to
+    the cache's rows and carry `tp.embedding_cache = {rows, ratio}`; each
+    function that reads the table takes its slot map (`tp.input =
+    "cache_map"`, one slot or -1 per row of the block), which the embedding
+    and its gradient index the cache with; @train_step also takes the slots
+    of the rows its batch uses (`"cache_rows"`, by ascending row, -1 after):
+    the gradient's squared norm sums those rows in that order
+    (`tp.norm_squared_rows`) and AdamW updates only them
+    (`tp.adamw_rows`, lazy Adam), so that every ratio computes the same
+    values in the same order as ratio 1, the table resident.
+
+    A table that anything else reads (GPT-2's `wte`, tied to the head) is
+    an error, as is a table whose gradient reaches its update through
+    anything but sums and all-reduces. A gradient a function returns
+    (@gradients) stays whole: the embedding's gradient without a map is the
+    block's.
+  }];
+  let options = [
+    Option<"ratio", "ratio", "double", "1.0",
+           "The share of each rank's rows of a table its cache holds, in "
+           "(0, 1]">,
+  ];
+  let dependentDialects = ["::mlir::tp::TPDialect"];
+}
+
 def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
   let summary = "Lower the global view to the per-rank (SPMD) program";
   let description = [{

@@ -46,6 +46,9 @@ private:
     int32_t stage = -1; // the pipeline stage holding it; -1: every rank
     /// With stage cuts: the stage holding it under each cut.
     SmallVector<int32_t> cutStages;
+    /// A cached embedding table: the cache's rows and the share asked for.
+    int64_t cacheRows = 0;
+    double cacheRatio = 0;
   };
   flatbuffers::Offset<fb::Param> buildParam(const ParamInfo &param);
   /// The plan's Pipeline table from the module's tp.pipeline record, or
@@ -162,6 +165,15 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
   // The whole parameter: a dim split evenly holds its rank's share of the
   // shards; a rebalanced one capacity blocks of the point's extent.
   SmallVector<int64_t> globalShape(type.getShape());
+  // A cached table's argument is its cache: the block has `rows` rows.
+  int64_t cacheRows = 0;
+  double cacheRatio = 0;
+  if (auto cache = func.getArgAttrOfType<DictionaryAttr>(
+          argIdx, TPDialect::EmbeddingCacheAttrHelper::getNameStr())) {
+    cacheRows = globalShape[0];
+    globalShape[0] = cache.getAs<IntegerAttr>("rows").getInt();
+    cacheRatio = cache.getAs<FloatAttr>("ratio").getValueAsDouble();
+  }
   for (int64_t d = 0; d < int64_t(globalShape.size()); ++d) {
     if (!rebalanceDims->empty() && (*rebalanceDims)[d] >= 0) {
       RebalancePointOp point = points[(*rebalanceDims)[d]];
@@ -175,7 +187,7 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
   }
   if (auto it = paramByName.find(name.getValue()); it != paramByName.end()) {
     ParamInfo &known = params[it->second];
-    if (known.globalShape != globalShape ||
+    if (known.globalShape != globalShape || known.cacheRows != cacheRows ||
         known.layout !=
             func.getArgAttr(argIdx, TPDialect::LayoutAttrHelper::getNameStr()))
       return func.emitOpError()
@@ -204,7 +216,9 @@ FailureOr<uint32_t> PlanEmitter::paramIndex(func::FuncOp func,
       std::nullopt,
       *rebalanceDims,
       /*stage=*/-1,
-      /*cutStages=*/{}};
+      /*cutStages=*/{},
+      cacheRows,
+      cacheRatio};
   auto initAttr = func.getArgAttrOfType<StringAttr>(
       argIdx, TPDialect::InitAttrHelper::getNameStr());
   StringRef initName = initAttr ? initAttr.getValue() : "";
@@ -271,7 +285,8 @@ flatbuffers::Offset<fb::Param> PlanEmitter::buildParam(const ParamInfo &param) {
           : 0;
   return fb::CreateParam(builder, name, param.dtype, shape, param.init,
                          param.initStd, splitVec, hfShape, rebalanceDims,
-                         param.stage, cutStages);
+                         param.stage, cutStages, param.cacheRows,
+                         param.cacheRatio);
 }
 
 FailureOr<flatbuffers::Offset<fb::Pipeline>> PlanEmitter::buildPipeline() {
@@ -617,12 +632,29 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       kind = fb::InputKind::Hyperparameters;
     else if (role && role.getValue() == "positions")
       kind = fb::InputKind::Positions;
+    else if (role && role.getValue() == "cache_map")
+      kind = fb::InputKind::CacheMap;
+    else if (role && role.getValue() == "cache_rows")
+      kind = fb::InputKind::CacheRows;
     else
       return func.emitOpError()
              << "plan: argument #" << idx
              << " needs tp.param, tp.cache or tp.input = \"tokens\" | "
                 "\"targets\" | \"positions\" | \"step\" | "
-                "\"hyperparameters\"";
+                "\"hyperparameters\" | \"cache_map\" | \"cache_rows\"";
+    // A cache's inputs name their table, a parameter seen before them.
+    uint32_t cachedParam = 0;
+    if (kind == fb::InputKind::CacheMap || kind == fb::InputKind::CacheRows) {
+      auto tableName = func.getArgAttrOfType<StringAttr>(
+          idx, TPDialect::CacheOfAttrHelper::getNameStr());
+      auto it = tableName ? paramByName.find(tableName.getValue())
+                          : paramByName.end();
+      if (it == paramByName.end() || params[it->second].cacheRows == 0)
+        return func.emitOpError()
+               << "plan: argument #" << idx
+               << " needs tp.cache_of naming a cached table before it";
+      cachedParam = it->second;
+    }
     uint32_t inputIdx = inputs.size();
     if (failed(add(arg, func, fb::Storage::Input, 0, inputIdx)))
       return failure();
@@ -638,7 +670,8 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
             builder, builder.CreateVector(layout.getSplitAxes(d).vec())));
       split = builder.CreateVector(axes);
     }
-    inputs.push_back(fb::CreateInput(builder, kind, table.ids[arg], split));
+    inputs.push_back(
+        fb::CreateInput(builder, kind, table.ids[arg], split, cachedParam));
   }
 
   // Steps.

@@ -5,12 +5,18 @@
 // logic only, with no data: the cache's transfers act on what it plans.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace tpc::runtime {
+
+class Backend;
+class Buffer;
 
 /// How often each row of a table is used by the training data, as a
 /// ranking: rank 0 the most frequent row.
@@ -22,6 +28,12 @@ public:
   /// of range.
   static IdFrequencies count(std::span<const int32_t> stream, int64_t rows,
                              int64_t batchTokens);
+  /// The same for a rank's block of a table of `vocabulary` rows: only the
+  /// ids in [firstRow, firstRow + rows) count, as rows of the block; every
+  /// id must be within the vocabulary.
+  static IdFrequencies countBlock(std::span<const int32_t> stream,
+                                  int64_t vocabulary, int64_t firstRow,
+                                  int64_t rows, int64_t batchTokens);
   /// A ranking read back (checkpoints): `order` must list every row once.
   static IdFrequencies fromOrder(std::vector<int64_t> order,
                                  int64_t maxDistinctPerBatch);
@@ -89,6 +101,92 @@ private:
   std::vector<int64_t> slotOfRow, rowInSlot;
   std::vector<int64_t> freeSlots; // ascending, taken from the front
   int64_t lookupCount = 0, missCount = 0;
+};
+
+/// What a cache moved and how often a batch's lookups found their row.
+struct CacheStats {
+  int64_t lookups = 0, misses = 0;
+  int64_t rowsFetched = 0, rowsWrittenBack = 0;
+  /// Host to device and back, the rows' values and moments, for batches.
+  uint64_t bytesFetched = 0, bytesWrittenBack = 0;
+};
+
+/// One rank's cache of a cached embedding table (Param.cache_rows): the
+/// whole block of rows stays in the host arrays (the table and its AdamW
+/// moments, ParamStore's), and `slots` of them live in three device
+/// buffers, row-major [slots, rowElements], which the programs read and
+/// update in place through the slot map (docs/embedding-cache.md).
+///
+/// Coherence: after a program wrote the cache (deviceWritten) the host is
+/// behind for the cached rows until writeBack(); after the host arrays
+/// change (hostChanged) the device rows are re-fetched before their next
+/// use.
+class CachedTable {
+public:
+  /// `host` are the three host arrays (value, exp_avg, exp_avg_sq) of
+  /// blockRows x rowElements floats, which must outlive the cache.
+  CachedTable(int64_t vocabulary, int64_t firstRow, int64_t blockRows,
+              int64_t slots, int64_t rowElements);
+  ~CachedTable();
+
+  int64_t slots() const { return capacity; }
+  int64_t blockRows() const { return rows; }
+  int64_t firstRow() const { return first; }
+  /// The whole table's rows (every rank's blocks).
+  int64_t vocabulary() const { return vocab; }
+  const CacheStats &stats() const { return counters; }
+
+  /// Ranks the rows by the training data's frequencies: before the first
+  /// batch. Throws std::invalid_argument when one batch of that data uses
+  /// more distinct rows of the block than the cache holds. Without a
+  /// ranking the rows rank by id.
+  void rank(IdFrequencies frequencies);
+
+  /// Makes every row of the block that `wholeIds` (a step's tokens on all
+  /// ranks) uses cached: writes the victims back to `host`, fetches the
+  /// misses, and updates the slot map. Throws std::invalid_argument for an
+  /// id outside the vocabulary or a batch the cache cannot hold.
+  void prepare(std::span<const int32_t> wholeIds,
+               const std::array<float *, 3> &host, Backend &backend);
+  /// Each row's slot, or -1 (the CacheMap input).
+  const std::vector<int32_t> &slotMap() const { return map; }
+  /// The slots of the rows the last prepared batch uses, by ascending row,
+  /// then -1 up to `count` entries (the CacheRows input).
+  std::vector<int32_t> batchSlots(int64_t count) const;
+
+  /// The device array `which` (0 value, 1 exp_avg, 2 exp_avg_sq), its
+  /// cached rows current.
+  std::byte *data(size_t which, const std::array<float *, 3> &host,
+                  Backend &backend);
+  /// A program wrote the cache: the host is behind for its rows.
+  void deviceWritten() { hostBehind = deviceValid; }
+  /// Copies every cached row to `host` if the host is behind.
+  void writeBack(const std::array<float *, 3> &host);
+  /// The host arrays changed: the cached rows are fetched again.
+  void hostChanged() { deviceValid = false; }
+
+private:
+  void allocate(Backend &backend);
+  /// Copies one row between a host array and its slot.
+  void fetchRow(int64_t row, int64_t slot, const std::array<float *, 3> &host);
+  void writeBackRow(int64_t row, int64_t slot,
+                    const std::array<float *, 3> &host);
+
+  int64_t vocab, first, rows, capacity, rowElements;
+  std::optional<CachePlanner> planner;
+  std::vector<int32_t> map;
+  std::vector<int64_t> batchRows; // the last batch's rows, ascending
+  Backend *device = nullptr;
+  std::array<std::unique_ptr<Buffer>, 3> buffers;
+  bool deviceValid = false, hostBehind = false;
+  CacheStats counters;
+  /// Whole-cache copies (first use, after the host changed; checkpoints and
+  /// exports), apart from the batches' traffic.
+  uint64_t refillBytes = 0, flushBytes = 0;
+
+public:
+  uint64_t refilledBytes() const { return refillBytes; }
+  uint64_t flushedBytes() const { return flushBytes; }
 };
 
 } // namespace tpc::runtime

@@ -22,7 +22,7 @@ inline constexpr int64_t kMaxTransferTag = 32767;
 
 /// The most operands (AdamW: 7) and results (LayerNormGrad, AdamW: 3) of any
 /// kind; executors bind steps on the stack with these bounds.
-inline constexpr size_t kMaxStepOperands = 7;
+inline constexpr size_t kMaxStepOperands = 8;
 inline constexpr size_t kMaxStepResults = 3;
 
 /// The dtype and local shape of one step operand or result.

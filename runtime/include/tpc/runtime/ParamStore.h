@@ -6,6 +6,7 @@
 
 #include "tpc/runtime/Backend.h"
 #include "tpc/runtime/Blocks.h"
+#include "tpc/runtime/EmbeddingCache.h"
 #include "tpc/runtime/Plan.h"
 
 #include <array>
@@ -126,7 +127,7 @@ public:
   uint64_t layoutVersion() const { return version; }
 
   std::vector<float> &operator[](size_t index) {
-    hostWillChange();
+    hostWillChange(index);
     return values[index];
   }
   const std::vector<float> &operator[](size_t index) const {
@@ -149,6 +150,21 @@ public:
   /// are refreshed before they are next read.
   void markDeviceWritten();
 
+  /// The cache of cached embedding table `index` (Param.cache_rows), or
+  /// null for any other parameter. Its host side is this store's arrays.
+  CachedTable *cachedTable(size_t index) const {
+    return index < caches.size() ? caches[index].get() : nullptr;
+  }
+  /// Ranks cached table `index`'s rows (CachedTable::rank).
+  void rankCachedRows(size_t index, IdFrequencies frequencies);
+  /// Makes the rows of cached table `index` that a step's whole batch of
+  /// token ids uses cached on `backend` (CachedTable::prepare).
+  void prepareCache(size_t index, std::span<const int32_t> wholeIds,
+                    Backend &backend);
+  /// Cached table `index`'s `which` array on `backend`: the cache the
+  /// programs read and update.
+  std::byte *cacheData(Backend &backend, size_t index, State which);
+
 private:
   /// Storage for every parameter, zero, sized for this rank.
   static ParamStore allocate(const LoadedPlan &plan,
@@ -163,6 +179,11 @@ private:
   /// Before the host arrays may be written: sync, then the device copies
   /// are behind.
   void hostWillChange();
+  /// The same when only parameter `index`'s arrays will change: of the
+  /// embedding caches only its own is written back and refetched.
+  void hostWillChange(size_t index);
+  /// Cached table `index`'s host arrays (its moments allocated).
+  std::array<float *, 3> cacheHost(size_t index) const;
 
   /// Device copies of the arrays, per parameter and State.
   struct DeviceCopies {
@@ -178,6 +199,8 @@ private:
   // Allocated on first use: inference never pays for them.
   mutable std::vector<std::vector<float>> moments1, moments2;
   std::unique_ptr<DeviceCopies> device;
+  /// Per parameter: its embedding cache, if it is a cached table.
+  std::vector<std::unique_ptr<CachedTable>> caches;
   BlockAssignment assignment;
   std::vector<int64_t> coords_;
   uint64_t version = 0;

@@ -19,7 +19,7 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 13;
+inline constexpr uint32_t kPlanVersionMinor = 14;
 /// The first minor version whose plans carry Plan.content_checksum.
 inline constexpr uint32_t kPlanChecksumMinor = 2;
 /// The first minor version with bf16 activations and KV caches (mixed
@@ -30,6 +30,14 @@ inline constexpr uint32_t kPlanEosMinor = 11;
 /// The minor version with pipeline stages: Plan.pipeline, Program.stage,
 /// Param.stage and the transfer op kinds.
 inline constexpr uint32_t kPlanPipelineMinor = 12;
+/// The first minor version with cached embedding tables (Param.cache_rows,
+/// the CacheMap and CacheRows inputs).
+inline constexpr uint32_t kPlanEmbeddingCacheMinor = 14;
+/// A cached table's inputs: its slot map and the rows a step updates.
+inline bool isCacheInput(plan::InputKind kind) {
+  return kind == plan::InputKind::CacheMap ||
+         kind == plan::InputKind::CacheRows;
+}
 /// The minor version with stage cuts (stage rebalancing): Pipeline.cuts and
 /// layer_seconds, Program.cuts, Param.cut_stages.
 inline constexpr uint32_t kPlanStageCutsMinor = 13;

@@ -114,6 +114,10 @@ private:
   /// Recomputes the tensors' shapes when the parameters' block assignment
   /// changed: a rebalanced dim holds the blocks this rank computes.
   void updateShapes();
+  /// Before a run of a program that reads cached embedding tables: caches
+  /// the rows the whole batch uses and writes the tables' slot maps and
+  /// row lists into their inputs.
+  void prepareEmbeddingCaches();
 
   const plan::Plan *plan;
   const plan::Program *program;
@@ -138,6 +142,10 @@ private:
   mutable std::vector<std::vector<float>> resultCopies;
   /// Whether a run writes parameters or moments (a train step).
   bool writesParams = false;
+  /// With cached embedding tables: the whole batch's tokens, which every
+  /// rank caches the rows of (replicas alike, so their caches agree).
+  std::vector<int32_t> wholeTokens;
+  bool readsCachedTables = false;
   bool stepTiming = true;
   /// The program recorded for replay, and the storage it was recorded on.
   std::unique_ptr<CommandBuffer> recorded;

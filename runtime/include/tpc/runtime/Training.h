@@ -61,6 +61,13 @@ struct StepRecord {
   double seconds;
 };
 
+/// One rank's cache of a cached embedding table, after training.
+struct EmbeddingCacheReport {
+  std::string name;
+  int64_t slots = 0, blockRows = 0;
+  CacheStats stats;
+};
+
 struct TrainResult {
   int64_t firstStep = 1; // 1 + the step resumed from
   std::vector<StepRecord> records;
@@ -89,6 +96,8 @@ struct TrainResult {
   /// With TrainConfig::rankTimes: [world rank][step] compute seconds (the
   /// step's wall time less its waits for other ranks).
   std::vector<std::vector<double>> rankComputeSeconds;
+  /// This rank's cached embedding tables (tp-pipeline embedding-cache).
+  std::vector<EmbeddingCacheReport> embeddingCaches;
 };
 
 /// The batch offset of a 1-based step: consecutive windows of batch*seq
@@ -137,6 +146,8 @@ class TrainingObserver {
 public:
   virtual ~TrainingObserver() = default;
   virtual void started(const Backend &backend) {}
+  /// Each cached embedding table's cache on this rank, before step 1.
+  virtual void cachingEmbeddings(const std::vector<EmbeddingCacheReport> &) {}
   virtual void resumed(int64_t step, const std::string &from) {}
   virtual void stepDone(const StepProgress &progress) {}
   virtual void rebalanced(const RebalanceEvent &event) {}
@@ -149,6 +160,8 @@ class ProgressLog : public TrainingObserver {
 public:
   explicit ProgressLog(std::ostream &out) : out(out) {}
   void started(const Backend &backend) override;
+  void
+  cachingEmbeddings(const std::vector<EmbeddingCacheReport> &caches) override;
   void resumed(int64_t step, const std::string &from) override;
   void stepDone(const StepProgress &progress) override;
   void rebalanced(const RebalanceEvent &event) override;
@@ -201,6 +214,12 @@ public:
   /// parameters, AdamW's moments and the step to continue after. Before the
   /// first step.
   CheckpointState resume(const std::string &path);
+  /// Ranks the rows of every cached embedding table by how often the
+  /// training `stream` uses them (in the windows the steps read), so its
+  /// cache keeps the most frequent ones. Before the first step. Throws
+  /// std::invalid_argument naming an id outside the vocabulary, or a table
+  /// whose cache cannot hold the rows one step uses.
+  void rankCachedRows(std::span<const int32_t> stream);
   /// Splits the blocks by known speeds (RebalanceOptions::rankSpeeds), when
   /// given. Collective; before the first step.
   std::optional<RebalanceEvent> applyRankSpeeds();

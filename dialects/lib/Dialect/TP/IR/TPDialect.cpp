@@ -52,6 +52,13 @@ bool isI64(Attribute attr) {
   return integer && integer.getType().isSignlessInteger(64);
 }
 
+/// tp.embedding_cache: the rank's rows of the table and the cached share.
+bool isEmbeddingCache(Attribute attr) {
+  auto dict = dyn_cast<DictionaryAttr>(attr);
+  return dict && dict.size() == 2 && isI64(dict.get("rows")) &&
+         isa_and_nonnull<FloatAttr>(dict.get("ratio"));
+}
+
 /// Every discardable attribute of the dialect (TPBase.td) with its place and
 /// kind; names come from the generated helpers.
 ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
@@ -73,6 +80,10 @@ ArrayRef<DiscardableAttrSpec> discardableAttrSpecs() {
        "a string"},
       {D::LayoutAttrHelper::getNameStr(), Placement::Argument, isA<DistAttr>,
        "a #tp.dist layout"},
+      {D::EmbeddingCacheAttrHelper::getNameStr(), Placement::Argument,
+       isEmbeddingCache, "a dictionary {rows = i64, ratio = f64}"},
+      {D::CacheOfAttrHelper::getNameStr(), Placement::Argument, isA<StringAttr>,
+       "a string"},
       {D::OutputAttrHelper::getNameStr(), Placement::Result, isA<StringAttr>,
        "a string"},
       {D::GradOfAttrHelper::getNameStr(), Placement::Result, isA<StringAttr>,

@@ -184,11 +184,28 @@ RebalancePointOp::verifySymbolUses(SymbolTableCollection &symbolTables) {
 // Embedding
 //===----------------------------------------------------------------------===//
 
+/// A cached table's slot map: one entry per row of the rank's block.
+static LogicalResult verifySlotMap(Operation *op, Value slotMap) {
+  if (slotMap && tensorTypeOf(slotMap).getRank() != 1)
+    return op->emitOpError() << "slot_map " << slotMap.getType()
+                             << " must be [rows of the block]";
+  return success();
+}
+
+/// A cached table's factors: the map is indexed by the block's rows, which
+/// no split may cut (its entries are slots of this rank's cache).
+static void addSlotMapOperand(ShardingRuleBuilder &builder, Value slotMap) {
+  if (slotMap)
+    builder.addOperand(builder.addFactors(shapeOf(slotMap)));
+}
+
 LogicalResult EmbeddingOp::verify() {
   Named result{"result", getResult()};
   if (tensorTypeOf(getTable()).getRank() != 2)
     return emitOpError() << "table " << getTable().getType()
                          << " must be [vocab, hidden]";
+  if (failed(verifySlotMap(*this, getSlotMap())))
+    return failure();
   return verifyShape(*this, result,
                      concat(shapeOf(getIds()), shapeOf(getTable()).back()),
                      "(ids shape followed by the table's hidden size)");
@@ -207,6 +224,7 @@ ShardingRule EmbeddingOp::getShardingRule() {
   int64_t hidden = builder.addFactor(tableShape[1]);
   builder.addOperand({vocab, hidden});
   builder.addOperand(tokens);
+  addSlotMapOperand(builder, getSlotMap());
   builder.addResult(concat(tokens, hidden));
   return builder.build();
 }
@@ -216,6 +234,8 @@ LogicalResult EmbeddingGradOp::verify() {
   if (tensorTypeOf(getTableGrad()).getRank() != 2)
     return emitOpError() << "table_grad " << getTableGrad().getType()
                          << " must be [vocab, hidden]";
+  if (failed(verifySlotMap(*this, getSlotMap())))
+    return failure();
   return verifyShape(*this, resultGrad,
                      concat(shapeOf(getIds()), shapeOf(getTableGrad()).back()),
                      "(ids shape followed by table_grad's hidden size)");
@@ -232,6 +252,7 @@ ShardingRule EmbeddingGradOp::getShardingRule() {
   int64_t hidden = builder.addFactor(tableShape[1]);
   builder.addOperand(concat(tokens, hidden));
   builder.addOperand(tokens);
+  addSlotMapOperand(builder, getSlotMap());
   builder.addResult({vocab, hidden});
   return builder.build();
 }
@@ -1810,6 +1831,81 @@ ShardingRule AdamWOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getParam()));
 }
 
+/// A rows list: rank 1, its entries rows of the first dim of `of`.
+static LogicalResult verifyRowsList(Operation *op, Value rows) {
+  if (tensorTypeOf(rows).getRank() != 1)
+    return op->emitOpError()
+           << "rows " << rows.getType() << " must be a list [count]";
+  return success();
+}
+
+LogicalResult AdamWRowsOp::verify() {
+  ArrayRef<int64_t> shape = shapeOf(getParam());
+  if (shape.empty())
+    return emitOpError() << "param " << getParam().getType()
+                         << " must have rows";
+  for (Named named : {Named{"grad", getGrad()}, Named{"exp_avg", getExpAvg()},
+                      Named{"exp_avg_sq", getExpAvgSq()}})
+    if (failed(verifyShape(*this, named, shape, "(the shape of param)")))
+      return failure();
+  if (failed(verifySameElementType(
+          *this, {{"param", getParam()}, {"grad", getGrad()}})) ||
+      failed(verifyRowsList(*this, getRows())))
+    return failure();
+  for (auto [name, attr] :
+       {std::pair<StringRef, FloatAttr>{"beta1", getBeta1Attr()},
+        {"beta2", getBeta2Attr()}}) {
+    double beta = attr.getValueAsDouble();
+    if (beta < 0.0 || beta >= 1.0)
+      return emitOpError() << name << " must be in [0, 1), got " << beta;
+  }
+  if (getWeightDecayAttr().getValueAsDouble() < 0.0)
+    return emitOpError() << "weight_decay must be >= 0, got "
+                         << getWeightDecayAttr().getValueAsDouble();
+  return verifyPositive(*this, "epsilon", getEpsilonAttr());
+}
+
+/// Elementwise along the features; the rows are this rank's, by position.
+ShardingRule AdamWRowsOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  SmallVector<int64_t> factors = builder.addFactors(shapeOf(getParam()));
+  for (int i = 0; i < 4; ++i)
+    builder.addOperand(factors);
+  builder.addOperand(builder.addFactors(shapeOf(getRows())));
+  for (int i = 0; i < 3; ++i)
+    builder.addOperand(ArrayRef<int64_t>{});
+  for (int i = 0; i < 3; ++i)
+    builder.addResult(factors);
+  return builder.build();
+}
+
+bool AdamWRowsOp::isSplittableFactor(const ShardingRule &rule, int64_t factor) {
+  return rule.hasSplittableKind(factor) &&
+         !rule.indexesOperandDim(0, 0, factor);
+}
+
+LogicalResult NormSquaredRowsOp::verify() {
+  if (tensorTypeOf(getInput()).getRank() < 1)
+    return emitOpError() << "input " << getInput().getType()
+                         << " must have rows";
+  return verifyRowsList(*this, getRows());
+}
+
+/// As tp.norm_squared, but the rows are listed: only the features split.
+ShardingRule NormSquaredRowsOp::getShardingRule() {
+  ShardingRuleBuilder builder;
+  builder.addOperand(builder.addFactors(shapeOf(getInput())));
+  builder.addOperand(builder.addFactors(shapeOf(getRows())));
+  builder.addResult(ArrayRef<int64_t>{});
+  return builder.build();
+}
+
+bool NormSquaredRowsOp::isSplittableFactor(const ShardingRule &rule,
+                                           int64_t factor) {
+  return rule.hasSplittableKind(factor) &&
+         !rule.indexesOperandDim(0, 0, factor);
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizer scalars, constants
 //===----------------------------------------------------------------------===//
@@ -2191,6 +2287,13 @@ std::optional<unsigned> AdamWOp::getStorageOperand(unsigned result) {
   return kUpdated[result];
 }
 bool AdamWOp::alwaysSharesStorage() { return false; }
+bool AdamWRowsOp::readsOperandAsStored(unsigned) { return true; }
+// The listed rows are written in place; the others stay (they must).
+std::optional<unsigned> AdamWRowsOp::getStorageOperand(unsigned result) {
+  static constexpr unsigned kUpdated[] = {0, 2, 3};
+  return kUpdated[result];
+}
+bool AdamWRowsOp::alwaysSharesStorage() { return true; }
 // The cache is state the runtime keeps between runs: written in place.
 std::optional<unsigned> CacheWriteOp::getStorageOperand(unsigned) { return 0; }
 bool CacheWriteOp::alwaysSharesStorage() { return true; }
@@ -3160,6 +3263,16 @@ LogicalResult AdamWOp::inferReturnTypes(MLIRContext *,
                              {adaptor.getExpAvgSq(), "exp_avg_sq"}});
 }
 
+LogicalResult AdamWRowsOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferLike<AdamWRowsOp>(location, types,
+                                {{adaptor.getParam(), "param"},
+                                 {adaptor.getExpAvg(), "exp_avg"},
+                                 {adaptor.getExpAvgSq(), "exp_avg_sq"}});
+}
+
 LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> location,
                                             Adaptor adaptor,
@@ -3225,6 +3338,7 @@ LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
   }
 TP_INFER_F32_SCALAR(CrossEntropyOp)
 TP_INFER_F32_SCALAR(NormSquaredOp)
+TP_INFER_F32_SCALAR(NormSquaredRowsOp)
 TP_INFER_F32_SCALAR(LrScheduleOp)
 TP_INFER_F32_SCALAR(ClipScaleOp)
 #undef TP_INFER_F32_SCALAR

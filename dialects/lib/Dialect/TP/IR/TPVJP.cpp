@@ -102,7 +102,7 @@ LogicalResult EmbeddingOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                     MutableArrayRef<Value> operandCotangents) {
   operandCotangents[0] =
       EmbeddingGradOp::create(builder, getLoc(), operands[0].getType(),
-                              resultCotangents[0], operands[1]);
+                              resultCotangents[0], operands[1], getSlotMap());
   return success();
 }
 

@@ -305,6 +305,19 @@ void adamw(const float *param, const float *grad, const float *expAvg,
            float *newParam, float *newExpAvg, float *newExpAvgSq,
            int64_t count);
 
+/// adamw on the rows of [*, rowElements] arrays that `rows` lists (count
+/// entries; negative ones are padding), in place; other rows stay. Each row
+/// is updated exactly as adamw updates it.
+void adamwRows(float *param, const float *grad, float *expAvg, float *expAvgSq,
+               const int32_t *rows, int64_t count, int64_t rowElements,
+               float lr, int64_t step, float gradScale, double beta1,
+               double beta2, double epsilon, double weightDecay);
+/// Sum of squares of the listed rows of [*, rowElements] `in` (negative
+/// entries are padding): each row's in double, then the rows' in list
+/// order, so that the sum does not depend on where the rows lie.
+float normSquaredRows(const float *in, const int32_t *rows, int64_t count,
+                      int64_t rowElements);
+
 /// Linear warmup then cosine decay, for a 1-based step:
 ///   step <= warmup:          peak * step / warmup
 ///   step >= decaySteps:      minLr

@@ -42,6 +42,12 @@ def TP_Dialect : Dialect {
                                           // name ("<layer>.key" | ...)
     "::mlir::Attribute":$layout,          // a #tp.dist parameter layout,
                                           // kept after tp-partition
+    // Set by tp-embedding-cache on a cached table and its moments: the
+    // argument holds `slots` rows of the rank's `rows`-row block
+    // ({rows, ratio}), which the runtime keeps whole in host memory.
+    "::mlir::DictionaryAttr":$embedding_cache,
+    "::mlir::StringAttr":$cache_of,       // a cache_map/cache_rows input:
+                                          // the cached table's HF name
     // Function results.
     "::mlir::StringAttr":$output,         // "loss", "logits", ...
     "::mlir::StringAttr":$grad_of,        // the gradient of this parameter

@@ -200,7 +200,16 @@ def TP_EmbeddingOp
                    ["readsOperandAsStored", "hasFreeResultType"]> {
   let planOpKind = "Embedding";
   let summary = "Embedding lookup: result[t..., :] = table[ids[t...], :]";
-  let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids);
+  let description = [{
+    With `slot_map` (set by tp-embedding-cache on a per-rank program), the
+    table is a cache holding some rows of the rank's block:
+    `slot_map[row]` is the table row (cache slot) holding block row `row`,
+    and the id of every looked-up row must be cached (the runtime fetches a
+    batch's rows before it runs). The ids, the vocabulary split and the
+    block are as without it; the map has the block's rows.
+  }];
+  let arguments = (ins TP_FloatTensor:$table, TP_IndexTensor:$ids,
+                       Optional<TP_IndexTensor>:$slot_map);
   let results = (outs TP_FloatTensor:$result);
 }
 
@@ -212,9 +221,12 @@ def TP_EmbeddingGradOp
   let summary = "Embedding gradient: scatter-add of result_grad rows by ids";
   let description = [{
     `table_grad[v, :] = sum over t with ids[t] == v of result_grad[t, :]`.
-    The vocabulary size comes from the result type.
+    The vocabulary size comes from the result type. With `slot_map` (a
+    cached table, see tp.embedding), the sum for id v lands in row
+    `slot_map[v]` of the cache-shaped result.
   }];
-  let arguments = (ins TP_FloatTensor:$result_grad, TP_IndexTensor:$ids);
+  let arguments = (ins TP_FloatTensor:$result_grad, TP_IndexTensor:$ids,
+                       Optional<TP_IndexTensor>:$slot_map);
   let results = (outs TP_FloatTensor:$table_grad);
 }
 
@@ -771,6 +783,49 @@ def TP_AdamWOp
                        DefaultValuedAttr<F64Attr, "0.01">:$weight_decay);
   let results = (outs TP_FloatTensor:$new_param, TP_FloatTensor:$new_exp_avg,
                       TP_FloatTensor:$new_exp_avg_sq);
+}
+
+def TP_AdamWRowsOp
+    : TP_ComputeOp<"adamw_rows", [TP_InferResultShapes,
+                                  DeclareOpInterfaceMethods<
+                                      TP_StorageAliasOpInterface>],
+                   ["isSplittableFactor"], ["readsOperandAsStored"]> {
+  let planOpKind = "AdamWRows";
+  let summary = "AdamW on the listed rows of a parameter only";
+  let description = [{
+    tp.adamw, elementwise as there, on the rows `rows` lists (`-1` entries
+    are padding); every other row and its moments stay as they are. The
+    row-sparse update of a cached embedding table (tp-embedding-cache):
+    TorchRec's and Keras' lazy Adam with decoupled weight decay, so a row
+    moves only in the steps whose batch uses it, and the step count is the
+    global one.
+  }];
+  let arguments = (ins TP_FloatTensor:$param, TP_FloatTensor:$grad,
+                       TP_FloatTensor:$exp_avg, TP_FloatTensor:$exp_avg_sq,
+                       TP_IndexTensor:$rows,
+                       TP_F32Scalar:$lr, TP_StepScalar:$step,
+                       TP_F32Scalar:$grad_scale,
+                       DefaultValuedAttr<F64Attr, "0.9">:$beta1,
+                       DefaultValuedAttr<F64Attr, "0.999">:$beta2,
+                       DefaultValuedAttr<F64Attr, "1.0e-8">:$epsilon,
+                       DefaultValuedAttr<F64Attr, "0.01">:$weight_decay);
+  let results = (outs TP_FloatTensor:$new_param, TP_FloatTensor:$new_exp_avg,
+                      TP_FloatTensor:$new_exp_avg_sq);
+}
+
+def TP_NormSquaredRowsOp
+    : TP_ComputeOp<"norm_squared_rows", [TP_InferResultShapes],
+                   ["isSplittableFactor"]> {
+  let planOpKind = "NormSquaredRows";
+  let summary = "Sum of squares of the listed rows, in list order";
+  let description = [{
+    The squares of row `rows[0]`, then `rows[1]`, ... (`-1` entries are
+    padding), so that the sum does not depend on where each row lies: a
+    cached table's gradient is cache-shaped, its rows listed by ascending
+    id, and the global norm is then the same at every cache ratio.
+  }];
+  let arguments = (ins TP_FloatTensor:$input, TP_IndexTensor:$rows);
+  let results = (outs TP_F32Scalar:$result);
 }
 
 def TP_NormSquaredOp : TP_ComputeOp<"norm_squared", [TP_InferResultShapes]> {
