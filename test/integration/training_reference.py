@@ -15,7 +15,9 @@ Run with the project venv (tools/setup-venv.sh) on a model directory made by
       tp-run's --metrics JSON; per step rel = |actual - ref| / |ref|. With --eval-fraction F
       --eval-every N --eval-batches K, the last F of the tokens are held out as tp-run holds them
       out (training uses the rest), and the mean loss over their first K windows after every N-th
-      step and the last is checked against the metrics' eval_curve the same way.
+      step and the last is checked against the metrics' eval_curve the same way. With
+      --lazy-embedding NAME, that table gets the row-sparse AdamW of tp-pipeline embedding-cache:
+      only the rows a batch uses move (moments and decay included).
   training_reference.py export --export DIR --tokens FILE --batch B --seq S --actual OUT.safetensors
       loads DIR (tp-run --export) with from_pretrained and checks its logits against the runtime's
       logits of the same weights (tp-run --dump), and that its weights are the exported bits.
@@ -149,11 +151,19 @@ def train(args):
         if sorted(evals) != eval_steps:
             raise UsageError(f"{args.actual}: eval_curve holds steps {sorted(evals)}, expected {eval_steps}")
     model = _load_model(args.model, torch.float64)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    # A cached embedding table (tp-pipeline embedding-cache) is updated
+    # row-sparsely, below; every other parameter by torch.optim.AdamW.
+    lazy = dict(model.named_parameters())[args.lazy_embedding] if args.lazy_embedding else None
+    if args.lazy_embedding and lazy is None:
+        raise UsageError(f"--lazy-embedding: the model has no parameter {args.lazy_embedding}")
+    dense = [p for p in model.parameters() if p is not lazy]
+    decay = [p for p in dense if p.dim() >= 2]
+    no_decay = [p for p in dense if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    if lazy is not None:
+        lazy_m, lazy_v = torch.zeros_like(lazy), torch.zeros_like(lazy)
     failures, worst = [], 0.0
     with reference._exact_float64(_model_type(args.model)):
         for step in range(1, args.steps + 1):
@@ -167,6 +177,19 @@ def train(args):
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.step()
+            if lazy is not None:
+                # Lazy AdamW (TorchRec's row-wise Adam, Keras' LazyAdam) with
+                # decoupled decay: only the rows the batch uses move, with the
+                # global step's bias corrections.
+                with torch.no_grad():
+                    rows = torch.unique(inputs)
+                    g = lazy.grad[rows]
+                    lazy_m[rows] = args.beta1 * lazy_m[rows] + (1 - args.beta1) * g
+                    lazy_v[rows] = args.beta2 * lazy_v[rows] + (1 - args.beta2) * g * g
+                    bc1, bc2 = 1 - args.beta1 ** step, 1 - args.beta2 ** step
+                    denom = lazy_v[rows].sqrt() / math.sqrt(bc2) + args.eps
+                    lazy[rows] = lazy[rows] * (1 - lr * args.weight_decay) - (lr / bc1) * lazy_m[rows] / denom
+                    lazy.grad = None
             ref = loss.item()
             rel = abs(curve[step] - ref) / max(abs(ref), 1e-30)
             worst = max(worst, rel)
@@ -229,6 +252,19 @@ def train_bf16(args):
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.step()
+            if lazy is not None:
+                # Lazy AdamW (TorchRec's row-wise Adam, Keras' LazyAdam) with
+                # decoupled decay: only the rows the batch uses move, with the
+                # global step's bias corrections.
+                with torch.no_grad():
+                    rows = torch.unique(inputs)
+                    g = lazy.grad[rows]
+                    lazy_m[rows] = args.beta1 * lazy_m[rows] + (1 - args.beta1) * g
+                    lazy_v[rows] = args.beta2 * lazy_v[rows] + (1 - args.beta2) * g * g
+                    bc1, bc2 = 1 - args.beta1 ** step, 1 - args.beta2 ** step
+                    denom = lazy_v[rows].sqrt() / math.sqrt(bc2) + args.eps
+                    lazy[rows] = lazy[rows] * (1 - lr * args.weight_decay) - (lr / bc1) * lazy_m[rows] / denom
+                    lazy.grad = None
             losses.append(loss.item())
         return losses
 
@@ -319,6 +355,8 @@ def main(argv=None):
         p.add_argument("--eps", type=float, default=1e-8)
     b.add_argument("--mean-rtol", type=float, required=True)
     b.add_argument("--noise-factor", type=float, default=2.0)
+    t.add_argument("--lazy-embedding", default="",
+                   help="the HF name of a table updated row-sparsely (tp-pipeline embedding-cache)")
     t.add_argument("--eval-every", type=int, default=0)
     t.add_argument("--eval-fraction", type=float, default=0.0)
     t.add_argument("--eval-batches", type=int, default=0)

@@ -327,6 +327,70 @@ TEST(CpuKernels, AdamW) {
                std::runtime_error);
 }
 
+// AdamW on listed rows: each listed row exactly as adamw updates it alone,
+// the others untouched; padding (-1) skipped.
+TEST(CpuKernels, AdamWRowsUpdatesTheListedRowsAsAdamW) {
+  std::mt19937 rng(45);
+  const int64_t rows = 9, dim = 37;
+  const double beta1 = 0.8, beta2 = 0.97, eps = 1e-7, wd = 0.05;
+  std::vector<float> param = randomVector(rows * dim, rng, -1.0f, 1.0f);
+  std::vector<float> m = randomVector(rows * dim, rng, -0.1f, 0.1f);
+  std::vector<float> v = randomVector(rows * dim, rng, 0.0f, 0.1f);
+  const std::vector<float> grad = randomVector(rows * dim, rng, -2.0f, 2.0f);
+  std::vector<float> p2 = param, m2 = m, v2 = v;
+  const std::vector<int32_t> listed = {7, 2, 4, -1, -1};
+  adamwRows(param.data(), grad.data(), m.data(), v.data(), listed.data(),
+            int64_t(listed.size()), dim, 3e-3f, 4, 0.5f, beta1, beta2, eps, wd);
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t at = size_t(r * dim);
+    if (r == 7 || r == 2 || r == 4)
+      adamw(p2.data() + at, grad.data() + at, m2.data() + at, v2.data() + at,
+            3e-3f, 4, 0.5f, beta1, beta2, eps, wd, p2.data() + at,
+            m2.data() + at, v2.data() + at, dim);
+  }
+  EXPECT_EQ(param, p2);
+  EXPECT_EQ(m, m2);
+  EXPECT_EQ(v, v2);
+  // Rows 0, 1, 3, 5, 6 and 8 kept their values; the listed ones moved.
+  EXPECT_NE(param[size_t(7 * dim)], p2[size_t(7 * dim)] + 1.0f);
+  std::vector<float> untouched = randomVector(rows * dim, rng, -1.0f, 1.0f);
+  std::vector<float> copy = untouched;
+  const std::vector<int32_t> none = {-1, -1};
+  adamwRows(copy.data(), grad.data(), m.data(), v.data(), none.data(), 2, dim,
+            3e-3f, 4, 0.5f, beta1, beta2, eps, wd);
+  EXPECT_EQ(copy, untouched);
+}
+
+// The listed rows' squares, in list order: the same bits wherever the rows
+// lie (a cache's slots) as long as the list names them in one order.
+TEST(CpuKernels, NormSquaredRowsDependsOnTheListOrderOnly) {
+  std::mt19937 rng(46);
+  const int64_t rows = 40, dim = 33;
+  const std::vector<float> table = randomVector(rows * dim, rng, -3.0f, 3.0f);
+  const std::vector<int32_t> listed = {3, 17, 5, 39, 0, -1, -1};
+  double expected = 0;
+  for (int32_t row : listed)
+    if (row >= 0) {
+      double sum = 0;
+      for (int64_t d = 0; d < dim; ++d)
+        sum += double(table[size_t(row * dim + d)]) *
+               double(table[size_t(row * dim + d)]);
+      expected += sum;
+    }
+  EXPECT_EQ(normSquaredRows(table.data(), listed.data(), 7, dim),
+            float(expected));
+  // The same rows moved to other slots (reversed), listed in the same order.
+  std::vector<float> moved(table.size());
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(table.begin() + r * dim, dim,
+                moved.begin() + (rows - 1 - r) * dim);
+  std::vector<int32_t> relisted;
+  for (int32_t row : listed)
+    relisted.push_back(row < 0 ? -1 : int32_t(rows - 1 - row));
+  EXPECT_EQ(normSquaredRows(moved.data(), relisted.data(), 7, dim),
+            normSquaredRows(table.data(), listed.data(), 7, dim));
+}
+
 TEST(CpuKernels, LearningRate) {
   const float peak = 6e-4f, minLr = 6e-5f;
   auto cosine = [&](double step, double warmup, double decay) {

@@ -2,11 +2,16 @@
 // counted over the training windows, warm-up, misses and evictions, the
 // lookahead's protection of the running batch, and, over a long random run,
 // that applying the planned transfers to a host table and a device cache
-// leaves the table exactly as updating it in place would.
+// leaves the table exactly as updating it in place would; a rank's cache of
+// its block on the CPU and staged-cpu backends (CachedTable).
 #include "tpc/runtime/EmbeddingCache.h"
+
+#include "tpc/runtime/Backend.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -157,3 +162,108 @@ TEST(CachePlanner, TransfersKeepTheTableExactOverALongRun) {
   EXPECT_LT(double(cache.misses()) / double(cache.lookups()), 0.25);
   EXPECT_LT(fetched, steps * batch / 4);
 }
+
+namespace {
+/// A block's host arrays: value, exp_avg, exp_avg_sq of rows x dim floats,
+/// each element distinct.
+struct HostBlock {
+  std::array<std::vector<float>, 3> arrays;
+  HostBlock(int64_t rows, int64_t dim) {
+    for (size_t k = 0; k < 3; ++k)
+      for (int64_t i = 0; i < rows * dim; ++i)
+        arrays[k].push_back(float(k * 1000 + i) * 0.5f);
+  }
+  std::array<float *, 3> pointers() {
+    return {arrays[0].data(), arrays[1].data(), arrays[2].data()};
+  }
+};
+
+/// The device array `which` of `cache`, on the host.
+std::vector<float> deviceCopy(CachedTable &cache, size_t which, HostBlock &host,
+                              Backend &backend, int64_t dim) {
+  std::vector<float> out(size_t(cache.slots() * dim));
+  backend.download(out.data(), cache.data(which, host.pointers(), backend),
+                   out.size() * sizeof(float));
+  return out;
+}
+} // namespace
+
+class CachedTableOn : public ::testing::TestWithParam<const char *> {
+protected:
+  Backend &backend() {
+    return std::string(GetParam()) == "cpu" ? cpuBackend()
+                                            : stagedTestBackend();
+  }
+};
+
+// A rank's block (rows 10..19 of 30) cached in 4 slots: each batch's rows
+// are cached and the map and row list say where; a "step" that adds to the
+// cached rows on the device reaches the host through evictions and the
+// final write-back, as updating the host table would.
+TEST_P(CachedTableOn, CachesEachBatchAndWritesUpdatesBack) {
+  Backend &device = backend();
+  const int64_t dim = 3;
+  CachedTable cache(/*vocabulary=*/30, /*firstRow=*/10, /*blockRows=*/10,
+                    /*slots=*/4, dim);
+  HostBlock host(10, dim), reference(10, dim);
+  const std::vector<std::vector<int32_t>> batches = {
+      {12, 3, 15, 12}, {11, 25, 19, 18}, {15, 16, 17, 10}, {12, 13}};
+  for (const std::vector<int32_t> &batch : batches) {
+    cache.prepare(batch, host.pointers(), device);
+    std::vector<int64_t> used;
+    for (int32_t id : batch)
+      if (id >= 10 && id < 20)
+        used.push_back(id - 10);
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    // The row list: the batch's block rows by ascending row, then -1.
+    const std::vector<int32_t> listed = cache.batchSlots(6);
+    for (size_t i = 0; i < 6; ++i)
+      EXPECT_EQ(listed[i], i < used.size() ? cache.slotMap()[used[i]] : -1);
+    // Every used row is cached, with its current values.
+    for (size_t k = 0; k < 3; ++k) {
+      std::vector<float> slots = deviceCopy(cache, k, host, device, dim);
+      for (int64_t row : used) {
+        const int32_t slot = cache.slotMap()[size_t(row)];
+        ASSERT_GE(slot, 0);
+        for (int64_t d = 0; d < dim; ++d) {
+          EXPECT_EQ(slots[size_t(slot * dim + d)],
+                    reference.arrays[k][size_t(row * dim + d)]);
+          // The step: the device row moves, as does the reference's.
+          slots[size_t(slot * dim + d)] += 1.0f + float(k);
+          reference.arrays[k][size_t(row * dim + d)] += 1.0f + float(k);
+        }
+      }
+      device.upload(cache.data(k, host.pointers(), device), slots.data(),
+                    slots.size() * sizeof(float));
+    }
+    cache.deviceWritten();
+  }
+  cache.writeBack(host.pointers());
+  EXPECT_EQ(host.arrays, reference.arrays);
+  const CacheStats &stats = cache.stats();
+  EXPECT_EQ(stats.lookups, 12); // the batches' ids in the block
+  EXPECT_GT(stats.rowsWrittenBack, 0);
+  EXPECT_EQ(stats.bytesFetched,
+            uint64_t(stats.rowsFetched) * 3 * dim * sizeof(float));
+  EXPECT_NE(errorOf([&] {
+              cache.prepare(std::vector<int32_t>{30}, host.pointers(), device);
+            }).find("outside the embedding's 30 rows"),
+            std::string::npos);
+}
+
+// After the host arrays change (a checkpoint loaded), the cached rows are
+// fetched again before their next use.
+TEST_P(CachedTableOn, RefetchesAfterTheHostChanged) {
+  Backend &device = backend();
+  CachedTable cache(8, 0, 8, 2, 2);
+  HostBlock host(8, 2);
+  cache.prepare(std::vector<int32_t>{5}, host.pointers(), device);
+  const int32_t slot = cache.slotMap()[5];
+  host.arrays[0][10] = 42.0f; // row 5, column 0
+  cache.hostChanged();
+  EXPECT_EQ(deviceCopy(cache, 0, host, device, 2)[size_t(slot * 2)], 42.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CachedTableOn,
+                         ::testing::Values("cpu", "staged-cpu"));

@@ -28,7 +28,16 @@ namespace {
 // Rows: distinct rows in [0, idBound) in a shuffled order, then -1 padding
 // (a cached table's listed rows). SlotMap: a shuffled permutation of
 // [0, n) (each row of a block cached in some slot).
-enum class Fill { Normal, Positive, Ids, Step, Hyper, Positions, Rows, SlotMap };
+enum class Fill {
+  Normal,
+  Positive,
+  Ids,
+  Step,
+  Hyper,
+  Positions,
+  Rows,
+  SlotMap
+};
 
 struct Operand {
   std::vector<int64_t> shape;
@@ -169,8 +178,7 @@ std::vector<std::vector<uint8_t>> operandValues(const KernelCase &c) {
     }
     case Fill::Rows:
     case Fill::SlotMap: {
-      const int64_t bound =
-          operand.fill == Fill::SlotMap ? n : operand.idBound;
+      const int64_t bound = operand.fill == Fill::SlotMap ? n : operand.idBound;
       std::vector<int32_t> all(static_cast<size_t>(bound));
       for (size_t i = 0; i < all.size(); ++i)
         all[i] = int32_t(i);

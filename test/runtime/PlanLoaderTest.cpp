@@ -82,6 +82,13 @@ struct PlanSpec {
   };
   std::vector<Cache> caches = {};                  // (1.9) KV caches
   std::optional<std::vector<int64_t>> eosTokenIds; // (1.11)
+  int64_t cacheRows = 0;                           // (1.14) a cached table
+  double cacheRatio = 0;
+  struct ExtraInput {
+    fb::InputKind kind;
+    uint32_t tensor, param;
+  };
+  std::vector<ExtraInput> extraInputs = {}; // after the tokens
 
   std::vector<uint8_t> build() const {
     flatbuffers::FlatBufferBuilder b;
@@ -99,7 +106,8 @@ struct PlanSpec {
         b, b.CreateString("wte"), fb::DType::F32, b.CreateVector(paramShape),
         fb::Init::Normal, 0.5, splitOf(paramSplit),
         paramFileShape.empty() ? 0 : b.CreateVector(paramFileShape),
-        paramRebalanceDims.empty() ? 0 : b.CreateVector(paramRebalanceDims));
+        paramRebalanceDims.empty() ? 0 : b.CreateVector(paramRebalanceDims),
+        /*stage=*/-1, /*cut_stages=*/0, cacheRows, cacheRatio);
     std::vector<flatbuffers::Offset<fb::Tensor>> ts;
     for (const T &t : tensors)
       ts.push_back(fb::CreateTensor(
@@ -129,6 +137,9 @@ struct PlanSpec {
     }
     std::vector<flatbuffers::Offset<fb::Input>> inputs = {fb::CreateInput(
         b, fb::InputKind::Tokens, inputTensor, splitOf(inputSplit))};
+    for (const ExtraInput &input : extraInputs)
+      inputs.push_back(
+          fb::CreateInput(b, input.kind, input.tensor, 0, input.param));
     auto program =
         fb::CreateProgram(b, b.CreateString("forward"), b.CreateVector(ts),
                           b.CreateVector(inputs), b.CreateVector(ss),
@@ -230,6 +241,56 @@ TEST(PlanLoader, ChecksKvCachesAndOptionalOperands) {
   PlanSpec rotary = spec;
   rotary.steps.push_back({fb::OpKind::Rotary, {2, 1, 1}, {3}});
   expectRejected(rotary, "expected 1 to 2 operands and 1 results, got 3");
+}
+
+// A cached embedding table (1.14): the program sees a cache of 3 of the
+// table's 5 rows, looked up through its slot map (input 1).
+TEST(PlanLoader, ChecksCachedTables) {
+  PlanSpec spec;
+  spec.cacheRows = 3;
+  spec.cacheRatio = 0.6;
+  spec.tensors[0].shape = {3, 4};
+  spec.tensors.push_back({fb::DType::I32, {5}, fb::Storage::Input, 0, 1});
+  spec.extraInputs = {{fb::InputKind::CacheMap, 5, 0}};
+  spec.steps = {{fb::OpKind::Embedding, {0, 1, 5}, {2}}};
+  spec.results = {2};
+  EXPECT_NO_THROW(load(spec.build()));
+
+  PlanSpec rows = spec;
+  rows.cacheRows = 6;
+  expectRejected(rows, "parameter 'wte' is a cached table of 6 rows (ratio "
+                       "0.600000); a cache holds 1 to the block's 5 rows");
+  PlanSpec ratio = spec;
+  ratio.cacheRatio = 0;
+  expectRejected(ratio, "parameter 'wte' is a cached table of 3 rows");
+  PlanSpec whole = spec;
+  whole.tensors[0].shape = {5, 4};
+  expectRejected(whole, "tensor 0 views parameter 'wte' (or its optimizer "
+                        "state) with a different size or dtype");
+  PlanSpec map = spec;
+  map.tensors[5].shape = {4};
+  expectRejected(map, "input 1 must be i32 [5], one entry per row of "
+                      "parameter 'wte''s block");
+  PlanSpec rowsList = spec;
+  rowsList.extraInputs.push_back({fb::InputKind::CacheRows, 6, 0});
+  rowsList.tensors.push_back({fb::DType::I32, {7}, fb::Storage::Input, 0, 2});
+  expectRejected(rowsList, "input 2 must be i32 [1..5]");
+  PlanSpec uncached = spec;
+  uncached.cacheRows = 0;
+  uncached.tensors[0].shape = {5, 4};
+  expectRejected(uncached, "input 1 names parameter 0, which is no cached "
+                           "table");
+  PlanSpec twice = spec;
+  twice.extraInputs.push_back({fb::InputKind::CacheMap, 5, 0});
+  expectRejected(twice, "repeats input kind CacheMap for one table");
+  PlanSpec older = spec;
+  older.minor = 13;
+  expectRejected(older, "input 1 has an unknown kind");
+  // The map must cover the cache's rows.
+  PlanSpec shortMap = spec;
+  shortMap.cacheRows = 3;
+  shortMap.tensors[5].shape = {2};
+  expectRejected(shortMap, "must be i32 [5]");
 }
 
 TEST(PlanLoader, RejectsAForeignFile) {

@@ -1208,8 +1208,8 @@ void embeddingGrad(CudaBackend &b, const Dispatch &d) {
   const int64_t rows = slotMap ? d.operands[2].shape[0] : table.shape[0];
   const VocabBlock block = vocabBlock(d, rows);
   cuda::embeddingGrad(f32(d.operands[0]), i32(ids), ids.elements, block.first,
-                      rows, table.shape[1], slotMap, table.shape[0],
-                      f32(table), b.stream);
+                      rows, table.shape[1], slotMap, table.shape[0], f32(table),
+                      b.stream);
 }
 
 #ifdef TPC_HAVE_NCCL
@@ -1700,14 +1700,22 @@ void normSquaredRows(CudaBackend &b, const Dispatch &d) {
 void adamwRows(CudaBackend &b, const Dispatch &d) {
   const auto &in = d.operands;
   const plan::Step &s = d.step;
-  const cuda::AdamWTensor t{
-      f32(in[0]),          f32(in[1]),          f32(in[2]),
-      f32(in[3]),          f32(in[5]),          i64(in[6]),
-      f32(in[7]),          f32(d.results[0]),   f32(d.results[1]),
-      f32(d.results[2]),   d.results[0].elements, s.beta1(),
-      s.beta2(),           s.epsilon(),         s.weight_decay()};
-  cuda::adamwRows(t, i32(in[4]), in[4].elements, rowElements(in[0]),
-                  b.stream);
+  const cuda::AdamWTensor t{f32(in[0]),
+                            f32(in[1]),
+                            f32(in[2]),
+                            f32(in[3]),
+                            f32(in[5]),
+                            i64(in[6]),
+                            f32(in[7]),
+                            f32(d.results[0]),
+                            f32(d.results[1]),
+                            f32(d.results[2]),
+                            d.results[0].elements,
+                            s.beta1(),
+                            s.beta2(),
+                            s.epsilon(),
+                            s.weight_decay()};
+  cuda::adamwRows(t, i32(in[4]), in[4].elements, rowElements(in[0]), b.stream);
 }
 /// Queued, not launched: consecutive AdamW steps (a train step's last
 /// stretch) go out as one multi-tensor launch when the next other step,
