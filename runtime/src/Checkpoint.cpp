@@ -303,6 +303,9 @@ std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
       writer.addF32("optimizer.exp_avg_sq." + hfName, fileShape(param),
                     params.expAvgSq(i));
     }
+    for (const auto &[name, order] : state.embeddingOrders)
+      writer.addI64("embedding_cache.order." + name, {int64_t(order.size())},
+                    order);
     const std::string stateFile =
         (fs::path(tmp) / "state.safetensors").string();
     writer.write(stateFile);
@@ -395,6 +398,18 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
     load(hfName, ParamStore::State::Value);
     load("optimizer.exp_avg." + hfName, ParamStore::State::ExpAvg);
     load("optimizer.exp_avg_sq." + hfName, ParamStore::State::ExpAvgSq);
+    // A cached table's ranking, when the checkpoint has one (a run without
+    // the cache wrote none; the resumed run then counts its data).
+    const std::string orderName = "embedding_cache.order." + hfName;
+    if (param.cache_rows() != 0 && file.find(orderName)) {
+      std::vector<int64_t> order = file.readAsI64(orderName);
+      if (int64_t(order.size()) != param.shape()->Get(0))
+        throw std::runtime_error(file.path() + ": tensor '" + orderName +
+                                 "' does not rank the table's " +
+                                 std::to_string(param.shape()->Get(0)) +
+                                 " rows");
+      state.embeddingOrders[hfName] = std::move(order);
+    }
   }
   return state;
 }

@@ -3,6 +3,7 @@
 #include "tpc/runtime/Backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -284,6 +285,7 @@ void CachedTable::writeBackRow(int64_t row, int64_t slot,
 void CachedTable::prepare(std::span<const int32_t> wholeIds,
                           const std::array<float *, 3> &host,
                           Backend &backend) {
+  const auto start = std::chrono::steady_clock::now();
   allocate(backend);
   if (!planner) {
     // Unranked: rows by id.
@@ -322,6 +324,9 @@ void CachedTable::prepare(std::span<const int32_t> wholeIds,
   std::sort(batchRows.begin(), batchRows.end());
   batchRows.erase(std::unique(batchRows.begin(), batchRows.end()),
                   batchRows.end());
+  counters.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
 }
 
 std::vector<int32_t> CachedTable::batchSlots(int64_t count) const {

@@ -133,7 +133,8 @@ void RunReport::setTraining(const LoadedPlan &plan, const TrainConfig &config,
            {"rows_fetched", s.rowsFetched},
            {"rows_written_back", s.rowsWrittenBack},
            {"bytes_fetched", s.bytesFetched},
-           {"bytes_written_back", s.bytesWrittenBack}});
+           {"bytes_written_back", s.bytesWrittenBack},
+           {"seconds", s.seconds}});
     }
     root["embedding_caches"] = std::move(caches);
   }

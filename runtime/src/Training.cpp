@@ -183,10 +183,30 @@ void Trainer::rankCachedRows(std::span<const int32_t> stream) {
       continue;
     const std::string name = all.Get(i)->name()->str();
     try {
-      params.rankCachedRows(
-          i, IdFrequencies::countBlock(stream, cache->vocabulary(),
-                                       cache->firstRow(), cache->blockRows(),
-                                       tokensPerStep()));
+      // The data decides the rows one step uses (what the cache must hold)
+      // and, unless a checkpoint kept one, the ranking.
+      IdFrequencies block = IdFrequencies::countBlock(
+          stream, cache->vocabulary(), cache->firstRow(), cache->blockRows(),
+          tokensPerStep());
+      auto kept = embeddingOrders.find(name);
+      if (kept == embeddingOrders.end()) {
+        kept =
+            embeddingOrders
+                .emplace(name, IdFrequencies::count(stream, cache->vocabulary(),
+                                                    tokensPerStep())
+                                   .order())
+                .first;
+      } else {
+        // The kept ranking's rows of this block, in its order.
+        std::vector<int64_t> order;
+        for (int64_t row : kept->second)
+          if (row >= cache->firstRow() &&
+              row < cache->firstRow() + cache->blockRows())
+            order.push_back(row - cache->firstRow());
+        block = IdFrequencies::fromOrder(std::move(order),
+                                         block.maxDistinctPerBatch());
+      }
+      params.rankCachedRows(i, std::move(block));
     } catch (const std::invalid_argument &error) {
       throw std::invalid_argument("embedding cache of '" + name +
                                   "': " + error.what());
@@ -231,6 +251,7 @@ void Trainer::setStepTiming(bool on) {
 CheckpointState Trainer::resume(const std::string &path) {
   CheckpointState state = readCheckpoint(path, plan, params);
   next = state.step + 1;
+  embeddingOrders = state.embeddingOrders;
   return state;
 }
 
@@ -275,7 +296,8 @@ StepOutcome Trainer::step(std::span<const int32_t> tokens,
 }
 
 std::string Trainer::saveCheckpoint(const std::string &dir) {
-  const CheckpointState state{next - 1, settings, tokensPerStep()};
+  const CheckpointState state{next - 1, settings, tokensPerStep(),
+                              embeddingOrders};
   std::string written;
   // Checkpoints hold whole parameters, written by rank 0.
   writeWholeParams(plan, params, comm, [&](const ParamStore &whole) {

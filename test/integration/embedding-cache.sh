@@ -10,8 +10,9 @@
 #     equals the same grid's resident run bit for bit: the loss of every
 #     step and every exported weight; each cache missed, wrote rows back and
 #     says so in the metrics;
-#  3. a cached run on 1D 2 stopped at step 10 resumes on dp 2 with another
-#     ratio and ends at the uninterrupted resident run's weights;
+#  3. a cached run on 1D 2 stopped at step 10 keeps the table's ranking (the
+#     data's, counted here) in its checkpoint and resumes on dp 2 with
+#     another ratio, ending at the uninterrupted resident run's weights;
 #  4. a cache too small for one batch's rows and a token outside the
 #     vocabulary fail before step 1 with one line naming them.
 #
@@ -19,6 +20,7 @@
 set -euo pipefail
 build=$1 python=$2 work=$3
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export HERE=$here
 bin=$build/bin
 ref="$python $here/reference.py"
 check="$python $here/tensor_parallel_check.py"
@@ -112,6 +114,24 @@ $check weights "$work/one-r1/model.safetensors" "$work/dp2tp2-r6/model.safetenso
 echo "== resume on another grid"
 cp "$work/tp2-r6.tpplan" "$work/tp2-half.tpplan"
 STEPS=10 run tp2-half 2 --checkpoint-dir "$work/ckpt"
+# The checkpoint keeps the ranking: the rows by descending count over the
+# training windows, ties by id.
+"$python" - "$work/ckpt" "$work/tokens.tokens" $((batch * seq)) $table <<'PY'
+import collections, os, sys
+sys.path.insert(0, os.environ.get("HERE", "."))
+from safetensors.numpy import load_file
+import reference
+ckpt, tokens, window, table = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+step = open(os.path.join(ckpt, "latest")).read().strip()
+kept = load_file(os.path.join(ckpt, step, "state.safetensors"))["embedding_cache.order." + table]
+ids = reference.read_tokens(tokens)
+used = ids[: (len(ids) - 1) // window * window]
+counts = collections.Counter(int(i) for i in used)
+expected = sorted(range(96), key=lambda r: (-counts[r], r))
+if list(kept) != expected:
+    sys.exit(f"the checkpoint's ranking {list(kept)[:8]}... is not the data's {expected[:8]}...")
+print(f"  checkpoint ranking: the data's, most frequent rows {expected[:4]}")
+PY
 compile dp2-r8 "mode=1d grid=1 dp=2 embedding-cache=0.8"
 run dp2-r8 2 --resume "$work/ckpt"
 grep -q "resumed from step 10" "$work/dp2-r8.log"

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -26,6 +27,11 @@ struct CheckpointState {
   int64_t step = 0; // steps completed
   std::array<float, 5> hyperparameters{};
   int64_t tokensPerStep = 0;
+  /// Per cached embedding table (by HF name): its rows by descending
+  /// frequency in the training data, whole-table ids, so that a resumed run
+  /// caches alike on any grid (stored as
+  /// `embedding_cache.order.<name>`, i64).
+  std::map<std::string, std::vector<int64_t>> embeddingOrders;
 };
 
 /// `{"peak_lr": .., "min_lr": .., "warmup_steps": .., "decay_steps": ..,

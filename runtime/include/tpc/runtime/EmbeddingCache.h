@@ -109,6 +109,8 @@ struct CacheStats {
   int64_t rowsFetched = 0, rowsWrittenBack = 0;
   /// Host to device and back, the rows' values and moments, for batches.
   uint64_t bytesFetched = 0, bytesWrittenBack = 0;
+  /// Wall time preparing batches: planning, write-backs and fetches.
+  double seconds = 0;
 };
 
 /// One rank's cache of a cached embedding table (Param.cache_rows): the

@@ -216,9 +216,10 @@ public:
   CheckpointState resume(const std::string &path);
   /// Ranks the rows of every cached embedding table by how often the
   /// training `stream` uses them (in the windows the steps read), so its
-  /// cache keeps the most frequent ones. Before the first step. Throws
-  /// std::invalid_argument naming an id outside the vocabulary, or a table
-  /// whose cache cannot hold the rows one step uses.
+  /// cache keeps the most frequent ones; after a resume, by the ranking the
+  /// checkpoint kept. Before the first step. Throws std::invalid_argument
+  /// naming an id outside the vocabulary, or a table whose cache cannot
+  /// hold the rows one step of `stream` uses.
   void rankCachedRows(std::span<const int32_t> stream);
   /// Splits the blocks by known speeds (RebalanceOptions::rankSpeeds), when
   /// given. Collective; before the first step.
@@ -259,6 +260,9 @@ private:
   std::array<float, 5> settings;
   std::vector<int64_t> shape;
   int64_t next = 1;
+  /// The cached tables' whole-table rankings (rankCachedRows, or a
+  /// resumed checkpoint's), which checkpoints keep.
+  std::map<std::string, std::vector<int64_t>> embeddingOrders;
 };
 
 /// Runs @train_step from step 1 (or after the resumed checkpoint) through
