@@ -59,12 +59,15 @@ for ratio in ["0.005", "0.015", "0.05", "1"]:
     moved = (c["bytes_fetched"] + c["bytes_written_back"]) / n
     rows.append((ratio, c["slots"], c["hit_rate"], c["rows_fetched"] / n, moved,
                  c["seconds"] / n * 1e3, step * 1e3,
-                 runs[0]["memory"]["device_peak_bytes"] / 2**20))
+                 runs[0]["memory"]["device_peak_bytes"] / 2**20,
+                 c["rows_prefetched"] / max(c["rows_fetched"], 1),
+                 c["lookahead_seconds"] / n * 1e3))
 base = rows[-1][6]
-print("| cache ratio | slots | hit rate | rows fetched/step | bytes moved/step | cache ms/step"
-      " | step ms (median) | step vs resident | device peak MiB |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| cache ratio | slots | hit rate | rows fetched/step | fetched ahead | bytes moved/step"
+      " | cache ms/step (waited) | lookahead ms/step (overlapped) | step ms (median)"
+      " | step vs resident | device peak MiB |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
-    print(f"| {float(r[0]) * 100:g} % | {r[1]} | {r[2]:.3f} | {r[3]:.1f} | {r[4]:.0f} | {r[5]:.2f}"
-          f" | {r[6]:.1f} | {r[6] / base:.3f} | {r[7]:.1f} |")
+    print(f"| {float(r[0]) * 100:g} % | {r[1]} | {r[2]:.3f} | {r[3]:.1f} | {r[8]:.2f} | {r[4]:.0f}"
+          f" | {r[5]:.2f} | {r[9]:.2f} | {r[6]:.1f} | {r[6] / base:.3f} | {r[7]:.1f} |")
 PY

@@ -3,7 +3,8 @@
 # made (docs/gpu.md): the kernel parity tests, then device-cuda.sh,
 # training-numerics.sh, generation.sh, evaluation.sh and mixed-precision.sh
 # (bf16 storage against PyTorch autocast) on cuda for GPT-2
-# and LLaMA (they need transformers: tools/gpu-site.sh), with the bundle as
+# and LLaMA, and embedding-cache.sh for LLaMA (they need transformers:
+# tools/gpu-site.sh; mpirun for the cache's grids), with the bundle as
 # their build directory. Logs go to OUT; the last lines are a table, one row
 # per check. Exit status: the number of checks that failed.
 #
@@ -49,5 +50,7 @@ for model in gpt2 llama; do
   check mixed-precision-cuda-$model "$root/test/integration/mixed-precision.sh" \
     "$bundle" "$python" "$out/mixed-precision-cuda-$model" $model cuda
 done
+check embedding-cache-cuda-llama "$root/test/integration/embedding-cache.sh" \
+  "$bundle" "$python" "$out/embedding-cache-cuda-llama" cuda
 printf '%s\n' "${results[@]}"
 exit $failed

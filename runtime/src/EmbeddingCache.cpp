@@ -198,6 +198,21 @@ CacheTransfer CachePlanner::prepare(std::span<const int32_t> ids,
   return transfer;
 }
 
+bool CachePlanner::fits(std::span<const int32_t> ids,
+                        std::span<const int32_t> keep) const {
+  checkIds(ids);
+  checkIds(keep);
+  std::vector<char> used(size_t(freq.rows()), 0);
+  int64_t distinct = 0;
+  for (std::span<const int32_t> batch : {keep, ids})
+    for (int32_t id : batch)
+      if (!used[size_t(id)]) {
+        used[size_t(id)] = 1;
+        ++distinct;
+      }
+  return distinct <= capacity();
+}
+
 std::vector<int32_t> CachePlanner::slotsOf(std::span<const int32_t> ids) const {
   checkIds(ids);
   std::vector<int32_t> slots;
@@ -282,18 +297,8 @@ void CachedTable::writeBackRow(int64_t row, int64_t slot,
   counters.bytesWrittenBack += 3 * bytes;
 }
 
-void CachedTable::prepare(std::span<const int32_t> wholeIds,
-                          const std::array<float *, 3> &host,
-                          Backend &backend) {
-  const auto start = std::chrono::steady_clock::now();
-  allocate(backend);
-  if (!planner) {
-    // Unranked: rows by id.
-    std::vector<int64_t> order(static_cast<size_t>(rows));
-    std::iota(order.begin(), order.end(), int64_t(0));
-    rank(IdFrequencies::fromOrder(std::move(order), 0));
-  }
-  // The batch's rows of this block, as ids of the block.
+std::vector<int32_t>
+CachedTable::blockIds(std::span<const int32_t> wholeIds) const {
   std::vector<int32_t> ids;
   ids.reserve(wholeIds.size());
   for (size_t i = 0; i < wholeIds.size(); ++i) {
@@ -305,9 +310,13 @@ void CachedTable::prepare(std::span<const int32_t> wholeIds,
     if (id >= first && id < first + rows)
       ids.push_back(int32_t(id - first));
   }
-  const CacheTransfer transfer = planner->prepare(ids);
-  counters.lookups = planner->lookups();
-  counters.misses = planner->misses();
+  return ids;
+}
+
+void CachedTable::apply(const CacheTransfer &transfer,
+                        const std::vector<int32_t> &ids,
+                        const std::array<float *, 3> &host,
+                        const std::vector<float> *staged) {
   // Victims first (their slots take the misses); the host copy of a row
   // is current unless a program wrote the cache since it was fetched.
   for (size_t i = 0; i < transfer.evictRows.size(); ++i) {
@@ -315,16 +324,82 @@ void CachedTable::prepare(std::span<const int32_t> wholeIds,
       writeBackRow(transfer.evictRows[i], transfer.evictSlots[i], host);
     map[size_t(transfer.evictRows[i])] = -1;
   }
+  const uint64_t bytes = uint64_t(rowElements) * sizeof(float);
   for (size_t i = 0; i < transfer.fetchRows.size(); ++i) {
-    if (deviceValid)
-      fetchRow(transfer.fetchRows[i], transfer.fetchSlots[i], host);
-    map[size_t(transfer.fetchRows[i])] = int32_t(transfer.fetchSlots[i]);
+    const int64_t row = transfer.fetchRows[i], slot = transfer.fetchSlots[i];
+    if (deviceValid && staged) {
+      // The lookahead's copy of the row (the host's values then, which
+      // nothing changed since: the row was not cached).
+      for (size_t k = 0; k < 3; ++k)
+        device->upload(buffers[k]->data() + uint64_t(slot) * bytes,
+                       staged->data() + (i * 3 + k) * size_t(rowElements),
+                       bytes);
+      ++counters.rowsFetched;
+      ++counters.rowsPrefetched;
+      counters.bytesFetched += 3 * bytes;
+    } else if (deviceValid) {
+      fetchRow(row, slot, host);
+    }
+    map[size_t(row)] = int32_t(slot);
   }
   batchRows.assign(ids.begin(), ids.end());
   std::sort(batchRows.begin(), batchRows.end());
   batchRows.erase(std::unique(batchRows.begin(), batchRows.end()),
                   batchRows.end());
+  counters.lookups = planner->lookups();
+  counters.misses = planner->misses();
+}
+
+void CachedTable::prepare(std::span<const int32_t> wholeIds,
+                          const std::array<float *, 3> &host,
+                          Backend &backend) {
+  const auto start = std::chrono::steady_clock::now();
+  allocate(backend);
+  if (!planner) {
+    // Unranked: rows by id.
+    std::vector<int64_t> order(static_cast<size_t>(rows));
+    std::iota(order.begin(), order.end(), int64_t(0));
+    rank(IdFrequencies::fromOrder(std::move(order), 0));
+  }
+  std::vector<int32_t> ids = blockIds(wholeIds);
+  bool planned = false;
+  if (ahead) {
+    // The lookahead's plan goes through whatever comes: its rows are
+    // cached, and the planner already counts them so.
+    Ahead next = std::move(*ahead);
+    ahead.reset();
+    planned = next.ids == ids;
+    apply(next.transfer, next.ids, host, &next.staged);
+  }
+  if (!planned)
+    apply(planner->prepare(ids), ids, host, nullptr);
   counters.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+}
+
+void CachedTable::planAhead(std::span<const int32_t> nextWholeIds,
+                            const std::array<float *, 3> &host) {
+  if (!planner || ahead)
+    return; // nothing prepared yet, or already planned
+  const auto start = std::chrono::steady_clock::now();
+  Ahead next;
+  next.ids = blockIds(nextWholeIds);
+  // The running batch's rows stay: its program is updating them.
+  std::vector<int32_t> running(batchRows.begin(), batchRows.end());
+  if (!planner->fits(next.ids, running)) {
+    ++counters.lookaheadsSkipped;
+    return;
+  }
+  next.transfer = planner->prepare(next.ids, running);
+  next.staged.resize(next.transfer.fetchRows.size() * 3 * size_t(rowElements));
+  for (size_t i = 0; i < next.transfer.fetchRows.size(); ++i)
+    for (size_t k = 0; k < 3; ++k)
+      std::copy_n(host[k] + next.transfer.fetchRows[i] * rowElements,
+                  rowElements,
+                  next.staged.data() + (i * 3 + k) * size_t(rowElements));
+  ahead = std::move(next);
+  counters.lookaheadSeconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
 }

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 namespace tpc::runtime {
 
@@ -224,6 +226,11 @@ void ProgramRunner::setInput(plan::InputKind kind,
                 sizeof(int32_t) * size_t(columns));
 }
 
+void ProgramRunner::setNextTokens(std::span<const int32_t> values) {
+  if (readsCachedTables)
+    nextWholeTokens.assign(values.begin(), values.end());
+}
+
 void ProgramRunner::setStep(int64_t step) {
   std::memcpy(inputStorage(plan::InputKind::Step, sizeof(step)).data(), &step,
               sizeof(step));
@@ -394,6 +401,46 @@ void ProgramRunner::prepareEmbeddingCaches() {
   }
 }
 
+namespace {
+/// The embedding caches' lookahead on a thread of its own while a run's
+/// steps go: joined by finish() (which rethrows what it threw) or, when a
+/// step threw, by the destructor.
+class CacheLookahead {
+public:
+  CacheLookahead(
+      std::vector<std::pair<CachedTable *, std::array<float *, 3>>> tables,
+      std::vector<int32_t> next)
+      : tables(std::move(tables)), next(std::move(next)) {
+    if (this->tables.empty() || this->next.empty())
+      return;
+    thread = std::thread([this] {
+      try {
+        for (auto &[table, host] : this->tables)
+          table->planAhead(this->next, host);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+  }
+  ~CacheLookahead() {
+    if (thread.joinable())
+      thread.join();
+  }
+  void finish() {
+    if (thread.joinable())
+      thread.join();
+    if (error)
+      std::rethrow_exception(error);
+  }
+
+private:
+  std::vector<std::pair<CachedTable *, std::array<float *, 3>>> tables;
+  std::vector<int32_t> next;
+  std::thread thread;
+  std::exception_ptr error;
+};
+} // namespace
+
 void ProgramRunner::run() {
   updateShapes();
   prepareEmbeddingCaches();
@@ -401,8 +448,18 @@ void ProgramRunner::run() {
   for (size_t i = 0; i < deviceInputs.size(); ++i)
     backend.upload(deviceInputs[i]->data(), inputs[i].data(),
                    inputs[i].size() * sizeof(uint64_t));
-  if (runRecorded())
+  // The next run's rows, planned and gathered while this run's steps go.
+  std::vector<std::pair<CachedTable *, std::array<float *, 3>>> cached;
+  for (const plan::Input *input : *program->inputs())
+    if (input->kind() == plan::InputKind::CacheMap)
+      cached.emplace_back(params.cachedTable(input->param()),
+                          params.cacheHost(input->param()));
+  CacheLookahead lookahead(std::move(cached), std::move(nextWholeTokens));
+  nextWholeTokens.clear();
+  if (runRecorded()) {
+    lookahead.finish();
     return;
+  }
   timer->beginRun();
   const size_t steps = program->steps()->size();
   size_t stepIndex = 0;
@@ -424,6 +481,7 @@ void ProgramRunner::run() {
       }
     });
   }
+  lookahead.finish();
   if (writesParams)
     params.markDeviceWritten();
 }

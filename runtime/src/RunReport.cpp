@@ -134,7 +134,10 @@ void RunReport::setTraining(const LoadedPlan &plan, const TrainConfig &config,
            {"rows_written_back", s.rowsWrittenBack},
            {"bytes_fetched", s.bytesFetched},
            {"bytes_written_back", s.bytesWrittenBack},
-           {"seconds", s.seconds}});
+           {"seconds", s.seconds},
+           {"rows_prefetched", s.rowsPrefetched},
+           {"lookahead_seconds", s.lookaheadSeconds},
+           {"lookaheads_skipped", s.lookaheadsSkipped}});
     }
     root["embedding_caches"] = std::move(caches);
   }

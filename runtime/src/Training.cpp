@@ -262,7 +262,8 @@ std::optional<RebalanceEvent> Trainer::applyRankSpeeds() {
 }
 
 StepOutcome Trainer::step(std::span<const int32_t> tokens,
-                          std::span<const int32_t> targets) {
+                          std::span<const int32_t> targets,
+                          std::span<const int32_t> nextTokens) {
   for (auto [values, what] :
        {std::pair{tokens, "tokens"}, std::pair{targets, "targets"}})
     checkTokenBatch(values, shape[0], shape[1], plan.vocabularySize(), what,
@@ -274,6 +275,7 @@ StepOutcome Trainer::step(std::span<const int32_t> tokens,
   ProgramRunner &runner = *this->runner;
   runner.setInput(plan::InputKind::Tokens, tokens);
   runner.setInput(plan::InputKind::Targets, targets);
+  runner.setNextTokens(nextTokens);
   runner.setStep(step);
   runner.setComputeStretch(balancer.stretch(step));
   auto start = std::chrono::steady_clock::now();
@@ -354,7 +356,15 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
     Batch batch =
         cutBatch(stream, batchOffset(step, stream.size(), result.tokensPerStep),
                  shape[0], shape[1]);
-    StepOutcome outcome = trainer.step(batch.tokens, batch.targets);
+    // The next step's tokens: cached embedding tables fetch their rows
+    // while this step runs.
+    Batch next;
+    if (step < config.steps)
+      next = cutBatch(
+          stream, batchOffset(step + 1, stream.size(), result.tokensPerStep),
+          shape[0], shape[1]);
+    StepOutcome outcome =
+        trainer.step(batch.tokens, batch.targets, next.tokens);
     ProgramRunner &runner = trainer.programRunner();
     const double loss = outcome.record.loss;
     result.records.push_back(outcome.record);

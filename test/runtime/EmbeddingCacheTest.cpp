@@ -64,6 +64,15 @@ TEST(CachePlanner, RefusesCachesThatCannotServeABatch) {
   EXPECT_EQ(errorOf(make(3, 0.7)), "");
 }
 
+TEST(CachePlanner, FitsCountsBothBatchesDistinctRows) {
+  const std::vector<int32_t> stream = {0, 1, 2, 3, 0, 1, 2};
+  CachePlanner cache(IdFrequencies::count(stream, 6, 3), 4);
+  EXPECT_TRUE(
+      cache.fits(std::vector<int32_t>{0, 1, 1}, std::vector<int32_t>{2, 3, 0}));
+  EXPECT_FALSE(
+      cache.fits(std::vector<int32_t>{0, 1, 4}, std::vector<int32_t>{2, 3}));
+}
+
 TEST(CachePlanner, FetchesMissesAndEvictsTheLeastFrequentUnusedRows) {
   // Counts: row 0 x4, 1 x3, 2 x2, 3 x1, 4 and 5 never.
   const std::vector<int32_t> stream = {0, 0, 0, 0, 1, 1, 1, 2, 2, 3, 9};
@@ -263,6 +272,59 @@ TEST_P(CachedTableOn, RefetchesAfterTheHostChanged) {
   host.arrays[0][10] = 42.0f; // row 5, column 0
   cache.hostChanged();
   EXPECT_EQ(deviceCopy(cache, 0, host, device, 2)[size_t(slot * 2)], 42.0f);
+}
+
+// The lookahead plans and gathers the next batch while the current one's
+// program runs: the next prepare() of those ids only applies it; another
+// batch in between (an evaluation) still finds its rows, with their values.
+TEST_P(CachedTableOn, LookaheadFetchesTheNextBatchAhead) {
+  Backend &device = backend();
+  const int64_t dim = 2;
+  CachedTable cache(12, 0, 12, 6, dim);
+  HostBlock host(12, dim), reference(12, dim);
+  auto step = [&](const std::vector<int32_t> &batch) {
+    // What a train step does: every used row of the cache moves.
+    std::vector<int32_t> rows = batch;
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    std::vector<float> slots = deviceCopy(cache, 0, host, device, dim);
+    for (int32_t row : rows)
+      for (int64_t d = 0; d < dim; ++d) {
+        slots[size_t(cache.slotMap()[size_t(row)] * dim + d)] *= 1.5f;
+        reference.arrays[0][size_t(row * dim + d)] *= 1.5f;
+      }
+    device.upload(cache.data(0, host.pointers(), device), slots.data(),
+                  slots.size() * sizeof(float));
+    cache.deviceWritten();
+  };
+  // Unranked, rows rank by id; the warm-up caches rows 0-4.
+  const std::vector<int32_t> first = {0, 1, 2}, second = {5, 6, 7},
+                             third = {8, 9, 0}, evaluation = {9, 10, 11, 1},
+                             wide = {10, 11, 2, 3};
+  cache.prepare(first, host.pointers(), device);
+  cache.planAhead(second, host.pointers()); // while `first` runs
+  step(first);
+  cache.prepare(second, host.pointers(), device);
+  EXPECT_EQ(cache.stats().rowsPrefetched, 3);
+  cache.planAhead(third, host.pointers());
+  step(second);
+  // An evaluation between: the planned rows go in, then its own.
+  cache.prepare(evaluation, host.pointers(), device);
+  const std::vector<float> slots = deviceCopy(cache, 0, host, device, dim);
+  for (int32_t row : evaluation)
+    for (int64_t d = 0; d < dim; ++d)
+      EXPECT_EQ(slots[size_t(cache.slotMap()[size_t(row)] * dim + d)],
+                reference.arrays[0][size_t(row * dim + d)]);
+  cache.prepare(third, host.pointers(), device);
+  step(third);
+  // With the running batch's 3 rows, 4 more do not fit in 6 slots: no
+  // lookahead, the next prepare() fetches its rows itself.
+  cache.planAhead(wide, host.pointers());
+  EXPECT_EQ(cache.stats().lookaheadsSkipped, 1);
+  cache.prepare(wide, host.pointers(), device);
+  step(wide);
+  cache.writeBack(host.pointers());
+  EXPECT_EQ(host.arrays, reference.arrays);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CachedTableOn,

@@ -82,6 +82,10 @@ public:
   /// id is out of range.
   CacheTransfer prepare(std::span<const int32_t> ids,
                         std::span<const int32_t> keep = {});
+  /// Whether prepare(ids, keep) can cache every row of both batches at once
+  /// (they use at most capacity() distinct rows).
+  bool fits(std::span<const int32_t> ids,
+            std::span<const int32_t> keep = {}) const;
   /// Each id's slot (after prepare() of its batch).
   std::vector<int32_t> slotsOf(std::span<const int32_t> ids) const;
   /// The slot holding `row`, or -1.
@@ -109,8 +113,16 @@ struct CacheStats {
   int64_t rowsFetched = 0, rowsWrittenBack = 0;
   /// Host to device and back, the rows' values and moments, for batches.
   uint64_t bytesFetched = 0, bytesWrittenBack = 0;
-  /// Wall time preparing batches: planning, write-backs and fetches.
+  /// Wall time preparing batches before their runs: planning, write-backs
+  /// and fetches (what the step waits for).
   double seconds = 0;
+  /// Of the fetched rows, those the lookahead gathered on the host while
+  /// the step before ran, and the seconds that took (overlapped).
+  int64_t rowsPrefetched = 0;
+  double lookaheadSeconds = 0;
+  /// Steps whose lookahead did not fit in the cache beside the running
+  /// batch (their rows were fetched before they ran).
+  int64_t lookaheadsSkipped = 0;
 };
 
 /// One rank's cache of a cached embedding table (Param.cache_rows): the
@@ -150,6 +162,16 @@ public:
   /// id outside the vocabulary or a batch the cache cannot hold.
   void prepare(std::span<const int32_t> wholeIds,
                const std::array<float *, 3> &host, Backend &backend);
+  /// The lookahead: plans the batch after the one prepared last while
+  /// that one's program runs, and gathers its misses' rows from `host` into
+  /// a staging buffer. It touches neither the device nor the rows cached
+  /// (the running batch's are kept), so it may run on another thread than
+  /// the program's. The next prepare() of the same ids applies it; of other
+  /// ids (an evaluation in between), applies it and plans those. When the
+  /// two batches' rows do not fit in the cache together, nothing is
+  /// planned: the next prepare() fetches its rows itself.
+  void planAhead(std::span<const int32_t> nextWholeIds,
+                 const std::array<float *, 3> &host);
   /// Each row's slot, or -1 (the CacheMap input).
   const std::vector<int32_t> &slotMap() const { return map; }
   /// The slots of the rows the last prepared batch uses, by ascending row,
@@ -173,11 +195,26 @@ private:
   void fetchRow(int64_t row, int64_t slot, const std::array<float *, 3> &host);
   void writeBackRow(int64_t row, int64_t slot,
                     const std::array<float *, 3> &host);
+  /// The batch's ids of this block (checked against the vocabulary).
+  std::vector<int32_t> blockIds(std::span<const int32_t> wholeIds) const;
+  /// Carries out a planned transfer: victims written back, misses fetched
+  /// (from `staged`, rows x 3 arrays, when the lookahead gathered them),
+  /// the map updated, and the batch's rows recorded.
+  void apply(const CacheTransfer &transfer, const std::vector<int32_t> &ids,
+             const std::array<float *, 3> &host,
+             const std::vector<float> *staged);
 
   int64_t vocab, first, rows, capacity, rowElements;
   std::optional<CachePlanner> planner;
   std::vector<int32_t> map;
   std::vector<int64_t> batchRows; // the last batch's rows, ascending
+  /// The lookahead's plan, not yet applied.
+  struct Ahead {
+    std::vector<int32_t> ids;
+    CacheTransfer transfer;
+    std::vector<float> staged; // per fetched row: value, exp_avg, exp_avg_sq
+  };
+  std::optional<Ahead> ahead;
   Backend *device = nullptr;
   std::array<std::unique_ptr<Buffer>, 3> buffers;
   bool deviceValid = false, hostBehind = false;

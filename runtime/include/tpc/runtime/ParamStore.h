@@ -164,6 +164,10 @@ public:
   /// Cached table `index`'s `which` array on `backend`: the cache the
   /// programs read and update.
   std::byte *cacheData(Backend &backend, size_t index, State which);
+  /// Cached table `index`'s host arrays (value, exp_avg, exp_avg_sq), its
+  /// moments allocated: what CachedTable::planAhead reads, taken before a
+  /// run so that the lookahead's thread touches no store.
+  std::array<float *, 3> cacheHost(size_t index) const;
 
 private:
   /// Storage for every parameter, zero, sized for this rank.
@@ -182,8 +186,6 @@ private:
   /// The same when only parameter `index`'s arrays will change: of the
   /// embedding caches only its own is written back and refetched.
   void hostWillChange(size_t index);
-  /// Cached table `index`'s host arrays (its moments allocated).
-  std::array<float *, 3> cacheHost(size_t index) const;
 
   /// Device copies of the arrays, per parameter and State.
   struct DeviceCopies {

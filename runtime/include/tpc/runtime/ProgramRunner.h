@@ -43,6 +43,10 @@ public:
   /// passes the same); a rank whose input is split over the grid keeps its
   /// block. Throws if the size differs from tokensShape().
   void setInput(plan::InputKind kind, std::span<const int32_t> values);
+  /// The next run's whole tokens, when known: cached embedding tables plan
+  /// and gather that run's rows while this one runs (the lookahead). For
+  /// the next run() only.
+  void setNextTokens(std::span<const int32_t> values);
   /// Sets the 1-based step of a train step.
   void setStep(int64_t step);
   /// Sets [peak_lr, min_lr, warmup_steps, decay_steps, max_grad_norm].
@@ -144,7 +148,7 @@ private:
   bool writesParams = false;
   /// With cached embedding tables: the whole batch's tokens, which every
   /// rank caches the rows of (replicas alike, so their caches agree).
-  std::vector<int32_t> wholeTokens;
+  std::vector<int32_t> wholeTokens, nextWholeTokens;
   bool readsCachedTables = false;
   bool stepTiming = true;
   /// The program recorded for replay, and the storage it was recorded on.

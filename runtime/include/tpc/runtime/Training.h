@@ -228,8 +228,11 @@ public:
   /// Runs step nextStep() on whole [batch, seq] `tokens` and `targets` (the
   /// same on every rank; each takes its block). Throws std::invalid_argument
   /// for a wrong size or a token outside the vocabulary. Collective.
+  /// `nextTokens`, the next step's tokens when known, let cached embedding
+  /// tables fetch that step's rows while this one runs.
   StepOutcome step(std::span<const int32_t> tokens,
-                   std::span<const int32_t> targets);
+                   std::span<const int32_t> targets,
+                   std::span<const int32_t> nextTokens = {});
 
   /// Writes a checkpoint after the last step run into `dir` (whole
   /// parameters, gathered; written by the grid's first rank, whose path it
