@@ -14,6 +14,22 @@
 
 namespace tpc::runtime {
 
+void Backend::uploadRows(std::byte *device, uint64_t rowBytes,
+                         std::span<const int64_t> rows, const void *host) {
+  const auto *packed = static_cast<const std::byte *>(host);
+  for (size_t i = 0; i < rows.size(); ++i)
+    upload(device + uint64_t(rows[i]) * rowBytes, packed + i * rowBytes,
+           rowBytes);
+}
+
+void Backend::downloadRows(void *host, const std::byte *device,
+                           uint64_t rowBytes, std::span<const int64_t> rows) {
+  auto *packed = static_cast<std::byte *>(host);
+  for (size_t i = 0; i < rows.size(); ++i)
+    download(packed + i * rowBytes, device + uint64_t(rows[i]) * rowBytes,
+             rowBytes);
+}
+
 std::string Backend::collectivePath() const {
   return hostVisible() ? "MPI on host memory" : "MPI staged through the host";
 }

@@ -277,24 +277,33 @@ void CachedTable::allocate(Backend &backend) {
   deviceValid = false;
 }
 
-void CachedTable::fetchRow(int64_t row, int64_t slot,
-                           const std::array<float *, 3> &host) {
+void CachedTable::copyCachedRows(bool toDevice,
+                                 const std::array<float *, 3> &host) {
+  std::vector<int64_t> rowsHeld, slots;
+  for (int64_t row = 0; row < rows; ++row)
+    if (map[size_t(row)] >= 0) {
+      rowsHeld.push_back(row);
+      slots.push_back(map[size_t(row)]);
+    }
+  if (rowsHeld.empty())
+    return;
   const uint64_t bytes = uint64_t(rowElements) * sizeof(float);
-  for (size_t k = 0; k < 3; ++k)
-    device->upload(buffers[k]->data() + uint64_t(slot) * bytes,
-                   host[k] + row * rowElements, bytes);
-  ++counters.rowsFetched;
-  counters.bytesFetched += 3 * bytes;
-}
-
-void CachedTable::writeBackRow(int64_t row, int64_t slot,
-                               const std::array<float *, 3> &host) {
-  const uint64_t bytes = uint64_t(rowElements) * sizeof(float);
-  for (size_t k = 0; k < 3; ++k)
-    device->download(host[k] + row * rowElements,
-                     buffers[k]->data() + uint64_t(slot) * bytes, bytes);
-  ++counters.rowsWrittenBack;
-  counters.bytesWrittenBack += 3 * bytes;
+  const size_t width = size_t(rowElements);
+  std::vector<float> packed(rowsHeld.size() * width);
+  for (size_t k = 0; k < 3; ++k) {
+    if (toDevice) {
+      for (size_t i = 0; i < rowsHeld.size(); ++i)
+        std::copy_n(host[k] + rowsHeld[i] * rowElements, width,
+                    packed.data() + i * width);
+      device->uploadRows(buffers[k]->data(), bytes, slots, packed.data());
+    } else {
+      device->downloadRows(packed.data(), buffers[k]->data(), bytes, slots);
+      for (size_t i = 0; i < rowsHeld.size(); ++i)
+        std::copy_n(packed.data() + i * width, width,
+                    host[k] + rowsHeld[i] * rowElements);
+    }
+  }
+  (toDevice ? refillBytes : flushBytes) += 3 * rowsHeld.size() * bytes;
 }
 
 std::vector<int32_t>
@@ -317,31 +326,50 @@ void CachedTable::apply(const CacheTransfer &transfer,
                         const std::vector<int32_t> &ids,
                         const std::array<float *, 3> &host,
                         const std::vector<float> *staged) {
-  // Victims first (their slots take the misses); the host copy of a row
-  // is current unless a program wrote the cache since it was fetched.
-  for (size_t i = 0; i < transfer.evictRows.size(); ++i) {
-    if (deviceValid && hostBehind)
-      writeBackRow(transfer.evictRows[i], transfer.evictSlots[i], host);
-    map[size_t(transfer.evictRows[i])] = -1;
-  }
   const uint64_t bytes = uint64_t(rowElements) * sizeof(float);
-  for (size_t i = 0; i < transfer.fetchRows.size(); ++i) {
-    const int64_t row = transfer.fetchRows[i], slot = transfer.fetchSlots[i];
-    if (deviceValid && staged) {
-      // The lookahead's copy of the row (the host's values then, which
-      // nothing changed since: the row was not cached).
-      for (size_t k = 0; k < 3; ++k)
-        device->upload(buffers[k]->data() + uint64_t(slot) * bytes,
-                       staged->data() + (i * 3 + k) * size_t(rowElements),
-                       bytes);
-      ++counters.rowsFetched;
-      ++counters.rowsPrefetched;
-      counters.bytesFetched += 3 * bytes;
-    } else if (deviceValid) {
-      fetchRow(row, slot, host);
+  const size_t width = size_t(rowElements);
+  // Victims first (their slots take the misses), each array in one packed
+  // transfer; the host copy of a row is current unless a program wrote the
+  // cache since it was fetched.
+  const size_t victims = transfer.evictRows.size();
+  if (victims && deviceValid && hostBehind) {
+    std::vector<float> packed(victims * width);
+    for (size_t k = 0; k < 3; ++k) {
+      device->downloadRows(packed.data(), buffers[k]->data(), bytes,
+                           transfer.evictSlots);
+      for (size_t i = 0; i < victims; ++i)
+        std::copy_n(packed.data() + i * width, width,
+                    host[k] + transfer.evictRows[i] * rowElements);
     }
-    map[size_t(row)] = int32_t(slot);
+    counters.rowsWrittenBack += int64_t(victims);
+    counters.bytesWrittenBack += 3 * victims * bytes;
   }
+  for (int64_t row : transfer.evictRows)
+    map[size_t(row)] = -1;
+  // The misses, each array in one packed transfer: the lookahead's copies
+  // (the host's values then, which nothing changed since: the rows were
+  // not cached), else gathered from the host now.
+  const size_t misses = transfer.fetchRows.size();
+  if (misses && deviceValid) {
+    std::vector<float> packed;
+    if (!staged || staged->size() != 3 * misses * width) {
+      packed.resize(3 * misses * width);
+      for (size_t k = 0; k < 3; ++k)
+        for (size_t i = 0; i < misses; ++i)
+          std::copy_n(host[k] + transfer.fetchRows[i] * rowElements, width,
+                      packed.data() + (k * misses + i) * width);
+      staged = &packed;
+    } else {
+      counters.rowsPrefetched += int64_t(misses);
+    }
+    for (size_t k = 0; k < 3; ++k)
+      device->uploadRows(buffers[k]->data(), bytes, transfer.fetchSlots,
+                         staged->data() + k * misses * width);
+    counters.rowsFetched += int64_t(misses);
+    counters.bytesFetched += 3 * misses * bytes;
+  }
+  for (size_t i = 0; i < misses; ++i)
+    map[size_t(transfer.fetchRows[i])] = int32_t(transfer.fetchSlots[i]);
   batchRows.assign(ids.begin(), ids.end());
   std::sort(batchRows.begin(), batchRows.end());
   batchRows.erase(std::unique(batchRows.begin(), batchRows.end()),
@@ -392,12 +420,15 @@ void CachedTable::planAhead(std::span<const int32_t> nextWholeIds,
     return;
   }
   next.transfer = planner->prepare(next.ids, running);
-  next.staged.resize(next.transfer.fetchRows.size() * 3 * size_t(rowElements));
-  for (size_t i = 0; i < next.transfer.fetchRows.size(); ++i)
-    for (size_t k = 0; k < 3; ++k)
+  // Packed per array: the values of every miss, then its exp_avg, then
+  // its exp_avg_sq (what apply() uploads).
+  const size_t misses = next.transfer.fetchRows.size();
+  next.staged.resize(3 * misses * size_t(rowElements));
+  for (size_t k = 0; k < 3; ++k)
+    for (size_t i = 0; i < misses; ++i)
       std::copy_n(host[k] + next.transfer.fetchRows[i] * rowElements,
                   rowElements,
-                  next.staged.data() + (i * 3 + k) * size_t(rowElements));
+                  next.staged.data() + (k * misses + i) * size_t(rowElements));
   ahead = std::move(next);
   counters.lookaheadSeconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -420,16 +451,9 @@ std::byte *CachedTable::data(size_t which, const std::array<float *, 3> &host,
   allocate(backend);
   if (!deviceValid) {
     // Every cached row from the host (the host is current: whoever
-    // changed it wrote the cache back first).
-    const uint64_t before = counters.bytesFetched;
-    const int64_t fetched = counters.rowsFetched;
-    for (int64_t row = 0; row < rows; ++row)
-      if (map[size_t(row)] >= 0)
-        fetchRow(row, map[size_t(row)], host);
-    // A refill is not the batch's traffic: count it apart.
-    refillBytes += counters.bytesFetched - before;
-    counters.bytesFetched = before;
-    counters.rowsFetched = fetched;
+    // changed it wrote the cache back first), counted apart from the
+    // batches' traffic.
+    copyCachedRows(/*toDevice=*/true, host);
     deviceValid = true;
     hostBehind = false;
   }
@@ -439,12 +463,7 @@ std::byte *CachedTable::data(size_t which, const std::array<float *, 3> &host,
 void CachedTable::writeBack(const std::array<float *, 3> &host) {
   if (!deviceValid || !hostBehind)
     return;
-  const CacheStats before = counters;
-  for (int64_t row = 0; row < rows; ++row)
-    if (map[size_t(row)] >= 0)
-      writeBackRow(row, map[size_t(row)], host);
-  flushBytes += counters.bytesWrittenBack - before.bytesWrittenBack;
-  counters = before;
+  copyCachedRows(/*toDevice=*/false, host);
   hostBehind = false;
 }
 

@@ -307,6 +307,55 @@ public:
           "download");
     check(cudaStreamSynchronize(stream), "download");
   }
+  // An embedding cache's rows: the packed rows and their indices in one
+  // copy each, then a kernel puts each row in place (or the reverse), one
+  // synchronisation in all.
+  void uploadRows(std::byte *device, uint64_t rowBytes,
+                  std::span<const int64_t> rows, const void *host) override {
+    if (rows.empty())
+      return;
+    if (rowBytes % sizeof(uint32_t) != 0)
+      return Backend::uploadRows(device, rowBytes, rows, host);
+    flushAdamW();
+    const uint64_t index = rowsStagingOffset(rows.size());
+    auto *staging = static_cast<std::byte *>(
+        scratch(index + uint64_t(rows.size()) * rowBytes));
+    check(cudaMemcpyAsync(staging, rows.data(), rows.size() * sizeof(int64_t),
+                          cudaMemcpyHostToDevice, stream),
+          "upload rows");
+    check(cudaMemcpyAsync(staging + index, host, rows.size() * rowBytes,
+                          cudaMemcpyHostToDevice, stream),
+          "upload rows");
+    cuda::scatterRows(staging + index, reinterpret_cast<int64_t *>(staging),
+                      int64_t(rows.size()),
+                      int64_t(rowBytes / sizeof(uint32_t)), device, stream);
+    check(cudaStreamSynchronize(stream), "upload rows");
+  }
+  void downloadRows(void *host, const std::byte *device, uint64_t rowBytes,
+                    std::span<const int64_t> rows) override {
+    if (rows.empty())
+      return;
+    if (rowBytes % sizeof(uint32_t) != 0)
+      return Backend::downloadRows(host, device, rowBytes, rows);
+    flushAdamW();
+    const uint64_t index = rowsStagingOffset(rows.size());
+    auto *staging = static_cast<std::byte *>(
+        scratch(index + uint64_t(rows.size()) * rowBytes));
+    check(cudaMemcpyAsync(staging, rows.data(), rows.size() * sizeof(int64_t),
+                          cudaMemcpyHostToDevice, stream),
+          "download rows");
+    cuda::gatherRows(device, reinterpret_cast<int64_t *>(staging),
+                     int64_t(rows.size()), int64_t(rowBytes / sizeof(uint32_t)),
+                     staging + index, stream);
+    check(cudaMemcpyAsync(host, staging + index, rows.size() * rowBytes,
+                          cudaMemcpyDeviceToHost, stream),
+          "download rows");
+    check(cudaStreamSynchronize(stream), "download rows");
+  }
+  /// Where the rows start in the staging scratch, after `count` indices.
+  static uint64_t rowsStagingOffset(size_t count) {
+    return (uint64_t(count) * sizeof(int64_t) + 255) / 256 * 256;
+  }
   bool runsNatively(const plan::Step &step) const override {
     // Steps that only read their place in the grid (vocabulary-parallel
     // embeddings included) have device kernels; collectives, ring shifts,

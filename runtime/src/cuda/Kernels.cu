@@ -917,6 +917,22 @@ __global__ void adamwKernel(AdamWBatch batch) {
   }
 }
 
+__global__ void scatterRowsKernel(const uint32_t *packed, const int64_t *rows,
+                                  int64_t count, int64_t words,
+                                  uint32_t *array) {
+  TPC_GRID_STRIDE(i, count * words) {
+    array[rows[i / words] * words + i % words] = packed[i];
+  }
+}
+
+__global__ void gatherRowsKernel(const uint32_t *array, const int64_t *rows,
+                                 int64_t count, int64_t words,
+                                 uint32_t *packed) {
+  TPC_GRID_STRIDE(i, count * words) {
+    packed[i] = array[rows[i / words] * words + i % words];
+  }
+}
+
 /// AdamW on the listed rows, in place; one thread per element of them.
 __global__ void adamwRowsKernel(AdamWTensor t, const int32_t *rows,
                                 int64_t listed, int64_t rowElements) {
@@ -1610,6 +1626,22 @@ void embeddingGrad(const float *grad, const int32_t *ids, int64_t tokens,
                   stream);
   embeddingGradKernel<<<blocksFor(hidden), kThreads, 0, stream>>>(
       grad, ids, tokens, firstRow, rows, hidden, slotMap, tableGrad);
+}
+void scatterRows(const void *packed, const int64_t *rows, int64_t count,
+                 int64_t words, void *array, cudaStream_t stream) {
+  if (count * words == 0)
+    return;
+  scatterRowsKernel<<<blocksFor(count * words), kThreads, 0, stream>>>(
+      static_cast<const uint32_t *>(packed), rows, count, words,
+      static_cast<uint32_t *>(array));
+}
+void gatherRows(const void *array, const int64_t *rows, int64_t count,
+                int64_t words, void *packed, cudaStream_t stream) {
+  if (count * words == 0)
+    return;
+  gatherRowsKernel<<<blocksFor(count * words), kThreads, 0, stream>>>(
+      static_cast<const uint32_t *>(array), rows, count, words,
+      static_cast<uint32_t *>(packed));
 }
 void adamwRows(const AdamWTensor &t, const int32_t *rows, int64_t listed,
                int64_t rowElements, cudaStream_t stream) {

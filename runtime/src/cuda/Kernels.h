@@ -282,6 +282,12 @@ struct AdamWTensor {
 inline constexpr int kAdamWTensorsPerLaunch = 24;
 /// AdamW over `n` parameters, kAdamWTensorsPerLaunch per launch.
 void adamw(const AdamWTensor *tensors, int64_t n, cudaStream_t stream);
+/// Row i of `packed` (`count` rows of `words` 4-byte words) into row
+/// rows[i] of `array`, and the reverse (an embedding cache's transfers).
+void scatterRows(const void *packed, const int64_t *rows, int64_t count,
+                 int64_t words, void *array, cudaStream_t stream);
+void gatherRows(const void *array, const int64_t *rows, int64_t count,
+                int64_t words, void *packed, cudaStream_t stream);
 /// AdamW on the rows of `t` (count = rows x rowElements elements in all)
 /// that `rows` lists (`listed` entries, -1 padding), in place
 /// (cpu::adamwRows).

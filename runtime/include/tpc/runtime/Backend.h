@@ -126,6 +126,16 @@ public:
   /// the host.
   virtual void download(void *host, const std::byte *device,
                         uint64_t bytes) = 0;
+  /// Copies `rows.size()` rows of `rowBytes` bytes, packed in order at
+  /// `host`, into rows `rows[i]` of the row-major array at `device` (an
+  /// embedding cache's misses); one transfer where the device can (the
+  /// default copies row by row). `host` may be reused once this returns.
+  virtual void uploadRows(std::byte *device, uint64_t rowBytes,
+                          std::span<const int64_t> rows, const void *host);
+  /// The reverse: rows `rows[i]` of `device` packed in order into `host`
+  /// (a cache's victims), after everything queued.
+  virtual void downloadRows(void *host, const std::byte *device,
+                            uint64_t rowBytes, std::span<const int64_t> rows);
   /// Whether this backend runs `step` itself. The executor runs any other
   /// step staged: its operands downloaded, the CPU kernel on host copies,
   /// its results uploaded (how several ranks share one GPU over MPI).

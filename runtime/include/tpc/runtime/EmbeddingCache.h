@@ -191,10 +191,9 @@ public:
 
 private:
   void allocate(Backend &backend);
-  /// Copies one row between a host array and its slot.
-  void fetchRow(int64_t row, int64_t slot, const std::array<float *, 3> &host);
-  void writeBackRow(int64_t row, int64_t slot,
-                    const std::array<float *, 3> &host);
+  /// Copies every cached row between the host arrays and the device, one
+  /// packed transfer per array.
+  void copyCachedRows(bool toDevice, const std::array<float *, 3> &host);
   /// The batch's ids of this block (checked against the vocabulary).
   std::vector<int32_t> blockIds(std::span<const int32_t> wholeIds) const;
   /// Carries out a planned transfer: victims written back, misses fetched
@@ -212,7 +211,8 @@ private:
   struct Ahead {
     std::vector<int32_t> ids;
     CacheTransfer transfer;
-    std::vector<float> staged; // per fetched row: value, exp_avg, exp_avg_sq
+    /// The misses' values, then their exp_avg, then their exp_avg_sq.
+    std::vector<float> staged;
   };
   std::optional<Ahead> ahead;
   Backend *device = nullptr;
