@@ -252,19 +252,6 @@ def train_bf16(args):
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.step()
-            if lazy is not None:
-                # Lazy AdamW (TorchRec's row-wise Adam, Keras' LazyAdam) with
-                # decoupled decay: only the rows the batch uses move, with the
-                # global step's bias corrections.
-                with torch.no_grad():
-                    rows = torch.unique(inputs)
-                    g = lazy.grad[rows]
-                    lazy_m[rows] = args.beta1 * lazy_m[rows] + (1 - args.beta1) * g
-                    lazy_v[rows] = args.beta2 * lazy_v[rows] + (1 - args.beta2) * g * g
-                    bc1, bc2 = 1 - args.beta1 ** step, 1 - args.beta2 ** step
-                    denom = lazy_v[rows].sqrt() / math.sqrt(bc2) + args.eps
-                    lazy[rows] = lazy[rows] * (1 - lr * args.weight_decay) - (lr / bc1) * lazy_m[rows] / denom
-                    lazy.grad = None
             losses.append(loss.item())
         return losses
 
