@@ -14,6 +14,21 @@ namespace {
 [[noreturn]] void fail(const std::string &message) {
   throw std::invalid_argument(message);
 }
+
+/// The distinct rows of `keep` then `ids`, in first-use order, marking
+/// each in `used` (one entry per row, all zero before).
+std::vector<int64_t> distinctRows(std::span<const int32_t> ids,
+                                  std::span<const int32_t> keep,
+                                  std::vector<char> &used) {
+  std::vector<int64_t> rows;
+  for (std::span<const int32_t> batch : {keep, ids})
+    for (int32_t id : batch)
+      if (!used[size_t(id)]) {
+        used[size_t(id)] = 1;
+        rows.push_back(id);
+      }
+  return rows;
+}
 } // namespace
 
 IdFrequencies IdFrequencies::count(std::span<const int32_t> stream,
@@ -142,16 +157,12 @@ CacheTransfer CachePlanner::prepare(std::span<const int32_t> ids,
   // Rows this batch or the running one use (the latter may not be evicted
   // while it is updated), and this batch's misses, most frequent first.
   std::vector<char> used(size_t(freq.rows()), 0);
+  const std::vector<int64_t> rowsUsed = distinctRows(ids, keep, used);
+  const int64_t distinct = int64_t(rowsUsed.size());
   std::vector<int64_t> missing;
-  int64_t distinct = 0;
-  for (std::span<const int32_t> batch : {keep, ids})
-    for (int32_t id : batch)
-      if (!used[size_t(id)]) {
-        used[size_t(id)] = 1;
-        ++distinct;
-        if (slotOfRow[size_t(id)] < 0)
-          missing.push_back(id);
-      }
+  for (int64_t row : rowsUsed)
+    if (slotOfRow[size_t(row)] < 0)
+      missing.push_back(row);
   lookupCount += int64_t(ids.size());
   for (int32_t id : ids)
     missCount += slotOfRow[size_t(id)] < 0;
@@ -203,14 +214,7 @@ bool CachePlanner::fits(std::span<const int32_t> ids,
   checkIds(ids);
   checkIds(keep);
   std::vector<char> used(size_t(freq.rows()), 0);
-  int64_t distinct = 0;
-  for (std::span<const int32_t> batch : {keep, ids})
-    for (int32_t id : batch)
-      if (!used[size_t(id)]) {
-        used[size_t(id)] = 1;
-        ++distinct;
-      }
-  return distinct <= capacity();
+  return int64_t(distinctRows(ids, keep, used).size()) <= capacity();
 }
 
 std::vector<int32_t> CachePlanner::slotsOf(std::span<const int32_t> ids) const {

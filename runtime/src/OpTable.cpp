@@ -457,33 +457,20 @@ void checkHyperparameterScalar(const StepCheck &c) {
   c.requireScalar(c.results[0], "result");
 }
 
-void checkAdamW(const StepCheck &c) {
+/// AdamW (param, grad, exp_avg, exp_avg_sq, lr, step, grad_scale) and
+/// AdamWRows, which lists the rows to update after the moments: the
+/// gradient, moments and results shaped as the parameter, the settings in
+/// their ranges.
+void checkAdamWSteps(const StepCheck &c, bool listsRows) {
   const auto &param = c.operands[0].shape;
-  for (size_t i : {1, 2, 3})
-    c.requireShape(c.operands[i], param, "grad/moment");
-  for (size_t i : {4, 5, 6})
-    c.requireScalar(c.operands[i], "lr/step/grad_scale");
-  for (const TensorType &type : c.results)
-    c.requireShape(type, param, "result");
-  const plan::Step &s = c.step;
-  if (!(s.beta1() >= 0.0 && s.beta1() < 1.0 && s.beta2() >= 0.0 &&
-        s.beta2() < 1.0))
-    c.fail("betas must be in [0, 1)");
-  if (!(s.weight_decay() >= 0.0 && s.weight_decay() < 1e6))
-    c.fail("weight_decay must be >= 0");
-  c.requirePositive(s.epsilon(), "epsilon");
-}
-
-/// AdamWRows: AdamW's operands with the rows list after the moments.
-void checkAdamWRows(const StepCheck &c) {
-  const auto &param = c.operands[0].shape;
-  if (param.empty())
+  if (listsRows && param.empty())
     c.fail("param must have rows");
   for (size_t i : {1, 2, 3})
     c.requireShape(c.operands[i], param, "grad/moment");
-  if (c.operands[4].shape.size() != 1)
+  if (listsRows && c.operands[4].shape.size() != 1)
     c.fail("rows must be a list [count]");
-  for (size_t i : {5, 6, 7})
+  const size_t scalars = listsRows ? 5 : 4;
+  for (size_t i : {scalars, scalars + 1, scalars + 2})
     c.requireScalar(c.operands[i], "lr/step/grad_scale");
   for (const TensorType &type : c.results)
     c.requireShape(type, param, "result");
@@ -495,6 +482,8 @@ void checkAdamWRows(const StepCheck &c) {
     c.fail("weight_decay must be >= 0");
   c.requirePositive(s.epsilon(), "epsilon");
 }
+void checkAdamW(const StepCheck &c) { checkAdamWSteps(c, false); }
+void checkAdamWRows(const StepCheck &c) { checkAdamWSteps(c, true); }
 
 void checkNormSquaredRows(const StepCheck &c) {
   if (c.operands[0].shape.empty())

@@ -312,49 +312,50 @@ public:
   // synchronisation in all.
   void uploadRows(std::byte *device, uint64_t rowBytes,
                   std::span<const int64_t> rows, const void *host) override {
-    if (rows.empty())
-      return;
     if (rowBytes % sizeof(uint32_t) != 0)
       return Backend::uploadRows(device, rowBytes, rows, host);
-    flushAdamW();
-    const uint64_t index = rowsStagingOffset(rows.size());
-    auto *staging = static_cast<std::byte *>(
-        scratch(index + uint64_t(rows.size()) * rowBytes));
-    check(cudaMemcpyAsync(staging, rows.data(), rows.size() * sizeof(int64_t),
+    if (rows.empty())
+      return;
+    const RowStaging staging = stageRowIndices(rows, rowBytes, "upload rows");
+    check(cudaMemcpyAsync(staging.packed, host, rows.size() * rowBytes,
                           cudaMemcpyHostToDevice, stream),
           "upload rows");
-    check(cudaMemcpyAsync(staging + index, host, rows.size() * rowBytes,
-                          cudaMemcpyHostToDevice, stream),
-          "upload rows");
-    cuda::scatterRows(staging + index, reinterpret_cast<int64_t *>(staging),
-                      int64_t(rows.size()),
+    cuda::scatterRows(staging.packed, staging.indices, int64_t(rows.size()),
                       int64_t(rowBytes / sizeof(uint32_t)), device, stream);
     check(cudaStreamSynchronize(stream), "upload rows");
   }
   void downloadRows(void *host, const std::byte *device, uint64_t rowBytes,
                     std::span<const int64_t> rows) override {
-    if (rows.empty())
-      return;
     if (rowBytes % sizeof(uint32_t) != 0)
       return Backend::downloadRows(host, device, rowBytes, rows);
-    flushAdamW();
-    const uint64_t index = rowsStagingOffset(rows.size());
-    auto *staging = static_cast<std::byte *>(
-        scratch(index + uint64_t(rows.size()) * rowBytes));
-    check(cudaMemcpyAsync(staging, rows.data(), rows.size() * sizeof(int64_t),
-                          cudaMemcpyHostToDevice, stream),
-          "download rows");
-    cuda::gatherRows(device, reinterpret_cast<int64_t *>(staging),
-                     int64_t(rows.size()), int64_t(rowBytes / sizeof(uint32_t)),
-                     staging + index, stream);
-    check(cudaMemcpyAsync(host, staging + index, rows.size() * rowBytes,
+    if (rows.empty())
+      return;
+    const RowStaging staging = stageRowIndices(rows, rowBytes, "download rows");
+    cuda::gatherRows(device, staging.indices, int64_t(rows.size()),
+                     int64_t(rowBytes / sizeof(uint32_t)), staging.packed,
+                     stream);
+    check(cudaMemcpyAsync(host, staging.packed, rows.size() * rowBytes,
                           cudaMemcpyDeviceToHost, stream),
           "download rows");
     check(cudaStreamSynchronize(stream), "download rows");
   }
-  /// Where the rows start in the staging scratch, after `count` indices.
-  static uint64_t rowsStagingOffset(size_t count) {
-    return (uint64_t(count) * sizeof(int64_t) + 255) / 256 * 256;
+  /// The scratch for a packed row transfer: the row indices (copied in),
+  /// then room for the rows.
+  struct RowStaging {
+    int64_t *indices;
+    std::byte *packed;
+  };
+  RowStaging stageRowIndices(std::span<const int64_t> rows, uint64_t rowBytes,
+                             const char *what) {
+    flushAdamW();
+    const uint64_t indexBytes =
+        (uint64_t(rows.size()) * sizeof(int64_t) + 255) / 256 * 256;
+    auto *base = static_cast<std::byte *>(
+        scratch(indexBytes + uint64_t(rows.size()) * rowBytes));
+    check(cudaMemcpyAsync(base, rows.data(), rows.size() * sizeof(int64_t),
+                          cudaMemcpyHostToDevice, stream),
+          what);
+    return {reinterpret_cast<int64_t *>(base), base + indexBytes};
   }
   bool runsNatively(const plan::Step &step) const override {
     // Steps that only read their place in the grid (vocabulary-parallel

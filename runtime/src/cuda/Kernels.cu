@@ -894,19 +894,25 @@ struct AdamWBatch {
 static_assert(sizeof(AdamWBatch) + sizeof(int) <= 4096,
               "a kernel's parameters take at most 4 KiB");
 
-/// blockIdx.y picks the parameter; blocks stride over its elements.
-__global__ void adamwKernel(AdamWBatch batch) {
-  const AdamWTensor &t = batch.tensors[blockIdx.y];
-  // The scalars as the CPU kernel rounds them (double, then f32 once).
-  const float lr = *t.lr, gradScale = *t.gradScale;
-  const double step = double(*t.step);
-  const double bc1 = 1.0 - pow(t.beta1, step), bc2 = 1.0 - pow(t.beta2, step);
-  const float b1 = float(t.beta1), c1 = float(1.0 - t.beta1);
-  const float b2 = float(t.beta2), c2 = float(1.0 - t.beta2);
-  const float decay = float(1.0 - double(lr) * t.weightDecay);
-  const float stepSize = float(double(lr) / bc1);
-  const float bc2Sqrt = float(sqrt(bc2)), eps = float(t.epsilon);
-  TPC_GRID_STRIDE(i, t.count) {
+/// One AdamW step of a tensor: its scalars as the CPU kernel rounds them
+/// (double, then f32 once), and the update of one element.
+struct AdamWStep {
+  float gradScale, b1, c1, b2, c2, decay, stepSize, bc2Sqrt, eps;
+  __device__ explicit AdamWStep(const AdamWTensor &t) {
+    const float lr = *t.lr;
+    const double step = double(*t.step);
+    const double bc1 = 1.0 - pow(t.beta1, step), bc2 = 1.0 - pow(t.beta2, step);
+    gradScale = *t.gradScale;
+    b1 = float(t.beta1);
+    c1 = float(1.0 - t.beta1);
+    b2 = float(t.beta2);
+    c2 = float(1.0 - t.beta2);
+    decay = float(1.0 - double(lr) * t.weightDecay);
+    stepSize = float(double(lr) / bc1);
+    bc2Sqrt = float(sqrt(bc2));
+    eps = float(t.epsilon);
+  }
+  __device__ void update(const AdamWTensor &t, int64_t i) const {
     const float g = t.grad[i] * gradScale;
     const float m = b1 * t.expAvg[i] + c1 * g;
     const float v = b2 * t.expAvgSq[i] + c2 * (g * g);
@@ -915,6 +921,13 @@ __global__ void adamwKernel(AdamWBatch batch) {
     t.newExpAvg[i] = m;
     t.newExpAvgSq[i] = v;
   }
+};
+
+/// blockIdx.y picks the parameter; blocks stride over its elements.
+__global__ void adamwKernel(AdamWBatch batch) {
+  const AdamWTensor &t = batch.tensors[blockIdx.y];
+  const AdamWStep step(t);
+  TPC_GRID_STRIDE(i, t.count) { step.update(t, i); }
 }
 
 __global__ void scatterRowsKernel(const uint32_t *packed, const int64_t *rows,
@@ -936,26 +949,11 @@ __global__ void gatherRowsKernel(const uint32_t *array, const int64_t *rows,
 /// AdamW on the listed rows, in place; one thread per element of them.
 __global__ void adamwRowsKernel(AdamWTensor t, const int32_t *rows,
                                 int64_t listed, int64_t rowElements) {
-  const float lr = *t.lr, gradScale = *t.gradScale;
-  const double step = double(*t.step);
-  const double bc1 = 1.0 - pow(t.beta1, step), bc2 = 1.0 - pow(t.beta2, step);
-  const float b1 = float(t.beta1), c1 = float(1.0 - t.beta1);
-  const float b2 = float(t.beta2), c2 = float(1.0 - t.beta2);
-  const float decay = float(1.0 - double(lr) * t.weightDecay);
-  const float stepSize = float(double(lr) / bc1);
-  const float bc2Sqrt = float(sqrt(bc2)), eps = float(t.epsilon);
+  const AdamWStep step(t);
   TPC_GRID_STRIDE(k, listed * rowElements) {
     const int32_t row = rows[k / rowElements];
-    if (row < 0)
-      continue;
-    const int64_t i = int64_t(row) * rowElements + k % rowElements;
-    const float g = t.grad[i] * gradScale;
-    const float m = b1 * t.expAvg[i] + c1 * g;
-    const float v = b2 * t.expAvgSq[i] + c2 * (g * g);
-    const float denom = sqrtf(v) / bc2Sqrt + eps;
-    t.newParam[i] = t.param[i] * decay - stepSize * (m / denom);
-    t.newExpAvg[i] = m;
-    t.newExpAvgSq[i] = v;
+    if (row >= 0)
+      step.update(t, int64_t(row) * rowElements + k % rowElements);
   }
 }
 

@@ -1796,36 +1796,42 @@ ShardingRule CrossEntropyGradOp::getShardingRule() {
 // AdamW
 //===----------------------------------------------------------------------===//
 
-LogicalResult AdamWOp::verify() {
-  Named param{"param", getParam()};
-  ArrayRef<int64_t> shape = shapeOf(getParam());
-  for (Named named : {Named{"grad", getGrad()}, Named{"exp_avg", getExpAvg()},
-                      Named{"exp_avg_sq", getExpAvgSq()}})
-    if (failed(verifyShape(*this, named, shape, "(the shape of param)")))
+/// What tp.adamw and tp.adamw_rows share: the gradient and moments shaped
+/// as the parameter, each result typed as what it updates, the settings in
+/// their ranges.
+template <typename OpT> static LogicalResult verifyAdamW(OpT op) {
+  Named param{"param", op.getParam()};
+  ArrayRef<int64_t> shape = shapeOf(op.getParam());
+  for (Named named :
+       {Named{"grad", op.getGrad()}, Named{"exp_avg", op.getExpAvg()},
+        Named{"exp_avg_sq", op.getExpAvgSq()}})
+    if (failed(verifyShape(op, named, shape, "(the shape of param)")))
       return failure();
-  if (failed(verifySameElementType(*this, {param, {"grad", getGrad()}})))
+  if (failed(verifySameElementType(op, {param, {"grad", op.getGrad()}})))
     return failure();
   for (auto [name, in, out] :
-       {std::tuple<StringRef, Value, Value>{"new_param", getParam(),
-                                            getNewParam()},
-        {"new_exp_avg", getExpAvg(), getNewExpAvg()},
-        {"new_exp_avg_sq", getExpAvgSq(), getNewExpAvgSq()}})
+       {std::tuple<StringRef, Value, Value>{"new_param", op.getParam(),
+                                            op.getNewParam()},
+        {"new_exp_avg", op.getExpAvg(), op.getNewExpAvg()},
+        {"new_exp_avg_sq", op.getExpAvgSq(), op.getNewExpAvgSq()}})
     if (in.getType() != out.getType())
-      return emitOpError() << name << " " << out.getType()
-                           << " must have the type of its input "
-                           << in.getType();
+      return op.emitOpError()
+             << name << " " << out.getType()
+             << " must have the type of its input " << in.getType();
   for (auto [name, attr] :
-       {std::pair<StringRef, FloatAttr>{"beta1", getBeta1Attr()},
-        {"beta2", getBeta2Attr()}}) {
+       {std::pair<StringRef, FloatAttr>{"beta1", op.getBeta1Attr()},
+        {"beta2", op.getBeta2Attr()}}) {
     double beta = attr.getValueAsDouble();
     if (beta < 0.0 || beta >= 1.0)
-      return emitOpError() << name << " must be in [0, 1), got " << beta;
+      return op.emitOpError() << name << " must be in [0, 1), got " << beta;
   }
-  if (getWeightDecayAttr().getValueAsDouble() < 0.0)
-    return emitOpError() << "weight_decay must be >= 0, got "
-                         << getWeightDecayAttr().getValueAsDouble();
-  return verifyPositive(*this, "epsilon", getEpsilonAttr());
+  if (op.getWeightDecayAttr().getValueAsDouble() < 0.0)
+    return op.emitOpError() << "weight_decay must be >= 0, got "
+                            << op.getWeightDecayAttr().getValueAsDouble();
+  return verifyPositive(op, "epsilon", op.getEpsilonAttr());
 }
+
+LogicalResult AdamWOp::verify() { return verifyAdamW(*this); }
 
 ShardingRule AdamWOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getParam()));
@@ -1840,29 +1846,12 @@ static LogicalResult verifyRowsList(Operation *op, Value rows) {
 }
 
 LogicalResult AdamWRowsOp::verify() {
-  ArrayRef<int64_t> shape = shapeOf(getParam());
-  if (shape.empty())
+  if (shapeOf(getParam()).empty())
     return emitOpError() << "param " << getParam().getType()
                          << " must have rows";
-  for (Named named : {Named{"grad", getGrad()}, Named{"exp_avg", getExpAvg()},
-                      Named{"exp_avg_sq", getExpAvgSq()}})
-    if (failed(verifyShape(*this, named, shape, "(the shape of param)")))
-      return failure();
-  if (failed(verifySameElementType(
-          *this, {{"param", getParam()}, {"grad", getGrad()}})) ||
-      failed(verifyRowsList(*this, getRows())))
+  if (failed(verifyRowsList(*this, getRows())))
     return failure();
-  for (auto [name, attr] :
-       {std::pair<StringRef, FloatAttr>{"beta1", getBeta1Attr()},
-        {"beta2", getBeta2Attr()}}) {
-    double beta = attr.getValueAsDouble();
-    if (beta < 0.0 || beta >= 1.0)
-      return emitOpError() << name << " must be in [0, 1), got " << beta;
-  }
-  if (getWeightDecayAttr().getValueAsDouble() < 0.0)
-    return emitOpError() << "weight_decay must be >= 0, got "
-                         << getWeightDecayAttr().getValueAsDouble();
-  return verifyPositive(*this, "epsilon", getEpsilonAttr());
+  return verifyAdamW(*this);
 }
 
 /// Elementwise along the features; the rows are this rank's, by position.
