@@ -29,6 +29,19 @@ std::vector<int64_t> distinctRows(std::span<const int32_t> ids,
       }
   return rows;
 }
+
+/// Rows `rows[i]` of a host array of `width`-float rows, packed in order
+/// into `packed`; and back.
+void packRows(const float *array, std::span<const int64_t> rows, int64_t width,
+              float *packed) {
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(array + rows[i] * width, width, packed + int64_t(i) * width);
+}
+void unpackRows(const float *packed, std::span<const int64_t> rows,
+                int64_t width, float *array) {
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(packed + int64_t(i) * width, width, array + rows[i] * width);
+}
 } // namespace
 
 IdFrequencies IdFrequencies::count(std::span<const int32_t> stream,
@@ -242,11 +255,9 @@ CachedTable::CachedTable(int64_t vocabulary, int64_t firstRow,
   if (rows < 1 || capacity < 1 || capacity > rows || rowElements < 1 ||
       first < 0 || first + rows > vocab)
     fail("an embedding cache of " + std::to_string(slots) +
-         " rows over a "
-         "block of " +
-         std::to_string(blockRows) + " rows from row " +
-         std::to_string(firstRow) + " of " + std::to_string(vocabulary) +
-         " is inconsistent");
+         " rows over a block of " + std::to_string(blockRows) +
+         " rows from row " + std::to_string(firstRow) + " of " +
+         std::to_string(vocabulary) + " is inconsistent");
 }
 
 CachedTable::~CachedTable() = default;
@@ -296,15 +307,11 @@ void CachedTable::copyCachedRows(bool toDevice,
   std::vector<float> packed(rowsHeld.size() * width);
   for (size_t k = 0; k < 3; ++k) {
     if (toDevice) {
-      for (size_t i = 0; i < rowsHeld.size(); ++i)
-        std::copy_n(host[k] + rowsHeld[i] * rowElements, width,
-                    packed.data() + i * width);
+      packRows(host[k], rowsHeld, rowElements, packed.data());
       device->uploadRows(buffers[k]->data(), bytes, slots, packed.data());
     } else {
       device->downloadRows(packed.data(), buffers[k]->data(), bytes, slots);
-      for (size_t i = 0; i < rowsHeld.size(); ++i)
-        std::copy_n(packed.data() + i * width, width,
-                    host[k] + rowsHeld[i] * rowElements);
+      unpackRows(packed.data(), rowsHeld, rowElements, host[k]);
     }
   }
   (toDevice ? refillBytes : flushBytes) += 3 * rowsHeld.size() * bytes;
@@ -341,9 +348,7 @@ void CachedTable::apply(const CacheTransfer &transfer,
     for (size_t k = 0; k < 3; ++k) {
       device->downloadRows(packed.data(), buffers[k]->data(), bytes,
                            transfer.evictSlots);
-      for (size_t i = 0; i < victims; ++i)
-        std::copy_n(packed.data() + i * width, width,
-                    host[k] + transfer.evictRows[i] * rowElements);
+      unpackRows(packed.data(), transfer.evictRows, rowElements, host[k]);
     }
     counters.rowsWrittenBack += int64_t(victims);
     counters.bytesWrittenBack += 3 * victims * bytes;
@@ -359,9 +364,8 @@ void CachedTable::apply(const CacheTransfer &transfer,
     if (!staged || staged->size() != 3 * misses * width) {
       packed.resize(3 * misses * width);
       for (size_t k = 0; k < 3; ++k)
-        for (size_t i = 0; i < misses; ++i)
-          std::copy_n(host[k] + transfer.fetchRows[i] * rowElements, width,
-                      packed.data() + (k * misses + i) * width);
+        packRows(host[k], transfer.fetchRows, rowElements,
+                 packed.data() + k * misses * width);
       staged = &packed;
     } else {
       counters.rowsPrefetched += int64_t(misses);
@@ -429,10 +433,8 @@ void CachedTable::planAhead(std::span<const int32_t> nextWholeIds,
   const size_t misses = next.transfer.fetchRows.size();
   next.staged.resize(3 * misses * size_t(rowElements));
   for (size_t k = 0; k < 3; ++k)
-    for (size_t i = 0; i < misses; ++i)
-      std::copy_n(host[k] + next.transfer.fetchRows[i] * rowElements,
-                  rowElements,
-                  next.staged.data() + (k * misses + i) * size_t(rowElements));
+    packRows(host[k], next.transfer.fetchRows, rowElements,
+             next.staged.data() + k * misses * size_t(rowElements));
   ahead = std::move(next);
   counters.lookaheadSeconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

@@ -666,29 +666,25 @@ void ParamStore::markDeviceWritten() {
     device->hostCurrent = false;
 }
 
-void ParamStore::rankCachedRows(size_t index, IdFrequencies frequencies) {
+CachedTable &ParamStore::requireCache(size_t index) const {
   CachedTable *cache = cachedTable(index);
   if (!cache)
     throw std::logic_error("parameter " + std::to_string(index) +
                            " is no cached embedding table");
-  cache->rank(std::move(frequencies));
+  return *cache;
+}
+
+void ParamStore::rankCachedRows(size_t index, IdFrequencies frequencies) {
+  requireCache(index).rank(std::move(frequencies));
 }
 
 void ParamStore::prepareCache(size_t index, std::span<const int32_t> wholeIds,
                               Backend &backend) {
-  CachedTable *cache = cachedTable(index);
-  if (!cache)
-    throw std::logic_error("parameter " + std::to_string(index) +
-                           " is no cached embedding table");
-  cache->prepare(wholeIds, cacheHost(index), backend);
+  requireCache(index).prepare(wholeIds, cacheHost(index), backend);
 }
 
 std::byte *ParamStore::cacheData(Backend &backend, size_t index, State which) {
-  CachedTable *cache = cachedTable(index);
-  if (!cache)
-    throw std::logic_error("parameter " + std::to_string(index) +
-                           " is no cached embedding table");
-  return cache->data(size_t(which), cacheHost(index), backend);
+  return requireCache(index).data(size_t(which), cacheHost(index), backend);
 }
 
 uint64_t ParamStore::bytes() const {

@@ -183,30 +183,26 @@ void Trainer::rankCachedRows(std::span<const int32_t> stream) {
       continue;
     const std::string name = all.Get(i)->name()->str();
     try {
-      // The data decides the rows one step uses (what the cache must hold)
-      // and, unless a checkpoint kept one, the ranking.
-      IdFrequencies block = IdFrequencies::countBlock(
-          stream, cache->vocabulary(), cache->firstRow(), cache->blockRows(),
-          tokensPerStep());
-      auto kept = embeddingOrders.find(name);
-      if (kept == embeddingOrders.end()) {
-        kept =
-            embeddingOrders
-                .emplace(name, IdFrequencies::count(stream, cache->vocabulary(),
-                                                    tokensPerStep())
-                                   .order())
-                .first;
-      } else {
-        // The kept ranking's rows of this block, in its order.
-        std::vector<int64_t> order;
-        for (int64_t row : kept->second)
-          if (row >= cache->firstRow() &&
-              row < cache->firstRow() + cache->blockRows())
-            order.push_back(row - cache->firstRow());
-        block = IdFrequencies::fromOrder(std::move(order),
-                                         block.maxDistinctPerBatch());
-      }
-      params.rankCachedRows(i, std::move(block));
+      // The whole table's ranking: a resumed checkpoint's, else the data's.
+      std::vector<int64_t> &order = embeddingOrders[name];
+      if (order.empty())
+        order =
+            IdFrequencies::count(stream, cache->vocabulary(), tokensPerStep())
+                .order();
+      // This block's rows in that order; the data decides the rows one
+      // step uses (what the cache must hold).
+      std::vector<int64_t> blockOrder;
+      for (int64_t row : order)
+        if (row >= cache->firstRow() &&
+            row < cache->firstRow() + cache->blockRows())
+          blockOrder.push_back(row - cache->firstRow());
+      params.rankCachedRows(
+          i, IdFrequencies::fromOrder(
+                 std::move(blockOrder),
+                 IdFrequencies::countBlock(stream, cache->vocabulary(),
+                                           cache->firstRow(),
+                                           cache->blockRows(), tokensPerStep())
+                     .maxDistinctPerBatch()));
     } catch (const std::invalid_argument &error) {
       throw std::invalid_argument("embedding cache of '" + name +
                                   "': " + error.what());

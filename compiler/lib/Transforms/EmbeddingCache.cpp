@@ -29,6 +29,15 @@ RankedTensorType tensorType(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
 
+/// `value` retyped to `rows` rows: the cache's shape of a table-shaped
+/// value.
+void setRows(Value value, int64_t rows) {
+  auto type = tensorType(value);
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] = rows;
+  value.setType(type.clone(shape));
+}
+
 /// The arguments of one cached table in one function.
 struct CachedTable {
   StringAttr name;
@@ -155,10 +164,7 @@ LogicalResult TPEmbeddingCache::rewrite(func::FuncOp func) {
   for (CachedTable &table : tables) {
     // The cache and its moments: `slots` rows of the block.
     auto shrink = [&](BlockArgument arg) {
-      auto type = tensorType(arg);
-      SmallVector<int64_t> shape(type.getShape());
-      shape[0] = table.slots;
-      arg.setType(type.clone(shape));
+      setRows(arg, table.slots);
       func.setArgAttr(
           arg.getArgNumber(), TPDialect::EmbeddingCacheAttrHelper::getNameStr(),
           b.getDictionaryAttr(
@@ -173,7 +179,7 @@ LogicalResult TPEmbeddingCache::rewrite(func::FuncOp func) {
     // Lookups index the cache through the map; so do their gradients,
     // found from the update's gradient back through sums and all-reduces.
     SmallVector<AdamWOp> updates;
-    for (Operation *user : llvm::make_early_inc_range(table.value.getUsers())) {
+    for (Operation *user : table.value.getUsers()) {
       if (auto lookup = dyn_cast<EmbeddingOp>(user)) {
         if (!readsTokens(func, lookup))
           return lookup.emitOpError()
@@ -255,13 +261,8 @@ LogicalResult TPEmbeddingCache::rewrite(func::FuncOp func) {
                  << "tp-embedding-cache: the gradient of '"
                  << table.name.getValue()
                  << "' is summed with a value that is not its own";
-    for (Operation *op : cacheShaped) {
-      Value result = op->getResult(0);
-      auto type = tensorType(result);
-      SmallVector<int64_t> shape(type.getShape());
-      shape[0] = table.slots;
-      result.setType(type.clone(shape));
-    }
+    for (Operation *op : cacheShaped)
+      setRows(op->getResult(0), table.slots);
     Value grad = update.getGrad();
 
     // The rows the batch updates, and the row-sparse norm and update.

@@ -792,11 +792,6 @@ void normSquared(const Dispatch &d) {
       cpu::normSquared(d.operands[0].f32(), d.operands[0].elements);
 }
 
-/// Elements per row of a [rows, ...] tensor.
-int64_t rowElements(const TensorBinding &t) {
-  return t.shape.empty() || t.shape[0] == 0 ? 0 : t.elements / t.shape[0];
-}
-
 /// The rows list of a cached table's step, each entry a row of `of` or -1.
 void checkRowsList(const TensorBinding &rows, const TensorBinding &of,
                    const char *what) {
@@ -812,7 +807,7 @@ void normSquaredRows(const Dispatch &d) {
   const TensorBinding &in = d.operands[0], &rows = d.operands[1];
   checkRowsList(rows, in, "norm_squared_rows");
   *d.results[0].f32() = cpu::normSquaredRows(in.f32(), rows.i32(),
-                                             rows.elements, rowElements(in));
+                                             rows.elements, in.rowElements());
 }
 
 void adamwRows(const Dispatch &d) {
@@ -824,7 +819,7 @@ void adamwRows(const Dispatch &d) {
     copyIfMoved(in[r == 0 ? 0 : r + 1], d.results[r]);
   cpu::adamwRows(d.results[0].f32(), in[1].f32(), d.results[1].f32(),
                  d.results[2].f32(), in[4].i32(), in[4].elements,
-                 rowElements(in[0]), *in[5].f32(), in[6].i64Scalar(),
+                 in[0].rowElements(), *in[5].f32(), in[6].i64Scalar(),
                  *in[7].f32(), s.beta1(), s.beta2(), s.epsilon(),
                  s.weight_decay());
 }

@@ -1733,16 +1733,12 @@ void clipScale(CudaBackend &b, const Dispatch &d) {
   cuda::clipScale(f32(d.operands[0]), f32(d.operands[1]), f32(d.results[0]),
                   b.stream);
 }
-/// Elements per row of a [rows, ...] tensor.
-int64_t rowElements(const TensorBinding &t) {
-  return t.shape.empty() || t.shape[0] == 0 ? 0 : t.elements / t.shape[0];
-}
 void normSquaredRows(CudaBackend &b, const Dispatch &d) {
   const TensorBinding &rows = d.operands[1];
   auto *perRow = static_cast<double *>(b.scratch(
       uint64_t(std::max<int64_t>(rows.elements, 1)) * sizeof(double)));
   cuda::normSquaredRows(f32(d.operands[0]), i32(rows), rows.elements,
-                        rowElements(d.operands[0]), perRow, f32(d.results[0]),
+                        d.operands[0].rowElements(), perRow, f32(d.results[0]),
                         b.stream);
 }
 /// In place: the rows not listed keep their values (the results alias the
@@ -1765,7 +1761,7 @@ void adamwRows(CudaBackend &b, const Dispatch &d) {
                             s.beta2(),
                             s.epsilon(),
                             s.weight_decay()};
-  cuda::adamwRows(t, i32(in[4]), in[4].elements, rowElements(in[0]), b.stream);
+  cuda::adamwRows(t, i32(in[4]), in[4].elements, in[0].rowElements(), b.stream);
 }
 /// Queued, not launched: consecutive AdamW steps (a train step's last
 /// stretch) go out as one multi-tensor launch when the next other step,

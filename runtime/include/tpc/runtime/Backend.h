@@ -50,6 +50,10 @@ struct TensorBinding {
   const int32_t *i32() const { return reinterpret_cast<const int32_t *>(data); }
   /// The value of an i64 scalar (the step counter).
   int64_t i64Scalar() const { return *reinterpret_cast<const int64_t *>(data); }
+  /// Elements per row of a [rows, ...] tensor (0 without rows).
+  int64_t rowElements() const {
+    return shape.empty() || shape[0] == 0 ? 0 : elements / shape[0];
+  }
 };
 
 /// Everything one kernel launch reads: the step (kind and attributes), its

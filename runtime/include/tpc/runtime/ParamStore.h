@@ -176,6 +176,8 @@ private:
 
   /// The host array without syncing (moments allocated on first use).
   std::vector<float> &hostArray(size_t index, State which) const;
+  /// Cached table `index`'s cache; a logic error for another parameter.
+  CachedTable &requireCache(size_t index) const;
   /// relayout() to another stage cut.
   RelayoutCost moveStages(const LoadedPlan &plan, int64_t cut, GridComm *comm);
   /// Downloads what a device run wrote, if the host is behind.
