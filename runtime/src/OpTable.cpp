@@ -820,6 +820,8 @@ constexpr std::array kOps = {
               op(OpKind::NormSquaredRows, 2, 1, checkNormSquaredRows, {F, I32}),
               0, 0, 0b1),
           14),
+    since(op(OpKind::Relu, 1, 1, checkElementwise), 15),
+    since(op(OpKind::ReluGrad, 2, 1, checkElementwiseGrad), 15),
 };
 
 constexpr bool inEnumOrder() {

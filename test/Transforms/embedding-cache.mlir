@@ -32,7 +32,7 @@
 // The plan records the cache, its inputs and the row-sparse steps.
 // RUN: tpc-opt %t.mlir --tp-pipeline="mode=1d grid=2 dp=2 embedding-cache=0.25" -o %t.tpplan 2>/dev/null
 // RUN: tp-run inspect %t.tpplan | FileCheck %s --check-prefix=PLAN
-// PLAN: "version": "1.14"
+// PLAN: "version": "1.15"
 // PLAN: "name": "model.embed_tokens.weight",
 // PLAN: "cache_rows": 32,
 // PLAN-NEXT: "cache_ratio": 0.25

@@ -74,7 +74,7 @@
 // RUN:   --tp-pipeline="mode=1d grid=2 rebalance=true rebalance-granularity=16"
 // RUN: env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe tp-run %t.tpplan --print-plan > %t.json
 // RUN: %json %t.json version rebalance_points params.10 params.11 programs.1.name programs.1.tensors.10 programs.2.name programs.2.tensors.10 | FileCheck %s --check-prefix=PLAN
-// PLAN: version = "1.14"
+// PLAN: version = "1.15"
 // PLAN{LITERAL}: rebalance_points = [{"name": "transformer.h.0.attn", "axis": 0, "blocks": 4, "capacity": 3}, {"name": "transformer.h.0.mlp", "axis": 0, "blocks": 8, "capacity": 6}]
 // PLAN{LITERAL}: params.10 = {"name": "transformer.h.0.mlp.c_fc.weight", "dtype": "F32", "shape": [32, 128], "split": [[], [0]], "rebalance_dims": [-1, 1], "init": "Normal", "init_std": 0.02}
 // PLAN{LITERAL}: params.11 = {"name": "transformer.h.0.mlp.c_fc.bias", "dtype": "F32", "shape": [128], "split": [[0]], "rebalance_dims": [1], "init": "Zeros"}

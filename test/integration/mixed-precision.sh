@@ -80,7 +80,7 @@ echo "== the plan"
 "$python" - "$work/one.plan.json" "$work/one-f32.plan.json" <<'PY'
 import collections, json, sys
 plan, f32 = (json.load(open(p)) for p in sys.argv[1:])
-if plan["version"] != "1.14":
+if plan["version"] != "1.15":
     sys.exit(f"plan version {plan['version']}")
 if any(p["dtype"] != "F32" for p in plan["params"]):
     sys.exit("a parameter is not an f32 master")

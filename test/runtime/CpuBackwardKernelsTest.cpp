@@ -160,6 +160,22 @@ TEST(CpuKernels, SiluGrad) {
   }
 }
 
+TEST(CpuKernels, ReluGrad) {
+  std::mt19937 rng(34);
+  for (int64_t n : {int64_t(37), int64_t(200001)}) {
+    std::vector<float> x = activationInputs(rng, n);
+    x[0] = 0.0f; // the subgradient at 0 is 0, as PyTorch's
+    x[1] = 1e-30f;
+    std::vector<float> dy = randomVector(n, rng, -2.0f, 2.0f);
+    std::vector<float> dx(static_cast<size_t>(n), 99.0f);
+    reluGrad(dy.data(), x.data(), dx.data(), n);
+    for (size_t i = 0; i < size_t(n); ++i)
+      ASSERT_EQ(dx[i], x[i] > 0.0f ? dy[i] : 0.0f) << "at " << i;
+    EXPECT_EQ(dx[0], 0.0f);
+    EXPECT_EQ(dx[1], dy[1]);
+  }
+}
+
 TEST(CpuKernels, ActivationGradsMatchForwardFiniteDifferences) {
   std::mt19937 rng(33);
   const int64_t n = 41;

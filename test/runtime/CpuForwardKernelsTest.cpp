@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -351,6 +352,30 @@ TEST(CpuKernels, Silu) {
       ref[size_t(i)] = x / (1.0 + std::exp(-x));
     }
     EXPECT_TRUE(closeElementwise(out, ref, 1e-5, 1e-7));
+  }
+}
+
+TEST(CpuKernels, Relu) {
+  std::mt19937 rng(14);
+  for (int64_t n : {int64_t(37), int64_t(200001)}) {
+    std::vector<float> in = activationInputs(rng, n);
+    in[0] = 0.0f;
+    in[1] = -0.0f;
+    in[2] = std::numeric_limits<float>::quiet_NaN();
+    in[3] = -std::numeric_limits<float>::infinity();
+    std::vector<float> out(static_cast<size_t>(n), 99.0f);
+    relu(in.data(), out.data(), n);
+    for (size_t i = 0; i < size_t(n); ++i) {
+      if (std::isnan(in[i])) {
+        EXPECT_TRUE(std::isnan(out[i])) << "at " << i;
+        continue;
+      }
+      // torch.relu: 0 (positive zero) for every x <= 0, x itself above.
+      const float expected = in[i] > 0.0f ? in[i] : 0.0f;
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]),
+                std::bit_cast<uint32_t>(expected))
+          << "relu(" << in[i] << ") at " << i;
+    }
   }
 }
 

@@ -36,6 +36,12 @@ void geluGradRange(const float *dy, const float *in, float *dx, int64_t n) {
   }
 }
 
+void reluGradRange(const float *dy, const float *in, float *dx, int64_t n) {
+  TPC_INDEPENDENT_LOOP
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = in[i] > 0.0f ? dy[i] : 0.0f;
+}
+
 // d/dx of x s, s = sigmoid(x) = 1 / (1 + e), e = exp(-x):
 // s + x s (1 - s) = s + x e s^2.
 void siluGradRange(const float *dy, const float *in, float *dx, int64_t n) {
@@ -199,6 +205,14 @@ void siluGrad(const float *resultGrad, const float *input, float *inputGrad,
               int64_t count) {
   parallelFor(count, kElementGrain / 2, [&](int64_t begin, int64_t end) {
     siluGradRange(resultGrad + begin, input + begin, inputGrad + begin,
+                  end - begin);
+  });
+}
+
+void reluGrad(const float *resultGrad, const float *input, float *inputGrad,
+              int64_t count) {
+  parallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    reluGradRange(resultGrad + begin, input + begin, inputGrad + begin,
                   end - begin);
   });
 }

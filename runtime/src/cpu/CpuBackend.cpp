@@ -183,6 +183,10 @@ void silu(const Dispatch &d) {
   cpu::silu(d.operands[0].f32(), d.results[0].f32(), d.results[0].elements);
 }
 
+void relu(const Dispatch &d) {
+  cpu::relu(d.operands[0].f32(), d.results[0].f32(), d.results[0].elements);
+}
+
 void swiglu(const Dispatch &d) {
   cpu::swiglu(d.operands[0].f32(), d.operands[1].f32(), d.results[0].f32(),
               d.results[0].elements);
@@ -469,6 +473,11 @@ void geluGrad(const Dispatch &d) {
 
 void siluGrad(const Dispatch &d) {
   cpu::siluGrad(d.operands[0].f32(), d.operands[1].f32(), d.results[0].f32(),
+                d.results[0].elements);
+}
+
+void reluGrad(const Dispatch &d) {
+  cpu::reluGrad(d.operands[0].f32(), d.operands[1].f32(), d.results[0].f32(),
                 d.results[0].elements);
 }
 
@@ -1047,6 +1056,8 @@ void addCpuKernels(KernelTable &k) {
   set(OpKind::NormSquared, normSquared);
   set(OpKind::NormSquaredRows, normSquaredRows);
   set(OpKind::AdamWRows, adamwRows);
+  set(OpKind::Relu, relu);
+  set(OpKind::ReluGrad, reluGrad);
   set(OpKind::LrSchedule, lrSchedule);
   set(OpKind::ClipScale, clipScale);
   // Element movers, collectives and the conversion itself.

@@ -340,6 +340,15 @@ void geluRange(const float *in, float *out, int64_t n) {
   }
 }
 
+void reluRange(const float *in, float *out, int64_t n) {
+  TPC_INDEPENDENT_LOOP
+  for (int64_t i = 0; i < n; ++i) {
+    float x = in[i];
+    // x <= 0 is false for NaN, which passes through as torch.relu's does.
+    out[i] = x <= 0.0f ? 0.0f : x;
+  }
+}
+
 void siluRange(const float *in, float *out, int64_t n) {
   TPC_INDEPENDENT_LOOP
   for (int64_t i = 0; i < n; ++i) {
@@ -365,6 +374,12 @@ void gelu(const float *in, float *out, int64_t count) {
 void silu(const float *in, float *out, int64_t count) {
   parallelFor(count, kElementGrain / 2, [&](int64_t begin, int64_t end) {
     siluRange(in + begin, out + begin, end - begin);
+  });
+}
+
+void relu(const float *in, float *out, int64_t count) {
+  parallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    reluRange(in + begin, out + begin, end - begin);
   });
 }
 

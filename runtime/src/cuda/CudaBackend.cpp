@@ -758,6 +758,17 @@ void siluGrad(CudaBackend &b, const Dispatch &d) {
                    n, b.stream);
   });
 }
+void relu(CudaBackend &b, const Dispatch &d) {
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::relu(s, d.operands[0].data, d.results[0].data, n, b.stream);
+  });
+}
+void reluGrad(CudaBackend &b, const Dispatch &d) {
+  elementwise(b, d, [&](cuda::Storage s, int64_t n) {
+    cuda::reluGrad(s, d.operands[0].data, d.operands[1].data, d.results[0].data,
+                   n, b.stream);
+  });
+}
 void constant(CudaBackend &b, const Dispatch &d) {
   cuda::fill(static_cast<float>(d.step.value()), f32(d.results[0]),
              d.results[0].elements, b.stream);
@@ -1917,6 +1928,8 @@ constexpr OpKind kBf16NativeKinds[] = {
     OpKind::Silu,
     OpKind::GeluGrad,
     OpKind::SiluGrad,
+    OpKind::Relu,
+    OpKind::ReluGrad,
     OpKind::Swiglu,
     OpKind::SwigluGrad,
     OpKind::Transpose,
@@ -1984,6 +1997,8 @@ void addCudaKernels(KernelRegistry<CudaKernel> &k) {
   set(OpKind::NormSquared, normSquared);
   set(OpKind::NormSquaredRows, normSquaredRows);
   set(OpKind::AdamWRows, adamwRows);
+  set(OpKind::Relu, relu);
+  set(OpKind::ReluGrad, reluGrad);
   set(OpKind::LrSchedule, lrSchedule);
   set(OpKind::ClipScale, clipScale);
   set(OpKind::LocalSplit, localSplit);

@@ -199,6 +199,18 @@ struct SiluOp {
     y[0] = x / (1.0f + expf(-x));
   }
 };
+struct ReluOp {
+  __device__ void operator()(const float *in, float *y) const {
+    const float x = in[0];
+    y[0] = x <= 0.0f ? 0.0f : x; // NaN passes, as on the CPU
+  }
+};
+/// (result_grad, input) -> input_grad.
+struct ReluGradOp {
+  __device__ void operator()(const float *in, float *y) const {
+    y[0] = in[1] > 0.0f ? in[0] : 0.0f;
+  }
+};
 struct SiluGradOp {
   __device__ void operator()(const float *in, float *y) const {
     const float x = in[1], s = 1.0f / (1.0f + expf(-x));
@@ -1366,6 +1378,14 @@ void geluGrad(Storage storage, const void *grad, const void *input, void *out,
 void siluGrad(Storage storage, const void *grad, const void *input, void *out,
               int64_t count, cudaStream_t stream) {
   map(storage, {grad, input}, {out}, count, stream, SiluGradOp{});
+}
+void relu(Storage storage, const void *in, void *out, int64_t count,
+          cudaStream_t stream) {
+  map(storage, {in}, {out}, count, stream, ReluOp{});
+}
+void reluGrad(Storage storage, const void *grad, const void *input, void *out,
+              int64_t count, cudaStream_t stream) {
+  map(storage, {grad, input}, {out}, count, stream, ReluGradOp{});
 }
 void swiglu(Storage storage, const void *gate, const void *up, void *out,
             int64_t count, cudaStream_t stream) {

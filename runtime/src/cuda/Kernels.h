@@ -50,6 +50,10 @@ void geluGrad(Storage storage, const void *resultGrad, const void *input,
               void *out, int64_t count, cudaStream_t stream);
 void siluGrad(Storage storage, const void *resultGrad, const void *input,
               void *out, int64_t count, cudaStream_t stream);
+void relu(Storage storage, const void *in, void *out, int64_t count,
+          cudaStream_t stream);
+void reluGrad(Storage storage, const void *resultGrad, const void *input,
+              void *out, int64_t count, cudaStream_t stream);
 /// out = silu(gate) * up; and its gradients (cpu::swiglu, swigluGrad).
 void swiglu(Storage storage, const void *gate, const void *up, void *out,
             int64_t count, cudaStream_t stream);

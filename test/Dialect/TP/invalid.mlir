@@ -310,6 +310,14 @@ func.func @silu_grad_result(%dy: tensor<8x16xf32>, %x: tensor<8x16xf32>) {
   return
 }
 
+// -----
+
+func.func @relu_grad_types(%dy: tensor<8x16xbf16>, %x: tensor<8x16xf32>) {
+  // expected-error @+1 {{operand #1 has element type 'f32' but operand #0 has 'bf16'}}
+  %0 = tp.relu_grad %dy, %x : (tensor<8x16xbf16>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation
 //===----------------------------------------------------------------------===//

@@ -86,6 +86,8 @@ func.func @matmul(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>, %y: tensor<2x8x
 // CHECK: tp.silu %{{.*}} : tensor<2x8x16xbf16>
 // CHECK: tp.gelu_grad %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
 // CHECK: tp.silu_grad %{{.*}}, %{{.*}} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> tensor<2x8x16xbf16>
+// CHECK: tp.relu %{{.*}} : tensor<2x8x16xf32>
+// CHECK: tp.relu_grad %{{.*}}, %{{.*}} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> tensor<2x8x16xbf16>
 func.func @elementwise(%x: tensor<2x8x16xf32>, %b: tensor<16xf32>, %r: tensor<2x8x1xf32>,
                        %s: tensor<f32>, %h: tensor<2x8x16xbf16>) {
   %0 = tp.add %x, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
@@ -97,6 +99,8 @@ func.func @elementwise(%x: tensor<2x8x16xf32>, %b: tensor<16xf32>, %r: tensor<2x
   %6 = tp.silu %h : tensor<2x8x16xbf16>
   %7 = tp.gelu_grad %5, %4 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %8 = tp.silu_grad %6, %h : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> tensor<2x8x16xbf16>
+  %9 = tp.relu %x : tensor<2x8x16xf32>
+  %10 = tp.relu_grad %6, %h : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> tensor<2x8x16xbf16>
   return
 }
 

@@ -17,7 +17,7 @@
 // RUN: tp-run %t.rounded.tpplan --print-plan > %t.rounded.json
 // RUN: %json %t.rounded.json programs.0.steps.2 | FileCheck %s --check-prefix=ROUNDED
 
-// CHECK: version = "1.14"
+// CHECK: version = "1.15"
 // CHECK-NEXT: programs.0.tensors = [{"id": 0, "dtype": "F32", "shape": [8, 8], "storage": "Param", "index": 0}, {"id": 1, "dtype": "F32", "shape": [16, 8], "storage": "Param", "index": 1}, {"id": 2, "dtype": "I32", {{.*}}, {"id": 3, "dtype": "BF16", "shape": [2, 4, 8], "storage": "Arena", {{.*}}, {"id": 4, "dtype": "BF16", {{.*}}, {"id": 5, "dtype": "BF16", {{.*}}, {"id": 6, "dtype": "BF16", {{.*}}, {"id": 7, "dtype": "BF16", {{.*}}, {"id": 8, "dtype": "BF16", "shape": [8, 16], "storage": "Arena", {{.*}}}]
 // CHECK-NEXT: programs.0.steps = [{"op": "Embedding", "operands": [1, 2], "results": [3], {{.*}}}, {"op": "Reshape", {{.*}}}, {"op": "Convert", "operands": [0], "results": [5], {{.*}}}, {"op": "Matmul", "operands": [4, 5], "results": [6], "location"{{.*}}}, {"op": "Convert", "operands": [1], "results": [7], {{.*}}}, {"op": "Matmul", "operands": [6, 7], "results": [8], "transpose_rhs": true, "location"{{.*}}}]
 // TF32: programs.0.steps.2 = {"op": "Matmul", {{.*}}"precision": "TF32"{{.*}}}

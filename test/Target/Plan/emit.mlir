@@ -6,7 +6,7 @@
 // RUN: tp-run %t.tpplan --print-plan > %t.json
 // RUN: %json %t.json version content_checksum grid model_type params# params.0 params.1 params.2 programs# programs.0.name programs.0.arena_bytes programs.0.inputs programs.0.results programs.0.result_names programs.0.tensors# programs.0.tensors.0 programs.0.tensors.1 programs.0.tensors.2 programs.0.tensors.3 programs.0.tensors.4 programs.0.tensors.5 programs.0.tensors.6 programs.0.tensors.7 programs.0.steps# programs.0.steps.0 programs.0.steps.1 programs.0.steps.2 programs.0.steps.3 | FileCheck %s
 
-// CHECK: version = "1.14"
+// CHECK: version = "1.15"
 // CHECK-NEXT: content_checksum = "{{([0-9a-f]{16})}}"
 // CHECK-NEXT: grid = [1]
 // CHECK-NEXT: model_type = "test"

@@ -19,7 +19,7 @@
 namespace tpc::runtime {
 
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 14;
+inline constexpr uint32_t kPlanVersionMinor = 15;
 /// The first minor version whose plans carry Plan.content_checksum.
 inline constexpr uint32_t kPlanChecksumMinor = 2;
 /// The first minor version with bf16 activations and KV caches (mixed

@@ -10,7 +10,7 @@ namespace mlir::tp {
 
 /// Plan format version written by this compiler (runtime/schema/plan.fbs).
 inline constexpr uint32_t kPlanVersionMajor = 1;
-inline constexpr uint32_t kPlanVersionMinor = 14;
+inline constexpr uint32_t kPlanVersionMinor = 15;
 
 /// Serialises every function of `module` (after tp-plan-memory) into one
 /// plan: parameters shared by name, one program per function. Emits an error

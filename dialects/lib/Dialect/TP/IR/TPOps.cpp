@@ -951,6 +951,9 @@ ShardingRule GeluOp::getShardingRule() {
 ShardingRule SiluOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getInput()));
 }
+ShardingRule ReluOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
 
 /// result_grad, input and input_grad of an elementwise op's gradient.
 static LogicalResult verifyUnaryGrad(Operation *op) {
@@ -968,10 +971,14 @@ static LogicalResult verifyUnaryGrad(Operation *op) {
 
 LogicalResult GeluGradOp::verify() { return verifyUnaryGrad(*this); }
 LogicalResult SiluGradOp::verify() { return verifyUnaryGrad(*this); }
+LogicalResult ReluGradOp::verify() { return verifyUnaryGrad(*this); }
 ShardingRule GeluGradOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getInput()));
 }
 ShardingRule SiluGradOp::getShardingRule() {
+  return sameShapeRule(*this, shapeOf(getInput()));
+}
+ShardingRule ReluGradOp::getShardingRule() {
   return sameShapeRule(*this, shapeOf(getInput()));
 }
 
@@ -3131,6 +3138,14 @@ LogicalResult SiluGradOp::inferReturnTypes(MLIRContext *,
                                            Adaptor adaptor,
                                            SmallVectorImpl<Type> &types) {
   return inferLike<SiluGradOp>(location, types,
+                               {{adaptor.getInput(), "input"}});
+}
+
+LogicalResult ReluGradOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> location,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  return inferLike<ReluGradOp>(location, types,
                                {{adaptor.getInput(), "input"}});
 }
 

@@ -264,6 +264,14 @@ LogicalResult SiluOp::buildVJP(OpBuilder &builder, ValueRange operands,
   return success();
 }
 
+LogicalResult ReluOp::buildVJP(OpBuilder &builder, ValueRange operands,
+                               ValueRange, ValueRange resultCotangents,
+                               MutableArrayRef<Value> operandCotangents) {
+  Value ct = resultCotangents[0];
+  operandCotangents[0] = ReluGradOp::create(builder, getLoc(), ct, operands[0]);
+  return success();
+}
+
 LogicalResult SwigluOp::buildVJP(OpBuilder &builder, ValueRange operands,
                                  ValueRange, ValueRange resultCotangents,
                                  MutableArrayRef<Value> operandCotangents) {

@@ -67,6 +67,8 @@ void scale(const float *in, float factor, float *out, int64_t count);
 void gelu(const float *in, float *out, int64_t count);
 /// x * sigmoid(x).
 void silu(const float *in, float *out, int64_t count);
+/// max(x, 0); NaN stays NaN.
+void relu(const float *in, float *out, int64_t count);
 /// out = silu(gate) * up, computed as silu then mul compute it (the same
 /// float operations: bit-identical to the two kernels on f32).
 void swiglu(const float *gate, const float *up, float *out, int64_t count);
@@ -247,6 +249,10 @@ void geluGrad(const float *resultGrad, const float *input, float *inputGrad,
 void swigluGrad(const float *resultGrad, const float *gate, const float *up,
                 float *gateGrad, float *upGrad, int64_t count);
 void siluGrad(const float *resultGrad, const float *input, float *inputGrad,
+              int64_t count);
+/// inputGrad = resultGrad where input > 0, else 0 (PyTorch's subgradient
+/// at 0).
+void reluGrad(const float *resultGrad, const float *input, float *inputGrad,
               int64_t count);
 
 /// Gradients of layerNorm over [rows, cols]: inputGrad [rows, cols],

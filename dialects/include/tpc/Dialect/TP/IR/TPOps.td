@@ -417,11 +417,18 @@ def TP_GeluOp
 def TP_SiluOp : TP_UnaryOp<"silu", "SiLU: x * sigmoid(x)"> {
   let planOpKind = "Silu";
 }
+def TP_ReluOp : TP_UnaryOp<"relu", "ReLU: max(x, 0)"> {
+  let planOpKind = "Relu";
+}
 def TP_GeluGradOp : TP_UnaryGradOp<"gelu_grad", "Gradient of tp.gelu"> {
   let planOpKind = "GeluGrad";
 }
 def TP_SiluGradOp : TP_UnaryGradOp<"silu_grad", "Gradient of tp.silu"> {
   let planOpKind = "SiluGrad";
+}
+def TP_ReluGradOp : TP_UnaryGradOp<"relu_grad",
+    "Gradient of tp.relu: result_grad where input > 0, else 0"> {
+  let planOpKind = "ReluGrad";
 }
 
 def TP_SwigluOp : TP_ComputeOp<"swiglu", [TP_InferResultShapes, TP_HasVJP]> {
