@@ -2,6 +2,8 @@
 
 #include "transformer/TransformerImporter.h"
 
+#include "ConfigReader.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -24,114 +26,8 @@ using llvm::formatv;
 // config.json
 //===----------------------------------------------------------------------===//
 
-static llvm::Error configError(const llvm::Twine &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
-
-namespace {
-/// Typed, validated reads of config.json fields; the first problem wins.
-class ConfigReader {
-public:
-  explicit ConfigReader(const llvm::json::Object &object) : object(object) {}
-
-  bool has(llvm::StringRef key) const {
-    const llvm::json::Value *value = object.get(key);
-    return value && !value->getAsNull();
-  }
-
-  int64_t positiveInt(llvm::StringRef key, std::optional<int64_t> fallback) {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->getAsNull()) {
-      if (!fallback)
-        fail(formatv("missing field '{0}'", key));
-      return fallback.value_or(1);
-    }
-    std::optional<int64_t> integer = value->getAsInteger();
-    if (!integer || *integer <= 0) {
-      fail(formatv("field '{0}' must be a positive integer", key));
-      return 1;
-    }
-    // Bounded so that the sizes derived from it (4 * n_embd, ...) cannot
-    // overflow before checkSizes sees them.
-    if (*integer > tp::kMaxTensorElements) {
-      fail(formatv("field '{0}' is {1}, more than the size limit 2^40 = {2}",
-                   key, *integer, tp::kMaxTensorElements));
-      return 1;
-    }
-    return *integer;
-  }
-
-  double positiveNumber(llvm::StringRef key, double fallback) {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->getAsNull())
-      return fallback;
-    std::optional<double> number = value->getAsNumber();
-    if (!number || !(*number > 0.0) || !std::isfinite(*number)) {
-      fail(formatv("field '{0}' must be a positive number", key));
-      return fallback;
-    }
-    return *number;
-  }
-
-  bool boolean(llvm::StringRef key, bool fallback) {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->getAsNull())
-      return fallback;
-    std::optional<bool> flag = value->getAsBoolean();
-    if (!flag) {
-      fail(formatv("field '{0}' must be true or false", key));
-      return fallback;
-    }
-    return *flag;
-  }
-
-  std::optional<llvm::StringRef> string(llvm::StringRef key) {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->getAsNull())
-      return std::nullopt;
-    std::optional<llvm::StringRef> text = value->getAsString();
-    if (!text)
-      fail(formatv("field '{0}' must be a string", key));
-    return text;
-  }
-
-  /// A token id or a list of them (eos_token_id); nullopt when absent.
-  std::optional<std::vector<int64_t>> tokenIds(llvm::StringRef key) {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->getAsNull())
-      return std::nullopt;
-    std::vector<int64_t> ids;
-    auto take = [&](const llvm::json::Value &item) {
-      std::optional<int64_t> id = item.getAsInteger();
-      if (!id || *id < 0 || *id > tp::kMaxTensorElements)
-        return false;
-      ids.push_back(*id);
-      return true;
-    };
-    bool ok = true;
-    if (const llvm::json::Array *list = value->getAsArray())
-      ok = llvm::all_of(*list, take);
-    else
-      ok = take(*value);
-    if (!ok) {
-      fail(formatv("field '{0}' must be a token id or a list of them", key));
-      return std::nullopt;
-    }
-    return ids;
-  }
-
-  void fail(const llvm::Twine &message) {
-    if (error.empty())
-      error = message.str();
-  }
-  bool failed() const { return !error.empty(); }
-  llvm::Error takeError() const { return configError(error); }
-
-private:
-  const llvm::json::Object &object;
-  std::string error;
-};
-} // namespace
+using tpc::frontend::configError;
+using tpc::frontend::ConfigReader;
 
 static void readGPT2(ConfigReader &reader, TransformerConfig &config) {
   config.vocabSize = reader.positiveInt("vocab_size", std::nullopt);
@@ -259,7 +155,7 @@ llvm::Expected<TransformerConfig> tpc::frontend::parseTransformerConfig(
     readLlama(reader, config);
   } else {
     return configError(formatv("unsupported 'model_type' \"{0}\" (tpc "
-                               "imports gpt2 and llama)",
+                               "imports gpt2, llama and dlrm)",
                                *modelType));
   }
   std::optional<std::vector<int64_t>> eos = reader.tokenIds("eos_token_id");
@@ -319,12 +215,16 @@ llvm::Expected<TransformerConfig> tpc::frontend::parseTransformerConfig(
 
 llvm::Expected<TransformerConfig>
 tpc::frontend::readTransformerConfig(llvm::StringRef configPath) {
-  // HF config.json files are a few kilobytes.
-  constexpr uint64_t kMaxConfigBytes = 16 << 20;
   auto buffer =
       tpc::readBoundedInput(configPath, kMaxConfigBytes, "config.json");
   if (!buffer)
     return buffer.takeError();
+  return readTransformerConfig(configPath, (*buffer)->getBuffer());
+}
+
+llvm::Expected<TransformerConfig>
+tpc::frontend::readTransformerConfig(llvm::StringRef configPath,
+                                     llvm::StringRef configText) {
   // HF's from_pretrained reads generation_config.json beside config.json:
   // its eos_token_id is what generate() stops at.
   std::unique_ptr<llvm::MemoryBuffer> generation;
@@ -339,7 +239,7 @@ tpc::frontend::readTransformerConfig(llvm::StringRef configPath) {
     generation = std::move(*read);
   }
   auto config = parseTransformerConfig(
-      (*buffer)->getBuffer(),
+      configText,
       generation ? std::optional((*generation).getBuffer()) : std::nullopt);
   if (!config)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),

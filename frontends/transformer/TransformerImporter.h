@@ -66,6 +66,9 @@ parseTransformerConfig(llvm::StringRef json,
 /// naming the file.
 llvm::Expected<TransformerConfig>
 readTransformerConfig(llvm::StringRef configPath);
+/// The same with config.json's text already read from `configPath`.
+llvm::Expected<TransformerConfig>
+readTransformerConfig(llvm::StringRef configPath, llvm::StringRef configText);
 
 /// Emits the model's tp module for `batch` sequences of `seq` tokens:
 /// @forward and @loss; with `kvCache` > 0 also the generation programs

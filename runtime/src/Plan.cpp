@@ -255,9 +255,21 @@ void ProgramChecker::checkTensors() {
         fail(what + " refers to input " + std::to_string(t.index()) +
              ", but the program has " +
              std::to_string(program.inputs()->size()));
-      if (program.inputs()->Get(t.index())->tensor() != i)
-        fail(what + " claims input " + std::to_string(t.index()) +
-             ", which belongs to another tensor");
+      // Another tensor of an input's storage is a view of it (a reshape in
+      // a gradient program): the same bytes, so the same size and dtype.
+      const uint32_t own = program.inputs()->Get(t.index())->tensor();
+      if (own != i) {
+        const plan::Tensor *input = own < program.tensors()->size()
+                                        ? program.tensors()->Get(own)
+                                        : nullptr;
+        if (!input || input->storage() != Storage::Input ||
+            input->index() != t.index() || input->dtype() != t.dtype() ||
+            input->shape()->size() > kMaxRank ||
+            checkedElementCount(input->shape(), what) != count)
+          fail(what + " claims input " + std::to_string(t.index()) +
+               ", which belongs to another tensor (of another size or "
+               "dtype)");
+      }
       isWritten = true;
     } else if (t.storage() == Storage::Cache) {
       const size_t caches = plan.caches() ? plan.caches()->size() : 0;
@@ -293,7 +305,9 @@ void ProgramChecker::checkInputs() {
         input.kind() != plan::InputKind::Hyperparameters &&
         input.kind() != plan::InputKind::Positions &&
         !(isCacheInput(input.kind()) &&
-          plan.version_minor() >= kPlanEmbeddingCacheMinor))
+          plan.version_minor() >= kPlanEmbeddingCacheMinor) &&
+        !(input.kind() == plan::InputKind::Dense &&
+          plan.version_minor() >= kPlanDenseMinor))
       fail(what + " has an unknown kind");
     // Each table has its own cache inputs.
     if (isCacheInput(input.kind())) {
@@ -315,9 +329,10 @@ void ProgramChecker::checkInputs() {
     if (input.split() && input.split()->size() != 0) {
       if (input.kind() != plan::InputKind::Tokens &&
           input.kind() != plan::InputKind::Targets &&
-          input.kind() != plan::InputKind::Positions)
-        fail(what + " is split over the grid, which only tokens, targets "
-                    "and positions may be");
+          input.kind() != plan::InputKind::Positions &&
+          input.kind() != plan::InputKind::Dense)
+        fail(what + " is split over the grid, which only tokens, targets, "
+                    "positions and dense features may be");
       if (input.split()->size() != shape.size())
         fail(what + " has a split for " +
              std::to_string(input.split()->size()) + " of its " +
@@ -330,6 +345,10 @@ void ProgramChecker::checkInputs() {
     case plan::InputKind::Positions:
       if (t.dtype() != PlanDType::I32 || shape.size() != 2)
         fail(what + " must be an i32 [batch, seq] tensor");
+      break;
+    case plan::InputKind::Dense:
+      if (t.dtype() != PlanDType::F32 || shape.size() != 3 || shape[1] != 1)
+        fail(what + " (dense) must be an f32 [batch, 1, features] tensor");
       break;
     case plan::InputKind::Step:
       if (t.dtype() != PlanDType::I64 || !shape.empty())
@@ -1012,6 +1031,34 @@ LoadedPlan LoadedPlan::load(const std::string &path, int64_t worldSize) {
 uint64_t LoadedPlan::contentChecksum() const {
   return tpc::runtime::contentChecksum(
       {reinterpret_cast<const std::byte *>(storage->data()), size});
+}
+
+int64_t LoadedPlan::targetClasses() const {
+  for (const char *name : {"train_step", "loss"}) {
+    const plan::Program *p = program(name);
+    if (!p)
+      continue;
+    for (const plan::Step *step : *p->steps()) {
+      // The loader checked the operands and the vocabulary axes.
+      int64_t local;
+      if (step->kind() == OpKind::CrossEntropy) {
+        const auto &logits =
+            *p->tensors()->Get(step->operands()->Get(0))->shape();
+        local = logits.Get(logits.size() - 1);
+      } else if (step->kind() == OpKind::LinearCrossEntropy) {
+        const auto &weight =
+            *p->tensors()->Get(step->operands()->Get(1))->shape();
+        local = weight.Get(step->transpose_rhs() ? 0 : 1);
+      } else {
+        continue;
+      }
+      if (step->ints())
+        for (int64_t axis : *step->ints())
+          local *= root->grid()->Get(axis);
+      return local;
+    }
+  }
+  return vocabularySize();
 }
 
 int64_t LoadedPlan::vocabularySize() const {

@@ -293,6 +293,41 @@ TEST(PlanLoader, ChecksCachedTables) {
   expectRejected(shortMap, "must be i32 [5]");
 }
 
+// A DLRM's dense features (1.15): f32 [batch, 1, features], which a
+// gradient program may view in another shape (a reshape of the input).
+TEST(PlanLoader, ChecksDenseFeatures) {
+  PlanSpec spec;
+  spec.tensors.push_back({fb::DType::F32, {2, 1, 6}, fb::Storage::Input, 0, 1});
+  spec.tensors.push_back({fb::DType::F32, {2, 6}, fb::Storage::Input, 0, 1});
+  spec.extraInputs = {{fb::InputKind::Dense, 5, 0}};
+  spec.steps.push_back({fb::OpKind::Reshape, {5}, {6}});
+  EXPECT_NO_THROW(load(spec.build()));
+  const LoadedPlan plan = load(spec.build());
+  EXPECT_EQ(plan.wholeInputShape("forward", fb::InputKind::Dense),
+            (std::vector<int64_t>{2, 1, 6}));
+
+  PlanSpec older = spec;
+  older.minor = kPlanDenseMinor - 1;
+  expectRejected(older, "input 1 has an unknown kind");
+  PlanSpec rank2 = spec;
+  rank2.tensors[5].shape = {2, 6};
+  expectRejected(rank2, "input 1 (dense) must be an f32 [batch, 1, "
+                        "features] tensor");
+  PlanSpec integers = spec;
+  integers.tensors[5].dtype = fb::DType::I32;
+  integers.tensors[6].dtype = fb::DType::I32;
+  expectRejected(integers, "input 1 (dense) must be an f32");
+  // A view has the input's bytes: the same count and dtype.
+  PlanSpec wider = spec;
+  wider.tensors[6].shape = {2, 7};
+  expectRejected(wider, "tensor 6 claims input 1, which belongs to another "
+                        "tensor (of another size or dtype)");
+  PlanSpec retyped = spec;
+  retyped.tensors[6].dtype = fb::DType::BF16;
+  expectRejected(retyped, "tensor 6 claims input 1, which belongs to another "
+                          "tensor");
+}
+
 TEST(PlanLoader, RejectsAForeignFile) {
   std::vector<uint8_t> bytes(64, 0x41);
   EXPECT_THROW(load(bytes), PlanError);

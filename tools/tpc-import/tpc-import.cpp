@@ -1,15 +1,16 @@
-//===- tpc-import.cpp - HF config.json -> tp dialect ----------------------===//
+//===- tpc-import.cpp - config.json -> tp dialect -------------------------===//
 //
-//   tpc-import config.json --batch 8 --seq 256 -o model.mlir
+//   tpc-import config.json --batch 8 --seq 256 -o model.mlir  (GPT-2, LLaMA)
+//   tpc-import dlrm.json --batch 2048 -o dlrm.mlir            (DLRM)
 //
 // Every error is one line on stderr and exit code 1; the output file is
 // written atomically, so a failed run leaves nothing behind.
 //
 //===----------------------------------------------------------------------===//
 
+#include "ModelImporter.h"
 #include "mlir/IR/MLIRContext.h"
 #include "tpc/Support/InputFiles.h"
-#include "transformer/TransformerImporter.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
@@ -24,10 +25,10 @@ static cl::opt<std::string> configPath(cl::Positional, cl::Required,
                                        cl::desc("<config.json>"),
                                        cl::cat(importCategory));
 static cl::opt<int64_t> batch("batch", cl::Required,
-                              cl::desc("Sequences per step"),
+                              cl::desc("Sequences (a DLRM: samples) per step"),
                               cl::cat(importCategory));
-static cl::opt<int64_t> seq("seq", cl::Required,
-                            cl::desc("Tokens per sequence"),
+static cl::opt<int64_t> seq("seq",
+                            cl::desc("Tokens per sequence (transformers only)"),
                             cl::cat(importCategory));
 static cl::opt<int64_t> kvCache(
     "kv-cache", cl::init(0),
@@ -49,17 +50,17 @@ int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(importCategory);
   cl::ParseCommandLineOptions(
-      argc, argv, "tpc-import: HuggingFace config.json -> tp dialect\n");
+      argc, argv,
+      "tpc-import: config.json (HuggingFace GPT-2 or LLaMA, or a DLRM) -> tp "
+      "dialect\n");
 
   if (llvm::Error error = tpc::checkOutputFile(outputPath, "-o"))
     return fail(llvm::toString(std::move(error)));
-  auto config = tpc::frontend::readTransformerConfig(configPath);
-  if (!config)
-    return fail(llvm::toString(config.takeError()));
-
+  tpc::frontend::ImportShape shape{batch, std::nullopt, kvCache};
+  if (seq.getNumOccurrences())
+    shape.seq = seq;
   mlir::MLIRContext context;
-  auto module =
-      tpc::frontend::importTransformer(context, *config, batch, seq, kvCache);
+  auto module = tpc::frontend::importModel(context, configPath, shape);
   if (!module)
     return fail(llvm::toString(module.takeError()));
 

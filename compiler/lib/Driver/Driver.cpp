@@ -2,6 +2,7 @@
 
 #include "tpc/Driver/Driver.h"
 
+#include "ModelImporter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -13,7 +14,6 @@
 #include "tpc/Dialect/TP/IR/TPDialect.h"
 #include "tpc/Pipelines/Pipelines.h"
 #include "tpc/Target/Plan/PlanEmitter.h"
-#include "transformer/TransformerImporter.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -65,15 +65,13 @@ private:
 };
 } // namespace
 
-llvm::Expected<std::string>
-tpc::driver::importTransformer(llvm::StringRef configPath, int64_t batch,
-                               int64_t seq, int64_t kvCache) {
-  auto config = tpc::frontend::readTransformerConfig(configPath);
-  if (!config)
-    return config.takeError();
+llvm::Expected<std::string> tpc::driver::importModel(llvm::StringRef configPath,
+                                                     int64_t batch,
+                                                     std::optional<int64_t> seq,
+                                                     int64_t kvCache) {
   MLIRContext context;
   auto module =
-      tpc::frontend::importTransformer(context, *config, batch, seq, kvCache);
+      tpc::frontend::importModel(context, configPath, {batch, seq, kvCache});
   if (!module)
     return module.takeError();
   std::string text;

@@ -64,7 +64,7 @@ public:
   std::string describe(Value value) const override;
   bool isActivation(RankedTensorType type) const override {
     return type.getRank() >= 3 && batch >= 0 && type.getDimSize(0) == batch &&
-           type.getDimSize(1) == seq;
+           isPositions(type.getDimSize(1));
   }
   bool isTokenMajor(RankedTensorType type) const override {
     return type.getRank() >= 3 && batch >= 0 && type.getDimSize(0) == batch &&
@@ -73,8 +73,11 @@ public:
   bool isTokenIds(RankedTensorType type) const override {
     return type.getRank() == 2 && isa<IntegerType>(type.getElementType()) &&
            batch >= 0 && type.getDimSize(0) == batch &&
-           type.getDimSize(1) == seq;
+           isPositions(type.getDimSize(1));
   }
+  /// A sample's positions: its sequence, or one for a value per sample (a
+  /// DLRM's features, activations and label; a pooled representation).
+  bool isPositions(int64_t size) const { return size == seq || size == 1; }
 
   int64_t getModelRank(BlockArgument param) const override;
 
@@ -169,7 +172,7 @@ static std::optional<std::string> argumentKey(func::FuncOp func,
   if (auto input = func.getArgAttrOfType<StringAttr>(
           index, TPDialect::InputAttrHelper::getNameStr());
       input && (input.getValue() == "tokens" || input.getValue() == "targets" ||
-                input.getValue() == "positions"))
+                input.getValue() == "positions" || input.getValue() == "dense"))
     return ("input#" + input.getValue()).str();
   if (auto cache = func.getArgAttrOfType<StringAttr>(
           index, TPDialect::CacheAttrHelper::getNameStr()))

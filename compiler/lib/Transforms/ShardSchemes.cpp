@@ -42,8 +42,9 @@ LogicalResult checkHeadCounts(ModuleOp module, int64_t shards, StringRef over,
 /// `axes` (`shards` ranks, named `over` in errors), appended to `claims`: a
 /// matmul weight whose input is not split along the contraction is split
 /// along its output features (column-parallel), otherwise it follows the
-/// input's split (row-parallel, no claim); an embedding table is split
-/// along the vocabulary (VocabParallelEmbedding).
+/// input's split (row-parallel, no claim); a weight with one output feature
+/// (a classifier's logit) has nothing to split and stays whole; an embedding
+/// table is split along the vocabulary (VocabParallelEmbedding).
 LogicalResult
 claimMegatronWeights(Operation *op, const ShardingRule &rule,
                      ArrayRef<std::optional<SmallVector<Claim>>> operandClaims,
@@ -71,9 +72,11 @@ claimMegatronWeights(Operation *op, const ShardingRule &rule,
         llvm::any_of(*operandClaims[0], [&](const Claim &c) {
           return rule.getKind(c.factor) == FactorKind::Reduction;
         });
-    if (contractionSplit)
+    const DimFactors &outputs = rule.getResultFactors()[0].back();
+    if (contractionSplit ||
+        (!outputs.empty() && rule.getFactors()[outputs.front()].size == 1))
       return success();
-    return claim(rhs, rule.getResultFactors()[0].back(), "output features");
+    return claim(rhs, outputs, "output features");
   }
   if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
     if (!engine.isUndecided(embedding.getTable()))

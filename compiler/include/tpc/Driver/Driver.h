@@ -12,17 +12,21 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace tpc::driver {
 
-/// A HuggingFace config.json (and the generation_config.json beside it) as
-/// the tp dialect's textual IR: tpc-import's output for `batch` sequences of
-/// `seq` tokens, with KV-cache programs when `kvCache` > 0.
-llvm::Expected<std::string> importTransformer(llvm::StringRef configPath,
-                                              int64_t batch, int64_t seq,
-                                              int64_t kvCache = 0);
+/// A config.json (a HuggingFace GPT-2 or LLaMA's, with the
+/// generation_config.json beside it, or a DLRM's) as the tp dialect's
+/// textual IR: tpc-import's output for `batch` sequences of `seq` tokens
+/// (a DLRM: `batch` samples, no `seq`), with KV-cache programs when
+/// `kvCache` > 0.
+llvm::Expected<std::string> importModel(llvm::StringRef configPath,
+                                        int64_t batch,
+                                        std::optional<int64_t> seq,
+                                        int64_t kvCache = 0);
 
 /// A compiled plan and what the pipeline reported while compiling it (the
 /// communication per rank of each program, mode=auto's choice), one line
@@ -32,7 +36,7 @@ struct CompiledPlan {
   std::vector<std::string> remarks;
 };
 
-/// Parses `moduleText` (a tp module, as importTransformer returns), runs
+/// Parses `moduleText` (a tp module, as importModel returns), runs
 /// tp-pipeline with `pipelineOptions` (its textual options, e.g. "mode=1d
 /// grid=2 precision=bf16") and serialises the result as a plan. The error
 /// joins every error the pipeline reported.

@@ -636,12 +636,15 @@ LogicalResult PlanEmitter::emitProgram(func::FuncOp func) {
       kind = fb::InputKind::CacheMap;
     else if (role && role.getValue() == "cache_rows")
       kind = fb::InputKind::CacheRows;
+    else if (role && role.getValue() == "dense")
+      kind = fb::InputKind::Dense;
     else
       return func.emitOpError()
              << "plan: argument #" << idx
              << " needs tp.param, tp.cache or tp.input = \"tokens\" | "
                 "\"targets\" | \"positions\" | \"step\" | "
-                "\"hyperparameters\" | \"cache_map\" | \"cache_rows\"";
+                "\"hyperparameters\" | \"cache_map\" | \"cache_rows\" | "
+                "\"dense\"";
     // A cache's inputs name their table, a parameter seen before them.
     uint32_t cachedParam = 0;
     if (kind == fb::InputKind::CacheMap || kind == fb::InputKind::CacheRows) {

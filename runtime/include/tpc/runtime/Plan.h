@@ -41,6 +41,9 @@ inline bool isCacheInput(plan::InputKind kind) {
 /// The minor version with stage cuts (stage rebalancing): Pipeline.cuts and
 /// layer_seconds, Program.cuts, Param.cut_stages.
 inline constexpr uint32_t kPlanStageCutsMinor = 13;
+/// The minor version with dense feature inputs (InputKind Dense) and the
+/// Relu, ReluGrad op kinds: the DLRM.
+inline constexpr uint32_t kPlanDenseMinor = 15;
 
 class PlanError : public std::runtime_error {
 public:
@@ -112,6 +115,11 @@ public:
   /// The vocabulary size: rows of the table the token ids index (the
   /// embedding's parameter, whole), or 0 if no program embeds tokens.
   int64_t vocabularySize() const;
+  /// The classes a target may name: the whole last dimension of the logits
+  /// of @train_step's (else @loss's) cross-entropy (a language model's
+  /// vocabulary; 2 for a DLRM's click labels); vocabularySize() when
+  /// neither program has one.
+  int64_t targetClasses() const;
   /// The ids generation stops at: the plan's eos_token_ids (1.11, resolved
   /// by tpc-import as HuggingFace does), or for older plans the eos_token_id
   /// of the config.json it carries; only ids inside the vocabulary.
