@@ -16,6 +16,7 @@
 #include "tpc/runtime/Checksum.h"
 #include "tpc/runtime/Comm.h"
 #include "tpc/runtime/Plan.h"
+#include "tpc/runtime/RunReport.h"
 #include "tpc/runtime/Session.h"
 #include "tpc/runtime/Tokens.h"
 
@@ -47,6 +48,9 @@ using TokenArray = py::array_t<int32_t, py::array::c_style>;
 std::span<const int32_t> idsOf(const TokenArray &array) {
   return {array.data(), size_t(array.size())};
 }
+
+/// A DLRM's dense features, C-contiguous float32 (tpc/__init__.py converts).
+using FeatureArray = py::array_t<float, py::array::c_style>;
 
 /// Every rank must pass the same value (the same batch, prompts, paths).
 void agreeOn(std::span<const std::byte> bytes, const std::string &what) {
@@ -164,6 +168,34 @@ public:
     settings = std::move(next);
   }
 
+  /// This rank's cached tables, as tp-run's metrics report them (JSON).
+  std::string embeddingCaches() const {
+    return embeddingCachesJson(
+               embeddingCacheReports(session->plan(), session->params()))
+        .dump();
+  }
+
+  std::vector<int64_t> targetsShape() {
+    runTogether(Comm::world(), [&] { startTrainer(); });
+    return trainer->targetsShape();
+  }
+  std::vector<int64_t> denseShape() {
+    runTogether(Comm::world(), [&] { startTrainer(); });
+    return trainer->denseShape();
+  }
+
+  /// Ranks every cached embedding table's rows by how often `ids` (the
+  /// training ids in step order) use them, as tp-run train does before
+  /// step 1.
+  void rankCachedRows(const TokenArray &ids) {
+    if (started)
+      throw std::invalid_argument(
+          "rank_cached_rows comes before the first train_step");
+    runTogether(Comm::world(), [&] { startTrainer(); });
+    agreeOn(std::as_bytes(idsOf(ids)), "ids");
+    runTogether(Comm::world(), [&] { trainer->rankCachedRows(idsOf(ids)); });
+  }
+
   /// Continues from a checkpoint (its parameters, AdamW's moments, step).
   int64_t resume(const std::string &path) {
     if (trainer && trainer->nextStep() > 1)
@@ -176,15 +208,36 @@ public:
     return step;
   }
 
-  double trainStep(const TokenArray &tokens, const TokenArray &targets) {
+  double trainStep(const TokenArray &tokens, const TokenArray &targets,
+                   std::optional<FeatureArray> dense,
+                   std::optional<TokenArray> nextTokens) {
     runTogether(Comm::world(), [&] {
       startTrainer();
       checkShape(tokens, trainer->tokensShape(), "tokens");
-      checkShape(targets, trainer->tokensShape(), "targets");
+      if (nextTokens)
+        checkShape(*nextTokens, trainer->tokensShape(), "next_tokens");
+      checkShape(targets, trainer->targetsShape(), "targets");
+      if (trainer->denseShape().empty() && dense)
+        throw std::invalid_argument(
+            "dense features given, but the plan's train_step takes none");
+      if (!trainer->denseShape().empty()) {
+        if (!dense)
+          throw std::invalid_argument(
+              "the plan's train_step takes dense features: pass dense=");
+        checkShape(*dense, trainer->denseShape(), "dense");
+      }
     });
     std::span<const int32_t> ids = idsOf(tokens), next = idsOf(targets);
+    std::span<const float> features;
+    if (dense)
+      features = {dense->data(), size_t(dense->size())};
     agreeOn(std::as_bytes(ids), "tokens");
     agreeOn(std::as_bytes(next), "targets");
+    agreeOn(std::as_bytes(features), "dense features");
+    std::span<const int32_t> ahead;
+    if (nextTokens)
+      ahead = idsOf(*nextTokens);
+    agreeOn(std::as_bytes(ahead), "next tokens");
     return collectively([&] {
       if (!started) {
         // Known speeds split the blocks before the first step.
@@ -192,7 +245,7 @@ public:
           events.push_back(std::move(*given));
         started = true;
       }
-      StepOutcome outcome = trainer->step(ids, next);
+      StepOutcome outcome = trainer->step(ids, next, ahead, features);
       if (outcome.rebalance)
         events.push_back(std::move(*outcome.rebalance));
       lastRecord = outcome.record;
@@ -328,8 +381,9 @@ private:
         settings->rebalance);
   }
 
-  static void checkShape(const TokenArray &array,
-                         const std::vector<int64_t> &shape, const char *what) {
+  template <typename Array>
+  static void checkShape(const Array &array, const std::vector<int64_t> &shape,
+                         const char *what) {
     std::vector<int64_t> given(array.shape(), array.shape() + array.ndim());
     if (given != shape) {
       auto text = [](const std::vector<int64_t> &dims) {
@@ -361,11 +415,11 @@ PYBIND11_MODULE(_tpc, m) {
             "runtime's Session (use the tpc package)";
 
   m.def(
-      "import_transformer",
-      [](const std::string &configPath, int64_t batch, int64_t seq,
-         int64_t kvCache) {
+      "import_model",
+      [](const std::string &configPath, int64_t batch,
+         std::optional<int64_t> seq, int64_t kvCache) {
         return valueOrRaise(
-            tpc::driver::importTransformer(configPath, batch, seq, kvCache));
+            tpc::driver::importModel(configPath, batch, seq, kvCache));
       },
       py::arg("config_path"), py::arg("batch"), py::arg("seq"),
       py::arg("kv_cache") = 0);
@@ -424,7 +478,11 @@ PYBIND11_MODULE(_tpc, m) {
            py::arg("min_gain"))
       .def("resume", &PySession::resume, py::arg("path"))
       .def("train_step", &PySession::trainStep, py::arg("tokens"),
-           py::arg("targets"))
+           py::arg("targets"), py::arg("dense"), py::arg("next_tokens"))
+      .def("rank_cached_rows", &PySession::rankCachedRows, py::arg("ids"))
+      .def_property_readonly("targets_shape", &PySession::targetsShape)
+      .def_property_readonly("dense_shape", &PySession::denseShape)
+      .def_property_readonly("embedding_caches", &PySession::embeddingCaches)
       .def("evaluate", &PySession::evaluate, py::arg("tokens"),
            py::arg("targets"), py::arg("program"))
       .def("generate", &PySession::generate, py::arg("prompts"),

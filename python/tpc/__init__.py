@@ -70,16 +70,19 @@ class Module:
         _write_atomically(path, self.text.encode())
 
 
-def import_config(config_path, batch, seq, kv_cache=0):
-    """The model a HuggingFace config.json describes (and the
-    generation_config.json beside it), for steps of `batch` sequences of `seq`
-    tokens; with `kv_cache` > 0 also the generation programs over KV caches of
-    that many positions (tpc-import --kv-cache)."""
+def import_config(config_path, batch, seq=None, kv_cache=0):
+    """The model a config.json describes: a HuggingFace GPT-2 or LLaMA (and
+    the generation_config.json beside it), for steps of `batch` sequences of
+    `seq` tokens, with `kv_cache` > 0 also the generation programs over KV
+    caches of that many positions (tpc-import --kv-cache); or a DLRM
+    (model_type "dlrm", docs/dlrm.md), for steps of `batch` samples and no
+    `seq`."""
     _check_int("batch", batch, 1)
-    _check_int("seq", seq, 1)
+    if seq is not None:
+        _check_int("seq", seq, 1)
     _check_int("kv_cache", kv_cache, 0)
-    return Module(_tpc.import_transformer(_os.fspath(config_path), batch, seq,
-                                          kv_cache))
+    return Module(_tpc.import_model(_os.fspath(config_path), batch, seq,
+                                    kv_cache))
 
 
 def import_hf(directory, batch, seq, kv_cache=0):
@@ -179,6 +182,18 @@ def _as_token_array(value, what):
     return _np.ascontiguousarray(value, dtype=_np.int32)
 
 
+def _as_feature_array(value, what):
+    """float32, C-contiguous, as _as_token_array."""
+    if not isinstance(value, _np.ndarray):
+        if hasattr(value, "__dlpack__"):
+            value = _np.from_dlpack(value)
+        else:
+            value = _np.asarray(value)
+    if value.dtype.kind != "f":
+        raise ValueError(f"{what} must hold floats, not {value.dtype}")
+    return _np.ascontiguousarray(value, dtype=_np.float32)
+
+
 class Session:
     """A plan opened on this rank: the grid, the device and the parameters.
 
@@ -216,11 +231,48 @@ class Session:
             rebalance_window, rebalance_patience, float(rebalance_threshold),
             float(rebalance_min_gain))
 
-    def train_step(self, tokens, targets):
-        """One AdamW step on [batch, seq] tokens and their targets; returns the
-        loss (the mean cross-entropy before the update)."""
-        return self._native.train_step(_as_token_array(tokens, "tokens"),
-                                       _as_token_array(targets, "targets"))
+    def train_step(self, tokens, targets, dense=None, next_tokens=None):
+        """One AdamW step on [batch, seq] tokens and their targets (a DLRM:
+        [batch, ids per sample] ids, [batch, 1] 0/1 labels and dense, the
+        [batch, 1, features] float32 dense features); returns the loss (the
+        mean cross-entropy before the update). next_tokens, the next step's
+        tokens when known, let cached embedding tables gather that step's
+        rows while this one runs (the lookahead)."""
+        return self._native.train_step(
+            _as_token_array(tokens, "tokens"),
+            _as_token_array(targets, "targets"),
+            None if dense is None else _as_feature_array(dense, "dense"),
+            None if next_tokens is None else _as_token_array(next_tokens, "next_tokens"))
+
+    @property
+    def targets_shape(self):
+        """train_step's targets: [batch, seq], a DLRM's [batch, 1]."""
+        return self._native.targets_shape
+
+    @property
+    def dense_shape(self):
+        """train_step's dense features, [batch, 1, features] (a DLRM's); []
+        when it takes none."""
+        return self._native.dense_shape
+
+    @property
+    def embedding_caches(self):
+        """This rank's cached embedding tables and what their caches did so
+        far (tp-run --metrics' embedding_caches): slots, block_rows, lookups,
+        misses, hit_rate, rows and bytes fetched and written back, seconds,
+        rows_prefetched, lookahead_seconds, lookaheads_skipped."""
+        import json
+        return json.loads(self._native.embedding_caches)
+
+    def rank_cached_rows(self, ids):
+        """Before the first step of a plan with cached embedding tables
+        (tp-pipeline embedding-cache=RATIO): ranks each table's rows by how
+        often `ids`, the training ids in step order, use them, so the cache
+        keeps the most frequent (tp-run train does this with its token
+        file); without it rows rank by id. After resume the checkpoint's
+        ranking stands and `ids` only size the caches' batches."""
+        self._native.rank_cached_rows(
+            _as_token_array(ids, "ids").reshape(-1))
 
     @property
     def step(self):

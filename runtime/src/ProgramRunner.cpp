@@ -202,28 +202,64 @@ std::vector<uint64_t> &ProgramRunner::inputStorage(plan::InputKind kind,
   return inputs[i];
 }
 
-void ProgramRunner::setInput(plan::InputKind kind,
-                             std::span<const int32_t> values) {
+const std::vector<int64_t> &
+ProgramRunner::wholeInputShape(plan::InputKind kind) const {
+  return inputBlocks[inputIndex(kind)].globalShape;
+}
+
+void ProgramRunner::setInputBlock(plan::InputKind kind, plan::DType dtype,
+                                  const std::byte *values, size_t count) {
   size_t i = inputIndex(kind);
   const ParamBlock &block = inputBlocks[i];
+  const plan::Tensor &tensor =
+      *program->tensors()->Get(program->inputs()->Get(i)->tensor());
+  if (tensor.dtype() != dtype)
+    throw std::runtime_error(
+        std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
+        dtypeName(tensor.dtype()) + " values, not " + dtypeName(dtype));
   int64_t whole = 1;
   for (int64_t d : block.globalShape)
     whole *= d;
-  if (int64_t(values.size()) != whole)
+  if (int64_t(count) != whole)
     throw std::runtime_error(
         std::string("input ") + plan::EnumNameInputKind(kind) + " holds " +
-        std::to_string(values.size()) + " values, the program expects " +
+        std::to_string(count) + " values, the program expects " +
         std::to_string(whole));
+  // This rank's block, one innermost run at a time.
+  const size_t size = size_t(dtypeSize(dtype));
+  const size_t rank = block.shape.size();
+  const int64_t run = block.shape.back();
+  int64_t runs = 1;
+  for (size_t d = 0; d + 1 < rank; ++d)
+    runs *= block.shape[d];
+  auto *out = reinterpret_cast<std::byte *>(inputs[i].data());
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t r = 0; r < runs; ++r) {
+    int64_t from = 0;
+    for (size_t d = 0; d < rank; ++d)
+      from = from * block.globalShape[d] + block.offset[d] + index[d];
+    std::memcpy(out + size_t(r * run) * size, values + size_t(from) * size,
+                size * size_t(run));
+    for (size_t d = rank - 1; d-- > 0;) {
+      if (++index[d] < block.shape[d])
+        break;
+      index[d] = 0;
+    }
+  }
+}
+
+void ProgramRunner::setInput(plan::InputKind kind,
+                             std::span<const int32_t> values) {
+  setInputBlock(kind, plan::DType::I32, std::as_bytes(values).data(),
+                values.size());
   if (kind == plan::InputKind::Tokens && readsCachedTables)
     wholeTokens.assign(values.begin(), values.end());
-  // This rank's block, row by row (tokens and targets are [batch, seq]).
-  auto *out = reinterpret_cast<int32_t *>(inputs[i].data());
-  const int64_t rows = block.shape[0], columns = block.shape[1];
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out + r * columns,
-                values.data() + (block.offset[0] + r) * block.globalShape[1] +
-                    block.offset[1],
-                sizeof(int32_t) * size_t(columns));
+}
+
+void ProgramRunner::setInput(plan::InputKind kind,
+                             std::span<const float> values) {
+  setInputBlock(kind, plan::DType::F32, std::as_bytes(values).data(),
+                values.size());
 }
 
 void ProgramRunner::setNextTokens(std::span<const int32_t> values) {

@@ -18,6 +18,32 @@ RunReport::RunReport(Mode mode) {
   root["threads"] = cpu::numThreads();
 }
 
+nlohmann::ordered_json
+embeddingCachesJson(const std::vector<EmbeddingCacheReport> &caches) {
+  // This rank's caches: lookups are the batches' ids in the rank's block.
+  nlohmann::ordered_json json = nlohmann::ordered_json::array();
+  for (const EmbeddingCacheReport &cache : caches) {
+    const CacheStats &s = cache.stats;
+    json.push_back(
+        {{"name", cache.name},
+         {"slots", cache.slots},
+         {"block_rows", cache.blockRows},
+         {"lookups", s.lookups},
+         {"misses", s.misses},
+         {"hit_rate",
+          s.lookups ? 1.0 - double(s.misses) / double(s.lookups) : 1.0},
+         {"rows_fetched", s.rowsFetched},
+         {"rows_written_back", s.rowsWrittenBack},
+         {"bytes_fetched", s.bytesFetched},
+         {"bytes_written_back", s.bytesWrittenBack},
+         {"seconds", s.seconds},
+         {"rows_prefetched", s.rowsPrefetched},
+         {"lookahead_seconds", s.lookaheadSeconds},
+         {"lookaheads_skipped", s.lookaheadsSkipped}});
+  }
+  return json;
+}
+
 int64_t RunReport::maxRssBytes() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
@@ -117,30 +143,8 @@ void RunReport::setTraining(const LoadedPlan &plan, const TrainConfig &config,
                      {"lr", r.learningRate},
                      {"seconds", r.seconds}});
   root["loss_curve"] = std::move(curve);
-  if (!result.embeddingCaches.empty()) {
-    // This rank's caches: lookups are the batches' ids in the rank's block.
-    nlohmann::ordered_json caches = nlohmann::ordered_json::array();
-    for (const EmbeddingCacheReport &cache : result.embeddingCaches) {
-      const CacheStats &s = cache.stats;
-      caches.push_back(
-          {{"name", cache.name},
-           {"slots", cache.slots},
-           {"block_rows", cache.blockRows},
-           {"lookups", s.lookups},
-           {"misses", s.misses},
-           {"hit_rate",
-            s.lookups ? 1.0 - double(s.misses) / double(s.lookups) : 1.0},
-           {"rows_fetched", s.rowsFetched},
-           {"rows_written_back", s.rowsWrittenBack},
-           {"bytes_fetched", s.bytesFetched},
-           {"bytes_written_back", s.bytesWrittenBack},
-           {"seconds", s.seconds},
-           {"rows_prefetched", s.rowsPrefetched},
-           {"lookahead_seconds", s.lookaheadSeconds},
-           {"lookaheads_skipped", s.lookaheadsSkipped}});
-    }
-    root["embedding_caches"] = std::move(caches);
-  }
+  if (!result.embeddingCaches.empty())
+    root["embedding_caches"] = embeddingCachesJson(result.embeddingCaches);
   if (!result.rankComputeSeconds.empty())
     root["rank_compute_seconds"] = result.rankComputeSeconds;
   if (config.evalEvery > 0) {

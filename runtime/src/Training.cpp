@@ -173,6 +173,10 @@ Trainer::Trainer(const LoadedPlan &plan, ParamStore &params, GridComm *comm,
   stepTiming = balancer.enabled();
   makeRunner();
   shape = runner->tokensShape();
+  targetShape = runner->wholeInputShape(plan::InputKind::Targets);
+  if (runner->hasInput(plan::InputKind::Dense))
+    denseFeatureShape = runner->wholeInputShape(plan::InputKind::Dense);
+  targetClasses = this->plan.targetClasses();
 }
 
 void Trainer::rankCachedRows(std::span<const int32_t> stream) {
@@ -259,11 +263,30 @@ std::optional<RebalanceEvent> Trainer::applyRankSpeeds() {
 
 StepOutcome Trainer::step(std::span<const int32_t> tokens,
                           std::span<const int32_t> targets,
-                          std::span<const int32_t> nextTokens) {
-  for (auto [values, what] :
-       {std::pair{tokens, "tokens"}, std::pair{targets, "targets"}})
-    checkTokenBatch(values, shape[0], shape[1], plan.vocabularySize(), what,
-                    "the plan's step");
+                          std::span<const int32_t> nextTokens,
+                          std::span<const float> dense) {
+  checkTokenBatch(tokens, shape[0], shape[1], plan.vocabularySize(), "tokens",
+                  "the plan's step");
+  checkTokenBatch(targets, targetShape[0], targetShape[1], 0, "targets",
+                  "the plan's step");
+  for (size_t i = 0; i < targets.size(); ++i)
+    if (targets[i] < 0 || targets[i] >= targetClasses)
+      throw std::runtime_error("targets: entry " + std::to_string(i) + " is " +
+                               std::to_string(targets[i]) +
+                               ", outside the loss's " +
+                               std::to_string(targetClasses) + " classes");
+  int64_t denseValues = 1;
+  for (int64_t d : denseFeatureShape)
+    denseValues *= d;
+  if (denseFeatureShape.empty() ? !dense.empty()
+                                : int64_t(dense.size()) != denseValues)
+    throw std::invalid_argument(
+        denseFeatureShape.empty()
+            ? "dense features given, but the plan's step takes none"
+            : "dense: " + std::to_string(dense.size()) +
+                  " values; the plan's step takes [" +
+                  std::to_string(denseFeatureShape[0]) + ", 1, " +
+                  std::to_string(denseFeatureShape[2]) + "]");
   const int64_t step = next;
   // A stage rebalance after the last step switched the stage cut.
   if (params.blocks().cut() != runnerCut)
@@ -271,6 +294,8 @@ StepOutcome Trainer::step(std::span<const int32_t> tokens,
   ProgramRunner &runner = *this->runner;
   runner.setInput(plan::InputKind::Tokens, tokens);
   runner.setInput(plan::InputKind::Targets, targets);
+  if (!dense.empty())
+    runner.setInput(plan::InputKind::Dense, dense);
   runner.setNextTokens(nextTokens);
   runner.setStep(step);
   runner.setComputeStretch(balancer.stretch(step));

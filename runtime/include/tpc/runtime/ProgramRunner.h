@@ -39,10 +39,15 @@ public:
   /// The KV caches a generation program reads and writes (required before
   /// run() when it has any; on this runner's backend).
   void setCaches(KvCaches *caches);
-  /// Sets tokens or targets from the whole [batch, seq] values (every rank
-  /// passes the same); a rank whose input is split over the grid keeps its
-  /// block. Throws if the size differs from tokensShape().
+  /// Sets tokens, targets or positions from the whole [batch, seq] values
+  /// (every rank passes the same); a rank whose input is split over the grid
+  /// keeps its block. Throws if the size differs from the input's whole
+  /// shape.
   void setInput(plan::InputKind kind, std::span<const int32_t> values);
+  /// The same for the dense features, f32 [batch, 1, features].
+  void setInput(plan::InputKind kind, std::span<const float> values);
+  /// The whole shape of input `kind` (of all ranks' blocks together).
+  const std::vector<int64_t> &wholeInputShape(plan::InputKind kind) const;
   /// The next run's whole tokens, when known: cached embedding tables plan
   /// and gather that run's rows while this one runs (the lookahead). For
   /// the next run() only.
@@ -92,6 +97,10 @@ public:
   uint64_t inputBytes() const;
 
 private:
+  /// Copies this rank's block of input `kind` from its whole `count`
+  /// values of type `dtype`.
+  void setInputBlock(plan::InputKind kind, plan::DType dtype,
+                     const std::byte *values, size_t count);
   /// Where `tensor` lives: host memory, or device memory when the backend
   /// is not host-visible.
   std::byte *storage(uint32_t tensor);

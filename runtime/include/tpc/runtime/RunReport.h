@@ -18,6 +18,11 @@
 
 namespace tpc::runtime {
 
+/// The report's "embedding_caches" section: one object per cached table of
+/// this rank (hit rate, rows and bytes each way, seconds).
+nlohmann::ordered_json
+embeddingCachesJson(const std::vector<EmbeddingCacheReport> &caches);
+
 class RunReport {
 public:
   /// Version 1: the fields tp-run wrote before there was a version, under

@@ -225,14 +225,22 @@ public:
   /// given. Collective; before the first step.
   std::optional<RebalanceEvent> applyRankSpeeds();
 
-  /// Runs step nextStep() on whole [batch, seq] `tokens` and `targets` (the
-  /// same on every rank; each takes its block). Throws std::invalid_argument
-  /// for a wrong size or a token outside the vocabulary. Collective.
-  /// `nextTokens`, the next step's tokens when known, let cached embedding
-  /// tables fetch that step's rows while this one runs.
+  /// [batch, seq] of the targets ([batch, 1] for a DLRM's labels).
+  const std::vector<int64_t> &targetsShape() const { return targetShape; }
+  /// [batch, 1, features] of the dense features a DLRM's step takes; empty
+  /// when the plan has none.
+  const std::vector<int64_t> &denseShape() const { return denseFeatureShape; }
+
+  /// Runs step nextStep() on whole `tokens` and `targets` (the same on every
+  /// rank; each takes its block) and, when the plan takes them, the whole
+  /// `dense` features. Throws std::invalid_argument for a wrong size, a
+  /// token outside the vocabulary or a target outside the loss's classes.
+  /// Collective. `nextTokens`, the next step's tokens when known, let cached
+  /// embedding tables fetch that step's rows while this one runs.
   StepOutcome step(std::span<const int32_t> tokens,
                    std::span<const int32_t> targets,
-                   std::span<const int32_t> nextTokens = {});
+                   std::span<const int32_t> nextTokens = {},
+                   std::span<const float> dense = {});
 
   /// Writes a checkpoint after the last step run into `dir` (whole
   /// parameters, gathered; written by the grid's first rank, whose path it
@@ -261,12 +269,17 @@ private:
   bool stepTiming = false;
   Rebalancer balancer;
   std::array<float, 5> settings;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape, targetShape, denseFeatureShape;
+  int64_t targetClasses = 0;
   int64_t next = 1;
   /// The cached tables' whole-table rankings (rankCachedRows, or a
   /// resumed checkpoint's), which checkpoints keep.
   std::map<std::string, std::vector<int64_t>> embeddingOrders;
 };
+
+/// This rank's cached embedding tables and what their caches did.
+std::vector<EmbeddingCacheReport>
+embeddingCacheReports(const LoadedPlan &plan, const ParamStore &params);
 
 /// Runs @train_step from step 1 (or after the resumed checkpoint) through
 /// config.steps, telling `observer` of each step, writing checkpoints as
