@@ -133,9 +133,19 @@ private:
     return tp::AddOp::create(b, loc, lhs, rhs);
   }
   /// nn.Linear layers ([out, in] weights, used with transpose_rhs), ReLU
-  /// after each but the last when `lastLinear`.
+  /// after each but the last when `lastLinear`; each a layer.
   Value mlp(Value x, StringRef prefix, ArrayRef<int64_t> widths,
             bool lastLinear);
+  Operation *lastOp() { return body->empty() ? nullptr : &body->back(); }
+  /// Tags the ops emitted after `start` (null: from the beginning) with the
+  /// next `tp.layer`: the unit of recomputation and of pipeline stages.
+  void markLayer(Operation *start) {
+    auto it = start ? std::next(start->getIterator()) : body->begin();
+    for (Operation &op : llvm::make_range(it, body->end()))
+      op.setAttr(tp::TPDialect::LayerAttrHelper::getNameStr(),
+                 b.getI64IntegerAttr(nextLayer));
+    ++nextLayer;
+  }
 
   OpBuilder b;
   const DlrmConfig &config;
@@ -144,12 +154,14 @@ private:
   Block *body = nullptr;
   Location loc = UnknownLoc::get(b.getContext());
   SmallVector<ParamSpec> params;
+  int64_t nextLayer = 0;
 };
 } // namespace
 
 Value DlrmEmitter::mlp(Value x, StringRef prefix, ArrayRef<int64_t> widths,
                        bool lastLinear) {
   for (auto [layer, out] : llvm::enumerate(widths)) {
+    Operation *start = lastOp();
     const int64_t in = shape(x).back();
     std::string name = (prefix + "." + std::to_string(layer)).str();
     setLoc(name);
@@ -163,6 +175,7 @@ Value DlrmEmitter::mlp(Value x, StringRef prefix, ArrayRef<int64_t> widths,
             bias);
     if (!lastLinear || layer + 1 < widths.size())
       x = tp::ReluOp::create(b, loc, x);
+    markLayer(start);
   }
   return x;
 }
@@ -170,6 +183,7 @@ Value DlrmEmitter::mlp(Value x, StringRef prefix, ArrayRef<int64_t> widths,
 func::FuncOp DlrmEmitter::build(ModuleOp module, StringRef name,
                                 bool withLoss) {
   params.clear();
+  nextLayer = 0;
   const int64_t tables = config.numTables(), bag = config.bagSize,
                 dim = config.embeddingDim, features = tables + 1,
                 pairs = features * (features - 1) / 2;
@@ -191,6 +205,8 @@ func::FuncOp DlrmEmitter::build(ModuleOp module, StringRef name,
   Value bottom = mlp(dense, "dense_arch", config.denseLayers,
                      /*lastLinear=*/false); // [B, 1, D]
 
+  // The sparse features and the interaction: one layer.
+  Operation *sparseStart = lastOp();
   setLoc("sparse_arch");
   Value table = param("sparse_arch.embedding.weight", {config.totalRows(), dim},
                       false, config.initializerRange);
@@ -222,6 +238,7 @@ func::FuncOp DlrmEmitter::build(ModuleOp module, StringRef name,
     joined = add(joined, place(part, {batch, 1, dim + pairs}, {0, 0, column}));
     column += count;
   }
+  markLayer(sparseStart);
 
   Value logits = mlp(joined, "over_arch", config.overLayers,
                      /*lastLinear=*/true); // [B, 1, 1]

@@ -119,3 +119,27 @@ func.func @loss(%wte: tensor<16x8xf32> {tp.param = "wte", tp.init = "zeros"},
   %l = tp.cross_entropy %logits, %targets : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A sum pooling (a DLRM's embedding bags, [B, T, L, D] summed over L): its
+// VJP broadcasts the cotangent back over L by a product with a fill of only
+// the reduced dimension ([L, 1]: no batch dimension, so nothing of it is
+// split or moved with the batch). reduce_mean's fill holds 1/count.
+// CHECK-LABEL: func.func @gradients(%{{.*}}: tensor<2x3x5x4xf32>
+// CHECK: %[[DP:.*]] = tp.cross_entropy_grad
+// CHECK: %[[KEPT:.*]] = tp.reshape %[[DP]] : (tensor<2x3x4xf32>) -> tensor<2x3x1x4xf32>
+// CHECK-NEXT: %[[FILL:.*]] = tp.constant 1.000000e+00 : tensor<5x1xf32>
+// CHECK-NEXT: %[[DBAGS:.*]] = tp.mul %[[KEPT]], %[[FILL]] : (tensor<2x3x1x4xf32>, tensor<5x1xf32>) -> tensor<2x3x5x4xf32>
+// CHECK: %[[QUARTER:.*]] = tp.constant 2.500000e-01 : tensor<4xf32>
+// CHECK-NEXT: tp.mul %{{.*}}, %[[QUARTER]] : (tensor<2x3x5x1xf32>, tensor<4xf32>) -> tensor<2x3x5x4xf32>
+func.func @loss(%x: tensor<2x3x5x4xf32> {tp.param = "x", tp.init = "zeros"},
+                %tokens: tensor<2x3xi32> {tp.input = "tokens"},
+                %targets: tensor<2x3xi32> {tp.input = "targets"}) -> tensor<f32> {
+  %m = tp.reduce_mean %x {dims = array<i64: 3>} : (tensor<2x3x5x4xf32>) -> tensor<2x3x5xf32>
+  %r = tp.reshape %m : (tensor<2x3x5xf32>) -> tensor<2x3x5x1xf32>
+  %b = tp.mul %x, %r : (tensor<2x3x5x4xf32>, tensor<2x3x5x1xf32>) -> tensor<2x3x5x4xf32>
+  %p = tp.reduce_sum %b {dims = array<i64: 2>} : (tensor<2x3x5x4xf32>) -> tensor<2x3x4xf32>
+  %l = tp.cross_entropy %p, %targets : (tensor<2x3x4xf32>, tensor<2x3xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -6,7 +6,9 @@
 #  1. one rank, the tables resident, equals PyTorch's DLRM of
 #     nn.EmbeddingBag(mode="sum") per table, TorchRec's interaction and
 #     BCEWithLogits (dlrm_reference.py) with torch.optim.AdamW; row-split
-#     over 1D 2 and batch-split over dp 2 x 1D 2 too;
+#     over 1D 2, batch-split over dp 2 x 1D 2, in 2 micro-batches and in 2
+#     pipeline stages (the MLP layers and the interaction are its layers)
+#     too;
 #  2. the tables cached (embedding-cache=1) equal PyTorch's row-sparse AdamW;
 #     cached at ratios that evict, on one rank, on 1D 2 (each rank caches
 #     its block of rows) and on staged-cpu, every run equals the same grid's
@@ -121,6 +123,12 @@ reference tp2
 compile dp2tp2 "mode=1d grid=2 dp=2"
 run dp2tp2 4
 reference dp2tp2
+compile mb2 "mode=1d grid=2 microbatches=2"
+run mb2 2
+reference mb2
+compile pp2 "mode=1d grid=1 pp=2 microbatches=2"
+run pp2 2
+reference pp2
 
 echo "== cached tables: PyTorch's row-sparse AdamW, bit-equal at every ratio"
 compile one-r1 "embedding-cache=1"

@@ -130,7 +130,9 @@ private:
   int64_t stageOfOp(Operation *op) const {
     return physical(virtualStage.lookup(op));
   }
-  bool isTokenInput(BlockArgument arg) const;
+  /// Whether `arg` is split by the batch (tokens, targets, dense features):
+  /// each micro-batch reads its slice.
+  bool isBatchInput(BlockArgument arg) const;
   /// The parameter argument a parameter or moment argument belongs to.
   std::optional<unsigned> paramOf(BlockArgument arg) const;
   /// The stage owning argument `arg` (a parameter or moment), if it is one.
@@ -184,11 +186,12 @@ private:
   SmallVector<func::FuncOp> stageFuncs;
 };
 
-bool StageSplitter::isTokenInput(BlockArgument arg) const {
+bool StageSplitter::isBatchInput(BlockArgument arg) const {
   auto input = step.getArgAttrOfType<StringAttr>(
       arg.getArgNumber(), TPDialect::InputAttrHelper::getNameStr());
   return input &&
-         (input.getValue() == "tokens" || input.getValue() == "targets");
+         (input.getValue() == "tokens" || input.getValue() == "targets" ||
+          input.getValue() == "dense");
 }
 
 StageSplitter::StageSplitter(ModuleOp module, func::FuncOp step, GridOp grid,
@@ -240,7 +243,7 @@ void StageSplitter::forEachMicroOperand(
 
 Phase StageSplitter::phaseOf(Value v) const {
   if (auto arg = dyn_cast<BlockArgument>(v))
-    return isTokenInput(arg) ? Phase::Micro : Phase::Invariant;
+    return isBatchInput(arg) ? Phase::Micro : Phase::Invariant;
   return phase.lookup(v.getDefiningOp());
 }
 
@@ -669,7 +672,7 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
       continue;
     Type type = arg.getType();
     NamedAttrList attrs(step.getArgAttrDict(i));
-    if (isTokenInput(arg)) {
+    if (isBatchInput(arg)) {
       auto tokens = tensorType(arg);
       SmallVector<int64_t> shape(tokens.getShape());
       shape[0] *= microbatches;
@@ -814,7 +817,7 @@ LogicalResult StageSplitter::buildStage(int64_t s) {
   }
   auto resolve = [&](Value v, int64_t m) -> FailureOr<Value> {
     if (auto arg = dyn_cast<BlockArgument>(v)) {
-      if (!isTokenInput(arg))
+      if (!isBatchInput(arg))
         return invariant.lookup(v);
       Value &block = tokenBlocks[{v.getAsOpaquePointer(), m}];
       if (!block) {

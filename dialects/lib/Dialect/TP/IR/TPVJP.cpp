@@ -91,9 +91,21 @@ Value reductionVJP(VJPEmitter &e, Value input, Value ct, ArrayRef<int64_t> dims,
     kept[d] = 1;
     count *= in[d];
   }
-  Value fill = e.constant(mean ? 1.0 / count : 1.0, tensorType(input));
-  Value spread = e.reshape(ct, kept);
-  return e.mul(fill, e.convert(spread, tensorType(input).getElementType()));
+  // The cotangent broadcast over the reduced dims by a product with a fill
+  // that has only those dims (from the first on; 1 elsewhere): no batch
+  // dimension, so nothing of it is split or moved with the batch.
+  const int64_t first =
+      dims.empty() ? int64_t(in.size()) : *llvm::min_element(dims);
+  SmallVector<int64_t> fillShape;
+  for (int64_t d = first; d < int64_t(in.size()); ++d)
+    fillShape.push_back(llvm::is_contained(dims, d) ? in[d] : 1);
+  Type element = tensorType(input).getElementType();
+  Value spread = e.convert(e.reshape(ct, kept), element);
+  if (fillShape.empty())
+    return spread;
+  Value fill = e.constant(mean ? 1.0 / count : 1.0,
+                          RankedTensorType::get(fillShape, element));
+  return e.mul(spread, fill);
 }
 } // namespace
 
