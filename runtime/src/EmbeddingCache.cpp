@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 
@@ -135,7 +136,8 @@ CachePlanner::CachePlanner(IdFrequencies frequencies, int64_t capacity,
   slotOfRow.assign(size_t(rows), -1);
   rowInSlot.assign(size_t(capacity), -1);
   freeSlots.resize(size_t(capacity));
-  std::iota(freeSlots.begin(), freeSlots.end(), int64_t(0));
+  std::iota(freeSlots.rbegin(), freeSlots.rend(), int64_t(0));
+  usedRows.assign(size_t(rows), 0);
 }
 
 CacheTransfer CachePlanner::warmUp() {
@@ -151,7 +153,7 @@ CacheTransfer CachePlanner::warmUp() {
     transfer.fetchRows.push_back(row);
     transfer.fetchSlots.push_back(s);
   }
-  freeSlots.erase(freeSlots.begin(), freeSlots.begin() + count);
+  freeSlots.resize(freeSlots.size() - size_t(count)); // slots 0..count-1
   return transfer;
 }
 
@@ -169,8 +171,17 @@ CacheTransfer CachePlanner::prepare(std::span<const int32_t> ids,
   checkIds(keep);
   // Rows this batch or the running one use (the latter may not be evicted
   // while it is updated), and this batch's misses, most frequent first.
-  std::vector<char> used(size_t(freq.rows()), 0);
+  std::vector<char> &used = usedRows;
   const std::vector<int64_t> rowsUsed = distinctRows(ids, keep, used);
+  // Every flag clear again on the way out, thrown or not.
+  struct ClearFlags {
+    std::vector<char> &flags;
+    const std::vector<int64_t> &rows;
+    ~ClearFlags() {
+      for (int64_t row : rows)
+        flags[size_t(row)] = 0;
+    }
+  } clearUsed{used, rowsUsed};
   const int64_t distinct = int64_t(rowsUsed.size());
   std::vector<int64_t> missing;
   for (int64_t row : rowsUsed)
@@ -209,11 +220,11 @@ CacheTransfer CachePlanner::prepare(std::span<const int32_t> ids,
       rowInSlot[size_t(slot)] = -1;
       freeSlots.push_back(slot);
     }
-    std::sort(freeSlots.begin(), freeSlots.end());
+    std::sort(freeSlots.begin(), freeSlots.end(), std::greater<int64_t>());
   }
   for (int64_t row : missing) {
-    const int64_t slot = freeSlots.front();
-    freeSlots.erase(freeSlots.begin());
+    const int64_t slot = freeSlots.back();
+    freeSlots.pop_back();
     rowInSlot[size_t(slot)] = row;
     slotOfRow[size_t(row)] = slot;
     transfer.fetchRows.push_back(row);
@@ -226,8 +237,10 @@ bool CachePlanner::fits(std::span<const int32_t> ids,
                         std::span<const int32_t> keep) const {
   checkIds(ids);
   checkIds(keep);
-  std::vector<char> used(size_t(freq.rows()), 0);
-  return int64_t(distinctRows(ids, keep, used).size()) <= capacity();
+  const std::vector<int64_t> rows = distinctRows(ids, keep, usedRows);
+  for (int64_t row : rows)
+    usedRows[size_t(row)] = 0;
+  return int64_t(rows.size()) <= capacity();
 }
 
 std::vector<int32_t> CachePlanner::slotsOf(std::span<const int32_t> ids) const {

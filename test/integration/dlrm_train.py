@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Trains a DLRM plan with the tpc package on every MPI rank (under mpirun).
 
-  dlrm_train.py --plan P.tpplan --model DIR --data DATA.npz --steps N
+  dlrm_train.py --plan P.tpplan [--model DIR] --data DATA.npz --steps N
       --out LOSSES.json [--device cpu|staged-cpu|cuda] [--lr --min-lr --warmup
       --decay-steps --clip] [--export DIR] [--save DIR] [--resume DIR]
       [--no-ranking] [--stop-after K]
@@ -47,7 +47,8 @@ def step_batches(data, batch, steps, first=1):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--plan", required=True)
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", default="",
+                        help="a directory with model.safetensors (default: the plan's init)")
     parser.add_argument("--data", required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--out", required=True)
@@ -66,8 +67,10 @@ def main():
     args = parser.parse_args()
 
     data = dict(np.load(args.data))
-    session = tpc.Session(args.plan, device=args.device,
-                          weights=None if args.resume else os.path.join(args.model, "model.safetensors"))
+    weights = None
+    if args.model and not args.resume:
+        weights = os.path.join(args.model, "model.safetensors")
+    session = tpc.Session(args.plan, device=args.device, weights=weights)
     session.configure_training(args.steps, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
                                decay_steps=args.decay_steps, clip=args.clip)
     first = 1

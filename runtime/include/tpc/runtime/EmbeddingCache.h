@@ -103,7 +103,12 @@ private:
   IdFrequencies freq;
   double warmupRatio;
   std::vector<int64_t> slotOfRow, rowInSlot;
-  std::vector<int64_t> freeSlots; // ascending, taken from the front
+  /// Descending: the lowest free slot is taken, from the back, in O(1)
+  /// (a cache of millions of rows has millions free after its warm-up).
+  std::vector<int64_t> freeSlots;
+  /// One flag per row, all clear between calls: which rows a batch uses,
+  /// without a table-sized allocation per batch.
+  mutable std::vector<char> usedRows;
   int64_t lookupCount = 0, missCount = 0;
 };
 
