@@ -28,9 +28,11 @@ cat > "$out/config.json" <<'JSON'
  "bag_size": 1, "dense_arch_layer_sizes": [128, 64, 16],
  "over_arch_layer_sizes": [256, 128, 1]}
 JSON
-if [ ! -s "$out/data.npz" ]; then
+# Every step a batch of its own (the data never wraps around).
+data=$out/data-$((batch * steps)).npz
+if [ ! -s "$data" ]; then
   "$python" "$root/tools/make-criteo-like.py" --config "$out/config.json" \
-    --samples $((batch * (steps + 1))) --seed 1 --zipf 1.05 --out "$out/data.npz"
+    --samples $((batch * steps)) --seed 1 --zipf 1.05 --out "$data"
 fi
 "$bin/tpc-import" "$out/config.json" --batch $batch -o "$out/model.mlir"
 lscpu | grep -m1 "Model name" || true
@@ -42,7 +44,7 @@ done
 for repeat in $(seq "$repeats"); do
   for ratio in 0.005 0.015 0.05 1 resident; do # interleaved: the same noise for each
     "$python" "$root/test/integration/dlrm_train.py" --plan "$out/r$ratio.tpplan" \
-      --data "$out/data.npz" --steps "$steps" --device staged-cpu \
+      --data "$data" --steps "$steps" --device staged-cpu \
       --out "$out/r$ratio-$repeat.json"
   done
 done
