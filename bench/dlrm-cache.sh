@@ -76,7 +76,9 @@ for r in rows:
     each = " / ".join(f"{a / b:.3f}" for a, b in zip(r[9], resident_each))
     print(f"| {float(r[0]) * 100:g} % | {r[1]} | {r[2]:.3f} | {r[3]:.0f} | {r[7]:.2f} | {r[4] / 1e6:.2f}"
           f" | {r[5]:.1f} | {r[8]:.1f} | {r[6]:.0f} | {r[6] / base[6]:.3f}"
-          f" | {r[6] / resident_step:.3f} | {each} |")
+          f" | {r[6] / (resident_step * 1e3):.3f} | {each} |")
 print(f"| uncached (dense AdamW) | - | - | - | - | - | - | - | {resident_step * 1e3:.0f}"
-      f" | {resident_step / base[6]:.3f} | 1.000 | - |")
+      f" | {resident_step * 1e3 / base[6]:.3f} | 1.000 | - |")
+print("uncached step ms per repetition: "
+      + " / ".join(f"{s * 1e3:.0f}" for s in resident_each))
 PY

@@ -10,6 +10,7 @@
 #define TPC_FRONTENDS_CONFIGREADER_H
 
 #include "tpc/Dialect/TP/IR/TensorSizes.h"
+#include "tpc/Support/InputFiles.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -26,6 +27,18 @@ constexpr uint64_t kMaxConfigBytes = 16 << 20;
 
 inline llvm::Error configError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// `text` parsed as JSON whose top level is an object, as every config.json
+/// is; the error says which of the two it is not.
+inline llvm::Expected<llvm::json::Value>
+parseConfigObject(llvm::StringRef text) {
+  llvm::Expected<llvm::json::Value> parsed = tpc::parseJsonBounded(text);
+  if (!parsed)
+    return configError("not valid JSON: " + llvm::toString(parsed.takeError()));
+  if (!parsed->getAsObject())
+    return configError("the top level must be a JSON object");
+  return parsed;
 }
 
 /// Typed, validated reads of config.json fields; the first problem wins.

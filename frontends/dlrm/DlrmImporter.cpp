@@ -34,15 +34,13 @@ bool tpc::frontend::isDlrmConfig(const llvm::json::Object &config) {
 
 llvm::Expected<DlrmConfig>
 tpc::frontend::parseDlrmConfig(llvm::StringRef json) {
-  llvm::Expected<llvm::json::Value> parsed = tpc::parseJsonBounded(json);
+  llvm::Expected<llvm::json::Value> parsed = parseConfigObject(json);
   if (!parsed)
-    return configError("not valid JSON: " + llvm::toString(parsed.takeError()));
-  const llvm::json::Object *object = parsed->getAsObject();
-  if (!object)
-    return configError("the top level must be a JSON object");
-  if (!isDlrmConfig(*object))
+    return parsed.takeError();
+  const llvm::json::Object &object = *parsed->getAsObject();
+  if (!isDlrmConfig(object))
     return configError("'model_type' must be \"dlrm\"");
-  ConfigReader reader(*object);
+  ConfigReader reader(object);
   DlrmConfig config;
   config.json = json.str();
   config.denseFeatures = reader.positiveInt("dense_in_features", std::nullopt);

@@ -133,13 +133,10 @@ static llvm::Error checkSizes(ArrayRef<SizedTensor> tensors) {
 
 llvm::Expected<TransformerConfig> tpc::frontend::parseTransformerConfig(
     llvm::StringRef json, std::optional<llvm::StringRef> generationJson) {
-  llvm::Expected<llvm::json::Value> parsed = tpc::parseJsonBounded(json);
+  llvm::Expected<llvm::json::Value> parsed = parseConfigObject(json);
   if (!parsed)
-    return configError("not valid JSON: " + llvm::toString(parsed.takeError()));
-  const llvm::json::Object *object = parsed->getAsObject();
-  if (!object)
-    return configError("the top level must be a JSON object");
-  ConfigReader reader(*object);
+    return parsed.takeError();
+  ConfigReader reader(*parsed->getAsObject());
   TransformerConfig config{};
   config.json = json.str();
   std::optional<llvm::StringRef> modelType = reader.string("model_type");
@@ -167,15 +164,11 @@ llvm::Expected<TransformerConfig> tpc::frontend::parseTransformerConfig(
   // LlamaConfig: 2).
   if (generationJson) {
     llvm::Expected<llvm::json::Value> parsed =
-        tpc::parseJsonBounded(*generationJson);
+        parseConfigObject(*generationJson);
     if (!parsed)
-      return configError("generation_config.json: not valid JSON: " +
+      return configError("generation_config.json: " +
                          llvm::toString(parsed.takeError()));
-    const llvm::json::Object *object = parsed->getAsObject();
-    if (!object)
-      return configError(
-          "generation_config.json: the top level must be a JSON object");
-    ConfigReader generation(*object);
+    ConfigReader generation(*parsed->getAsObject());
     std::optional<std::vector<int64_t>> ids =
         generation.tokenIds("eos_token_id");
     if (generation.failed())

@@ -32,6 +32,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from training_reference import _learning_rate  # noqa: E402  (tpc's schedule)
+
 
 class UsageError(Exception):
     pass
@@ -145,18 +148,6 @@ def make_model(args):
     save_file(tensors, os.path.join(args.out, "model.safetensors"))
     print(f"make-model: DLRM with {len(model.tables)} tables ({sum(model.tables)} rows) -> {args.out}")
     return 0
-
-
-def _learning_rate(step, peak, min_lr, warmup, decay):
-    """tp.lr_schedule, the same formula as cpu::learningRate."""
-    if warmup > 0 and step <= warmup:
-        return peak * step / warmup
-    if decay <= warmup:
-        return peak
-    if step >= decay:
-        return min_lr
-    progress = (step - warmup) / (decay - warmup)
-    return min_lr + (peak - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def batch_of(data, step, batch):
