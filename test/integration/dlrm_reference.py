@@ -33,7 +33,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training_reference import _learning_rate  # noqa: E402  (tpc's schedule)
+from training_reference import _learning_rate, add_training_arguments  # noqa: E402
 
 
 class UsageError(Exception):
@@ -244,17 +244,8 @@ def main(argv=None):
     t.add_argument("--model", required=True)
     t.add_argument("--data", required=True)
     t.add_argument("--batch", type=int, required=True)
-    t.add_argument("--steps", type=int, required=True)
     t.add_argument("--actual", required=True)
-    t.add_argument("--lr", type=float, required=True)
-    t.add_argument("--min-lr", type=float, required=True)
-    t.add_argument("--warmup", type=float, required=True)
-    t.add_argument("--decay-steps", type=float, required=True)
-    t.add_argument("--clip", type=float, required=True)
-    t.add_argument("--weight-decay", type=float, default=0.01)
-    t.add_argument("--beta1", type=float, default=0.9)
-    t.add_argument("--beta2", type=float, default=0.999)
-    t.add_argument("--eps", type=float, default=1e-8)
+    add_training_arguments(t)
     t.add_argument("--lazy-embedding", action="store_true")
     t.add_argument("--rtol", type=float, default=1e-4)
     args = parser.parse_args(argv)

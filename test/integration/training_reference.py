@@ -315,6 +315,21 @@ def export(args):
     return 0
 
 
+def add_training_arguments(parser):
+    """The steps, schedule and AdamW settings of a training reference, as
+    tp-run train and tp-pipeline name them."""
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--lr", type=float, required=True)
+    parser.add_argument("--min-lr", type=float, required=True)
+    parser.add_argument("--warmup", type=float, required=True)
+    parser.add_argument("--decay-steps", type=float, required=True)
+    parser.add_argument("--clip", type=float, required=True)
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--beta1", type=float, default=0.9)
+    parser.add_argument("--beta2", type=float, default=0.999)
+    parser.add_argument("--eps", type=float, default=1e-8)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -330,16 +345,7 @@ def main(argv=None):
         p.add_argument("--actual", required=True)
         p.add_argument("--rtol", type=float, default=1e-4)
     for p in (t, b):
-        p.add_argument("--steps", type=int, required=True)
-        p.add_argument("--lr", type=float, required=True)
-        p.add_argument("--min-lr", type=float, required=True)
-        p.add_argument("--warmup", type=float, required=True)
-        p.add_argument("--decay-steps", type=float, required=True)
-        p.add_argument("--clip", type=float, required=True)
-        p.add_argument("--weight-decay", type=float, default=0.01)
-        p.add_argument("--beta1", type=float, default=0.9)
-        p.add_argument("--beta2", type=float, default=0.999)
-        p.add_argument("--eps", type=float, default=1e-8)
+        add_training_arguments(p)
     b.add_argument("--mean-rtol", type=float, required=True)
     b.add_argument("--noise-factor", type=float, default=2.0)
     t.add_argument("--lazy-embedding", default="",
