@@ -26,14 +26,14 @@ Exit 1 when a tolerance is exceeded, 2 on usage or I/O errors.
 
 import argparse
 import json
-import math
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training_reference import _learning_rate, add_training_arguments  # noqa: E402
+from training_reference import (  # noqa: E402  (the optimizer of tpc's steps)
+    add_training_arguments, lazy_adamw_rows, make_adamw, optimizer_step)
 
 
 class UsageError(Exception):
@@ -183,10 +183,7 @@ def train(args):
     dense_params = [p for _, p in model.named_parameters()]
     if not args.lazy_embedding:
         dense_params = tables + dense_params
-    optimizer = torch.optim.AdamW(
-        [{"params": [p for p in dense_params if p.dim() >= 2], "weight_decay": args.weight_decay},
-         {"params": [p for p in dense_params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    optimizer = make_adamw(dense_params, args)
     moments = [(torch.zeros_like(t), torch.zeros_like(t)) for t in tables]
     failures, worst = [], 0.0
     for step in range(1, args.steps + 1):
@@ -199,24 +196,11 @@ def train(args):
             t.grad = None
         loss = torch.nn.functional.binary_cross_entropy_with_logits(model.logits(dense, ids), labels)
         loss.backward()
-        if args.clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-        lr = _learning_rate(step, args.lr, args.min_lr, args.warmup, args.decay_steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
+        lr = optimizer_step(optimizer, model.parameters(), step, args)
         if args.lazy_embedding:
-            # Lazy AdamW with decoupled decay: only the rows the batch uses
-            # move, with the global step's bias corrections.
-            with torch.no_grad():
-                bc1, bc2 = 1 - args.beta1 ** step, 1 - args.beta2 ** step
-                for t, (table, (m, v)) in enumerate(zip(tables, moments)):
-                    rows = torch.unique(ids[:, t, :])
-                    g = table.grad[rows]
-                    m[rows] = args.beta1 * m[rows] + (1 - args.beta1) * g
-                    v[rows] = args.beta2 * v[rows] + (1 - args.beta2) * g * g
-                    denom = v[rows].sqrt() / math.sqrt(bc2) + args.eps
-                    table[rows] = table[rows] * (1 - lr * args.weight_decay) - (lr / bc1) * m[rows] / denom
+            # Each table's rows its bags use.
+            for t, (table, (m, v)) in enumerate(zip(tables, moments)):
+                lazy_adamw_rows(table, m, v, torch.unique(ids[:, t, :]), step, lr, args)
         if step not in actual:  # before a resumed run's first step
             continue
         ref = loss.item()

@@ -130,6 +130,47 @@ def _learning_rate(step, peak, min_lr, warmup, decay):
     return min_lr + (peak - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def make_adamw(params, args):
+    """torch.optim.AdamW as tp-pipeline compiles it: weight decay on
+    parameters of rank >= 2 only."""
+    import torch
+
+    params = list(params)
+    return torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+
+
+def optimizer_step(optimizer, params, step, args):
+    """Global-norm clipping over `params`, tp.lr_schedule's rate for the
+    1-based `step`, then the AdamW step; returns the rate."""
+    import torch
+
+    if args.clip > 0:
+        torch.nn.utils.clip_grad_norm_(params, args.clip)
+    lr = _learning_rate(step, args.lr, args.min_lr, args.warmup, args.decay_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    return lr
+
+
+def lazy_adamw_rows(table, exp_avg, exp_avg_sq, rows, step, lr, args):
+    """Lazy AdamW (TorchRec's row-wise Adam, Keras' LazyAdam) with decoupled
+    decay, tp.adamw_rows' update: only `rows` of the table and its moments
+    move, with the global step's bias corrections."""
+    import torch
+
+    with torch.no_grad():
+        g = table.grad[rows]
+        exp_avg[rows] = args.beta1 * exp_avg[rows] + (1 - args.beta1) * g
+        exp_avg_sq[rows] = args.beta2 * exp_avg_sq[rows] + (1 - args.beta2) * g * g
+        bc1, bc2 = 1 - args.beta1 ** step, 1 - args.beta2 ** step
+        denom = exp_avg_sq[rows].sqrt() / math.sqrt(bc2) + args.eps
+        table[rows] = table[rows] * (1 - lr * args.weight_decay) - (lr / bc1) * exp_avg[rows] / denom
+
+
 def train(args):
     import torch
 
@@ -156,12 +197,7 @@ def train(args):
     lazy = dict(model.named_parameters())[args.lazy_embedding] if args.lazy_embedding else None
     if args.lazy_embedding and lazy is None:
         raise UsageError(f"--lazy-embedding: the model has no parameter {args.lazy_embedding}")
-    dense = [p for p in model.parameters() if p is not lazy]
-    decay = [p for p in dense if p.dim() >= 2]
-    no_decay = [p for p in dense if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    optimizer = make_adamw((p for p in model.parameters() if p is not lazy), args)
     if lazy is not None:
         lazy_m, lazy_v = torch.zeros_like(lazy), torch.zeros_like(lazy)
     failures, worst = [], 0.0
@@ -171,25 +207,11 @@ def train(args):
             optimizer.zero_grad()
             loss = _loss(model, inputs, targets)
             loss.backward()
-            if args.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-            lr = _learning_rate(step, args.lr, args.min_lr, args.warmup, args.decay_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.step()
+            lr = optimizer_step(optimizer, model.parameters(), step, args)
             if lazy is not None:
-                # Lazy AdamW (TorchRec's row-wise Adam, Keras' LazyAdam) with
-                # decoupled decay: only the rows the batch uses move, with the
-                # global step's bias corrections.
-                with torch.no_grad():
-                    rows = torch.unique(inputs)
-                    g = lazy.grad[rows]
-                    lazy_m[rows] = args.beta1 * lazy_m[rows] + (1 - args.beta1) * g
-                    lazy_v[rows] = args.beta2 * lazy_v[rows] + (1 - args.beta2) * g * g
-                    bc1, bc2 = 1 - args.beta1 ** step, 1 - args.beta2 ** step
-                    denom = lazy_v[rows].sqrt() / math.sqrt(bc2) + args.eps
-                    lazy[rows] = lazy[rows] * (1 - lr * args.weight_decay) - (lr / bc1) * lazy_m[rows] / denom
-                    lazy.grad = None
+                # The rows the batch uses.
+                lazy_adamw_rows(lazy, lazy_m, lazy_v, torch.unique(inputs), step, lr, args)
+                lazy.grad = None
             ref = loss.item()
             rel = abs(curve[step] - ref) / max(abs(ref), 1e-30)
             worst = max(worst, rel)
@@ -231,11 +253,7 @@ def train_bf16(args):
 
     def run(autocast):
         model = _load_model(args.model, torch.float32)
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+        optimizer = make_adamw(model.parameters(), args)
         losses = []
         for step in range(1, args.steps + 1):
             inputs, targets = _batch(tokens, step, args.batch, args.seq)
@@ -246,12 +264,7 @@ def train_bf16(args):
             loss = torch.nn.functional.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
             loss.backward()
-            if args.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-            lr = _learning_rate(step, args.lr, args.min_lr, args.warmup, args.decay_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.step()
+            optimizer_step(optimizer, model.parameters(), step, args)
             losses.append(loss.item())
         return losses
 
