@@ -177,7 +177,7 @@ bool ProgramRunner::hasInput(plan::InputKind kind) const {
 std::vector<int64_t> ProgramRunner::tokensShape() const {
   if (!hasInput(plan::InputKind::Tokens))
     throw PlanError("the program has no tokens input");
-  return inputBlocks[inputIndex(plan::InputKind::Tokens)].globalShape;
+  return wholeInputShape(plan::InputKind::Tokens);
 }
 
 size_t ProgramRunner::inputIndex(plan::InputKind kind) const {
