@@ -39,8 +39,11 @@ void syncPath(const std::string &path) {
 /// A manifest lists a few dozen fields and one entry per file.
 constexpr uint64_t kMaxManifestBytes = uint64_t(64) << 20;
 
-/// Version 2 added the XXH3 checksum of each file.
-constexpr int kCheckpointVersion = 2;
+/// Version 2 added the XXH3 checksum of each file; version 3 the tokens
+/// seen and the data offset, so that a run resumed at another batch size
+/// continues its data (version 2 is read as a run of constant batch).
+constexpr int kCheckpointVersion = 3;
+constexpr int kOldestReadableVersion = 2;
 
 constexpr std::array<const char *, 5> kHyperparameterNames = {
     "peak_lr", "min_lr", "warmup_steps", "decay_steps", "max_grad_norm"};
@@ -53,8 +56,9 @@ std::string stepName(int64_t step) {
 
 /// Checks DIR/manifest.json against the plan and the files beside it: every
 /// field present with its type and range, the fingerprint of this plan's
-/// parameters, and each file's size and XXH3 checksum. Returns its step.
-int64_t checkManifest(const fs::path &dir, const LoadedPlan &plan) {
+/// parameters, and each file's size and XXH3 checksum. Returns its step and
+/// data position.
+CheckpointState checkManifest(const fs::path &dir, const LoadedPlan &plan) {
   const std::string path = (dir / "manifest.json").string();
   auto fail = [&](const std::string &what) -> std::runtime_error {
     return std::runtime_error(path + ": " + what);
@@ -88,21 +92,42 @@ int64_t checkManifest(const fs::path &dir, const LoadedPlan &plan) {
     throw fail("not a tpc checkpoint manifest");
   const nlohmann::json &version =
       field("version", Type::number_integer, "an integer");
-  if (version != kCheckpointVersion)
+  if (version < kOldestReadableVersion || version > kCheckpointVersion)
     throw fail("format version " + version.dump() + "; this tp-run reads " +
+               std::to_string(kOldestReadableVersion) + " to " +
                std::to_string(kCheckpointVersion) +
                " (version 1 predates checksums)");
+  CheckpointState manifestState;
   const int64_t step =
       field("step", Type::number_integer, "an integer").get<int64_t>();
   if (step < 0)
     throw fail("\"step\" is negative");
+  manifestState.step = step;
   field("model_type", Type::string, "a string");
   if (field("plan_fingerprint", Type::string, "a string") !=
       planFingerprint(plan))
     throw fail("belongs to a model with other parameters than this plan's");
-  if (field("tokens_per_step", Type::number_integer, "an integer")
-          .get<int64_t>() <= 0)
+  manifestState.tokensPerStep =
+      field("tokens_per_step", Type::number_integer, "an integer")
+          .get<int64_t>();
+  if (manifestState.tokensPerStep <= 0)
     throw fail("\"tokens_per_step\" must be positive");
+  if (version.get<int>() >= 3) {
+    manifestState.tokensSeen =
+        field("tokens_seen", Type::number_integer, "an integer").get<int64_t>();
+    if (manifestState.tokensSeen < 0)
+      throw fail("\"tokens_seen\" is negative");
+    // Absent when the caller fed the batches (the Python package).
+    if (manifest.contains("data_offset")) {
+      manifestState.dataOffset =
+          field("data_offset", Type::number_integer, "an integer")
+              .get<int64_t>();
+      if (*manifestState.dataOffset < 0)
+        throw fail("\"data_offset\" is negative");
+    }
+  } else {
+    manifestState.tokensSeen = step * manifestState.tokensPerStep;
+  }
   const nlohmann::json &hyper =
       field("hyperparameters", Type::object, "an object");
   for (const char *name : kHyperparameterNames) {
@@ -136,7 +161,7 @@ int64_t checkManifest(const fs::path &dir, const LoadedPlan &plan) {
                              " differs from the " + "manifest's " +
                              entry["xxh3_64"].get<std::string>() +
                              " (the checkpoint is corrupt)");
-  return step;
+  return manifestState;
 }
 
 } // namespace
@@ -318,6 +343,9 @@ std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,
         plan.plan().model_type() ? plan.plan().model_type()->str() : "";
     manifest["plan_fingerprint"] = fingerprint;
     manifest["tokens_per_step"] = state.tokensPerStep;
+    manifest["tokens_seen"] = state.tokensSeen;
+    if (state.dataOffset)
+      manifest["data_offset"] = *state.dataOffset;
     manifest["hyperparameters"] = hyperparametersJson(state.hyperparameters);
     manifest["files"] = {{{"name", "state.safetensors"},
                           {"bytes", fs::file_size(stateFile)},
@@ -361,7 +389,8 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
   if (!fs::exists(dir / "manifest.json"))
     throw std::runtime_error(dir.string() +
                              ": not a checkpoint (no manifest.json)");
-  const int64_t manifestStep = checkManifest(dir, plan);
+  CheckpointState state = checkManifest(dir, plan);
+  const int64_t manifestStep = state.step;
   SafetensorsFile file =
       SafetensorsFile::open((dir / "state.safetensors").string());
   const auto &meta = file.metadata();
@@ -378,12 +407,10 @@ CheckpointState readCheckpoint(const std::string &path, const LoadedPlan &plan,
     throw std::runtime_error(file.path() +
                              ": belongs to a model with other parameters "
                              "than this plan's");
-  CheckpointState state;
   if (get("tpc.step") != std::to_string(manifestStep))
     throw std::runtime_error(file.path() + ": its step (" + get("tpc.step") +
                              ") is not the manifest's (" +
                              std::to_string(manifestStep) + ")");
-  state.step = manifestStep;
   const auto &paramList = *plan.plan().params();
   for (size_t i = 0; i < paramList.size(); ++i) {
     const plan::Param &param = *paramList.Get(i);

@@ -104,6 +104,7 @@ void RunReport::setTraining(const LoadedPlan &plan, const TrainConfig &config,
   root["program"] = "train_step";
   root["tokens_per_step"] = result.tokensPerStep;
   root["first_step"] = result.firstStep;
+  root["tokens_seen"] = result.tokensSeen;
   root["steps"] = steps;
   root["device"]["replayed_steps"] = result.replays;
   root["seconds_total"] = seconds;

@@ -23,6 +23,12 @@ int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep) {
   return ((step - 1) % batches) * tokensPerStep;
 }
 
+int64_t batchOffsetAt(int64_t position, int64_t streamTokens,
+                      int64_t tokensPerStep) {
+  batchOffset(1, streamTokens, tokensPerStep); // one batch must fit
+  return position + tokensPerStep + 1 > streamTokens ? 0 : position;
+}
+
 int64_t evaluationBatches(int64_t evalTokens, int64_t tokensPerStep,
                           int64_t streamTokens) {
   const int64_t batches =
@@ -251,6 +257,8 @@ void Trainer::setStepTiming(bool on) {
 CheckpointState Trainer::resume(const std::string &path) {
   CheckpointState state = readCheckpoint(path, plan, params);
   next = state.step + 1;
+  seen = state.tokensSeen;
+  dataOffset = state.dataOffset;
   embeddingOrders = state.embeddingOrders;
   return state;
 }
@@ -315,12 +323,13 @@ StepOutcome Trainer::step(std::span<const int32_t> tokens,
     outcome.rebalance = balancer.afterStep(
         step, seconds, runner.computeSeconds(), runner.pointComputeSeconds());
   ++next;
+  seen += tokensPerStep();
   return outcome;
 }
 
 std::string Trainer::saveCheckpoint(const std::string &dir) {
-  const CheckpointState state{next - 1, settings, tokensPerStep(),
-                              embeddingOrders};
+  const CheckpointState state{next - 1, settings,   tokensPerStep(),
+                              seen,     dataOffset, embeddingOrders};
   std::string written;
   // Checkpoints hold whole parameters, written by rank 0.
   writeWholeParams(plan, params, comm, [&](const ParamStore &whole) {
@@ -352,9 +361,18 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
       throw std::runtime_error("evaluation needs the plan's @loss program");
     evaluator.emplace(plan, params, config.comm, backend, "loss");
   }
+  // Where the next batch begins: batches follow one another through the
+  // stream, so a run resumed at another batch size neither skips nor
+  // repeats data.
+  int64_t position = 0;
   if (!config.resume.empty()) {
     CheckpointState state = trainer.resume(config.resume);
     result.firstStep = state.step + 1;
+    // A version-2 checkpoint's run read windows of its own batch size.
+    position = state.dataOffset
+                   ? *state.dataOffset
+                   : batchOffset(state.step + 1, int64_t(stream.size()),
+                                 state.tokensPerStep);
     observer.resumed(state.step, config.resume);
   }
   // Before step 1: every token in range and every cache large enough.
@@ -374,15 +392,18 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   std::string lastCheckpoint =
       config.resume.empty() ? std::string() : config.resume;
   for (int64_t step = result.firstStep; step <= config.steps; ++step) {
-    Batch batch =
-        cutBatch(stream, batchOffset(step, stream.size(), result.tokensPerStep),
-                 shape[0], shape[1]);
+    const auto streamTokens = int64_t(stream.size());
+    const int64_t offset =
+        batchOffsetAt(position, streamTokens, result.tokensPerStep);
+    position = offset + result.tokensPerStep;
+    trainer.setDataOffset(position);
+    Batch batch = cutBatch(stream, offset, shape[0], shape[1]);
     // The next step's tokens: cached embedding tables fetch their rows
     // while this step runs.
     Batch next;
     if (step < config.steps)
       next = cutBatch(
-          stream, batchOffset(step + 1, stream.size(), result.tokensPerStep),
+          stream, batchOffsetAt(position, streamTokens, result.tokensPerStep),
           shape[0], shape[1]);
     StepOutcome outcome =
         trainer.step(batch.tokens, batch.targets, next.tokens);
@@ -470,6 +491,7 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   result.inputBytes = runner.inputBytes();
   result.replays = runner.replays();
   result.embeddingCaches = embeddingCacheReports(plan, params);
+  result.tokensSeen = trainer.tokensSeen();
   return result;
 }
 

@@ -100,3 +100,38 @@ cmp "$work/export/model.safetensors" "$work/export-resumed/model.safetensors"
 cmp "$work/ckpt-full/step-00000020/state.safetensors" \
     "$work/ckpt/step-00000020/state.safetensors"
 echo "resume: steps 11-20 and the final weights and moments are bit-identical"
+
+echo "== resume at another batch size"
+# tp-sched's resize: 7 steps at batch 2, then steps 8-12 resumed on a plan of
+# batch 4 with the learning rate scaled, against PyTorch running the same
+# segments over the same data (batches follow one another through the
+# stream, wrapping at its end, across the change).
+"$bin/tpc-import" "$work/config.json" --batch 4 --seq $seq -o "$work/model-b4.mlir"
+"$bin/tpc-opt" "$work/model-b4.mlir" --tp-pipeline="beta2=0.99 weight-decay=0.05" \
+  -o "$work/b4.tpplan"
+segment=(--warmup 3 --decay-steps 20 --clip 1.0 --checkpoint-dir "$work/ckpt-batch")
+tp_run "$work/none.tpplan" --data "$work/tokens.tokens" --weights "$work/model.safetensors" \
+  --steps 7 --lr 2e-3 --min-lr 2e-3 "${segment[@]}" --metrics "$work/batch2.json" > /dev/null
+tp_run "$work/b4.tpplan" --data "$work/tokens.tokens" --resume "$work/ckpt-batch" \
+  --steps 12 --lr 4e-3 --min-lr 4e-3 "${segment[@]}" --metrics "$work/batch4.json" > /dev/null
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+first, second = (json.load(open(f"{work}/batch{b}.json")) for b in (2, 4))
+manifest = json.load(open(f"{work}/ckpt-batch/step-00000012/manifest.json"))
+# 7 steps of 2 x 16 tokens, then 5 of 4 x 16; the 200-token stream wrapped at step 7.
+expected = 7 * 32 + 5 * 64
+for where, seen in (("metrics", second["tokens_seen"]), ("manifest", manifest["tokens_seen"])):
+    if seen != expected:
+        sys.exit(f"resume at another batch: {where} tokens_seen {seen}, expected {expected}")
+position = 0
+for per_step in [32] * 7 + [64] * 5:
+    position = (0 if position + per_step + 1 > 200 else position) + per_step
+if manifest["data_offset"] != position or manifest["version"] != 3:
+    sys.exit(f"resume at another batch: manifest {manifest}")
+json.dump({"loss_curve": first["loss_curve"] + second["loss_curve"]},
+          open(f"{work}/segments.json", "w"))
+PY
+$train_ref train --model "$work" --batch $batch --seq $seq --steps 12 --lr 2e-3 \
+  --min-lr 2e-3 --warmup 3 --decay-steps 20 --clip 1.0 --weight-decay 0.05 --beta2 0.99 \
+  --segments 7:2:2e-3,12:4:4e-3 --actual "$work/segments.json"

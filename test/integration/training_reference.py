@@ -59,6 +59,36 @@ def _batch(tokens, step, batch, seq):
     return window[:per_step].reshape(batch, seq), window[1:].reshape(batch, seq)
 
 
+def _batch_at(tokens, position, batch, seq):
+    """tp-run's batch that would begin at stream `position` (at 0 when it would run past the
+    end), and where the next begins: batches follow one another across changes of batch size."""
+    import torch
+
+    per_step = batch * seq
+    if per_step + 1 > len(tokens):
+        raise UsageError(f"the token stream has {len(tokens)} tokens; one step needs {per_step + 1}")
+    start = 0 if position + per_step + 1 > len(tokens) else position
+    window = torch.tensor(tokens[start : start + per_step + 1], dtype=torch.long)
+    return window[:per_step].reshape(batch, seq), window[1:].reshape(batch, seq), start + per_step
+
+
+def _segments(text, steps, batch):
+    """--segments LAST:BATCH:LR,...: steps up to LAST run at BATCH with the constant peak LR (a
+    run that tp-sched resized, or the same by hand); by default one segment of --batch."""
+    if not text:
+        return [(steps, batch, None)]
+    segments = []
+    for part in text.split(","):
+        fields = part.split(":")
+        if len(fields) != 3:
+            raise UsageError(f"--segments: '{part}' is not LAST:BATCH:LR")
+        segments.append((int(fields[0]), int(fields[1]), float(fields[2])))
+    lasts = [s[0] for s in segments]
+    if lasts != sorted(set(lasts)) or lasts[-1] != steps:
+        raise UsageError(f"--segments: last steps {lasts} must rise and end at --steps {steps}")
+    return segments
+
+
 def _loss(model, inputs, targets):
     import torch.nn.functional as F
 
@@ -201,9 +231,13 @@ def train(args):
     if lazy is not None:
         lazy_m, lazy_v = torch.zeros_like(lazy), torch.zeros_like(lazy)
     failures, worst = [], 0.0
+    segments, position = _segments(args.segments, args.steps, args.batch), 0
     with reference._exact_float64(_model_type(args.model)):
         for step in range(1, args.steps + 1):
-            inputs, targets = _batch(tokens, step, args.batch, args.seq)
+            _, batch, peak = next(s for s in segments if step <= s[0])
+            if peak is not None:
+                args.lr = args.min_lr = peak
+            inputs, targets, position = _batch_at(tokens, position, batch, args.seq)
             optimizer.zero_grad()
             loss = _loss(model, inputs, targets)
             loss.backward()
@@ -364,6 +398,8 @@ def main(argv=None):
     t.add_argument("--lazy-embedding", default="",
                    help="the HF name of a table updated row-sparsely (tp-pipeline embedding-cache)")
     t.add_argument("--eval-every", type=int, default=0)
+    t.add_argument("--segments", default="",
+                   help="LAST:BATCH:LR,...: the batch size and constant learning rate up to each LAST step")
     t.add_argument("--eval-fraction", type=float, default=0.0)
     t.add_argument("--eval-batches", type=int, default=0)
     e.add_argument("--export", required=True)

@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -27,6 +28,13 @@ struct CheckpointState {
   int64_t step = 0; // steps completed
   std::array<float, 5> hyperparameters{};
   int64_t tokensPerStep = 0;
+  /// Tokens trained on in all steps so far: steps of other batch sizes (a
+  /// run resumed on another plan) count their own.
+  int64_t tokensSeen = 0;
+  /// Where in the token stream the next step's batch begins (before it
+  /// wraps around), when the run read its batches from one; a resume at
+  /// another batch size continues there, so no data is skipped or repeated.
+  std::optional<int64_t> dataOffset;
   /// Per cached embedding table (by HF name): its rows by descending
   /// frequency in the training data, whole-table ids, so that a resumed run
   /// caches alike on any grid (stored as

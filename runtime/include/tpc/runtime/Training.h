@@ -70,6 +70,9 @@ struct EmbeddingCacheReport {
 
 struct TrainResult {
   int64_t firstStep = 1; // 1 + the step resumed from
+  /// Tokens trained on since step 1 when the run ended (a resumed run's
+  /// earlier steps, at their own batch sizes, included).
+  int64_t tokensSeen = 0;
   std::vector<StepRecord> records;
   std::vector<EvalRecord> evals;
   /// Per op kind, summed over the steps run op by op (a replayed step
@@ -103,6 +106,14 @@ struct TrainResult {
 /// The batch offset of a 1-based step: consecutive windows of batch*seq
 /// tokens, wrapping around the stream.
 int64_t batchOffset(int64_t step, int64_t streamTokens, int64_t tokensPerStep);
+
+/// Where a batch of `tokensPerStep` tokens (and its shifted targets) that
+/// would begin at `position` begins: there, or at 0 when it would run past
+/// the stream's end. With one batch size from the start this is
+/// batchOffset's window; across a change of batch size (a resume on another
+/// plan) it continues where the last batch ended.
+int64_t batchOffsetAt(int64_t position, int64_t streamTokens,
+                      int64_t tokensPerStep);
 
 /// How many evaluation batches of `tokensPerStep` tokens give `evalTokens`
 /// tokens (at least one; the rest of a batch is rounded up), checked
@@ -209,6 +220,11 @@ public:
   /// The 1-based step the next call of step() runs.
   int64_t nextStep() const { return next; }
   const std::array<float, 5> &hyperparameters() const { return settings; }
+  /// Tokens trained on since step 1, a resumed run's earlier steps included.
+  int64_t tokensSeen() const { return seen; }
+  /// Where the next batch begins in the stream the caller reads batches
+  /// from; checkpoints record it (CheckpointState::dataOffset).
+  void setDataOffset(int64_t offset) { dataOffset = offset; }
 
   /// Loads a checkpoint (a step directory, or one with `latest`): the
   /// parameters, AdamW's moments and the step to continue after. Before the
@@ -272,6 +288,8 @@ private:
   std::vector<int64_t> shape, targetShape, denseFeatureShape;
   int64_t targetClasses = 0;
   int64_t next = 1;
+  int64_t seen = 0;
+  std::optional<int64_t> dataOffset;
   /// The cached tables' whole-table rankings (rankCachedRows, or a
   /// resumed checkpoint's), which checkpoints keep.
   std::map<std::string, std::vector<int64_t>> embeddingOrders;
