@@ -300,4 +300,91 @@ void writeTrainingCurvesSvg(const std::string &path,
                     evalSteps, evalLosses);
 }
 
+void writeTimelineSvg(const std::string &path,
+                      const std::vector<TimelineBar> &bars, int rows,
+                      const std::string &title) {
+  if (rows < 1)
+    throw std::invalid_argument("a timeline needs at least one row");
+  double end = 0;
+  std::vector<std::string> groups;
+  for (const TimelineBar &bar : bars) {
+    if (bar.row < 0 || bar.rows < 1 || bar.row + bar.rows > rows ||
+        !(bar.end >= bar.start) || !(bar.start >= 0))
+      throw std::invalid_argument("timeline bar of '" + bar.group +
+                                  "' lies outside the rows or ends before "
+                                  "it starts");
+    end = std::max(end, bar.end);
+    if (std::find(groups.begin(), groups.end(), bar.group) == groups.end())
+      groups.push_back(bar.group);
+  }
+  if (end <= 0)
+    end = 1;
+  // A colour-blind-safe qualitative palette (Okabe-Ito), then greys.
+  static const char *palette[] = {"#0072B2", "#E69F00", "#009E73", "#CC79A7",
+                                  "#56B4E9", "#D55E00", "#F0E442", "#000000"};
+  auto colour = [&](const std::string &group) {
+    size_t g =
+        size_t(std::find(groups.begin(), groups.end(), group) - groups.begin());
+    return g < std::size(palette) ? std::string(palette[g])
+                                  : std::string("#999999");
+  };
+  const double legendH = 20.0 * double((groups.size() + 3) / 4);
+  const double height = kTop + kBottom + legendH + std::max(120.0, 28.0 * rows);
+  const double plotH = height - kTop - kBottom - legendH;
+  const double rowH = plotH / rows;
+  auto x = [&](double t) { return kLeft + kPlotW * t / end; };
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
+                    coord(kWidth) + "\" height=\"" + coord(height) +
+                    "\" viewBox=\"0 0 " + coord(kWidth) + " " + coord(height) +
+                    "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += "<text x=\"" + coord(kWidth / 2) +
+         "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" +
+         escapeXml(title) + "</text>\n";
+  const double step = niceStep(end, 8);
+  for (double t = 0; t <= end + step * 1e-9; t += step) {
+    svg += "<line x1=\"" + coord(x(t)) + "\" y1=\"" + coord(kTop) + "\" x2=\"" +
+           coord(x(t)) + "\" y2=\"" + coord(kTop + plotH) +
+           "\" stroke=\"#dddddd\"/>\n";
+    svg += "<text x=\"" + coord(x(t)) + "\" y=\"" + coord(kTop + plotH + 16) +
+           "\" text-anchor=\"middle\">" + number(t, decimalsFor(step)) +
+           "</text>\n";
+  }
+  svg += "<text x=\"" + coord(kLeft + kPlotW / 2) + "\" y=\"" +
+         coord(kTop + plotH + 36) +
+         "\" text-anchor=\"middle\">seconds</text>\n";
+  for (int r = 0; r < rows; ++r)
+    svg += "<text x=\"" + coord(kLeft - 8) + "\" y=\"" +
+           coord(kTop + rowH * (r + 0.5) + 4) + "\" text-anchor=\"end\">rank " +
+           std::to_string(r) + "</text>\n";
+  for (const TimelineBar &bar : bars) {
+    const double x0 = x(bar.start), w = std::max(1.0, x(bar.end) - x0);
+    const double y0 = kTop + rowH * bar.row + 2, h = rowH * bar.rows - 4;
+    svg += "<rect class=\"bar\" data-group=\"" + escapeXml(bar.group) +
+           "\" x=\"" + coord(x0) + "\" y=\"" + coord(y0) + "\" width=\"" +
+           coord(w) + "\" height=\"" + coord(h) + "\" fill=\"" +
+           colour(bar.group) + "\" fill-opacity=\"0.8\" stroke=\"white\">" +
+           "<title>" + escapeXml(bar.group + " " + bar.label) + " (" +
+           number(bar.start, 1) + "-" + number(bar.end, 1) +
+           " s)</title></rect>\n";
+    // About 7 units per character at this size.
+    if (w > 7.0 * double(bar.label.size()) + 6 && h >= 14)
+      svg += "<text x=\"" + coord(x0 + 3) + "\" y=\"" + coord(y0 + h / 2 + 4) +
+             "\" fill=\"white\">" + escapeXml(bar.label) + "</text>\n";
+  }
+  svg += "<rect x=\"" + coord(kLeft) + "\" y=\"" + coord(kTop) + "\" width=\"" +
+         coord(kPlotW) + "\" height=\"" + coord(plotH) +
+         "\" fill=\"none\" stroke=\"#333333\"/>\n";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const double lx = kLeft + double(g % 4) * (kPlotW / 4);
+    const double ly = kTop + plotH + kBottom - 8 + 20.0 * double(g / 4);
+    svg += "<rect x=\"" + coord(lx) + "\" y=\"" + coord(ly - 10) +
+           "\" width=\"12\" height=\"12\" fill=\"" + colour(groups[g]) +
+           "\"/><text x=\"" + coord(lx + 16) + "\" y=\"" + coord(ly) + "\">" +
+           escapeXml(groups[g]) + "</text>\n";
+  }
+  svg += "</svg>\n";
+  writeFileAtomically(path, svg);
+}
+
 } // namespace tpc::tools

@@ -33,4 +33,22 @@ void writeLossCurveSvg(const std::string &path,
 void writeTrainingCurvesSvg(const std::string &path,
                             const runtime::TrainResult &result);
 
+/// One bar of a timeline: `group` (a job) holds rows row..row+rows-1 (rank
+/// slots) from `start` to `end` seconds; `label` is written on it where it
+/// fits and in its tooltip.
+struct TimelineBar {
+  std::string group, label;
+  int row = 0, rows = 1;
+  double start = 0, end = 0;
+};
+
+/// Writes a Gantt chart of `bars` over `rows` rows as SVG, atomically:
+/// time on x (seconds), one row per rank slot on y, one colour per group
+/// with a legend, bars as <rect class="bar" data-group=...>. Throws
+/// std::invalid_argument for a bar outside the rows or ending before it
+/// starts, std::runtime_error("<path>: ...") if it cannot write.
+void writeTimelineSvg(const std::string &path,
+                      const std::vector<TimelineBar> &bars, int rows,
+                      const std::string &title);
+
 } // namespace tpc::tools
