@@ -34,7 +34,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.tpc_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(
-    ["tpc-opt", "tpc-import", "tp-run", "tpc-tokenize"], tool_dirs)
+    ["tpc-opt", "tpc-import", "tp-run", "tp-sched", "tpc-tokenize"], tool_dirs)
 
 # A visible NVIDIA GPU: tests of what tp-run does without one do not apply.
 if shutil.which("nvidia-smi") and subprocess.run(

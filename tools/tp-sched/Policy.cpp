@@ -62,7 +62,9 @@ public:
 class LasPolicy : public Policy {
 public:
   explicit LasPolicy(std::vector<double> thresholds)
-      : thresholds(std::move(thresholds)) {}
+      : thresholds(std::move(thresholds)) {
+    std::sort(this->thresholds.begin(), this->thresholds.end());
+  }
   std::string name() const override { return "las"; }
   Allocation decide(const std::vector<JobView> &jobs, int ranks,
                     uint64_t) override {

@@ -183,6 +183,10 @@ int main(int argc, char **argv) {
   run->add_option("--segment-steps", options.segmentSteps,
                   "Steps per segment instead (tests and demos)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  run->add_option("--las-thresholds", options.policyOptions.lasThresholds,
+                  "LAS's queue thresholds in rank-seconds (default 3600,36000)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   run->add_option("--seed", options.policyOptions.seed,
                   "ONES's seed (default 1)");
   run->add_option("--min-run-seconds", options.policyOptions.minRunSeconds,
@@ -293,6 +297,12 @@ int main(int argc, char **argv) {
                    "Checkpoint bytes/s (default 1e9)")
       ->check(CLI::PositiveNumber);
   simulateCommand->add_option("--seed", simPolicy.seed, "ONES's seed");
+  simulateCommand
+      ->add_option("--las-thresholds", simPolicy.lasThresholds,
+                   "LAS's queue thresholds in rank-seconds (default "
+                   "3600,36000)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   simulateCommand
       ->add_option("--min-run-seconds", simPolicy.minRunSeconds,
                    "ONES moves no job that ran less (default 0)")
