@@ -3,7 +3,8 @@
 # 800-2000 samples; batch 8 asked on 1 or 2 ranks, 4-16 on up to 4 allowed)
 # on a pool of 4 ranks of this machine (oversubscribed), two queued first
 # and two once the first segment runs, under FIFO, LAS and ONES; each
-# policy's job completion times and its timeline SVG. Predictions come from
+# policy's job completion times and its timeline SVG (LAS's queues at 15
+# and 45 rank-seconds, to fit jobs this short). Predictions come from
 # test/tp-sched/Inputs/compute-bound.json (CLUSTER overrides; with a file
 # tpc-calibrate wrote here ONES keeps every job on one rank). Not a test;
 # results go to docs/performance.md.
@@ -34,6 +35,7 @@ for r in $(seq "$repeats"); do
     state=$out/$policy-$r
     "$bin/tp-sched" submit "$state" "$out/job0.json" "$out/job1.json" > /dev/null
     "$bin/tp-sched" run "$state" --policy $policy --ranks 4 --cluster "$cluster" \
+      --las-thresholds 15,45 \
       --segment-steps 25 --interval 5 --mpirun-arg=--oversubscribe \
       --mpirun-arg=--bind-to --mpirun-arg=none > "$state.log" 2>&1 &
     pid=$!

@@ -4,8 +4,8 @@
 # predicts GPT-2-small, GPT-2-medium and a 1B LLaMA (seq 1024) on 1-64 ranks
 # at global batches 4-512 with mode=auto (configurations that do not fit
 # 16 GB are left out); seeded traces of 240 jobs (docs/scheduling.md,
-# "Traces") are replayed under FIFO, Tiresias-like LAS and ONES, and ONES
-# with a minimum run of 0, 600 and 1800 s. Not a test; results go to
+# "Traces") are replayed under FIFO, Tiresias-like LAS and ONES (a job
+# moves after 1800 s at the earliest), and ONES with 0 and 600 s. Not a test; results go to
 # docs/performance.md ("Scheduling several jobs").
 #
 #   bench/sched-trace.sh [BUILD_DIR] [SEEDS] [OUT_DIR]
@@ -26,7 +26,7 @@ for seed in $seeds; do
   echo "== trace seed $seed: 240 jobs, 64 ranks"
   "$bin/tp-sched" simulate --trace "$out/trace-$seed.json" --profiles "$out/profiles.json" \
     -o "$out/simulation-$seed.json" --timelines "$out/timelines-$seed"
-  for m in 600 1800; do
+  for m in 0 600; do
     "$bin/tp-sched" simulate --trace "$out/trace-$seed.json" --profiles "$out/profiles.json" \
       --policies ones --min-run-seconds $m | tail -1 | sed "s/^ones  /ones-$m/"
   done

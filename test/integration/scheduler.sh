@@ -34,17 +34,20 @@ export OPENBLAS_NUM_THREADS=1
 rm -rf "$work" && mkdir -p "$work"
 
 # Four models (seeds 30-33) with weights and 4000 tokens each; targets of
-# 800 to 2000 samples, batch 8 asked on 1 or 2 ranks, 4, 8 or 16 allowed
+# 800 to 2000 samples (j1: a loss of 1.0, at most 1200 samples), batch 8 asked on 1 or 2 ranks, 4, 8 or 16 allowed
 # on up to 4; non-default AdamW settings and warmup.
 for i in 0 1 2 3; do
   $ref make-model --model-type gpt2 --out "$work/m$i" --seed $((30 + i)) \
     --batch 2 --seq 32 --layers 2 --hidden 128 --heads 4 --vocab 96 \
     --tokens 4000 --norm-eps 2e-3 > /dev/null
+  target="\"target_samples\": $((800 + 400 * i))"
+  # j1 stops at the first segment whose last loss is at most 1.0.
+  [ $i != 1 ] || target='"target_loss": 1.0, "max_samples": 1200'
   cat > "$work/job$i.json" <<EOF
 {"name": "j$i", "config": "m$i/config.json", "data": "m$i/tokens.tokens",
  "weights": "m$i/model.safetensors", "seq": 32, "batch_sizes": [4, 8, 16],
  "batch": 8, "ranks": $((i % 2 + 1)), "max_ranks": 4,
- "target_samples": $((800 + 400 * i)), "lr": 2e-3, "warmup": 3, "clip": 0.5,
+ $target, "lr": 2e-3, "warmup": 3, "clip": 0.5,
  "pipeline": "beta2=0.99 weight-decay=0.05"}
 EOF
 done

@@ -75,11 +75,18 @@ def check(state_dir, resized, failed):
         if manifest["step"] != step or manifest["tokens_seen"] != tokens:
             fail(f"{name}: final checkpoint at step {manifest['step']} with {manifest['tokens_seen']} "
                  f"tokens; its segments ran to step {step} over {tokens}")
-        if tokens // spec["seq"] < spec["target_samples"]:
-            fail(f"{name}: {tokens // spec['seq']} samples, short of its target {spec['target_samples']}")
+        samples, bound = tokens // spec["seq"], spec.get("target_samples", spec.get("max_samples"))
+        if "target_loss" in spec:
+            # Stopped at the first segment whose last loss reached it (or at the bound).
+            losses = [s["loss"] for s in segments]
+            reached = [i for i, loss in enumerate(losses) if loss <= spec["target_loss"]]
+            if (reached[:1] or [len(segments) - 1])[0] != len(segments) - 1 or \
+                    (not reached and samples < bound):
+                fail(f"{name}: segment losses {losses} against the target loss {spec['target_loss']}")
+        elif samples < bound:
+            fail(f"{name}: {samples} samples, short of its target {bound}")
         # Not a step more than the target needs: the last segment was cut to it.
-        last_batch = segments[-1]["config"][1]
-        if tokens // spec["seq"] - last_batch >= spec["target_samples"]:
+        if samples - segments[-1]["config"][1] >= bound:
             fail(f"{name}: ran a step past its target")
         configs = ", ".join(f"{s['config'][0]}x{s['config'][1]}" for s in segments)
         print(f"{name}: {len(segments)} segments ({configs}), step {step}, "

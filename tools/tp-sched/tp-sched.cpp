@@ -275,6 +275,8 @@ int main(int argc, char **argv) {
                                         timelineDir;
   SimulationOptions simOptions;
   PolicyOptions simPolicy;
+  // Hours-long jobs: ONES's "two epochs" before a job may move again.
+  simPolicy.minRunSeconds = 1800;
   simulateCommand->add_option("--trace", tracePath)
       ->required()
       ->check(CLI::ExistingFile);
@@ -305,7 +307,7 @@ int main(int argc, char **argv) {
       ->check(CLI::PositiveNumber);
   simulateCommand
       ->add_option("--min-run-seconds", simPolicy.minRunSeconds,
-                   "ONES moves no job that ran less (default 0)")
+                   "ONES moves no job that ran less (default 1800)")
       ->check(CLI::NonNegativeNumber);
   simulateCommand->add_option("-o,--output", simulationOut, "Results JSON");
   simulateCommand->add_option("--timelines", timelineDir,
