@@ -11,7 +11,9 @@
 #     thresholds of 15 and 45 rank-seconds, so that it preempts; tpc-import at the batch,
 #     tpc-opt for the ranks, mpirun tp-run resuming) end at the scheduled
 #     run's final weights, moments and loss bit for bit; the ONES run's
-#     resized job's loss curve matches PyTorch running the same segments.
+#     resized job's loss curve matches PyTorch running the same segments
+#     (float64; up to 125 steps down to a loss of 0.1, where f32 drifts to
+#     5e-4: rtol 2e-3, against 1.5e-1 for a data offset gone wrong).
 #  3. Under fifo a fifth job whose data is too short fails: reported with
 #     tp-run's error, its ranks go back, the others finish, exit 1.
 #  4. tp-sched killed (SIGKILL) just after a resize started the new grid's
@@ -19,9 +21,14 @@
 #     interrupted, resumes from the last checkpoint and finishes; the
 #     replay by hand still matches.
 #
-#   scheduler.sh BUILD_DIR PYTHON MPIEXEC WORK_DIR
+# On the sanitizer build (SANITIZED=ON) only ONES (1 and 2, without the
+# PyTorch check) and the restart (4): the other policies use the same code.
+#
+#   scheduler.sh BUILD_DIR PYTHON MPIEXEC WORK_DIR [SANITIZED]
 set -euo pipefail
-build=$1 python=$2 mpiexec=$3 work=$4
+build=$1 python=$2 mpiexec=$3 work=$4 sanitized=${5:-OFF}
+policies="fifo las ones"
+[ "$sanitized" != ON ] || policies=ones
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=$build/bin
 ref="$python $here/reference.py"
@@ -79,7 +86,7 @@ schedule() { # POLICY STATE EXTRA...
   return $status
 }
 
-for policy in fifo las ones; do
+for policy in $policies; do
   echo "== $policy"
   state=$work/$policy
   if [ $policy = fifo ]; then
@@ -97,6 +104,7 @@ for policy in fifo las ones; do
   [ $policy = fifo ] || $check replay "$state" "$bin" "$mpiexec" "$work/$policy-by-hand"
 done
 
+if [ "$sanitized" != ON ]; then
 echo "== ONES's resized job against PyTorch"
 job=$("$python" - "$work/ones/state.json" <<'PY'
 import json, sys
@@ -117,7 +125,8 @@ print(*[s["config"][0] for j in json.load(open(sys.argv[1]))["jobs"] if j["spec"
 $python "$here/training_reference.py" train --model "$work/m${job#j}" --batch 8 --seq 32 \
   --steps "$last" --lr 2e-3 --min-lr 2e-3 --warmup 3 --decay-steps "$last" --clip 0.5 \
   --weight-decay 0.05 --beta2 0.99 --segments "$segments" --actual "$work/ones-$job.json" \
-  --rtol 1e-5 | tail -3
+  --rtol 2e-3 | tail -3
+fi
 
 echo "== tp-sched killed just after a resize"
 # As above: j0 and j1 share the pool, j2 and j3 arrive, and ONES resizes

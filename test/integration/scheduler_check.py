@@ -117,11 +117,12 @@ def replay(state_dir, bin_dir, mpiexec, work):
             ranks, batch = segment["config"]
             module = os.path.join(work, name, f"b{batch}.mlir")
             plan = os.path.join(work, name, f"{ranks}x{batch}.tpplan")
-            subprocess.run([f"{bin_dir}/tpc-import", spec["config"], "--batch", str(batch),
-                            "--seq", str(spec["seq"]), "-o", module], check=True)
-            options = f"mode=1d grid=1 dp={ranks} " + spec.get("pipeline", "")
-            subprocess.run([f"{bin_dir}/tpc-opt", module, f"--tp-pipeline={options.strip()}",
-                            "-o", plan], check=True, stderr=subprocess.DEVNULL)
+            if not os.path.exists(plan):
+                subprocess.run([f"{bin_dir}/tpc-import", spec["config"], "--batch", str(batch),
+                                "--seq", str(spec["seq"]), "-o", module], check=True)
+                options = f"mode=1d grid=1 dp={ranks} " + spec.get("pipeline", "")
+                subprocess.run([f"{bin_dir}/tpc-opt", module, f"--tp-pipeline={options.strip()}",
+                                "-o", plan], check=True, stderr=subprocess.DEVNULL)
             lr = repr(min(spec["max_lr"], spec["lr"] * batch / spec["batch"]))
             metrics = os.path.join(work, name, f"segment-{k}.json")
             command = [mpiexec, "-np", str(ranks), "--oversubscribe", "--bind-to", "none",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -124,6 +125,19 @@ public:
 
   std::vector<Candidate> run() {
     std::vector<Candidate> population;
+    // The decision still pending, if any: kept below unless beaten clearly.
+    std::optional<Candidate> pending;
+    if (std::any_of(jobs.begin(), jobs.end(), [](const JobView &j) {
+          return j.pending && *j.pending != j.current;
+        })) {
+      std::vector<int> genes;
+      for (const JobView &job : jobs)
+        genes.push_back(job.pending && job.pending->runs()
+                            ? optionIndex(job, *job.pending)
+                            : -1);
+      pending = make(genes);
+      population.push_back(*pending);
+    }
     population.push_back(make(current));
     population.push_back(make(std::vector<int>(jobs.size(), -1)));
     while (int(population.size()) < options.population)
@@ -138,6 +152,14 @@ public:
         next.push_back(make(mutate(tournament(population))));
       select(next);
       population = std::move(next);
+    }
+    if (pending && pending->genes != population.front().genes &&
+        population.front().fitness >
+            pending->fitness * (1 - options.keepMargin)) {
+      std::erase_if(population, [&](const Candidate &c) {
+        return c.genes == pending->genes;
+      });
+      population.insert(population.begin(), *pending);
     }
     return population;
   }

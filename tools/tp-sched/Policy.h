@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,12 @@ struct JobView {
   /// The configurations it may run in (non-empty), each with its expected
   /// samples per second (measured, else the simulator's prediction).
   std::vector<Option> options;
-  Config requested;         // the fixed configuration of FIFO and LAS
-  Config current;           // where it runs now (ranks 0: not running)
+  Config requested; // the fixed configuration of FIFO and LAS
+  Config current;   // where it runs now (ranks 0: not running)
+  /// What the last decision gave it, when that is not applied yet (a
+  /// running job changes configuration at its segment's end): ONES keeps
+  /// such a decision unless a new one is clearly better.
+  std::optional<Config> pending;
   double resizeSeconds = 0; // starting on another configuration costs this
   /// Seconds it has run since its last start; ONES leaves a job alone until
   /// it ran PolicyOptions::minRunSeconds.
@@ -58,6 +63,11 @@ struct PolicyOptions {
   /// A running job is not moved before it ran this long (ONES: two
   /// epochs), so that the search cannot thrash.
   double minRunSeconds = 0;
+  /// ONES keeps the last decision while it is pending unless the best new
+  /// one predicts a sum of completion times this much (relatively) lower:
+  /// measurements arriving from one segment end to the next must not flip
+  /// a decision back before it took effect.
+  double keepMargin = 0.05;
   /// Tiresias-like LAS: the attained-service thresholds (rank-seconds)
   /// between its priority queues.
   std::vector<double> lasThresholds = {3600, 36000};

@@ -420,6 +420,24 @@ void Scheduler::readProgress(JobRecord &job) {
   job.tokensSeen = manifest.at("tokens_seen").get<int64_t>();
 }
 
+void Scheduler::pruneCheckpoints(const JobRecord &job) {
+  // Each segment adds a whole checkpoint (1.5 GB for GPT-2-small); the
+  // last two are kept: the one the next segment resumes and the one
+  // before, should that be damaged.
+  const fs::path dir = fs::path(jobDir(job)) / "checkpoints";
+  std::vector<std::string> steps;
+  for (const auto &entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.size() == 13 &&
+        name.rfind("step-", 0) == 0 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos)
+      steps.push_back(name);
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + 2 < steps.size(); ++i)
+    fs::remove_all(dir / steps[i]);
+}
+
 void Scheduler::endSegment(JobRecord &job, Segment &segment, int exitCode) {
   segment.ended = clock();
   segment.exitCode = exitCode;
@@ -445,6 +463,7 @@ void Scheduler::endSegment(JobRecord &job, Segment &segment, int exitCode) {
     segment.stepSeconds = median(seconds);
     segment.status = "done";
     job.loss = segment.loss;
+    pruneCheckpoints(job);
   } else if (job.step == segment.lastStep) {
     segment.status = "done"; // its checkpoint is complete
   } else if (exitCode == 0 || segment.status == "interrupted") {
@@ -595,6 +614,7 @@ JobView Scheduler::view(const JobRecord &job) const {
     v.current = job.segments.back().config;
     v.runningSeconds = clock() - job.segments.back().started;
   }
+  v.pending = job.target;
   v.resizeSeconds = resizeSecondsEstimate(job);
   return v;
 }

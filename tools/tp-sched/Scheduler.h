@@ -115,6 +115,7 @@ private:
   bool reap();
   void endSegment(JobRecord &job, Segment &segment, int exitCode);
   void readProgress(JobRecord &job);
+  void pruneCheckpoints(const JobRecord &job);
   void decide();
   bool launch();
   void startSegment(JobRecord &job);
