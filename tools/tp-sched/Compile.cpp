@@ -42,7 +42,6 @@ void parseSimulatorRemarks(const std::string &output, CompileResult &result) {
 
 namespace {
 std::string lastLine(const std::string &text) {
-  std::string line;
   size_t end = text.find_last_not_of("\n ");
   if (end == std::string::npos)
     return "no output";

@@ -182,6 +182,16 @@ void Pool::release(const std::string &job) {
       o.clear();
 }
 
+std::vector<std::pair<int, int>> slotRuns(const std::vector<int> &slots) {
+  std::vector<std::pair<int, int>> runs;
+  for (int s : slots)
+    if (!runs.empty() && runs.back().first + runs.back().second == s)
+      ++runs.back().second;
+    else
+      runs.emplace_back(s, 1);
+  return runs;
+}
+
 std::string Pool::hostList(const std::vector<int> &slots) const {
   std::map<int, int> perHost;
   std::vector<int> order;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tpc::sched {
@@ -48,6 +49,10 @@ private:
   std::vector<std::string> owner; // per slot; empty: free
   std::vector<int> hostOf;        // per slot
 };
+
+/// `slots` (ascending) as runs of consecutive slots: (first, count) each,
+/// as a timeline draws them.
+std::vector<std::pair<int, int>> slotRuns(const std::vector<int> &slots);
 
 /// Expands a Slurm node list; throws std::invalid_argument when malformed.
 std::vector<std::string> expandNodeList(const std::string &nodeList);

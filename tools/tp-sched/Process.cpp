@@ -27,6 +27,8 @@ std::vector<char *> pointers(std::vector<std::string> &strings) {
   return out;
 }
 
+} // namespace
+
 int exitCodeOf(int status) {
   if (WIFEXITED(status))
     return WEXITSTATUS(status);
@@ -34,8 +36,6 @@ int exitCodeOf(int status) {
     return 128 + WTERMSIG(status);
   return 1;
 }
-
-} // namespace
 
 CommandResult runCommand(const std::vector<std::string> &argv) {
   int fds[2];

@@ -16,6 +16,9 @@ struct CommandResult {
   std::string output; // stdout and stderr, interleaved
 };
 
+/// A wait status as a shell reports it: the exit code, or 128 + signal.
+int exitCodeOf(int status);
+
 /// Runs argv[0] (looked up in PATH) to its end.
 CommandResult runCommand(const std::vector<std::string> &argv);
 

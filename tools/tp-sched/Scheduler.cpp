@@ -394,15 +394,19 @@ bool Scheduler::admitOne(const std::string &path) {
   return true;
 }
 
-bool Scheduler::admit() {
+std::vector<fs::path> Scheduler::queuedSpecs() const {
   std::vector<fs::path> queued;
   for (const auto &entry :
        fs::directory_iterator(fs::path(options.stateDir) / "queue"))
     if (entry.is_regular_file() && entry.path().extension() == ".json")
       queued.push_back(entry.path());
   std::sort(queued.begin(), queued.end());
+  return queued;
+}
+
+bool Scheduler::admit() {
   bool any = false;
-  for (const fs::path &path : queued)
+  for (const fs::path &path : queuedSpecs())
     any |= admitOne(path.string());
   return any;
 }
@@ -507,10 +511,7 @@ bool Scheduler::reap() {
     // The ranks may outlive mpirun briefly; the session must be empty
     // before its slots go to another job.
     stopSession(segment.sid, 2);
-    int code = WIFEXITED(status)
-                   ? WEXITSTATUS(status)
-                   : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    endSegment(job, segment, code);
+    endSegment(job, segment, exitCodeOf(status));
     any = true;
   }
   return any;
@@ -775,11 +776,8 @@ int Scheduler::run() {
     const bool active =
         std::any_of(records.begin(), records.end(),
                     [](const JobRecord &j) { return j.active(); });
-    bool queued = false;
-    for (const auto &entry :
-         fs::directory_iterator(fs::path(options.stateDir) / "queue"))
-      queued |= entry.is_regular_file() && entry.path().extension() == ".json";
-    if (!active && !queued && !options.follow)
+    // A spec submitted since admit() ran keeps the scheduler going.
+    if (!active && queuedSpecs().empty() && !options.follow)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -809,16 +807,9 @@ void writeScheduleTimeline(const std::vector<JobRecord> &jobs, int ranks,
       now = std::max(now, std::max(s.started, s.ended));
   for (const JobRecord &job : jobs)
     for (const Segment &s : job.segments) {
-      const std::string label = configName(s.config);
-      // One bar per run of consecutive slots.
-      for (size_t k = 0; k < s.slots.size();) {
-        size_t e = k + 1;
-        while (e < s.slots.size() && s.slots[e] == s.slots[e - 1] + 1)
-          ++e;
-        bars.push_back({job.spec.name, label, s.slots[k], int(e - k), s.started,
-                        s.ended >= 0 ? s.ended : now});
-        k = e;
-      }
+      for (const auto &[first, count] : slotRuns(s.slots))
+        bars.push_back({job.spec.name, configName(s.config), first, count,
+                        s.started, s.ended >= 0 ? s.ended : now});
     }
   tools::writeTimelineSvg(path, bars, ranks, title);
 }

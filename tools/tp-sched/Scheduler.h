@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,6 +111,8 @@ private:
   void load();
   void save();
   void recover();
+  /// STATE/queue's job specs, by name.
+  std::vector<std::filesystem::path> queuedSpecs() const;
   bool admit();
   bool admitOne(const std::string &path);
   bool reap();

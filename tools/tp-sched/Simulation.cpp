@@ -1,5 +1,6 @@
 #include "Simulation.h"
 
+#include "Pool.h"
 #include "Random.h"
 
 #include <nlohmann/json.hpp>
@@ -150,15 +151,9 @@ SimulationResult simulate(const std::vector<TraceJob> &trace,
   };
   auto closeSpans = [&](size_t j) {
     SimJob &job = jobs[j];
-    // One span per run of consecutive slots.
-    for (size_t k = 0; k < job.slots.size();) {
-      size_t e = k + 1;
-      while (e < job.slots.size() && job.slots[e] == job.slots[e - 1] + 1)
-        ++e;
-      result.timeline.push_back({job.spec->name, job.slots[k], int(e - k),
-                                 job.config.batch, job.runStart, now});
-      k = e;
-    }
+    for (const auto &[first, count] : slotRuns(job.slots))
+      result.timeline.push_back(
+          {job.spec->name, first, count, job.config.batch, job.runStart, now});
     for (int s : job.slots)
       owner[size_t(s)] = -1;
     job.slots.clear();

@@ -127,6 +127,21 @@ int profile(const std::vector<std::string> &models, int64_t seq,
   return 0;
 }
 
+/// The policies' settings, for `run` and `simulate` alike; each default is
+/// `options`' own.
+void addPolicyOptions(CLI::App &app, PolicyOptions &options) {
+  app.add_option("--seed", options.seed, "ONES's seed")->capture_default_str();
+  app.add_option("--min-run-seconds", options.minRunSeconds,
+                 "ONES moves no job that ran less")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--las-thresholds", options.lasThresholds,
+                 "LAS's queue thresholds in rank-seconds")
+      ->capture_default_str()
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+}
+
 std::string formatHours(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f h", seconds / 3600);
@@ -183,15 +198,7 @@ int main(int argc, char **argv) {
   run->add_option("--segment-steps", options.segmentSteps,
                   "Steps per segment instead (tests and demos)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  run->add_option("--las-thresholds", options.policyOptions.lasThresholds,
-                  "LAS's queue thresholds in rank-seconds (default 3600,36000)")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  run->add_option("--seed", options.policyOptions.seed,
-                  "ONES's seed (default 1)");
-  run->add_option("--min-run-seconds", options.policyOptions.minRunSeconds,
-                  "ONES moves no job that ran less (default 0)")
-      ->check(CLI::NonNegativeNumber);
+  addPolicyOptions(*run, options.policyOptions);
   run->add_option("--threads-per-rank", options.threadsPerRank,
                   "tp-run --threads (default 1)")
       ->check(CLI::Range(1, 1024));
@@ -298,17 +305,7 @@ int main(int argc, char **argv) {
       ->add_option("--storage-bandwidth", simOptions.storageBytesPerSecond,
                    "Checkpoint bytes/s (default 1e9)")
       ->check(CLI::PositiveNumber);
-  simulateCommand->add_option("--seed", simPolicy.seed, "ONES's seed");
-  simulateCommand
-      ->add_option("--las-thresholds", simPolicy.lasThresholds,
-                   "LAS's queue thresholds in rank-seconds (default "
-                   "3600,36000)")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  simulateCommand
-      ->add_option("--min-run-seconds", simPolicy.minRunSeconds,
-                   "ONES moves no job that ran less (default 1800)")
-      ->check(CLI::NonNegativeNumber);
+  addPolicyOptions(*simulateCommand, simPolicy);
   simulateCommand->add_option("-o,--output", simulationOut, "Results JSON");
   simulateCommand->add_option("--timelines", timelineDir,
                               "Write POLICY.svg timelines here");
