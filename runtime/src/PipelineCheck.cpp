@@ -22,11 +22,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string &message) { throw PlanError(message); }
 
-bool isTransfer(plan::OpKind kind) {
-  return kind == plan::OpKind::SendStart || kind == plan::OpKind::SendWait ||
-         kind == plan::OpKind::RecvStart || kind == plan::OpKind::RecvWait;
-}
-
 /// One message direction and tag: (from stage, to stage, tag).
 using Channel = std::tuple<int64_t, int64_t, int64_t>;
 
@@ -75,7 +70,8 @@ void replay(const std::string &name,
   std::vector<std::map<uint32_t, Channel>> receiveOf(n);
   auto spansStages = [&](const plan::Step &step) {
     const OpInfo *info = findOpInfo(step.kind());
-    if (!info || info->grid != GridUse::Always || isTransfer(step.kind()))
+    if (!info || info->grid != GridUse::Always ||
+        isPipelineTransfer(step.kind()))
       return false;
     std::span<const int64_t> axes = stepInts(step);
     return std::find(axes.begin(), axes.end(), axis) != axes.end();
@@ -178,6 +174,51 @@ void replay(const std::string &name,
   }
 }
 
+/// Whether a transport that matches transfers by order per direction of
+/// each pair of stages, whatever their tags (NCCL's point-to-point calls,
+/// one queue per direction: CollectiveChannel::matchesTransfersByTag), can
+/// carry the stage programs of one name, which passed `replay`: it can when
+/// the k-th send from stage a to stage b has the tag of the k-th receive of
+/// b from a (`replay` matched each tag's sends and receives, payloads
+/// included). A queue then holds no transfer back past its peer's start:
+/// the one before it was started earlier on both sides, so `replay`'s proof
+/// that no order of starts and waits leaves ranks waiting holds for it too.
+/// Returns why not, or "".
+std::string orderMismatch(const std::string &name,
+                          const std::vector<const plan::Program *> &stages) {
+  struct Start {
+    int64_t tag;
+    size_t step;
+  };
+  // Per (from, to): the sends in the order `from` starts them, and the
+  // receives in the order `to` starts them.
+  std::map<std::pair<int64_t, int64_t>, std::vector<Start>> sends, receives;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const plan::Program &program = *stages[s];
+    for (size_t i = 0; i < program.steps()->size(); ++i) {
+      const plan::Step &step = *program.steps()->Get(i);
+      if (step.kind() == plan::OpKind::SendStart)
+        sends[{int64_t(s), step.peer()}].push_back({step.tag(), i});
+      else if (step.kind() == plan::OpKind::RecvStart)
+        receives[{step.peer(), int64_t(s)}].push_back({step.tag(), i});
+    }
+  }
+  // `replay` counted both per tag: the totals agree.
+  for (const auto &[route, out] : sends) {
+    const std::vector<Start> &in = receives[route];
+    for (size_t k = 0; k < out.size() && k < in.size(); ++k)
+      if (out[k].tag != in[k].tag)
+        return "'" + name + "' stage " + std::to_string(route.first) +
+               "'s send " + std::to_string(k) + " to stage " +
+               std::to_string(route.second) + " (tag " +
+               std::to_string(out[k].tag) + ", step " +
+               std::to_string(out[k].step) + ") would meet the receive of " +
+               "tag " + std::to_string(in[k].tag) + " (step " +
+               std::to_string(in[k].step) + ")";
+  }
+  return "";
+}
+
 } // namespace
 
 std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
@@ -185,7 +226,8 @@ std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
            : std::vector<int64_t>();
 }
 
-void checkPipeline(const plan::Plan &p, const std::string &what) {
+std::string checkPipeline(const plan::Plan &p, const std::string &what) {
+  std::string mismatch;
   const plan::Pipeline *pipeline = p.pipeline();
   int64_t stages = 0, axis = -1;
   if (pipeline) {
@@ -309,7 +351,7 @@ void checkPipeline(const plan::Plan &p, const std::string &what) {
       if (programs.size() > 1)
         fail(what + ": program '" + name + "' appears twice");
       for (const plan::Step *step : *programs.front()->steps())
-        if (isTransfer(step->kind()))
+        if (isPipelineTransfer(step->kind()))
           fail(what + ": program '" + name +
                "' runs on every rank but transfers between stages");
       continue;
@@ -356,7 +398,7 @@ void checkPipeline(const plan::Plan &p, const std::string &what) {
                  std::to_string(holder) + " holds");
         }
         for (const plan::Step *step : *program.steps())
-          if (isTransfer(step->kind()) &&
+          if (isPipelineTransfer(step->kind()) &&
               step->kind() != plan::OpKind::RecvWait &&
               (stepInts(*step)[0] != axis || step->peer() == int64_t(s)))
             fail(what + ": program '" + name + "' of stage " +
@@ -366,8 +408,14 @@ void checkPipeline(const plan::Plan &p, const std::string &what) {
                  ": transfers go between stages along the pipeline's axis");
       }
       replay(name, ordered, axis, what);
+      if (mismatch.empty()) {
+        mismatch = orderMismatch(name, ordered);
+        if (!mismatch.empty() && cuts > 1)
+          mismatch += ofCut;
+      }
     }
   }
+  return mismatch;
 }
 
 } // namespace tpc::runtime

@@ -714,8 +714,8 @@ void checkRebalancePoints(const plan::Plan &p, const std::string &what) {
   }
 }
 
-void checkPlan(const plan::Plan &p, int64_t worldSize,
-               const std::string &what) {
+std::string checkPlan(const plan::Plan &p, int64_t worldSize,
+                      const std::string &what) {
   int64_t ranks = 1;
   if (p.grid()->size() == 0 || p.grid()->size() > kMaxRank)
     fail(what + ": the grid must have 1 to " + std::to_string(kMaxRank) +
@@ -841,7 +841,7 @@ void checkPlan(const plan::Plan &p, int64_t worldSize,
   }
   // Names, stages, parameter holders, and the stage programs' transfers
   // replayed together.
-  checkPipeline(p, what);
+  return checkPipeline(p, what);
 }
 } // namespace
 
@@ -1008,7 +1008,7 @@ LoadedPlan LoadedPlan::fromBytes(const void *data, size_t size,
         {reinterpret_cast<uint8_t *>(result.storage->data()), result.size},
         what);
   checkAlignment(*result.root, what);
-  checkPlan(*result.root, worldSize, what);
+  result.inOrderProblem = checkPlan(*result.root, worldSize, what);
   if (const auto *ids = result.root->eos_token_ids()) {
     if (result.root->version_minor() < kPlanEosMinor)
       fail(what + ": eos_token_ids is not in plan format 1." +
@@ -1346,6 +1346,11 @@ void LoadedPlan::printJson(std::ostream &os) const {
         step["factor"] = s->factor();
       if (s->kind() == OpKind::Rotary)
         step["theta"] = s->theta();
+      if (s->kind() == OpKind::SendStart || s->kind() == OpKind::SendWait ||
+          s->kind() == OpKind::RecvStart) {
+        step["peer"] = s->peer();
+        step["tag"] = s->tag();
+      }
       if (s->ints() && s->ints()->size())
         step["ints"] = array(s->ints());
       if (s->location() && s->location()->size())

@@ -20,7 +20,7 @@ using plan::Storage;
 ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
                              ParamStore &params, GridComm *comm,
                              Backend &backend)
-    : plan(&loaded.plan()),
+    : plan(&loaded.plan()), inOrderProblem(loaded.inOrderTransferProblem()),
       // The rank's stage's program under the stage cut the parameters
       // are laid out for.
       program(loaded.program(
@@ -45,6 +45,29 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
         }
     for (const std::vector<int> &axes : groups)
       comm->group(axes);
+    // The backend's transport likewise (NCCL splits its communicators from
+    // one over the world).
+    if (CollectiveChannel *channel = backend.channel()) {
+      std::set<std::vector<int>> collectives;
+      std::set<TransferRoute> routes;
+      for (const plan::Program *any : *loaded.plan().programs())
+        for (const plan::Step *step : *any->steps()) {
+          const plan::OpKind kind = step->kind();
+          if (kind == plan::OpKind::SendStart)
+            routes.insert(
+                {int(stepInts(*step)[0]), any->stage(), step->peer()});
+          else if (kind == plan::OpKind::RecvStart)
+            routes.insert(
+                {int(stepInts(*step)[0]), step->peer(), any->stage()});
+          else if (stepExchanges(*step) && !isPipelineTransfer(kind)) {
+            std::span<const int64_t> axes = stepInts(*step);
+            collectives.emplace(axes.begin(), axes.end());
+          }
+        }
+      channel->prepareGroups(
+          std::vector<std::vector<int>>(collectives.begin(), collectives.end()),
+          std::vector<TransferRoute>(routes.begin(), routes.end()));
+    }
   }
   arena = backend.allocate(program->arena_bytes());
   for (const plan::Tensor *t : *program->tensors()) {
@@ -111,16 +134,43 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
     for (const auto &input : inputs)
       deviceInputs.push_back(backend.allocate(input.size() * sizeof(uint64_t)));
     staged = std::make_unique<StagedSteps>(backend);
-  } else if (!std::all_of(program->steps()->begin(), program->steps()->end(),
-                          [&](const plan::Step *step) {
-                            return backend.runsNatively(*step);
-                          })) {
+  } else if (!std::all_of(
+                 program->steps()->begin(), program->steps()->end(),
+                 [&](const plan::Step *step) { return runsNatively(*step); })) {
     throw std::logic_error("backend '" + std::string(backend.name()) +
                            "' stages steps but its memory is the host's");
   }
 }
 
 ProgramRunner::~ProgramRunner() = default;
+
+bool ProgramRunner::runsNatively(const plan::Step &step) const {
+  if (!backend.runsNatively(step))
+    return false;
+  const CollectiveChannel *channel = backend.channel();
+  return !isPipelineTransfer(step.kind()) || !channel ||
+         channel->matchesTransfersByTag() || inOrderProblem.empty();
+}
+
+std::string ProgramRunner::transferPath() const {
+  const auto *steps = program->steps();
+  auto transfer =
+      std::find_if(steps->begin(), steps->end(), [](const plan::Step *step) {
+        return isPipelineTransfer(step->kind());
+      });
+  if (transfer == steps->end())
+    return "";
+  const CollectiveChannel *channel = backend.channel();
+  if (!backend.runsNatively(**transfer) || !channel)
+    return backend.collectivePath();
+  if (channel->matchesTransfersByTag())
+    return std::string(channel->transport());
+  if (inOrderProblem.empty())
+    return std::string(channel->transport()) +
+           ", matched in order per pair of stages";
+  return "MPI staged through the host (" + std::string(channel->transport()) +
+         " would match them in order, and " + inOrderProblem + ")";
+}
 
 std::span<const int64_t> ProgramRunner::shape(uint32_t tensor) const {
   return shapes[tensor];
@@ -362,9 +412,8 @@ Dispatch ProgramRunner::dispatchOf(const plan::Step &step, StepBindings &bound,
 
 bool ProgramRunner::runRecorded() {
   if (stepTiming || !staged ||
-      !std::all_of(
-          program->steps()->begin(), program->steps()->end(),
-          [&](const plan::Step *step) { return backend.runsNatively(*step); }))
+      !std::all_of(program->steps()->begin(), program->steps()->end(),
+                   [&](const plan::Step *step) { return runsNatively(*step); }))
     return false;
   // The first untimed runs run step by step: the first allocates what the
   // steps need (moments, scratch). Later ones record once, then replay while
@@ -501,7 +550,7 @@ void ProgramRunner::run() {
   size_t stepIndex = 0;
   StepBindings bound;
   for (const plan::Step *step : *program->steps()) {
-    const bool native = backend.runsNatively(*step);
+    const bool native = runsNatively(*step);
     const Dispatch dispatch = dispatchOf(*step, bound, native);
     // A device's own transport waits off the host: the step's time counts
     // as waiting (CollectiveChannel::waitsOnHost).

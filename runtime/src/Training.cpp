@@ -76,6 +76,10 @@ void ProgressLog::started(const Backend &backend) {
       << "kernels: " << backend.kernelLibraries() << "\n";
 }
 
+void ProgressLog::pipelineTransfers(const std::string &path) {
+  out << "pipeline transfers: " << path << "\n";
+}
+
 void ProgressLog::cachingEmbeddings(
     const std::vector<EmbeddingCacheReport> &caches) {
   for (const EmbeddingCacheReport &cache : caches)
@@ -350,6 +354,8 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
   std::vector<float> computeSeconds; // this rank's, with rankTimes
   Rebalancer &rebalancer = trainer.rebalancer();
   observer.started(backend);
+  if (std::string path = trainer.programRunner().transferPath(); !path.empty())
+    observer.pipelineTransfers(path);
   const std::vector<int64_t> &shape = trainer.tokensShape();
   TrainResult result;
   result.tokensPerStep = trainer.tokensPerStep();

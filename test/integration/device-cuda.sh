@@ -12,7 +12,11 @@
 #     the one GPU, their collectives staged through the host over MPI (1D
 #     with sequence parallelism and ring matmuls, 2D 2x2), match the
 #     one-rank cuda run within the 1D test's tolerances;
-#  3. the metrics name the device and the collective path; the device's peak
+#  3. pp 2 (1F1B, 4 micro-batches) matches the one-rank cuda run: with a GPU
+#     per rank its transfers go over NCCL, matched in order per direction
+#     between the stages, else (two ranks on one GPU) staged over MPI; the
+#     progress log must name the path;
+#  4. the metrics name the device and the collective path; the device's peak
 #     memory is the planned peak plus cuBLAS's workspace (32 MiB) and at
 #     most 1 MiB of kernel scratch; steps after the first replay a CUDA
 #     graph.
@@ -94,3 +98,21 @@ same_as_cuda 1d
 compile 2d "mode=2d grid=2x2"
 train 4 "$work/2d.tpplan" "$work/2d" --device cuda --steps $steps --export "$work/2d"
 same_as_cuda 2d
+
+echo "== $model, pp 2 (1F1B) on the GPU"
+compile pp2 "mode=1d grid=1 pp=2 microbatches=4"
+train 2 "$work/pp2.tpplan" "$work/pp2" --device cuda --steps $steps \
+  --export "$work/pp2"
+same_as_cuda pp2
+gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+if [ "${gpus:-0}" -ge 2 ]; then
+  path="NCCL, matched in order per pair of stages"
+else
+  path="MPI staged through the host"
+fi
+grep -qx "pipeline transfers: $path" "$work/pp2.log" || {
+  grep "pipeline transfers" "$work/pp2.log"
+  echo "pp2: expected the transfers to go over: $path ($gpus GPUs)" >&2
+  exit 1
+}
+echo "pp2: transfers over $path"

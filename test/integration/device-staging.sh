@@ -14,7 +14,12 @@
 #     whose blocks migrate mid-run (parameters and moments through the host
 #     and back), within the 1D test's tolerances of the CPU run;
 #  3. 2D 2x2 (all-to-alls, ring shifts in flight across steps) and 3D 2x2x2
-#     (feature-split norms) on 4 and 8 ranks.
+#     (feature-split norms) on 4 and 8 ranks;
+#  4. pipelines (pp 2 GPipe and 1F1B, the latter evaluating held-out text
+#     on its stages, pp 2 x 1D 2, and on four layers pp 4 and pp 2
+#     interleaved): their transfers go over the device's own path,
+#     which matches them by order per direction between two stages as NCCL
+#     does (the progress log must say so), the collectives staged.
 # Otherwise losses must be equal to the last bit and the exported weights
 # byte-equal: both devices run the same kernels on the same values (on one
 # rank staged-cpu records the step once and replays it, as a CUDA graph);
@@ -26,8 +31,8 @@ build=$1 python=$2 work=$3 model=$4
 batch=4 seq=8 steps=4 lr=1e-3
 source "$(dirname "${BASH_SOURCE[0]}")/tensor-parallel-setup.sh"
 
-compile() { # NAME PIPELINE-OPTIONS
-  "$bin/tpc-opt" "$work/model.mlir" -o "$work/$1.tpplan" \
+compile() { # NAME PIPELINE-OPTIONS [MLIR]
+  "$bin/tpc-opt" "${3:-$work/model.mlir}" -o "$work/$1.tpplan" \
     --tp-pipeline="train $2" 2> /dev/null
 }
 # Same losses to the last digit JSON keeps (17 significant) and same bytes.
@@ -39,6 +44,9 @@ la = [r["loss"] for r in a["loss_curve"]]
 lb = [r["loss"] for r in b["loss_curve"]]
 if la != lb:
     sys.exit(f"losses differ: cpu {la}, staged {lb}")
+# Held-out losses too, where the run evaluated.
+if a.get("eval_curve") != b.get("eval_curve"):
+    sys.exit(f"held-out losses differ: cpu {a.get('eval_curve')}, staged {b.get('eval_curve')}")
 if b["device"]["name"] != "staged-cpu" or a["device"]["name"] != "cpu":
     sys.exit(f"devices: {a['device']}, {b['device']}")
 # The device holds exactly what the plan's memory planner counted: the
@@ -148,3 +156,40 @@ compile 2d "mode=2d grid=2x2"
 both 4 2d --steps $steps
 compile 3d "mode=3d grid=2x2x2"
 both 8 3d --steps $steps
+
+echo "== $model, pipelines: transfers in order over the device's own path"
+in_order() { # NAME
+  grep -qx "pipeline transfers: MPI, one tag, matched in order per pair of stages" \
+    "$work/$1-staged.log" || {
+    grep "pipeline transfers" "$work/$1-staged.log"
+    echo "$1: the transfers did not go over the device's path" >&2
+    exit 1
+  }
+}
+compile pp2-gpipe "mode=1d grid=1 pp=2 microbatches=2 schedule=gpipe"
+both 2 pp2-gpipe --steps $steps
+in_order pp2-gpipe
+compile pp2 "mode=1d grid=1 pp=2 microbatches=4"
+# Held-out text every 2 steps: @loss on the stages, transfers in order too.
+both 2 pp2 --steps $steps --eval-every 2 --eval-data "$work/text.tokens" \
+  --eval-tokens 32
+in_order pp2
+"$python" - "$work/pp2-staged.json" <<'PY'
+import json, sys
+curve = json.load(open(sys.argv[1])).get("eval_curve", [])
+if len(curve) != 2:
+    sys.exit(f"expected two held-out evaluations: {curve}")
+PY
+compile pp2-1d2 "mode=1d grid=2 pp=2 microbatches=2"
+both 4 pp2-1d2 --steps $steps
+in_order pp2-1d2
+config_with_layers 4 "$work/four.json"
+"$bin/tpc-import" "$work/four.json" --batch $batch --seq $seq -o "$work/four.mlir"
+compile pp4 "mode=1d grid=1 pp=4 microbatches=4" "$work/four.mlir"
+both 4 pp4 --steps $steps
+in_order pp4
+compile pp2-interleaved \
+  "mode=1d grid=1 pp=2 microbatches=4 schedule=interleaved pp-chunks=2" \
+  "$work/four.mlir"
+both 2 pp2-interleaved --steps $steps
+in_order pp2-interleaved

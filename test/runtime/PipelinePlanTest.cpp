@@ -1,6 +1,8 @@
 // The loader's checks of pipelined plans (format 1.12): a two-stage plan in
 // which stage 0 sends a constant to stage 1, then mutations that a rank
 // could not run without hanging or misreading its peer.
+#include "PipelinePlanSpec.h"
+
 #include "tpc/runtime/OpTable.h"
 #include "tpc/runtime/Plan.h"
 
@@ -10,88 +12,9 @@
 #include <vector>
 
 using namespace tpc::runtime;
-namespace fb = tpc::plan;
+using namespace tpc::runtime::test;
 
 namespace {
-
-struct StageSpec {
-  int32_t stage;
-  // One arena f32 tensor per entry, by shape, tensor i at byte 16 i.
-  std::vector<std::vector<int64_t>> tensors;
-  struct S {
-    fb::OpKind kind;
-    std::vector<uint32_t> operands, results;
-    int64_t peer = 0, tag = 0;
-    std::vector<int64_t> ints = {0};
-  };
-  std::vector<S> steps;
-  std::vector<uint32_t> results;
-};
-
-struct PipelineSpec {
-  std::vector<int64_t> grid = {2};
-  int64_t stages = 2;
-  std::vector<StageSpec> programs = {
-      {0,
-       {{4}},
-       {{fb::OpKind::Constant, {}, {0}, 0, 0, {}},
-        {fb::OpKind::SendStart, {0}, {}, 1, 5},
-        {fb::OpKind::SendWait, {0}, {}, 1, 5}},
-       {0}},
-      {1,
-       {{4}, {4}},
-       {{fb::OpKind::RecvStart, {}, {0}, 0, 5},
-        {fb::OpKind::RecvWait, {0}, {1}, 0, 0, {}}},
-       {1}},
-  };
-
-  std::vector<uint8_t> build() const {
-    flatbuffers::FlatBufferBuilder b;
-    std::vector<flatbuffers::Offset<fb::Program>> programs;
-    for (const StageSpec &spec : this->programs) {
-      std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
-      for (size_t i = 0; i < spec.tensors.size(); ++i)
-        tensors.push_back(fb::CreateTensor(b, fb::DType::F32,
-                                           b.CreateVector(spec.tensors[i]),
-                                           fb::Storage::Arena, 16 * i, 0));
-      std::vector<flatbuffers::Offset<fb::Step>> steps;
-      for (const StageSpec::S &s : spec.steps) {
-        auto operands = b.CreateVector(s.operands);
-        auto results = b.CreateVector(s.results);
-        auto ints = s.ints.empty() ? 0 : b.CreateVector(s.ints);
-        fb::StepBuilder step(b);
-        step.add_kind(s.kind);
-        step.add_operands(operands);
-        step.add_results(results);
-        if (!ints.IsNull())
-          step.add_ints(ints);
-        step.add_peer(s.peer);
-        step.add_tag(s.tag);
-        steps.push_back(step.Finish());
-      }
-      programs.push_back(fb::CreateProgram(
-          b, b.CreateString("train_step"), b.CreateVector(tensors),
-          b.CreateVector(std::vector<flatbuffers::Offset<fb::Input>>{}),
-          b.CreateVector(steps), b.CreateVector(spec.results), 64,
-          /*result_names=*/0, spec.stage));
-    }
-    auto pipeline =
-        fb::CreatePipeline(b, 0, stages, 1, 1, b.CreateString("gpipe"),
-                           b.CreateVector(std::vector<int64_t>(
-                               size_t(std::max<int64_t>(stages, 0)), 1)));
-    const fb::Checksum unsealed(0);
-    auto plan = fb::CreatePlan(
-        b, kPlanVersionMajor, kPlanVersionMinor, b.CreateString("test"),
-        b.CreateVector(grid), 0, 0,
-        b.CreateVector(std::vector<flatbuffers::Offset<fb::Param>>{}),
-        b.CreateVector(programs), &unsealed, 0, 0, 0, pipeline);
-    fb::FinishPlanBuffer(b, plan);
-    std::vector<uint8_t> bytes(b.GetBufferPointer(),
-                               b.GetBufferPointer() + b.GetSize());
-    EXPECT_TRUE(sealPlan(bytes));
-    return bytes;
-  }
-};
 
 LoadedPlan load(const PipelineSpec &spec) {
   std::vector<uint8_t> bytes = spec.build();
@@ -153,6 +76,47 @@ TEST(PipelinePlan, ReceivingFirstOnEveryStageDeadlocks) {
   std::swap(spec.programs[0].steps[1], spec.programs[0].steps[3]);
   std::swap(spec.programs[0].steps[2], spec.programs[0].steps[4]);
   EXPECT_NO_THROW(load(spec));
+}
+
+TEST(PipelinePlan, TransfersInOrderPerDirection) {
+  // NCCL matches the k-th send between two ranks with the k-th receive,
+  // whatever the tags: a plan whose receives come in another order than
+  // their sends loads (MPI matches by tag) but names the mismatch.
+  EXPECT_EQ(load(PipelineSpec()).inOrderTransferProblem(), "");
+  PipelineSpec spec;
+  spec.programs[0].tensors = {{4}, {4}};
+  spec.programs[0].steps = {{fb::OpKind::Constant, {}, {0}, 0, 0, {}, 1.5},
+                            {fb::OpKind::Constant, {}, {1}, 0, 0, {}, -2},
+                            {fb::OpKind::SendStart, {0}, {}, 1, 5},
+                            {fb::OpKind::SendStart, {1}, {}, 1, 6},
+                            {fb::OpKind::SendWait, {0}, {}, 1, 5},
+                            {fb::OpKind::SendWait, {1}, {}, 1, 6}};
+  spec.programs[1].tensors = {{4}, {4}, {4}, {4}};
+  spec.programs[1].steps = {{fb::OpKind::RecvStart, {}, {0}, 0, 6},
+                            {fb::OpKind::RecvStart, {}, {1}, 0, 5},
+                            {fb::OpKind::RecvWait, {0}, {2}, 0, 0, {}},
+                            {fb::OpKind::RecvWait, {1}, {3}, 0, 0, {}}};
+  spec.programs[1].results = {2, 3};
+  EXPECT_EQ(load(spec).inOrderTransferProblem(),
+            "'train_step' stage 0's send 0 to stage 1 (tag 5, step 2) would "
+            "meet the receive of tag 6 (step 0)");
+  // Posted in the sends' order: no mismatch.
+  std::swap(spec.programs[1].steps[0], spec.programs[1].steps[1]);
+  EXPECT_EQ(load(spec).inOrderTransferProblem(), "");
+  // Each direction keeps its own order: stage 1 sends back before it
+  // receives while stage 0 sends first.
+  PipelineSpec back;
+  back.programs[0].tensors = {{4}, {4}, {4}};
+  back.programs[0].steps.insert(back.programs[0].steps.begin() + 2,
+                                {fb::OpKind::RecvStart, {}, {1}, 1, 9});
+  back.programs[0].steps.push_back({fb::OpKind::RecvWait, {1}, {2}, 0, 0, {}});
+  back.programs[1].tensors = {{4}, {4}, {4}};
+  back.programs[1].steps.insert(back.programs[1].steps.begin(),
+                                {fb::OpKind::Constant, {}, {2}, 0, 0, {}});
+  back.programs[1].steps.insert(back.programs[1].steps.begin() + 1,
+                                {fb::OpKind::SendStart, {2}, {}, 0, 9});
+  back.programs[1].steps.push_back({fb::OpKind::SendWait, {2}, {}, 0, 9});
+  EXPECT_EQ(load(back).inOrderTransferProblem(), "");
 }
 
 TEST(PipelinePlan, StagesMakeTheSameCollectivesOverTheirAxis) {

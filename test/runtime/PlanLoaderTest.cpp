@@ -1195,6 +1195,7 @@ private:
   struct DeviceTransport final : CollectiveChannel {
     std::string_view transport() const override { return "device"; }
     bool waitsOnHost() const override { return false; }
+    bool matchesTransfersByTag() const override { return false; }
     [[noreturn]] static void unused() {
       throw std::logic_error("QueueingBackend moves its own data");
     }

@@ -3,10 +3,13 @@
 
 #include "tpc/runtime/Backend.h"
 
+#include "tpc/runtime/CollectiveChannel.h"
 #include "tpc/runtime/OpTable.h"
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
 namespace tpc::runtime {
@@ -42,6 +45,63 @@ private:
   uint64_t &live;
 };
 
+/// The device's own path between stages, matched as NCCL matches its
+/// point-to-point calls: every transfer between two ranks carries one MPI
+/// tag, so the k-th send meets the k-th receive whatever the plan's tags
+/// (MPI keeps messages of one tag in order). The runner gives it a plan's
+/// transfers only when the loader proved their order, as it does NCCL;
+/// collectives still run staged.
+class InOrderTransfers final : public CollectiveChannel {
+public:
+  explicit InOrderTransfers(GridComm &grid) : grid(grid) {}
+
+  std::string_view transport() const override { return "MPI, one tag"; }
+  bool waitsOnHost() const override { return true; }
+  bool matchesTransfersByTag() const override { return false; }
+  void allReduceSum(const std::vector<int> &, WireType, void *,
+                    size_t) override {
+    stagedOnly();
+  }
+  void allGather(const std::vector<int> &, WireType, const void *, void *,
+                 size_t) override {
+    stagedOnly();
+  }
+  void reduceScatterSum(const std::vector<int> &, WireType, const void *,
+                        void *, size_t) override {
+    stagedOnly();
+  }
+  void allToAll(const std::vector<int> &, WireType, const void *, void *,
+                size_t) override {
+    stagedOnly();
+  }
+  void startShift(const std::vector<int> &, WireType, const void *, void *,
+                  size_t) override {
+    stagedOnly();
+  }
+  void finishShift(const void *) override { stagedOnly(); }
+  void startSend(int axis, int64_t peer, int, WireType type, const void *in,
+                 size_t count) override {
+    grid.startSend(
+        axis, peer, kTag,
+        {static_cast<const std::byte *>(in), count * wireBytes(type)});
+  }
+  void startReceive(int axis, int64_t peer, int, WireType type, void *out,
+                    size_t count) override {
+    grid.startReceive(axis, peer, kTag,
+                      {static_cast<std::byte *>(out), count * wireBytes(type)});
+  }
+  void finishTransfer(const void *buffer) override {
+    grid.finishTransfer(buffer);
+  }
+
+private:
+  static constexpr int kTag = 0;
+  [[noreturn]] static void stagedOnly() {
+    throw std::logic_error("staged-cpu: collectives run staged");
+  }
+  GridComm &grid;
+};
+
 class StagedTestBackend final : public Backend {
 public:
   std::string_view name() const override { return "staged-cpu"; }
@@ -56,11 +116,16 @@ public:
   void download(void *host, const std::byte *device, uint64_t bytes) override {
     std::memcpy(host, toHost(device), bytes);
   }
-  // As a GPU without a path to the other ranks: what exchanges data goes
-  // through the host.
+  // As a GPU whose collectives go through the host: what exchanges data
+  // does, except the transfers between stages once connected.
   bool runsNatively(const plan::Step &step) const override {
-    return !stepExchanges(step);
+    return !stepExchanges(step) ||
+           (transfers && isPipelineTransfer(step.kind()));
   }
+  void connect(GridComm &grid) override {
+    transfers = std::make_unique<InOrderTransfers>(grid);
+  }
+  CollectiveChannel *channel() override { return transfers.get(); }
   void enqueue(const Dispatch &d) override {
     RecordedStep step{&d.step, {}, {}, d.comm, d.bf16Products, d.channel};
     auto translate = [](const TensorBinding &t) {
@@ -113,6 +178,7 @@ private:
   };
   RecordedSteps *recording = nullptr;
   uint64_t live = 0, peak = 0;
+  std::unique_ptr<InOrderTransfers> transfers;
 };
 
 } // namespace

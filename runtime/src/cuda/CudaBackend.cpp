@@ -64,9 +64,11 @@ void check(ncclResult_t result, const char *what) {
 /// NCCL between the GPUs of the grid's ranks, one communicator per set of
 /// axes (as GridComm's groups), split from one world communicator whose id
 /// travels over MPI. Collectives queue on the backend's stream; ring shifts
-/// on a stream of their own, joined back by an event at their wait. f32
-/// only: bf16 collectives run on f32 copies (their sums must round once, as
-/// GridComm's do). Traffic is counted in the grid's statistics.
+/// on a stream of their own, and pipeline transfers on one communicator and
+/// stream per direction between two stages, each joined back by an event at
+/// its wait. Collectives are f32 only: bf16 ones run on f32 copies (their
+/// sums must round once, as GridComm's do); transfers move bytes as stored.
+/// Traffic is counted in the grid's statistics.
 class NcclChannel final : public CollectiveChannel {
 public:
   NcclChannel(GridComm &grid, cudaStream_t stream)
@@ -82,10 +84,22 @@ public:
           "creating the communication stream");
     check(cudaEventCreateWithFlags(&shiftReady, cudaEventDisableTiming),
           "creating an event");
+    check(cudaEventCreateWithFlags(&transferReady, cudaEventDisableTiming),
+          "creating an event");
   }
   ~NcclChannel() override {
     for (auto &[buffer, event] : shiftDone)
       cudaEventDestroy(event);
+    for (auto &[buffer, event] : transferDone)
+      cudaEventDestroy(event);
+    if (transferReady)
+      cudaEventDestroy(transferReady);
+    for (auto &[route, r] : routes) {
+      if (r.comm)
+        ncclCommDestroy(r.comm);
+      if (r.stream)
+        cudaStreamDestroy(r.stream);
+    }
     if (shiftReady)
       cudaEventDestroy(shiftReady);
     for (auto &[axes, comm] : groups)
@@ -173,17 +187,39 @@ public:
     }
     check(cudaEventRecord(done, shiftStream), "ring shift");
   }
-  // Pipeline transfers run staged over MPI (runsNatively): NCCL's
-  // point-to-point calls match by order, not by tag, and the loader's
-  // deadlock proof is MPI's.
-  void startSend(int, int64_t, int, WireType, const void *, size_t) override {
-    throw std::logic_error("nccl: pipeline transfers run staged over MPI");
+  bool matchesTransfersByTag() const override { return false; }
+  void prepareGroups(std::span<const std::vector<int>> collectives,
+                     std::span<const TransferRoute> routes) override {
+    for (const std::vector<int> &axes : collectives)
+      group(axes);
+    for (const TransferRoute &route : routes)
+      routeOf(route);
   }
-  void startReceive(int, int64_t, int, WireType, void *, size_t) override {
-    throw std::logic_error("nccl: pipeline transfers run staged over MPI");
+  // Pipeline transfers (of plans whose order the loader proved,
+  // LoadedPlan::inOrderTransferProblem): each direction between two stages
+  // has a communicator and a stream of its own, so its transfers run in
+  // order and wait for no other direction's; a start queues after the
+  // computation before it, a wait joins the transfer back into the compute
+  // stream.
+  void startSend(int axis, int64_t peer, int tag, WireType type, const void *in,
+                 size_t count) override {
+    (void)tag; // matched in order: the loader checked the tags agree
+    grid.countCollective("send", {axis}, count, wireBytes(type));
+    startTransfer({axis, grid.coords()[size_t(axis)], peer},
+                  const_cast<void *>(in), count * wireBytes(type));
   }
-  void finishTransfer(const void *) override {
-    throw std::logic_error("nccl: pipeline transfers run staged over MPI");
+  void startReceive(int axis, int64_t peer, int tag, WireType type, void *out,
+                    size_t count) override {
+    (void)tag;
+    startTransfer({axis, peer, grid.coords()[size_t(axis)]}, out,
+                  count * wireBytes(type));
+  }
+  void finishTransfer(const void *buffer) override {
+    auto it = inFlight.find(buffer);
+    if (it == inFlight.end())
+      throw std::logic_error("nccl: a transfer wait with no transfer started");
+    check(cudaStreamWaitEvent(stream, it->second), "pipeline transfer wait");
+    inFlight.erase(it);
   }
   void finishShift(const void *out) override {
     auto it = shiftDone.find(out);
@@ -219,6 +255,54 @@ private:
     return comm;
   }
 
+  /// A direction of transfers: a communicator of its two ranks (the
+  /// sender rank 0) and a stream.
+  struct Route {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+  /// The route's communicator and stream, split from the axis's group
+  /// (collective over it: prepareGroups creates every route of the plan up
+  /// front, in one order on every rank).
+  Route &routeOf(const TransferRoute &route) {
+    if (auto it = routes.find(route); it != routes.end())
+      return it->second;
+    const int64_t self = grid.coords()[size_t(route.axis)];
+    const bool member = self == route.from || self == route.to;
+    Route created;
+    check(ncclCommSplit(group({route.axis}), member ? 0 : NCCL_SPLIT_NOCOLOR,
+                        self == route.from ? 0 : 1, &created.comm, nullptr),
+          "splitting a transfer route");
+    if (member)
+      check(cudaStreamCreateWithFlags(&created.stream, cudaStreamNonBlocking),
+            "creating a transfer stream");
+    return routes.emplace(route, created).first->second;
+  }
+  void startTransfer(const TransferRoute &route, void *data, size_t bytes) {
+    auto found = routes.find(route);
+    if (found == routes.end() || !found->second.comm)
+      throw std::logic_error("nccl: a transfer on a route prepareGroups did "
+                             "not create");
+    const Route &r = found->second;
+    if (inFlight.count(data))
+      throw std::logic_error("nccl: a buffer already in a pipeline transfer");
+    cudaEvent_t &done = transferDone[data];
+    if (!done)
+      check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+            "creating an event");
+    check(cudaEventRecord(transferReady, stream), "pipeline transfer");
+    check(cudaStreamWaitEvent(r.stream, transferReady), "pipeline transfer");
+    const bool send = grid.coords()[size_t(route.axis)] == route.from;
+    if (send)
+      check(ncclSend(data, bytes, ncclUint8, 1, r.comm, r.stream),
+            "pipeline send");
+    else
+      check(ncclRecv(data, bytes, ncclUint8, 0, r.comm, r.stream),
+            "pipeline receive");
+    check(cudaEventRecord(done, r.stream), "pipeline transfer");
+    inFlight.emplace(data, done);
+  }
+
   GridComm &grid;
   cudaStream_t stream;
   ncclComm_t world = nullptr;
@@ -226,6 +310,12 @@ private:
   cudaStream_t shiftStream = nullptr;
   cudaEvent_t shiftReady = nullptr;
   std::map<const void *, cudaEvent_t> shiftDone;
+  std::map<TransferRoute, Route> routes;
+  cudaEvent_t transferReady = nullptr;
+  /// Each buffer's completion event, and those of the transfers not yet
+  /// waited for.
+  std::map<const void *, cudaEvent_t> transferDone;
+  std::map<const void *, cudaEvent_t> inFlight;
 };
 #endif
 
@@ -360,8 +450,8 @@ public:
   bool runsNatively(const plan::Step &step) const override {
     // Steps that only read their place in the grid (vocabulary-parallel
     // embeddings included) have device kernels; collectives, ring shifts,
-    // the vocabulary-parallel loss and the feature-split norms run here
-    // with NCCL, else staged over MPI.
+    // the vocabulary-parallel loss, the feature-split norms and pipeline
+    // transfers run here with NCCL, else staged over MPI.
     if (!stepExchanges(step))
       return true;
     return hasNccl() && exchangesOverNccl[size_t(step.kind())];
@@ -1885,6 +1975,30 @@ void ringShiftWait(CudaBackend &b, const Dispatch &d) {
   channelOf(d).finishShift(received.data);
   copyIfMoved(b, received, out);
 }
+
+/// Pipeline transfers move a tensor's bytes as stored (f32 or bf16).
+WireType wireTypeOf(const TensorBinding &t) {
+  return t.dtype == plan::DType::BF16 ? WireType::BF16 : WireType::F32;
+}
+
+void sendStart(CudaBackend &, const Dispatch &d) {
+  const TensorBinding &in = d.operands[0];
+  channelOf(d).startSend(int(d.ints()[0]), d.step.peer(), int(d.step.tag()),
+                         wireTypeOf(in), in.data, size_t(in.elements));
+}
+
+void recvStart(CudaBackend &, const Dispatch &d) {
+  const TensorBinding &out = d.results[0];
+  channelOf(d).startReceive(int(d.ints()[0]), d.step.peer(), int(d.step.tag()),
+                            wireTypeOf(out), out.data, size_t(out.elements));
+}
+
+/// SendWait (the sent tensor) and RecvWait (received -> its result).
+void transferWait(CudaBackend &b, const Dispatch &d) {
+  channelOf(d).finishTransfer(d.operands[0].data);
+  if (!d.results.empty())
+    copyIfMoved(b, d.operands[0], d.results[0]);
+}
 #endif
 
 /// Steps that use the grid are staged (runsNatively): never enqueued.
@@ -1910,6 +2024,10 @@ constexpr bool hasNcclSupport() {
 /// unfused loss, KV-cache writes, collectives) run widened; so does a kind
 /// here whose tensors' types its kernel does not take.
 constexpr OpKind kBf16NativeKinds[] = {
+    OpKind::SendStart,
+    OpKind::SendWait,
+    OpKind::RecvStart,
+    OpKind::RecvWait,
     OpKind::Matmul,
     OpKind::Convert,
     OpKind::Reshape,
@@ -2012,19 +2130,27 @@ void addCudaKernels(KernelRegistry<CudaKernel> &k) {
   set(OpKind::AllToAll, allToAll);
   set(OpKind::RingShiftStart, ringShiftStart);
   set(OpKind::RingShiftWait, ringShiftWait);
+  set(OpKind::SendStart, sendStart);
+  set(OpKind::SendWait, transferWait);
+  set(OpKind::RecvStart, recvStart);
+  set(OpKind::RecvWait, transferWait);
 #endif
 }
 
 /// Kinds that need a device kernel: all but those that exchange data, and
 /// those too with NCCL.
-/// The kinds that exchange data over NCCL when every rank has a GPU; the
-/// others that exchange run staged over MPI (pipeline transfers).
+/// The kinds that exchange data over NCCL when every rank has a GPU
+/// (pipeline transfers only where the plan's order allows, ProgramRunner).
 constexpr std::array kNcclExchangeKinds = {OpKind::AllReduce,
                                            OpKind::AllGather,
                                            OpKind::ReduceScatter,
                                            OpKind::AllToAll,
                                            OpKind::RingShiftStart,
                                            OpKind::RingShiftWait,
+                                           OpKind::SendStart,
+                                           OpKind::SendWait,
+                                           OpKind::RecvStart,
+                                           OpKind::RecvWait,
                                            OpKind::CrossEntropy,
                                            OpKind::CrossEntropyGrad,
                                            OpKind::LayerNorm,

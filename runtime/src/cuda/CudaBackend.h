@@ -1,6 +1,7 @@
 // The CUDA backend (built when CMake finds the CUDA toolkit): device memory,
 // one stream, cuBLAS GEMMs and our kernels (Kernels.h). Steps that use the
-// grid run staged through the host over MPI (Backend::runsNatively).
+// grid run over NCCL when every rank has a GPU of its own, else staged
+// through the host over MPI (Backend::runsNatively).
 #pragma once
 
 #include "tpc/runtime/Backend.h"

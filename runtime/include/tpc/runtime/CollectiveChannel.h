@@ -9,8 +9,10 @@
 
 #include "tpc/runtime/Comm.h"
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +21,15 @@ namespace tpc::runtime {
 /// Element types on the wire: f32, or bf16 as its 16 bits (sums add in f32
 /// in group rank order and round once, Comm.h).
 enum class WireType { F32, BF16 };
+
+/// One direction of pipeline transfers: from the rank whose coordinate on
+/// grid `axis` is `from` to the one whose coordinate is `to`, among the
+/// ranks that share their other coordinates.
+struct TransferRoute {
+  int axis = 0;
+  int64_t from = 0, to = 0;
+  auto operator<=>(const TransferRoute &) const = default;
+};
 
 class CollectiveChannel {
 public:
@@ -32,6 +43,21 @@ public:
   /// step's whole time as waiting, so that rebalancing compares compute
   /// alone.
   virtual bool waitsOnHost() const = 0;
+  /// Whether pipeline transfers match by tag (MPI). False where transfers
+  /// in one direction between two ranks are matched by order, the k-th send
+  /// meeting the k-th receive whatever their tags (NCCL, one queue per
+  /// direction): the runner gives such a channel a plan's transfers only
+  /// when the loader proved that order (LoadedPlan::inOrderTransferProblem).
+  virtual bool matchesTransfersByTag() const = 0;
+  /// Before any step runs, on every rank in one order: the groups a plan's
+  /// collectives use and the routes its transfers take. A transport that
+  /// creates its communicators collectively creates them here, since stage
+  /// programs first use them in different orders.
+  virtual void prepareGroups(std::span<const std::vector<int>> collectives,
+                             std::span<const TransferRoute> routes) {
+    (void)collectives;
+    (void)routes;
+  }
 
   /// `data` (count elements) summed over the group, in place.
   virtual void allReduceSum(const std::vector<int> &axes, WireType type,
@@ -75,6 +101,7 @@ public:
 
   std::string_view transport() const override { return "MPI"; }
   bool waitsOnHost() const override { return true; }
+  bool matchesTransfersByTag() const override { return true; }
   void allReduceSum(const std::vector<int> &axes, WireType type, void *data,
                     size_t count) override;
   void allGather(const std::vector<int> &axes, WireType type, const void *in,

@@ -156,6 +156,11 @@ bool stepUsesGrid(const plan::Step &step);
 /// Whether `step` exchanges data with other ranks (uses the grid for more
 /// than its place in it).
 bool stepExchanges(const plan::Step &step);
+/// Whether `kind` starts or waits for a pipeline transfer between stages.
+inline bool isPipelineTransfer(plan::OpKind kind) {
+  return kind == plan::OpKind::SendStart || kind == plan::OpKind::SendWait ||
+         kind == plan::OpKind::RecvStart || kind == plan::OpKind::RecvWait;
+}
 
 /// One backend's kernels by op kind, filled from the list beside the
 /// backend's kernels and checked against opTable(): a kind the loader

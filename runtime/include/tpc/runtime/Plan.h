@@ -110,6 +110,14 @@ public:
   std::vector<int64_t> wholeInputShape(const std::string &name,
                                        plan::InputKind kind) const;
 
+  /// Why the pipeline's transfers cannot go over a transport that matches
+  /// them by order per direction of each pair of stages rather than by tag
+  /// (NCCL's point-to-point calls; docs/pipeline.md): some send would meet
+  /// a receive expecting another tag or tensor. Empty when they can, or
+  /// when the plan has none; such a plan's transfers then run staged over
+  /// MPI.
+  const std::string &inOrderTransferProblem() const { return inOrderProblem; }
+
   /// XXH3-64 of the plan file's bytes (ranks compare it at start-up).
   uint64_t contentChecksum() const;
   /// The vocabulary size: rows of the table the token ids index (the
@@ -132,6 +140,7 @@ private:
   std::shared_ptr<std::vector<uint64_t>> storage; // 8-byte aligned bytes
   size_t size = 0;                                // bytes of the plan file
   const plan::Plan *root = nullptr;
+  std::string inOrderProblem;
 };
 
 /// AdamW's settings, which the compiler fixes in the plan's AdamW steps

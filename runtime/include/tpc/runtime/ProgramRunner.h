@@ -94,6 +94,10 @@ public:
   const std::map<std::string, OpStats> &stats() const { return timer->stats(); }
   void resetStats() { timer->resetStats(); }
   uint64_t arenaBytes() const { return program->arena_bytes(); }
+  /// How this program's pipeline transfers travel, for the progress log
+  /// ("NCCL, matched in order", "MPI staged through the host (...)"); empty
+  /// when it has none.
+  std::string transferPath() const;
   uint64_t inputBytes() const;
 
 private:
@@ -120,6 +124,11 @@ private:
     std::array<TensorBinding, kMaxStepOperands> operands;
     std::array<TensorBinding, kMaxStepResults> results;
   };
+  /// Whether `step` runs on the backend itself (else staged through the
+  /// host): the backend's choice, except that a pipeline transfer goes
+  /// over the backend's channel only when that channel matches transfers
+  /// by tag or the plan's transfers can be matched in order.
+  bool runsNatively(const plan::Step &step) const;
   /// The dispatch of `step` on the current bindings.
   Dispatch dispatchOf(const plan::Step &step, StepBindings &bound,
                       bool native) const;
@@ -133,6 +142,9 @@ private:
   void prepareEmbeddingCaches();
 
   const plan::Plan *plan;
+  /// LoadedPlan::inOrderTransferProblem: empty when a channel matching
+  /// transfers by order may carry this plan's.
+  std::string inOrderProblem;
   const plan::Program *program;
   ParamStore &params;
   /// The layout the shapes were computed for.

@@ -157,6 +157,9 @@ class TrainingObserver {
 public:
   virtual ~TrainingObserver() = default;
   virtual void started(const Backend &backend) {}
+  /// How the pipeline's transfers travel (ProgramRunner::transferPath), on
+  /// a pipelined plan, after started().
+  virtual void pipelineTransfers(const std::string &path) {}
   /// Each cached embedding table's cache on this rank, before step 1.
   virtual void cachingEmbeddings(const std::vector<EmbeddingCacheReport> &) {}
   virtual void resumed(int64_t step, const std::string &from) {}
@@ -171,6 +174,7 @@ class ProgressLog : public TrainingObserver {
 public:
   explicit ProgressLog(std::ostream &out) : out(out) {}
   void started(const Backend &backend) override;
+  void pipelineTransfers(const std::string &path) override;
   void
   cachingEmbeddings(const std::vector<EmbeddingCacheReport> &caches) override;
   void resumed(int64_t step, const std::string &from) override;
