@@ -105,6 +105,7 @@ void RunReport::setTraining(const LoadedPlan &plan, const TrainConfig &config,
   root["tokens_per_step"] = result.tokensPerStep;
   root["first_step"] = result.firstStep;
   root["tokens_seen"] = result.tokensSeen;
+  root["stopped_on_request"] = result.stoppedOnRequest;
   root["steps"] = steps;
   root["device"]["replayed_steps"] = result.replays;
   root["seconds_total"] = seconds;

@@ -80,6 +80,10 @@ void ProgressLog::pipelineTransfers(const std::string &path) {
   out << "pipeline transfers: " << path << "\n";
 }
 
+void ProgressLog::stoppedOnRequest(int64_t step) {
+  out << "stopped after step " << step << " on request\n";
+}
+
 void ProgressLog::cachingEmbeddings(
     const std::vector<EmbeddingCacheReport> &caches) {
   for (const EmbeddingCacheReport &cache : caches)
@@ -470,6 +474,23 @@ TrainResult train(const LoadedPlan &plan, ParamStore &params,
       if (!written.empty())
         observer.checkpointWritten(written);
       lastCheckpoint = checkpointPath(config.checkpointDir, step);
+    }
+    // Every rank asks and all follow the first that wants to stop, so the
+    // ranks end at one step.
+    if (config.stopRequested && step < config.steps) {
+      const bool wanted = config.stopRequested();
+      const bool anyRank =
+          config.comm ? !Comm::world().allSucceeded(!wanted) : wanted;
+      if (anyRank) {
+        if (!config.checkpointDir.empty() && !periodic) {
+          std::string written = trainer.saveCheckpoint(config.checkpointDir);
+          if (!written.empty())
+            observer.checkpointWritten(written);
+        }
+        result.stoppedOnRequest = step;
+        observer.stoppedOnRequest(step);
+        break;
+      }
     }
   }
   if (config.rankTimes) {

@@ -20,9 +20,16 @@
 #     segment: a restarted tp-sched stops the orphaned segment, marks it
 #     interrupted, resumes from the last checkpoint and finishes; the
 #     replay by hand still matches.
+#  5. Preemption mid-segment: on one rank with segments longer than the
+#     jobs, LAS (one threshold of 1 rank-second) gives the rank to the
+#     later job once the first has run a second, and back: the running
+#     segment is stopped after its current step (tp-run --stop-file), so
+#     segments end before their planned last step; the chain, the targets
+#     and the replay by hand hold as above.
 #
 # On the sanitizer build (SANITIZED=ON) only ONES (1 and 2, without the
-# PyTorch check) and the restart (4): the other policies use the same code.
+# PyTorch check) and the restart (4): the other policies use the same code
+# (tp-run's --stop-file runs there in tp-run/train.test).
 #
 #   scheduler.sh BUILD_DIR PYTHON MPIEXEC WORK_DIR [SANITIZED]
 set -euo pipefail
@@ -173,4 +180,21 @@ print(f"interrupted and resumed: {interrupted}")
 PY
 $check check "$state"
 $check replay "$state" "$bin" "$mpiexec" "$work/killed-by-hand"
+
+if [ "$sanitized" != ON ]; then
+echo "== LAS preempting mid-segment"
+# j0 with a target of 300 steps on one rank, j2 queued behind it; segments
+# of 1000 steps, so only a stop ends one early.
+state=$work/preempt
+sed -e 's/"target_samples": 800/"target_samples": 2400/' \
+  "$work/job0.json" > "$work/long0.json"
+"$bin/tp-sched" submit "$state" "$work/long0.json" "$work/job2.json" > /dev/null
+"$bin/tp-sched" run "$state" --policy las --las-thresholds=1 --ranks 1 \
+  --cluster "$cluster" --segment-steps 1000 --interval 0.5 --mpirun "$mpiexec" \
+  --mpirun-arg=--oversubscribe --mpirun-arg=--bind-to --mpirun-arg=none \
+  > "$state.log" 2>&1 || { cat "$state.log" >&2; exit 1; }
+grep -E "stopping|started|done" "$state.log" | head -8
+$check check "$state" --stopped
+$check replay "$state" "$bin" "$mpiexec" "$work/preempt-by-hand"
+fi
 echo "scheduler: PASS"

@@ -40,9 +40,10 @@ def latest_checkpoint(directory):
         return os.path.join(directory, f.read().strip())
 
 
-def check(state_dir, resized, failed):
+def check(state_dir, resized, failed, stopped=False):
     state = load(state_dir)
     any_resize = False
+    stops = []
     for job in state["jobs"]:
         name, spec = job["spec"]["name"], job["spec"]
         if name in failed:
@@ -69,6 +70,14 @@ def check(state_dir, resized, failed):
                 fail(f"{name}: segment {segment['index']} ran at lr {segment['lr']}, expected {lr}")
             step = segment["last_step"]
             tokens += (segment["last_step"] - segment["first_step"] + 1) * batch * spec["seq"]
+            if segment["last_step"] != segment["planned_last_step"]:
+                # Only a stop the scheduler asked for ends a segment early.
+                if not segment["stop_requested"] or \
+                        not segment["first_step"] <= segment["last_step"] < segment["planned_last_step"]:
+                    fail(f"{name}: segment {segment['index']} ran steps {segment['first_step']}-"
+                         f"{segment['last_step']} of {segment['planned_last_step']}")
+                stops.append(f"{name} {segment['index']} after step {segment['last_step']} "
+                             f"of {segment['planned_last_step']}")
         checkpoint = latest_checkpoint(os.path.join(state_dir, "jobs", name, "checkpoints"))
         with open(os.path.join(checkpoint, "manifest.json")) as f:
             manifest = json.load(f)
@@ -99,6 +108,10 @@ def check(state_dir, resized, failed):
         fail(f"timeline.svg draws {bars} bars for {expected} segments")
     if resized and not any_resize:
         fail("no job changed its configuration between segments")
+    if stopped and not stops:
+        fail("no segment was stopped mid-way")
+    if stops:
+        print("stopped mid-segment: " + "; ".join(stops))
     print(f"check: {len(state['jobs'])} jobs done, {expected} segments drawn"
           + (", with resizes" if any_resize else ""))
 
@@ -164,7 +177,7 @@ def segments(state_dir, name, out):
 def main(argv):
     if len(argv) >= 2 and argv[0] == "check":
         failed = dict(a[len("--failed="):].split(":", 1) for a in argv[2:] if a.startswith("--failed="))
-        check(argv[1], "--resized" in argv[2:], failed)
+        check(argv[1], "--resized" in argv[2:], failed, "--stopped" in argv[2:])
     elif len(argv) == 5 and argv[0] == "replay":
         replay(*argv[1:])
     elif len(argv) == 4 and argv[0] == "segments":

@@ -265,6 +265,11 @@ Options parseArgs(int argc, char **argv) {
                  "Checkpoint every K steps (default: only at the end)")
         ->check(numberCheck(true, 1))
         ->group(trainingGroup);
+    a.add_option("--stop-file", o.stopFile,
+                 "Stop after the step at whose end FILE exists, writing a "
+                 "checkpoint there (how tp-sched takes ranks back "
+                 "mid-segment); needs --checkpoint-dir")
+        ->group(trainingGroup);
     a.add_option("--profile-steps", o.opByOpSteps,
                  "Run the first N steps op by op, timing each op for the "
                  "metrics' \"ops\" (default 1; the first pays one-time "
@@ -514,6 +519,9 @@ Options parseArgs(int argc, char **argv) {
                "give one");
   if (o.checkpointEvery > 0 && o.checkpointDir.empty())
     usageError("--checkpoint-every needs --checkpoint-dir");
+  if (!o.stopFile.empty() && o.checkpointDir.empty())
+    usageError("--stop-file needs --checkpoint-dir (the run stops at a "
+               "checkpoint)");
   if (!o.weights.empty() && !o.resume.empty())
     usageError("--weights and --resume both set the parameters; give one");
   const bool heldOut = !o.evalData.empty() || o.evalFraction.has_value();

@@ -32,6 +32,8 @@ struct Options {
   int64_t steps = 0;
   LearningRateSchedule schedule;
   std::string checkpointDir, resume, exportDir, plot;
+  /// Training stops after the step at whose end this file exists.
+  std::string stopFile;
   int64_t checkpointEvery = 0;
   int64_t opByOpSteps = 1; // --profile-steps
   bool rankTimes = false;  // --rank-times

@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -145,6 +146,11 @@ int trainRun(const Options &o, Prepared &p) {
   config.comm = &p.session->grid();
   config.backend = &p.session->backend();
   config.rebalance = o.rebalanceOptions;
+  if (!o.stopFile.empty())
+    config.stopRequested = [&o] {
+      std::error_code error;
+      return std::filesystem::exists(o.stopFile, error);
+    };
   auto start = std::chrono::steady_clock::now();
   ProgressLog progress(std::cout);
   TrainResult result = train(plan, params, stream, config, progress);

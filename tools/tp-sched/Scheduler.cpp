@@ -128,6 +128,8 @@ JobRecord parseJobRecord(const json &j, const std::string &path) {
     seg.loss = readOptional(s, "loss");
     seg.stepSeconds = s.at("step_seconds").get<double>();
     seg.wallSeconds = s.at("wall_seconds").get<double>();
+    seg.stopRequested = s.value("stop_requested", false);
+    seg.plannedLastStep = s.value("planned_last_step", seg.lastStep);
     job.segments.push_back(std::move(seg));
   }
   return job;
@@ -280,6 +282,8 @@ void Scheduler::save() {
       o["loss"] = optionalNumber(s.loss);
       o["step_seconds"] = s.stepSeconds;
       o["wall_seconds"] = s.wallSeconds;
+      o["stop_requested"] = s.stopRequested;
+      o["planned_last_step"] = s.plannedLastStep;
       j["segments"].push_back(std::move(o));
     }
     root["jobs"].push_back(std::move(j));
@@ -449,6 +453,12 @@ void Scheduler::endSegment(JobRecord &job, Segment &segment, int exitCode) {
   pool->release(job.spec.name);
   job.service += double(segment.config.ranks) * segment.wallSeconds;
   readProgress(job);
+  std::error_code ignored;
+  fs::remove(stopFile(job, segment), ignored);
+  // Stopped on request after a step, at its checkpoint: a shorter segment.
+  if (segment.stopRequested && exitCode == 0 && job.step >= segment.firstStep &&
+      job.step < segment.lastStep)
+    segment.lastStep = job.step;
   const std::string metrics =
       (fs::path(jobDir(job)) /
        ("segment-" + std::to_string(segment.index) + ".json"))
@@ -650,6 +660,35 @@ void Scheduler::decide() {
   save();
 }
 
+std::string Scheduler::stopFile(const JobRecord &job,
+                                const Segment &segment) const {
+  return (fs::path(jobDir(job)) / ("stop-" + std::to_string(segment.index)))
+      .string();
+}
+
+void Scheduler::requestStops() {
+  bool asked = false;
+  for (JobRecord &job : records) {
+    if (job.status != "running" || job.segments.empty())
+      continue;
+    Segment &segment = job.segments.back();
+    if (segment.status != "running" || segment.stopRequested ||
+        job.target == segment.config)
+      continue;
+    const std::string path = stopFile(job, segment);
+    std::ofstream(path).close();
+    if (!fs::exists(path))
+      throw std::runtime_error(path + ": cannot create the stop file");
+    segment.stopRequested = true;
+    asked = true;
+    log("stopping " + job.spec.name + " after its current step: " +
+        (job.target.runs() ? "to run as " + configName(job.target)
+                           : std::string("preempted")));
+  }
+  if (asked)
+    save();
+}
+
 void Scheduler::startSegment(JobRecord &job) {
   const Config c = job.target;
   const CompiledPlan *plan = nullptr;
@@ -676,6 +715,9 @@ void Scheduler::startSegment(JobRecord &job) {
   segment.firstStep = job.step + 1;
   segment.lastStep =
       job.step + std::max<int64_t>(1, std::min(planned, remainingSteps));
+  segment.plannedLastStep = segment.lastStep;
+  std::error_code stale; // from a segment a killed tp-sched left
+  fs::remove(stopFile(job, segment), stale);
   segment.slots = pool->take(job.spec.name, c.ranks);
   segment.hosts = pool->hostList(segment.slots);
   segment.started = clock();
@@ -710,6 +752,8 @@ void Scheduler::startSegment(JobRecord &job) {
                std::to_string(job.spec.clip),
                "--checkpoint-dir",
                checkpoints,
+               "--stop-file",
+               stopFile(job, segment),
                "--metrics",
                (dir / ("segment-" + std::to_string(segment.index) + ".json"))
                    .string()});
@@ -772,6 +816,7 @@ int Scheduler::run() {
     changed |= reap();
     if (changed || needDecision || clock() - lastDecision >= options.interval)
       decide();
+    requestStops();
     launch();
     const bool active =
         std::any_of(records.begin(), records.end(),

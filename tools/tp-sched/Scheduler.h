@@ -58,6 +58,12 @@ struct Segment {
   std::optional<double> loss; // at lastStep
   double stepSeconds = 0;     // median, the first step of a run apart
   double wallSeconds = 0;
+  /// Whether the scheduler asked the segment to stop after its current
+  /// step (its stop file, tp-run --stop-file) to resize or preempt the job
+  /// mid-segment; lastStep is then the step it stopped after, and
+  /// plannedLastStep the one it was started for.
+  bool stopRequested = false;
+  int64_t plannedLastStep = 0;
 };
 
 struct CompiledPlan {
@@ -120,6 +126,11 @@ private:
   void readProgress(JobRecord &job);
   void pruneCheckpoints(const JobRecord &job);
   void decide();
+  /// Asks each running segment whose job the last decision moved to
+  /// another configuration (or preempted) to stop after its current step.
+  void requestStops();
+  /// The file whose presence stops `segment` after its current step.
+  std::string stopFile(const JobRecord &job, const Segment &segment) const;
   bool launch();
   void startSegment(JobRecord &job);
   JobView view(const JobRecord &job) const;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,6 +44,11 @@ struct TrainConfig {
   /// in a step is the rest (a pipeline's bubble). A device then runs each
   /// step op by op, never replaying a recorded one.
   bool rankTimes = false;
+  /// Asked on every rank after each step: whether to stop there (a
+  /// scheduler taking the ranks back). When any rank says yes, every rank
+  /// stops after that step, with a checkpoint when checkpointDir is set
+  /// (TrainResult::stoppedOnRequest).
+  std::function<bool()> stopRequested;
 };
 
 /// One held-out evaluation: the mean loss over its batches (each batch's
@@ -91,6 +97,9 @@ struct TrainResult {
   /// names the step and the last good checkpoint; the records end with that
   /// step, so metrics and plots can still be written.
   std::string stoppedBecause;
+  /// The step after which TrainConfig::stopRequested stopped the run (its
+  /// checkpoint written), or 0.
+  int64_t stoppedOnRequest = 0;
   /// With rebalancing or emulated stragglers: every rank's compute seconds
   /// per step and every re-plan.
   std::vector<Rebalancer::StepTimes> computeTimes;
@@ -166,6 +175,8 @@ public:
   virtual void stepDone(const StepProgress &progress) {}
   virtual void rebalanced(const RebalanceEvent &event) {}
   virtual void checkpointWritten(const std::string &path) {}
+  /// TrainConfig::stopRequested ended the run after `step`.
+  virtual void stoppedOnRequest(int64_t step) {}
 };
 
 /// tp-run's progress log: "step 3/10 | loss 5.1234 | lr ... | ... ms/step"
@@ -181,6 +192,7 @@ public:
   void stepDone(const StepProgress &progress) override;
   void rebalanced(const RebalanceEvent &event) override;
   void checkpointWritten(const std::string &path) override;
+  void stoppedOnRequest(int64_t step) override;
 
 private:
   std::ostream &out;
