@@ -27,6 +27,87 @@ using nlohmann::ordered_json;
 
 namespace tpc::sched {
 
+// The state file's records (Scheduler::save, parseJobRecord), one place per
+// type for both directions; found by nlohmann's ADL lookup. Absent optional
+// numbers are null; fields added since version 1 of the state file have
+// defaults when read.
+
+/// [ranks, batch].
+template <class Json> void to_json(Json &j, const Config &c) {
+  j = Json::array({c.ranks, c.batch});
+}
+template <class Json> void from_json(const Json &j, Config &c) {
+  c = {j.at(0).template get<int>(), j.at(1).template get<int64_t>()};
+}
+
+template <class Json> Json optionalNumber(const std::optional<double> &v) {
+  return v && std::isfinite(*v) ? Json(*v) : Json(nullptr);
+}
+template <class Json>
+std::optional<double> readOptional(const Json &j, const char *key) {
+  if (!j.contains(key) || j[key].is_null())
+    return std::nullopt;
+  return j[key].template get<double>();
+}
+
+template <class Json> void to_json(Json &j, const CompiledPlan &p) {
+  j = Json{{"config", p.config},
+           {"plan", p.plan},
+           {"pipeline", p.pipeline},
+           {"predicted_seconds", optionalNumber<Json>(p.predictedSeconds)}};
+}
+template <class Json> void from_json(const Json &j, CompiledPlan &p) {
+  j.at("config").get_to(p.config);
+  j.at("plan").get_to(p.plan);
+  j.at("pipeline").get_to(p.pipeline);
+  p.predictedSeconds = readOptional(j, "predicted_seconds");
+}
+
+template <class Json> void to_json(Json &j, const Segment &s) {
+  j = Json{{"index", s.index},
+           {"config", s.config},
+           {"slots", s.slots},
+           {"hosts", s.hosts},
+           {"plan", s.plan},
+           {"pipeline", s.pipeline},
+           {"command", s.command},
+           {"lr", s.lr},
+           {"first_step", s.firstStep},
+           {"last_step", s.lastStep},
+           {"started", s.started},
+           {"ended", s.ended},
+           {"status", s.status},
+           {"sid", s.sid},
+           {"exit", s.exitCode},
+           {"loss", optionalNumber<Json>(s.loss)},
+           {"step_seconds", s.stepSeconds},
+           {"wall_seconds", s.wallSeconds},
+           {"stop_requested", s.stopRequested},
+           {"planned_last_step", s.plannedLastStep}};
+}
+template <class Json> void from_json(const Json &j, Segment &s) {
+  j.at("index").get_to(s.index);
+  j.at("config").get_to(s.config);
+  j.at("slots").get_to(s.slots);
+  j.at("hosts").get_to(s.hosts);
+  j.at("plan").get_to(s.plan);
+  j.at("pipeline").get_to(s.pipeline);
+  j.at("command").get_to(s.command);
+  j.at("lr").get_to(s.lr);
+  j.at("first_step").get_to(s.firstStep);
+  j.at("last_step").get_to(s.lastStep);
+  j.at("started").get_to(s.started);
+  j.at("ended").get_to(s.ended);
+  j.at("status").get_to(s.status);
+  j.at("sid").get_to(s.sid);
+  j.at("exit").get_to(s.exitCode);
+  s.loss = readOptional(j, "loss");
+  j.at("step_seconds").get_to(s.stepSeconds);
+  j.at("wall_seconds").get_to(s.wallSeconds);
+  s.stopRequested = j.value("stop_requested", false);
+  s.plannedLastStep = j.value("planned_last_step", s.lastStep);
+}
+
 namespace {
 
 constexpr int kStateVersion = 1;
@@ -40,21 +121,6 @@ double wallSeconds() {
 
 std::string configName(const Config &c) {
   return std::to_string(c.ranks) + "x" + std::to_string(c.batch);
-}
-
-ordered_json optionalNumber(const std::optional<double> &v) {
-  return v && std::isfinite(*v) ? ordered_json(*v) : ordered_json(nullptr);
-}
-
-std::optional<double> readOptional(const json &j, const char *key) {
-  if (!j.contains(key) || j[key].is_null())
-    return std::nullopt;
-  return j[key].get<double>();
-}
-
-ordered_json configJson(const Config &c) { return {c.ranks, c.batch}; }
-Config readConfig(const json &j) {
-  return {j.at(0).get<int>(), j.at(1).get<int64_t>()};
 }
 
 std::string readText(const std::string &path, const char *what) {
@@ -92,46 +158,18 @@ bool byArrival(const JobRecord *a, const JobRecord *b) {
 JobRecord parseJobRecord(const json &j, const std::string &path) {
   JobRecord job;
   job.spec = parseJobSpec(j.at("spec").dump(), path + ": a job's spec", "/");
-  job.status = j.at("status").get<std::string>();
-  job.arrival = j.at("arrival").get<double>();
+  j.at("status").get_to(job.status);
+  j.at("arrival").get_to(job.arrival);
   job.finish = readOptional(j, "finish");
-  job.service = j.at("service").get<double>();
-  job.step = j.at("step").get<int64_t>();
-  job.tokensSeen = j.at("tokens_seen").get<int64_t>();
+  j.at("service").get_to(job.service);
+  j.at("step").get_to(job.step);
+  j.at("tokens_seen").get_to(job.tokensSeen);
   job.loss = readOptional(j, "loss");
-  job.error = j.at("error").get<std::string>();
-  job.target = readConfig(j.at("target"));
-  for (const json &p : j.at("plans"))
-    job.plans.push_back({readConfig(p.at("config")),
-                         p.at("plan").get<std::string>(),
-                         p.at("pipeline").get<std::string>(),
-                         readOptional(p, "predicted_seconds")});
-  for (const json &c : j.at("infeasible"))
-    job.infeasible.push_back(readConfig(c));
-  for (const json &s : j.at("segments")) {
-    Segment seg;
-    seg.index = s.at("index").get<int>();
-    seg.config = readConfig(s.at("config"));
-    seg.slots = s.at("slots").get<std::vector<int>>();
-    seg.hosts = s.at("hosts").get<std::string>();
-    seg.plan = s.at("plan").get<std::string>();
-    seg.pipeline = s.at("pipeline").get<std::string>();
-    seg.command = s.at("command").get<std::string>();
-    seg.lr = s.at("lr").get<double>();
-    seg.firstStep = s.at("first_step").get<int64_t>();
-    seg.lastStep = s.at("last_step").get<int64_t>();
-    seg.started = s.at("started").get<double>();
-    seg.ended = s.at("ended").get<double>();
-    seg.status = s.at("status").get<std::string>();
-    seg.sid = s.at("sid").get<int>();
-    seg.exitCode = s.at("exit").get<int>();
-    seg.loss = readOptional(s, "loss");
-    seg.stepSeconds = s.at("step_seconds").get<double>();
-    seg.wallSeconds = s.at("wall_seconds").get<double>();
-    seg.stopRequested = s.value("stop_requested", false);
-    seg.plannedLastStep = s.value("planned_last_step", seg.lastStep);
-    job.segments.push_back(std::move(seg));
-  }
+  j.at("error").get_to(job.error);
+  j.at("target").get_to(job.target);
+  j.at("plans").get_to(job.plans);
+  j.at("infeasible").get_to(job.infeasible);
+  j.at("segments").get_to(job.segments);
   return job;
 }
 
@@ -238,56 +276,22 @@ void Scheduler::save() {
   root["created"] = created;
   root["decisions"] = decisions;
   root["jobs"] = ordered_json::array();
-  for (const JobRecord &job : records) {
-    ordered_json j;
-    j["spec"] = job.spec.toJson();
-    j["status"] = job.status;
-    j["arrival"] = job.arrival;
-    j["finish"] = optionalNumber(job.finish);
-    j["service"] = job.service;
-    j["step"] = job.step;
-    j["tokens_seen"] = job.tokensSeen;
-    j["samples_done"] = job.samplesDone();
-    j["loss"] = optionalNumber(job.loss);
-    j["error"] = job.error;
-    j["target"] = configJson(job.target);
-    j["plans"] = ordered_json::array();
-    for (const CompiledPlan &p : job.plans)
-      j["plans"].push_back(
-          {{"config", configJson(p.config)},
-           {"plan", p.plan},
-           {"pipeline", p.pipeline},
-           {"predicted_seconds", optionalNumber(p.predictedSeconds)}});
-    j["infeasible"] = ordered_json::array();
-    for (const Config &c : job.infeasible)
-      j["infeasible"].push_back(configJson(c));
-    j["segments"] = ordered_json::array();
-    for (const Segment &s : job.segments) {
-      ordered_json o;
-      o["index"] = s.index;
-      o["config"] = configJson(s.config);
-      o["slots"] = s.slots;
-      o["hosts"] = s.hosts;
-      o["plan"] = s.plan;
-      o["pipeline"] = s.pipeline;
-      o["command"] = s.command;
-      o["lr"] = s.lr;
-      o["first_step"] = s.firstStep;
-      o["last_step"] = s.lastStep;
-      o["started"] = s.started;
-      o["ended"] = s.ended;
-      o["status"] = s.status;
-      o["sid"] = s.sid;
-      o["exit"] = s.exitCode;
-      o["loss"] = optionalNumber(s.loss);
-      o["step_seconds"] = s.stepSeconds;
-      o["wall_seconds"] = s.wallSeconds;
-      o["stop_requested"] = s.stopRequested;
-      o["planned_last_step"] = s.plannedLastStep;
-      j["segments"].push_back(std::move(o));
-    }
-    root["jobs"].push_back(std::move(j));
-  }
+  for (const JobRecord &job : records)
+    root["jobs"].push_back(
+        {{"spec", job.spec.toJson()},
+         {"status", job.status},
+         {"arrival", job.arrival},
+         {"finish", optionalNumber<ordered_json>(job.finish)},
+         {"service", job.service},
+         {"step", job.step},
+         {"tokens_seen", job.tokensSeen},
+         {"samples_done", job.samplesDone()},
+         {"loss", optionalNumber<ordered_json>(job.loss)},
+         {"error", job.error},
+         {"target", job.target},
+         {"plans", job.plans},
+         {"infeasible", job.infeasible},
+         {"segments", job.segments}});
   runtime::writeFileAtomically(
       (fs::path(options.stateDir) / "state.json").string(),
       root.dump(1) + "\n");
