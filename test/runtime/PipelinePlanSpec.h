@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace tpc::runtime::test {
@@ -95,5 +96,30 @@ struct PipelineSpec {
     return bytes;
   }
 };
+
+/// Stage 0 sends two constants, 1.5 (tag 5) and -2 (tag 6), to stage 1,
+/// which receives them into tensors 0 and 1 and returns them (results 2
+/// and 3); with `otherOrder` it posts the receive of tag 6 first. The grid
+/// is [2 stages, `replicas`].
+inline PipelineSpec twoConstants(bool otherOrder, int64_t replicas = 1) {
+  PipelineSpec spec;
+  spec.grid = {2, replicas};
+  spec.programs[0].tensors = {{4}, {4}};
+  spec.programs[0].steps = {{fb::OpKind::Constant, {}, {0}, 0, 0, {}, 1.5},
+                            {fb::OpKind::Constant, {}, {1}, 0, 0, {}, -2},
+                            {fb::OpKind::SendStart, {0}, {}, 1, 5},
+                            {fb::OpKind::SendStart, {1}, {}, 1, 6},
+                            {fb::OpKind::SendWait, {0}, {}, 1, 5},
+                            {fb::OpKind::SendWait, {1}, {}, 1, 6}};
+  spec.programs[1].tensors = {{4}, {4}, {4}, {4}};
+  spec.programs[1].steps = {{fb::OpKind::RecvStart, {}, {0}, 0, 5},
+                            {fb::OpKind::RecvStart, {}, {1}, 0, 6},
+                            {fb::OpKind::RecvWait, {0}, {2}, 0, 0, {}},
+                            {fb::OpKind::RecvWait, {1}, {3}, 0, 0, {}}};
+  if (otherOrder)
+    std::swap(spec.programs[1].steps[0], spec.programs[1].steps[1]);
+  spec.programs[1].results = {2, 3};
+  return spec;
+}
 
 } // namespace tpc::runtime::test

@@ -83,26 +83,11 @@ TEST(PipelinePlan, TransfersInOrderPerDirection) {
   // whatever the tags: a plan whose receives come in another order than
   // their sends loads (MPI matches by tag) but names the mismatch.
   EXPECT_EQ(load(PipelineSpec()).inOrderTransferProblem(), "");
-  PipelineSpec spec;
-  spec.programs[0].tensors = {{4}, {4}};
-  spec.programs[0].steps = {{fb::OpKind::Constant, {}, {0}, 0, 0, {}, 1.5},
-                            {fb::OpKind::Constant, {}, {1}, 0, 0, {}, -2},
-                            {fb::OpKind::SendStart, {0}, {}, 1, 5},
-                            {fb::OpKind::SendStart, {1}, {}, 1, 6},
-                            {fb::OpKind::SendWait, {0}, {}, 1, 5},
-                            {fb::OpKind::SendWait, {1}, {}, 1, 6}};
-  spec.programs[1].tensors = {{4}, {4}, {4}, {4}};
-  spec.programs[1].steps = {{fb::OpKind::RecvStart, {}, {0}, 0, 6},
-                            {fb::OpKind::RecvStart, {}, {1}, 0, 5},
-                            {fb::OpKind::RecvWait, {0}, {2}, 0, 0, {}},
-                            {fb::OpKind::RecvWait, {1}, {3}, 0, 0, {}}};
-  spec.programs[1].results = {2, 3};
+  EXPECT_EQ(load(twoConstants(false)).inOrderTransferProblem(), "");
+  const PipelineSpec spec = twoConstants(true);
   EXPECT_EQ(load(spec).inOrderTransferProblem(),
             "'train_step' stage 0's send 0 to stage 1 (tag 5, step 2) would "
             "meet the receive of tag 6 (step 0)");
-  // Posted in the sends' order: no mismatch.
-  std::swap(spec.programs[1].steps[0], spec.programs[1].steps[1]);
-  EXPECT_EQ(load(spec).inOrderTransferProblem(), "");
   // Each direction keeps its own order: stage 1 sends back before it
   // receives while stage 0 sends first.
   PipelineSpec back;

@@ -22,34 +22,11 @@ using namespace tpc::runtime::test;
 
 namespace {
 
-/// Stage 1 posts the receive of tag 6 first when `otherOrder`.
-PipelineSpec twoConstants(int64_t replicas, bool otherOrder) {
-  PipelineSpec spec;
-  spec.grid = {2, replicas};
-  spec.programs[0].tensors = {{4}, {4}};
-  spec.programs[0].steps = {{fb::OpKind::Constant, {}, {0}, 0, 0, {}, 1.5},
-                            {fb::OpKind::Constant, {}, {1}, 0, 0, {}, -2},
-                            {fb::OpKind::SendStart, {0}, {}, 1, 5},
-                            {fb::OpKind::SendStart, {1}, {}, 1, 6},
-                            {fb::OpKind::SendWait, {0}, {}, 1, 5},
-                            {fb::OpKind::SendWait, {1}, {}, 1, 6}};
-  // Tensor 0 receives tag 5 and tensor 1 tag 6; results 2 and 3 are theirs.
-  spec.programs[1].tensors = {{4}, {4}, {4}, {4}};
-  spec.programs[1].steps = {{fb::OpKind::RecvStart, {}, {0}, 0, 5},
-                            {fb::OpKind::RecvStart, {}, {1}, 0, 6},
-                            {fb::OpKind::RecvWait, {0}, {2}, 0, 0, {}},
-                            {fb::OpKind::RecvWait, {1}, {3}, 0, 0, {}}};
-  if (otherOrder)
-    std::swap(spec.programs[1].steps[0], spec.programs[1].steps[1]);
-  spec.programs[1].results = {2, 3};
-  return spec;
-}
-
 void runStages(bool otherOrder) {
   const int64_t n = Comm::world().size();
   if (n % 2 != 0)
     return; // a two-stage grid needs an even world
-  std::vector<uint8_t> bytes = twoConstants(n / 2, otherOrder).build();
+  std::vector<uint8_t> bytes = twoConstants(otherOrder, n / 2).build();
   LoadedPlan plan =
       LoadedPlan::fromBytes(bytes.data(), bytes.size(), n, "plan");
   GridComm grid({2, n / 2});
