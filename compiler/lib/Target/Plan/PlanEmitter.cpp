@@ -792,6 +792,16 @@ LogicalResult PlanEmitter::emit(llvm::raw_ostream &os) {
   if (global.wasInterrupted())
     return module.emitError()
            << "plan: run tp-partition before emitting a plan";
+  // A module no memory planner ran on (one line, not every function's
+  // signature as the per-function check would print).
+  if (llvm::none_of(module.getOps<func::FuncOp>(), [](func::FuncOp func) {
+        return func->hasAttr(TPDialect::ArenaBytesAttrHelper::getNameStr());
+      }))
+    return module.emitError()
+           << "plan: run tp-plan-memory before emitting a plan: no function "
+              "has planned memory (tp-explain, and tp-pipeline with "
+              "compile-choice=false, leave the module uncompiled: write "
+              ".mlir)";
   // Rebalance points, in module order: tensors and parameters name them by
   // index.
   for (RebalancePointOp point : module.getOps<RebalancePointOp>()) {
