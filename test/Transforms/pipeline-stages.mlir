@@ -128,8 +128,16 @@
 // LAYERS: tp-pipeline-stages: layers= adds up to 5 layers, but the model has 4
 // RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=8 microbatches=2" 2>&1 | FileCheck %s --check-prefix=TOO-MANY
 // TOO-MANY: tp-pipeline-stages: 8 pipeline groups (pp x pp-chunks) need at least as many layers; the model has 4
+// The options' own rules (pipelineOptionsProblem), from tp-pipeline and
+// from the pass alone.
 // RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 schedule=interleaved" 2>&1 | FileCheck %s --check-prefix=NO-CHUNKS
-// NO-CHUNKS: tp-pipeline-stages: schedule=interleaved needs pp-chunks=V with V > 1
+// NO-CHUNKS: tp-pipeline: schedule=interleaved needs pp-chunks=V with V > 1
+// RUN: not tpc-opt %t.mlir --tp-pipeline-stages="pp=2 schedule=interleaved" 2>&1 | FileCheck %s --check-prefix=PASS-NO-CHUNKS
+// PASS-NO-CHUNKS: tp-pipeline-stages: schedule=interleaved needs pp-chunks=V with V > 1
+// RUN: not tpc-opt %t.mlir --tp-pipeline-stages="pp=2 pp-chunks=2" 2>&1 | FileCheck %s --check-prefix=PASS-CHUNKS
+// PASS-CHUNKS: tp-pipeline-stages: pp-chunks=2 needs schedule=interleaved
+// RUN: not tpc-opt %t.mlir --tp-pipeline-stages="pp=0" 2>&1 | FileCheck %s --check-prefix=PASS-PP
+// PASS-PP: tp-pipeline-stages: pp=0 is not a positive number of stages
 // RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=1 schedule=interleaved pp-chunks=2" 2>&1 | FileCheck %s --check-prefix=INTER-M
 // INTER-M: error: tp-pipeline-stages: schedule=interleaved needs the micro-batches (1) to be a multiple of pp=2
 // RUN: not tpc-opt %t.mlir --tp-pipeline="mode=1d grid=1 pp=2 microbatches=2 train=false" 2>&1 | FileCheck %s --check-prefix=NO-TRAIN

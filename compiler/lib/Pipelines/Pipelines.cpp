@@ -5,6 +5,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 #include "tpc/Transforms/Passes.h"
+#include "tpc/Transforms/PipelineSchedule.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -44,14 +45,11 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
     if (pipelineGiven && !options.train)
       return emitError("tp-pipeline: pp and microbatches cut the training "
                        "step; they need train=true");
-    if (options.pipelineStages < 1 || options.microbatches < 1 ||
-        options.pipelineChunks < 1)
-      return emitError("tp-pipeline: pp, microbatches and pp-chunks must be "
-                       "positive");
-    if ((options.schedule == PipelineSchedule::Interleaved) !=
-        (options.pipelineChunks > 1))
-      return emitError("tp-pipeline: schedule=interleaved and pp-chunks=V "
-                       "(V > 1) go together");
+    if (std::string problem =
+            pipelineOptionsProblem(options.pipelineStages, options.microbatches,
+                                   options.schedule, options.pipelineChunks);
+        !problem.empty())
+      return emitError("tp-pipeline: " + problem);
     pm.addPass(createChooseScheme(options));
     return success();
   }
@@ -73,13 +71,11 @@ mlir::tp::buildPipeline(OpPassManager &pm, const PipelineOptions &options,
                          options.schedule != PipelineSchedule::OneFOneB ||
                          !options.stageLayers.empty();
   if (pipelined) {
-    if (options.pipelineStages < 1)
-      return emitError("tp-pipeline: pp=" + Twine(options.pipelineStages) +
-                       " is not a positive number of stages");
-    if (options.microbatches < 1)
-      return emitError(
-          "tp-pipeline: microbatches=" + Twine(options.microbatches) +
-          " is not a positive number of micro-batches");
+    if (std::string problem =
+            pipelineOptionsProblem(options.pipelineStages, options.microbatches,
+                                   options.schedule, options.pipelineChunks);
+        !problem.empty())
+      return emitError("tp-pipeline: " + problem);
     if (options.mode == ParallelMode::None)
       return emitError("tp-pipeline: pp and microbatches need a mode, e.g. "
                        "mode=1d (grid=1 for pipeline parallelism alone)");

@@ -185,3 +185,24 @@ StringRef mlir::tp::pipelineScheduleName(PipelineSchedule schedule) {
   }
   llvm_unreachable("unknown pipeline schedule");
 }
+
+std::string mlir::tp::pipelineOptionsProblem(int64_t stages,
+                                             int64_t microbatches,
+                                             PipelineSchedule schedule,
+                                             int64_t chunks) {
+  if (stages < 1)
+    return "pp=" + std::to_string(stages) +
+           " is not a positive number of stages";
+  if (microbatches < 1)
+    return "microbatches=" + std::to_string(microbatches) +
+           " is not a positive number of micro-batches";
+  if (chunks < 1)
+    return "pp-chunks=" + std::to_string(chunks) +
+           " is not a positive number of chunks";
+  if (schedule == PipelineSchedule::Interleaved && chunks < 2)
+    return "schedule=interleaved needs pp-chunks=V with V > 1";
+  if (schedule != PipelineSchedule::Interleaved && chunks > 1)
+    return "pp-chunks=" + std::to_string(chunks) +
+           " needs schedule=interleaved";
+  return "";
+}

@@ -1161,14 +1161,11 @@ struct TPPipelineStages
       module.emitError() << "tp-pipeline-stages: " << message;
       signalPassFailure();
     };
-    if (stages < 1)
-      return fail("pp=" + Twine(stages) + " is not a positive stage count");
-    if (chunks < 1)
-      return fail("pp-chunks=" + Twine(chunks) + " is not positive");
-    if (schedule == PipelineSchedule::Interleaved && chunks < 2)
-      return fail("schedule=interleaved needs pp-chunks=V with V > 1");
-    if (schedule != PipelineSchedule::Interleaved && chunks > 1)
-      return fail("pp-chunks=" + Twine(chunks) + " needs schedule=interleaved");
+    // The micro-batches are the grid's axis 0: checked once it is found.
+    if (std::string problem = pipelineOptionsProblem(stages, /*microbatches=*/1,
+                                                     schedule, chunks);
+        !problem.empty())
+      return fail(problem);
     GridOp grid;
     module.walk([&](GridOp g) { grid = g; });
     auto step = module.lookupSymbol<func::FuncOp>("train_step");

@@ -21,6 +21,14 @@
 
 namespace mlir::tp {
 
+/// Why pp=`stages`, microbatches=`microbatches`, `schedule` and
+/// pp-chunks=`chunks` cannot cut a training step, or "" when they can: the
+/// rules tp-pipeline-stages checks, and tp-pipeline's mode=auto before it
+/// searches (a multiple of pp micro-batches for the interleaved schedule is
+/// the pass's own check, since mode=auto chooses the micro-batches).
+std::string pipelineOptionsProblem(int64_t stages, int64_t microbatches,
+                                   PipelineSchedule schedule, int64_t chunks);
+
 /// One forward or backward half of one micro-batch on one model chunk of a
 /// stage (chunk c of stage s holds virtual stage c * stages + s).
 struct PipelineSlot {
