@@ -1135,20 +1135,17 @@ LogicalResult StageSplitter::run() {
   return verifyTransfers();
 }
 
-/// Whether two stage functions run the same program: equal but for their
-/// names and the cuts they serve.
-bool sameProgram(func::FuncOp a, func::FuncOp b) {
-  auto text = [](func::FuncOp func) {
-    func::FuncOp copy = func.clone();
-    copy.setName("stage");
-    copy->removeAttr(TPDialect::CutsAttrHelper::getNameStr());
-    std::string printed;
-    llvm::raw_string_ostream os(printed);
-    copy->print(os, OpPrintingFlags().printGenericOpForm());
-    copy.erase();
-    return printed;
-  };
-  return text(a) == text(b);
+/// A stage function's program as text, without its name and the cuts it
+/// serves: two stage functions run the same program when these are equal.
+std::string programText(func::FuncOp func) {
+  func::FuncOp copy = func.clone();
+  copy.setName("stage");
+  copy->removeAttr(TPDialect::CutsAttrHelper::getNameStr());
+  std::string printed;
+  llvm::raw_string_ostream os(printed);
+  copy->print(os, OpPrintingFlags().printGenericOpForm());
+  copy.erase();
+  return printed;
 }
 
 struct TPPipelineStages
@@ -1245,6 +1242,9 @@ struct TPPipelineStages
         func->setAttr(TPDialect::CutsAttrHelper::getNameStr(),
                       DenseI64ArrayAttr::get(&getContext(), {0}));
     }
+    // Each kept stage function's text, printed once (not once per function
+    // compared with it); kept functions are not erased while this lives.
+    llvm::DenseMap<Operation *, std::string> keptText;
     for (auto [c, groups] : llvm::drop_begin(llvm::enumerate(cuts))) {
       // Each cut from fresh copies, under names of their own; its stage
       // functions are then named for the cut, or share an earlier cut's
@@ -1272,11 +1272,18 @@ struct TPPipelineStages
                 .size());
         std::string name = (base + "_stage" + Twine(stage.getInt())).str();
         func::FuncOp same;
-        for (func::FuncOp kept : staged)
-          if (kept->getAttr(TPDialect::StageAttrHelper::getNameStr()) ==
-                  stage &&
-              kept.getName().starts_with(name) && sameProgram(kept, func))
+        std::string text = programText(func);
+        for (func::FuncOp kept : staged) {
+          if (kept->getAttr(TPDialect::StageAttrHelper::getNameStr()) !=
+                  stage ||
+              !kept.getName().starts_with(name))
+            continue;
+          auto [known, added] = keptText.try_emplace(kept.getOperation());
+          if (added)
+            known->second = programText(kept);
+          if (known->second == text)
             same = kept;
+        }
         if (same) {
           SmallVector<int64_t> list(
               same->getAttrOfType<DenseI64ArrayAttr>(
@@ -1291,6 +1298,7 @@ struct TPPipelineStages
         func.setName(name + "_cut" + std::to_string(c));
         func->setAttr(TPDialect::CutsAttrHelper::getNameStr(),
                       DenseI64ArrayAttr::get(&getContext(), {int64_t(c)}));
+        keptText[func.getOperation()] = std::move(text);
         staged.push_back(func);
       }
     }
