@@ -270,8 +270,7 @@ void CheckpointDirLock::refuseAnotherRunsCheckpoints(
   for (const fs::directory_entry &entry : fs::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     hasLatest |= name == "latest";
-    if (name.size() == stepName(0).size() && name.rfind("step-", 0) == 0 &&
-        name.find_first_not_of("0123456789", 5) == name.npos)
+    if (isCheckpointStepName(name))
       newest = std::max(newest, name);
   }
   if (newest.empty() && hasLatest)
@@ -293,6 +292,11 @@ void CheckpointDirLock::refuseAnotherRunsCheckpoints(
 
 std::string checkpointPath(const std::string &dir, int64_t step) {
   return (fs::path(dir) / stepName(step)).string();
+}
+
+bool isCheckpointStepName(std::string_view name) {
+  return name.size() == stepName(0).size() && name.starts_with("step-") &&
+         name.find_first_not_of("0123456789", 5) == name.npos;
 }
 
 std::string writeCheckpoint(const std::string &dir, const LoadedPlan &plan,

@@ -4,6 +4,7 @@
 #include "Plot.h"
 #include "Process.h"
 
+#include "tpc/runtime/Checkpoint.h"
 #include "tpc/runtime/Files.h"
 
 #include <algorithm>
@@ -440,9 +441,7 @@ void Scheduler::pruneCheckpoints(const JobRecord &job) {
   std::vector<std::string> steps;
   for (const auto &entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.size() == 13 &&
-        name.rfind("step-", 0) == 0 &&
-        name.find_first_not_of("0123456789", 5) == std::string::npos)
+    if (entry.is_directory() && runtime::isCheckpointStepName(name))
       steps.push_back(name);
   }
   std::sort(steps.begin(), steps.end());

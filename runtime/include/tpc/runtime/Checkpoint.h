@@ -20,6 +20,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tpc::runtime {
@@ -52,6 +53,9 @@ std::string planFingerprint(const LoadedPlan &plan);
 
 /// The directory writeCheckpoint writes for `step` under `dir`.
 std::string checkpointPath(const std::string &dir, int64_t step);
+/// Whether `name` is the name of such a directory ("step-NNNNNNNN"); these
+/// names sort by step.
+bool isCheckpointStepName(std::string_view name);
 
 /// An exclusive lock on a checkpoint directory for the life of a run (flock
 /// on DIR/.lock, never through a symbolic link, released when the process
