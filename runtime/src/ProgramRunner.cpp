@@ -35,39 +35,32 @@ ProgramRunner::ProgramRunner(const LoadedPlan &loaded, const std::string &name,
   // pipeline stage's program uses other groups than its neighbours' (or
   // the same in another order): every rank creates those of every program
   // up front, in one order.
+  // The backend's transport likewise (NCCL splits its communicators from
+  // one over the world): the groups of the exchanges it may carry and the
+  // routes of the transfers.
   if (comm) {
-    std::set<std::vector<int>> groups;
+    std::set<std::vector<int>> groups, exchanges;
+    std::set<TransferRoute> routes;
     for (const plan::Program *any : *loaded.plan().programs())
-      for (const plan::Step *step : *any->steps())
-        if (stepUsesGrid(*step)) {
-          std::span<const int64_t> axes = stepInts(*step);
-          groups.emplace(axes.begin(), axes.end());
-        }
+      for (const plan::Step *step : *any->steps()) {
+        if (!stepUsesGrid(*step))
+          continue;
+        std::span<const int64_t> axes = stepInts(*step);
+        groups.emplace(axes.begin(), axes.end());
+        const plan::OpKind kind = step->kind();
+        if (kind == plan::OpKind::SendStart)
+          routes.insert({int(axes[0]), any->stage(), step->peer()});
+        else if (kind == plan::OpKind::RecvStart)
+          routes.insert({int(axes[0]), step->peer(), any->stage()});
+        else if (stepExchanges(*step) && !isPipelineTransfer(kind))
+          exchanges.emplace(axes.begin(), axes.end());
+      }
     for (const std::vector<int> &axes : groups)
       comm->group(axes);
-    // The backend's transport likewise (NCCL splits its communicators from
-    // one over the world).
-    if (CollectiveChannel *channel = backend.channel()) {
-      std::set<std::vector<int>> collectives;
-      std::set<TransferRoute> routes;
-      for (const plan::Program *any : *loaded.plan().programs())
-        for (const plan::Step *step : *any->steps()) {
-          const plan::OpKind kind = step->kind();
-          if (kind == plan::OpKind::SendStart)
-            routes.insert(
-                {int(stepInts(*step)[0]), any->stage(), step->peer()});
-          else if (kind == plan::OpKind::RecvStart)
-            routes.insert(
-                {int(stepInts(*step)[0]), step->peer(), any->stage()});
-          else if (stepExchanges(*step) && !isPipelineTransfer(kind)) {
-            std::span<const int64_t> axes = stepInts(*step);
-            collectives.emplace(axes.begin(), axes.end());
-          }
-        }
+    if (CollectiveChannel *channel = backend.channel())
       channel->prepareGroups(
-          std::vector<std::vector<int>>(collectives.begin(), collectives.end()),
+          std::vector<std::vector<int>>(exchanges.begin(), exchanges.end()),
           std::vector<TransferRoute>(routes.begin(), routes.end()));
-    }
   }
   arena = backend.allocate(program->arena_bytes());
   for (const plan::Tensor *t : *program->tensors()) {
