@@ -53,7 +53,7 @@ private:
 /// collectives still run staged.
 class InOrderTransfers final : public CollectiveChannel {
 public:
-  explicit InOrderTransfers(GridComm &grid) : grid(grid) {}
+  explicit InOrderTransfers(GridComm &grid) : mpi(grid) {}
 
   std::string_view transport() const override { return "MPI, one tag"; }
   bool waitsOnHost() const override { return true; }
@@ -81,17 +81,14 @@ public:
   void finishShift(const void *) override { stagedOnly(); }
   void startSend(int axis, int64_t peer, int, WireType type, const void *in,
                  size_t count) override {
-    grid.startSend(
-        axis, peer, kTag,
-        {static_cast<const std::byte *>(in), count * wireBytes(type)});
+    mpi.startSend(axis, peer, kTag, type, in, count);
   }
   void startReceive(int axis, int64_t peer, int, WireType type, void *out,
                     size_t count) override {
-    grid.startReceive(axis, peer, kTag,
-                      {static_cast<std::byte *>(out), count * wireBytes(type)});
+    mpi.startReceive(axis, peer, kTag, type, out, count);
   }
   void finishTransfer(const void *buffer) override {
-    grid.finishTransfer(buffer);
+    mpi.finishTransfer(buffer);
   }
 
 private:
@@ -99,7 +96,8 @@ private:
   [[noreturn]] static void stagedOnly() {
     throw std::logic_error("staged-cpu: collectives run staged");
   }
-  GridComm &grid;
+  /// MPI on the host, given one tag for every transfer.
+  MpiChannel mpi;
 };
 
 class StagedTestBackend final : public Backend {

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -215,11 +216,10 @@ public:
                   count * wireBytes(type));
   }
   void finishTransfer(const void *buffer) override {
-    auto it = inFlight.find(buffer);
-    if (it == inFlight.end())
+    if (!inFlight.erase(buffer))
       throw std::logic_error("nccl: a transfer wait with no transfer started");
-    check(cudaStreamWaitEvent(stream, it->second), "pipeline transfer wait");
-    inFlight.erase(it);
+    check(cudaStreamWaitEvent(stream, transferDone.at(buffer)),
+          "pipeline transfer wait");
   }
   void finishShift(const void *out) override {
     auto it = shiftDone.find(out);
@@ -300,7 +300,7 @@ private:
       check(ncclRecv(data, bytes, ncclUint8, 0, r.comm, r.stream),
             "pipeline receive");
     check(cudaEventRecord(done, r.stream), "pipeline transfer");
-    inFlight.emplace(data, done);
+    inFlight.insert(data);
   }
 
   GridComm &grid;
@@ -312,10 +312,10 @@ private:
   std::map<const void *, cudaEvent_t> shiftDone;
   std::map<TransferRoute, Route> routes;
   cudaEvent_t transferReady = nullptr;
-  /// Each buffer's completion event, and those of the transfers not yet
-  /// waited for.
+  /// Each buffer's completion event (reused), and the buffers whose
+  /// transfer is not waited for yet.
   std::map<const void *, cudaEvent_t> transferDone;
-  std::map<const void *, cudaEvent_t> inFlight;
+  std::set<const void *> inFlight;
 };
 #endif
 
